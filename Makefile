@@ -1,0 +1,46 @@
+# Two commands, always true on a fresh machine with Python, a C compiler and
+# the package registry: `make run` and `make test`.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+VAR    := var
+CONFIG := $(VAR)/notary.toml
+
+.PHONY: run test test-compiled test-pure lint setup var clean distclean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py notary/_fastcache.pyx
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# First use creates ./var (key, certificate, database, bundle, config); later
+# runs reuse it.
+var: $(STAMP)
+	$(PY) -m notary dev-init --dir $(VAR)
+
+run: var
+	$(PY) -m notary serve --config $(CONFIG)
+
+# The whole suite twice: once requiring the compiled cache (so a silently
+# failed build cannot pass), once forcing the pure-Python twin.
+test: test-compiled test-pure
+
+test-compiled: $(STAMP)
+	NOTARY_REQUIRE_EXTENSION=1 $(PY) -m pytest -q
+
+test-pure: $(STAMP)
+	NOTARY_NO_EXTENSIONS=1 $(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check notary tests bench
+
+clean:
+	rm -rf build *.egg-info notary/*.so notary/_fastcache.c .pytest_cache
+
+distclean: clean
+	rm -rf $(VENV) $(VAR)
