@@ -1,0 +1,3 @@
+from notary.cli import main
+
+raise SystemExit(main())

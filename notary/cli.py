@@ -1,0 +1,253 @@
+"""The ``notary`` command line.
+
+Exit status: 0 success, 1 runtime failure (store, network), 2 usage error.
+Every error is one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import trio
+
+from notary import __version__, crypto
+from notary.config import Config, load_config, parse_endpoint
+from notary.errors import ConfigError, NotaryError, StoreError, UsageError
+from notary.protocol.bundle import BundleHost, make_bundle, parse_bundle
+from notary.store import Store
+
+log = logging.getLogger("notary")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="notary", description="A certificate notary (Convergence protocol).")
+    parser.add_argument("--version", action="version", version=f"notary {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    keygen = commands.add_parser("keygen", help="make an RSA-2048 key and self-signed certificate")
+    keygen.add_argument("--out-key", type=Path, required=True)
+    keygen.add_argument("--out-cert", type=Path, required=True)
+    keygen.add_argument("--name", required=True, help="host name or IP the certificate names")
+    keygen.add_argument("--days", type=int, default=crypto.DEFAULT_CERTIFICATE_DAYS)
+    keygen.add_argument("--force", action="store_true", help="overwrite existing files")
+
+    bundle = commands.add_parser("bundle", help="write a .notary bundle, or `bundle show FILE`")
+    bundle.add_argument("--name", help="the notary's name (clients' identity key)")
+    bundle.add_argument("--location", help="https URL of the bundle, ending .notary")
+    bundle.add_argument("--region", help="ISO country code")
+    bundle.add_argument(
+        "--host", action="append", default=[], metavar="HOST:SSL_PORT:HTTP_PORT:CERT_PEM"
+    )
+    bundle.add_argument("--out", type=Path)
+    bundle.add_argument("--force", action="store_true")
+    bundle_commands = bundle.add_subparsers(dest="bundle_command", parser_class=_Parser)
+    show = bundle_commands.add_parser("show", help="print a bundle with each host's SHA-1 pin")
+    show.add_argument("file", type=Path)
+
+    db = commands.add_parser("db", help="create/migrate the database, or print statistics")
+    db.add_argument("action", choices=["init", "stats"])
+    db.add_argument("--db", type=Path, help="database file (default: from --config)")
+    db.add_argument("--config", type=Path)
+
+    serve = commands.add_parser("serve", help="serve the notary")
+    serve.add_argument("--config", type=Path, help="TOML configuration file")
+    serve.add_argument("--check-config", action="store_true", help="validate and exit")
+    serve.add_argument("--key", type=Path)
+    serve.add_argument("--cert", type=Path)
+    serve.add_argument("--db", type=Path)
+    serve.add_argument("--bundle", type=Path, help="bundle served at /<file name>")
+    serve.add_argument("--api", action="append", metavar="HOST:PORT", help="repeatable")
+    serve.add_argument("--allow-target", action="append", metavar="CIDR", help="repeatable")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+    dev = commands.add_parser("dev-init", help="make a local key, certificate, db, bundle, config")
+    dev.add_argument("--dir", type=Path, default=Path("var"))
+    dev.add_argument("--api-port", type=int, default=8443)
+    dev.add_argument("--relay-api-port", type=int, default=4242)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return _COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"notary: error: {exc}", file=sys.stderr)
+        return 2
+    except NotaryError as exc:
+        print(f"notary: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- keygen ---------------------------------------------------------------------
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    for path in (args.out_key, args.out_cert):
+        if path.exists() and not args.force:
+            raise UsageError(f"{path} exists; pass --force to overwrite it")
+    key = crypto.generate_rsa_key()
+    cert = crypto.make_self_signed_certificate(key, args.name, days=args.days)
+    crypto.write_new_file(args.out_key, crypto.private_key_pem(key), mode=0o600, force=args.force)
+    crypto.write_new_file(args.out_cert, crypto.certificate_pem(cert), mode=0o644, force=args.force)
+    print(f"wrote {args.out_key} (mode 0600) and {args.out_cert}")
+    return 0
+
+
+# -- bundle ---------------------------------------------------------------------
+
+_HOST_SPEC = re.compile(r"(\[[^\]]+\]|[^:\[\]]+):(\d{1,5}):(\d{1,5}):(.+)")
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    if args.bundle_command == "show":
+        return _bundle_show(args.file)
+    missing = [flag for flag, value in (("--name", args.name), ("--location", args.location),
+                                        ("--out", args.out)) if not value]
+    if missing:
+        raise UsageError(f"bundle needs {', '.join(missing)}")
+    if not args.host:
+        raise UsageError("bundle needs at least one --host HOST:SSL_PORT:HTTP_PORT:CERT_PEM")
+    hosts = []
+    for spec in args.host:
+        match = _HOST_SPEC.fullmatch(spec)
+        if not match:
+            raise UsageError(f"--host {spec!r} must be HOST:SSL_PORT:HTTP_PORT:CERT_PEM")
+        pem_path = Path(match.group(4))
+        try:
+            pem = pem_path.read_text("ascii")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read certificate {pem_path}: {exc}") from None
+        hosts.append(
+            BundleHost(match.group(1).strip("[]"), int(match.group(2)), int(match.group(3)), pem)
+        )
+    bundle = make_bundle(name=args.name, location=args.location, hosts=hosts, region=args.region)
+    crypto.write_new_file(args.out, bundle.to_json(), mode=0o644, force=args.force)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _bundle_show(path: Path) -> int:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    bundle = parse_bundle(data)
+    print(f"name:     {bundle.name}")
+    print(f"location: {bundle.bundle_location}")
+    if bundle.region:
+        print(f"region:   {bundle.region}")
+    for host in bundle.hosts:
+        print(f"host:     {host.host} ssl_port={host.ssl_port} http_port={host.http_port}")
+        print(f"  sha1:   {host.sha1_pin}")
+    return 0
+
+
+# -- db -------------------------------------------------------------------------
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    if args.db is not None:
+        return args.db
+    if args.config is not None:
+        return load_config(args.config).server.db_file
+    raise UsageError("db needs --db FILE or --config FILE")
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    path = _db_path(args)
+    if args.action == "init":
+        with Store(path) as store:
+            print(f"{path}: schema version {store.schema_version()}")
+        return 0
+    with Store(path, create=False) as store:
+        stats = store.statistics()
+    print(f"schema version: {stats.schema_version}")
+    print(f"targets:        {stats.targets}")
+    print(f"certificates:   {stats.certificates}")
+    print(f"observations:   {stats.observations}")
+    print(f"file bytes:     {stats.file_bytes}")
+    return 0
+
+
+# -- serve ----------------------------------------------------------------------
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    server: dict[str, Any] = {}
+    for flag, key in (("key", "key_file"), ("cert", "cert_file"), ("db", "db_file"),
+                      ("bundle", "bundle_file"), ("log_level", "log_level")):
+        value = getattr(args, flag)
+        if value is not None:
+            server[key] = value
+    if args.api:
+        server["api"] = tuple(parse_endpoint(text, what="--api") for text in args.api)
+    if args.allow_target:
+        server["allow_targets"] = tuple(args.allow_target)
+    if args.config is None and not {"key_file", "cert_file", "db_file"} <= server.keys():
+        raise ConfigError("serve needs --config FILE, or --key, --cert and --db")
+    return load_config(args.config, {"server": server})
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    if args.check_config:
+        from notary.server.app import make_server_ssl_context
+
+        make_server_ssl_context(config)  # key and certificate load and match
+        print("configuration OK")
+        return 0
+    logging.basicConfig(
+        level=config.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    trio.run(_serve_until_signal, config)
+    return 0
+
+
+async def _serve_until_signal(config: Config) -> None:
+    from notary.server.app import serve_notary
+
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(serve_notary, config)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s, stopping", signal.Signals(signum).name)
+                running.stop()
+                break
+
+
+# -- dev-init -------------------------------------------------------------------
+
+
+def cmd_dev_init(args: argparse.Namespace) -> int:
+    """Everything ``make run`` needs under ``args.dir``, made once."""
+    from notary.devsetup import ensure_dev_notary
+
+    ensure_dev_notary(args.dir, api_port=args.api_port, relay_api_port=args.relay_api_port)
+    return 0
+
+
+_COMMANDS = {
+    "keygen": cmd_keygen,
+    "bundle": cmd_bundle,
+    "db": cmd_db,
+    "serve": cmd_serve,
+    "dev-init": cmd_dev_init,
+}
+
+__all__ = ["main", "StoreError"]

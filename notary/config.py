@@ -1,0 +1,271 @@
+"""Configuration: one TOML file -> frozen dataclasses, validated at start.
+
+Durations and sizes carry their unit in their names. Command-line flags
+override the file (``notary.cli`` applies them with ``dataclasses.replace``).
+Every problem is a ``ConfigError`` whose message names the key.
+
+Example (every key optional except the three files)::
+
+    [server]
+    key_file = "var/notary.key"
+    cert_file = "var/notary.crt"
+    db_file = "var/notary.db"
+    api = ["127.0.0.1:8443", "127.0.0.1:4242"]
+    allow_targets = ["127.0.0.0/8"]
+    log_level = "info"
+
+    [probe]
+    timeout_s = 10.0
+
+    [answers]
+    fresh_for_s = 86400
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from notary.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A listening address."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_endpoint(text: str, *, what: str = "address") -> Endpoint:
+    """``HOST:PORT`` or ``[V6]:PORT`` (port 0 picks a free port)."""
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([^:\[\]]+):(\d{1,5})", text.strip())
+    if not match:
+        raise ConfigError(f"{what} {text!r} must be HOST:PORT (IPv6 as [ADDR]:PORT)")
+    host = match.group(1) or match.group(3)
+    port = int(match.group(2) or match.group(4))
+    if port > 65535:
+        raise ConfigError(f"{what} {text!r}: port must be 0-65535")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost":
+            raise ConfigError(
+                f"{what} {text!r}: host must be an IP address (or localhost)"
+            ) from None
+    return Endpoint(host, port)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    key_file: Path
+    cert_file: Path
+    db_file: Path
+    #: The HTTPS query API listeners (Convergence: 443 and 4242).
+    api: tuple[Endpoint, ...] = (Endpoint("0.0.0.0", 443), Endpoint("0.0.0.0", 4242))
+    #: CIDRs exempt from the target address policy (labs, tests).
+    allow_targets: tuple[str, ...] = ()
+    #: The bundle served at ``/<name>.notary`` (optional).
+    bundle_file: Path | None = None
+    log_level: str = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConfig:
+    #: Deadline of one probe: resolve, connect and TLS handshake.
+    timeout_s: float = 10.0
+    #: Probes running at once, across all targets.
+    max_concurrent: int = 256
+    #: Bytes a target may send before its certificates are in.
+    max_handshake_bytes: int = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerConfig:
+    #: A fingerprint observed within this window is vouched for without a probe.
+    fresh_for_s: int = 86400
+    #: A target probed within this window is not probed again for a query;
+    #: that probe is the answer (stops probe loops driven by random fingerprints).
+    reprobe_after_s: int = 60
+    #: How long one query may wait for a probe before it is answered 503.
+    query_timeout_s: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    tls_handshake_timeout_s: float = 10.0
+    #: Time to receive a whole request head (slow clients are dropped).
+    header_timeout_s: float = 10.0
+    #: Idle time allowed between requests on a keep-alive connection.
+    keepalive_timeout_s: float = 30.0
+    #: Time to send one response to a client that does not read.
+    send_timeout_s: float = 10.0
+    max_header_bytes: int = 8 * 1024
+    max_headers: int = 64
+    max_body_bytes: int = 4 * 1024
+    max_connections: int = 10000
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    max_entries: int = 100_000
+    max_bytes: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    #: Flush a batch when this many observations are queued...
+    batch_rows: int = 500
+    #: ...or when the oldest queued one has waited this long.
+    batch_interval_ms: int = 50
+    #: Bound of the write queue; producers wait when it is full.
+    queue_rows: int = 10_000
+    #: SQLite ``PRAGMA synchronous`` (NORMAL in WAL mode loses at most the
+    #: last transactions on power loss, never corrupts).
+    synchronous: str = "NORMAL"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    server: ServerConfig
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    answers: AnswerConfig = field(default_factory=AnswerConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+
+_SECTIONS = {
+    "server": ServerConfig,
+    "probe": ProbeConfig,
+    "answers": AnswerConfig,
+    "http": HttpConfig,
+    "cache": CacheConfig,
+    "store": StoreConfig,
+}
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Read ``path`` (if given), apply ``overrides`` (section -> key -> value,
+    already typed), validate, and return the config.
+
+    Paths in the file are relative to the file's directory.
+    """
+    raw: dict[str, Any] = {}
+    base = Path(".")
+    if path is not None:
+        path = Path(path)
+        try:
+            with path.open("rb") as f:
+                raw = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
+        base = path.parent
+    for name in raw:
+        if name not in _SECTIONS:
+            raise ConfigError(f"unknown config section [{name}]")
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        values = dict(raw.get(name, {}))
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{name}] must be a table")
+        if name == "server":
+            for key in ("key_file", "cert_file", "db_file", "bundle_file"):
+                if isinstance(values.get(key), str):
+                    values[key] = base / values[key]
+        values.update((overrides or {}).get(name, {}))
+        sections[name] = _build(name, cls, values)
+    config = Config(**sections)
+    _validate(config)
+    return config
+
+
+def _build(section: str, cls: type, values: dict[str, Any]) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key {key!r} in [{section}]")
+        kwargs[key] = _coerce(section, key, fields[key].type, value)
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"[{section}] needs {', '.join(missing)}")
+    return cls(**kwargs)
+
+
+def _coerce(section: str, key: str, annotation: str, value: Any) -> Any:
+    where = f"[{section}] {key}"
+    if annotation in ("Path", "Path | None"):
+        if value is None and annotation.endswith("None"):
+            return None
+        if not isinstance(value, str | Path):
+            raise ConfigError(f"{where} must be a file path")
+        return Path(value)
+    if annotation == "tuple[Endpoint, ...]":
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} must be a list of HOST:PORT strings")
+        return tuple(
+            v if isinstance(v, Endpoint) else parse_endpoint(str(v), what=where) for v in value
+        )
+    if annotation == "tuple[str, ...]":
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} must be a list of strings")
+        return tuple(str(v) for v in value)
+    if annotation == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer")
+        return value
+    if annotation == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number")
+        return float(value)
+    if annotation == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string")
+        return value
+    raise AssertionError(f"no coercion for {annotation}")  # a new field type needs one
+
+
+def _validate(config: Config) -> None:
+    positive = {
+        "probe": ("timeout_s", "max_concurrent", "max_handshake_bytes"),
+        "answers": ("fresh_for_s", "query_timeout_s"),
+        "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
+        "cache": ("max_entries", "max_bytes"),
+        "store": ("batch_rows", "batch_interval_ms", "queue_rows"),
+    }
+    for section, keys in positive.items():
+        for key in keys:
+            if getattr(getattr(config, section), key) <= 0:
+                raise ConfigError(f"[{section}] {key} must be greater than 0")
+    if config.answers.reprobe_after_s < 0:
+        raise ConfigError("[answers] reprobe_after_s must be 0 or more")
+    if config.server.log_level.lower() not in _LOG_LEVELS:
+        raise ConfigError(f"[server] log_level must be one of {', '.join(_LOG_LEVELS)}")
+    if config.store.synchronous.upper() not in _SYNCHRONOUS:
+        raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+    if not config.server.api:
+        raise ConfigError("[server] api needs at least one HOST:PORT")
+    for cidr in config.server.allow_targets:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise ConfigError(f"[server] allow_targets: {cidr!r} is not a CIDR") from None

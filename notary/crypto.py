@@ -1,0 +1,180 @@
+"""Keys, certificates and the signatures of legacy answers.
+
+Pure computation on top of ``cryptography``: no I/O except the small
+``write_*``/``load_*`` helpers, which read or write one file each.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import ipaddress
+import os
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.x509.oid import NameOID
+
+from notary.errors import UsageError
+
+RSA_KEY_BITS = 2048
+RSA_PUBLIC_EXPONENT = 65537
+#: The longest validity ``keygen`` accepts: ten years, far from any
+#: UTCTime/GeneralizedTime boundary (the original notary's 1915 overflow).
+MAX_CERTIFICATE_DAYS = 3650
+DEFAULT_CERTIFICATE_DAYS = 825
+#: Certificates start one hour in the past so a peer with a slightly slow
+#: clock accepts them at once.
+BACKDATE = datetime.timedelta(hours=1)
+
+
+def generate_rsa_key(bits: int = RSA_KEY_BITS) -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=RSA_PUBLIC_EXPONENT, key_size=bits)
+
+
+def make_self_signed_certificate(
+    key: rsa.RSAPrivateKey,
+    name: str,
+    *,
+    days: int = DEFAULT_CERTIFICATE_DAYS,
+    now: datetime.datetime | None = None,
+) -> x509.Certificate:
+    """A self-signed certificate for ``name`` (a host name or an IP literal).
+
+    Raises ``UsageError`` for a validity outside 1..MAX_CERTIFICATE_DAYS or an
+    empty name.
+    """
+    if not 1 <= days <= MAX_CERTIFICATE_DAYS:
+        raise UsageError(f"--days must be between 1 and {MAX_CERTIFICATE_DAYS}, not {days}")
+    if not name or len(name) > 253:
+        raise UsageError("--name must be a host name or IP address of at most 253 characters")
+    now = now or datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    try:
+        alt_name: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        alt_name = x509.DNSName(name)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName([alt_name]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def private_key_pem(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def certificate_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def write_new_file(path: Path, data: bytes, *, mode: int, force: bool = False) -> None:
+    """Write ``data`` to a new file created with ``mode``.
+
+    Raises ``UsageError`` if the file exists and ``force`` is false, or if it
+    cannot be written. With ``force`` an existing file is replaced atomically.
+    """
+    path = Path(path)
+    try:
+        if force:
+            tmp = path.with_name(f".{path.name}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+    except FileExistsError:
+        raise UsageError(f"{path} exists; pass --force to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def load_private_key(path: Path) -> rsa.RSAPrivateKey:
+    """Load an unencrypted PEM RSA key; ``UsageError`` if unreadable or not RSA."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read key {path}: {exc.strerror}") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{path} is not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise UsageError(f"{path} is not an RSA key (Convergence answers are signed with RSA)")
+    return key
+
+
+def load_certificate(path: Path) -> x509.Certificate:
+    """Load the first PEM certificate of ``path``; ``UsageError`` otherwise."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read certificate {path}: {exc.strerror}") from None
+    try:
+        return x509.load_pem_x509_certificate(data)
+    except ValueError as exc:
+        raise UsageError(f"{path} is not a PEM certificate ({exc})") from None
+
+
+def check_key_matches_certificate(key: rsa.RSAPrivateKey, cert: x509.Certificate) -> None:
+    """Raise ``UsageError`` unless ``cert`` carries ``key``'s public half: a
+    notary must sign with the key of the certificate its clients pin."""
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    if key.public_key().public_bytes(der, public) != cert.public_key().public_bytes(der, public):
+        raise UsageError("the key does not match the certificate")
+
+
+class ConvergenceSigner:
+    """Signs Convergence answers: RSASSA-PKCS1-v1_5 with SHA-1, base64.
+
+    The key is parsed once, here; ``sign`` is called once per change of a
+    target's list, never per request.
+    """
+
+    __slots__ = ("_key", "signatures_made")
+
+    def __init__(self, key: rsa.RSAPrivateKey) -> None:
+        self._key = key
+        self.signatures_made = 0
+
+    def sign(self, payload: bytes) -> str:
+        signature = self._key.sign(payload, padding.PKCS1v15(), hashes.SHA1())
+        self.signatures_made += 1
+        return base64.b64encode(signature).decode("ascii")
+
+
+def verify_convergence_signature(public_key: object, payload: bytes, signature_b64: str) -> bool:
+    """True when ``signature_b64`` is a valid PKCS1-v1_5/SHA-1 RSA signature of
+    ``payload`` by ``public_key``; False on any mismatch or malformed input."""
+    if not isinstance(public_key, rsa.RSAPublicKey):
+        return False
+    try:
+        signature = base64.b64decode(signature_b64, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    try:
+        public_key.verify(signature, payload, padding.PKCS1v15(), hashes.SHA1())
+    except InvalidSignature:
+        return False
+    return True

@@ -1,0 +1,80 @@
+"""First-use set-up for ``make run``: a local notary under one directory.
+
+Idempotent: files that exist are kept, so a second run serves the same
+notary (same key, same pins, same history).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from notary import crypto
+from notary.protocol.bundle import BundleHost, make_bundle
+from notary.store import Store
+
+DEV_HOST = "127.0.0.1"
+#: The relay port written into the dev bundle (the relay itself comes later).
+DEV_RELAY_PORT = 8280
+
+CONFIG_TEMPLATE = """\
+# Made by `notary dev-init` for `make run`: a notary on loopback only.
+# Every key is documented in README.md ("Configuration").
+
+[server]
+key_file = "notary.key"
+cert_file = "notary.crt"
+db_file = "notary.db"
+bundle_file = "local.notary"
+api = ["{host}:{api_port}", "{host}:{relay_api_port}"]
+# Loopback targets are refused by default; this local notary may probe them.
+allow_targets = ["127.0.0.0/8", "::1/128"]
+log_level = "info"
+
+[probe]
+timeout_s = 5.0
+
+[answers]
+fresh_for_s = 86400
+"""
+
+
+def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: int = 4242) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    key_path, cert_path = directory / "notary.key", directory / "notary.crt"
+    if not key_path.exists() or not cert_path.exists():
+        key = crypto.generate_rsa_key()
+        cert = crypto.make_self_signed_certificate(key, DEV_HOST)
+        crypto.write_new_file(key_path, crypto.private_key_pem(key), mode=0o600, force=True)
+        crypto.write_new_file(cert_path, crypto.certificate_pem(cert), mode=0o644, force=True)
+        print(f"made {key_path} and {cert_path}")
+    with Store(directory / "notary.db"):
+        pass
+    bundle_path = directory / "local.notary"
+    cert_pem = cert_path.read_text("ascii")
+    bundle = make_bundle(
+        name="Local notary (make run)",
+        location=f"https://{DEV_HOST}:{api_port}/local.notary",
+        hosts=[BundleHost(DEV_HOST, api_port, DEV_RELAY_PORT, cert_pem)],
+    )
+    if not bundle_path.exists() or bundle_path.read_bytes() != bundle.to_json():
+        crypto.write_new_file(bundle_path, bundle.to_json(), mode=0o644, force=True)
+        print(f"made {bundle_path}")
+    config_path = directory / "notary.toml"
+    if not config_path.exists():
+        config_path.write_text(
+            CONFIG_TEMPLATE.format(host=DEV_HOST, api_port=api_port, relay_api_port=relay_api_port)
+        )
+        print(f"made {config_path}")
+    pin = bundle.hosts[0].sha1_pin
+    base = f"https://{DEV_HOST}:{api_port}"
+    print(
+        f"\nThe notary's certificate pin (SHA-1): {pin}\n"
+        "Once it is serving, ask it which certificate a target serves. The notary\n"
+        "itself is a TLS target on loopback, so ask it about itself:\n"
+        f"  curl -sk {base}/target/{DEV_HOST}+{api_port}\n"
+        f"  curl -sk --data 'fingerprint={pin}' {base}/target/{DEV_HOST}+{api_port}\n"
+        f"The bundle for clients: {base}/local.notary\n"
+    )
+
+

@@ -1,0 +1,200 @@
+"""The ``.notary`` bundle, version 1 (PROTOCOLS.md 1.6).
+
+A bundle publishes a logical notary: its name (the clients' identity key), the
+HTTPS address of the bundle itself, an optional region, and every physical
+host with the certificate clients pin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from notary.errors import UsageError
+from notary.protocol.convergence import format_fingerprint
+from notary.protocol.targets import normalise_host
+from notary.errors import BadTarget
+
+BUNDLE_VERSION = 1
+MAX_BUNDLE_BYTES = 1024 * 1024
+MAX_HOSTS = 64
+MAX_NAME_CHARS = 200
+CONTENT_TYPE = b"application/octet-stream"
+_REGION_RE = re.compile(r"[A-Z]{2}")
+
+
+class BundleError(UsageError):
+    """A bundle is malformed or fails validation."""
+
+
+@dataclass(frozen=True, slots=True)
+class BundleHost:
+    """One physical host of a notary."""
+
+    host: str
+    ssl_port: int
+    http_port: int
+    certificate_pem: str
+
+    @property
+    def certificate(self) -> x509.Certificate:
+        return x509.load_pem_x509_certificate(self.certificate_pem.encode("ascii"))
+
+    @property
+    def sha1_pin(self) -> str:
+        """The SHA-1 fingerprint of the host's certificate, as clients pin it."""
+        der = self.certificate.public_bytes(serialization.Encoding.DER)
+        return format_fingerprint(hashlib.sha1(der).digest())
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    name: str
+    bundle_location: str
+    hosts: tuple[BundleHost, ...]
+    region: str | None = None
+    version: int = BUNDLE_VERSION
+
+    def to_json(self) -> bytes:
+        """The file's bytes, keys in the order the original tool wrote them."""
+        document: dict[str, object] = {
+            "version": self.version,
+            "hosts": [
+                {
+                    "host": h.host,
+                    "http_port": h.http_port,
+                    "ssl_port": h.ssl_port,
+                    "certificate": h.certificate_pem,
+                }
+                for h in self.hosts
+            ],
+            "name": self.name,
+            "bundle_location": self.bundle_location,
+        }
+        if self.region is not None:
+            document["region"] = self.region
+        return json.dumps(document).encode("utf-8")
+
+
+def make_bundle(
+    *, name: str, location: str, hosts: list[BundleHost], region: str | None = None
+) -> Bundle:
+    """Build and validate a bundle; ``BundleError`` names the first problem."""
+    bundle = Bundle(name=name, bundle_location=location, hosts=tuple(hosts), region=region)
+    validate(bundle)
+    return bundle
+
+
+def validate(bundle: Bundle) -> None:
+    """Raise ``BundleError`` unless ``bundle`` is a valid version-1 bundle."""
+    # ``type() is int``: JSON ``true`` and ``1.0`` compare equal to 1 but are
+    # not the integer 1 the format requires (and would be written back as is).
+    if type(bundle.version) is not int or bundle.version != BUNDLE_VERSION:
+        raise BundleError(f"unsupported bundle version {bundle.version!r} (expected 1)")
+    if not isinstance(bundle.name, str) or not bundle.name.strip():
+        raise BundleError("bundle name must be a non-empty string")
+    if len(bundle.name) > MAX_NAME_CHARS:
+        raise BundleError(f"bundle name longer than {MAX_NAME_CHARS} characters")
+    _validate_location(bundle.bundle_location)
+    if bundle.region is not None and not (
+        isinstance(bundle.region, str) and _REGION_RE.fullmatch(bundle.region)
+    ):
+        raise BundleError("region must be a two-letter upper-case ISO country code")
+    if not bundle.hosts:
+        raise BundleError("a bundle needs at least one host")
+    if len(bundle.hosts) > MAX_HOSTS:
+        raise BundleError(f"a bundle has at most {MAX_HOSTS} hosts")
+    for host in bundle.hosts:
+        _validate_host(host)
+
+
+def _validate_location(location: object) -> None:
+    if not isinstance(location, str):
+        raise BundleError("bundle_location must be a string")
+    try:
+        parts = urlsplit(location)
+        parts.port  # noqa: B018 - urlsplit checks the port only when asked
+    except ValueError:
+        raise BundleError("bundle_location must be an https:// URL") from None
+    if parts.scheme != "https" or not parts.hostname:
+        raise BundleError("bundle_location must be an https:// URL")
+    if not parts.path.endswith(".notary"):
+        raise BundleError("bundle_location must end with .notary")
+
+
+def _validate_host(host: BundleHost) -> None:
+    if not isinstance(host.host, str):
+        raise BundleError("host must be a string")
+    try:
+        normalise_host(host.host)
+    except BadTarget as exc:
+        raise BundleError(f"bad host {host.host!r}: {exc}") from None
+    for field_name in ("ssl_port", "http_port"):
+        port = getattr(host, field_name)
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise BundleError(f"{field_name} of {host.host} must be a port number 1-65535")
+    if not isinstance(host.certificate_pem, str):
+        raise BundleError(f"certificate of {host.host} must be PEM text")
+    try:
+        host.certificate  # noqa: B018 - parse to validate
+    except ValueError as exc:
+        raise BundleError(f"certificate of {host.host} is not a readable PEM ({exc})") from None
+
+
+def parse_bundle(data: bytes) -> Bundle:
+    """Parse and validate a bundle file; ``BundleError`` on any problem."""
+    if len(data) > MAX_BUNDLE_BYTES:
+        raise BundleError("bundle file is larger than 1 MiB")
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(f"bundle is not JSON ({exc})") from None
+    except RecursionError:
+        raise BundleError("bundle is not JSON (nested too deeply)") from None
+    if not isinstance(document, dict):
+        raise BundleError("bundle must be a JSON object")
+    raw_hosts = document.get("hosts")
+    if not isinstance(raw_hosts, list):
+        raise BundleError("bundle needs a list of hosts")
+    hosts = []
+    for raw in raw_hosts:
+        if not isinstance(raw, dict):
+            raise BundleError("each host must be an object")
+        try:
+            hosts.append(
+                BundleHost(
+                    host=raw["host"],
+                    ssl_port=raw["ssl_port"],
+                    http_port=raw["http_port"],
+                    certificate_pem=raw["certificate"],
+                )
+            )
+        except KeyError as exc:
+            raise BundleError(f"host entry is missing {exc.args[0]!r}") from None
+    for key in ("version", "name", "bundle_location"):
+        if key not in document:
+            raise BundleError(f"bundle is missing {key!r}")
+    bundle = Bundle(
+        name=document["name"],
+        bundle_location=document["bundle_location"],
+        hosts=tuple(hosts),
+        region=document.get("region"),
+        version=document["version"],
+    )
+    validate(bundle)
+    return bundle
+
+
+def parse_host_spec(spec: str, certificate_pem: str) -> BundleHost:
+    """``HOST:SSL_PORT:HTTP_PORT`` (IPv6 hosts in brackets) plus PEM text."""
+    match = re.fullmatch(r"(\[[^\]]+\]|[^:\[\]]+):(\d{1,5}):(\d{1,5})", spec)
+    if not match:
+        raise BundleError(f"--host {spec!r} must be HOST:SSL_PORT:HTTP_PORT:CERT_FILE")
+    host = match.group(1).strip("[]")
+    return BundleHost(host, int(match.group(2)), int(match.group(3)), certificate_pem)

@@ -1,0 +1,214 @@
+"""Convergence protocol v1 (PROTOCOLS.md section 1): fingerprints, request
+bodies, the exact answer bytes, and the decision rules.
+
+Sans-IO: no sockets, no clock. ``now`` is always a parameter.
+
+Invariants
+1. Answer bytes are ``{"fingerprintList": [ENTRY, ...], "signature": "<b64>"}``
+   with Python ``json.dumps`` default separators, keys in the order
+   ``timestamp`` (``start``, ``finish``) then ``fingerprint``, timestamps as
+   strings of whole seconds, entries by ``finish`` descending, no newline.
+2. The signed bytes are the same object without ``signature``.
+3. Fingerprints are emitted upper case; accepted in either case.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from urllib.parse import parse_qsl
+
+from notary.errors import ProtocolError
+from notary.observations import Observation, Timeline
+
+SHA1_BYTES = 20
+FINGERPRINT_CHARS = SHA1_BYTES * 3 - 1  # 59: "AA:" * 19 + "AA"
+#: A form body carries one fingerprint; anything much larger is not ours.
+MAX_FORM_BODY_BYTES = 1024
+MAX_FORM_FIELDS = 8
+
+CONTENT_TYPE = b"application/json"
+
+_FINGERPRINT_RE = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){19}")
+
+
+def format_fingerprint(digest: bytes) -> str:
+    """``digest`` as upper-case hex pairs joined by ``:``."""
+    return digest.hex(":").upper()
+
+
+def parse_fingerprint(text: str) -> bytes:
+    """Parse ``AA:BB:...`` (20 pairs, either case) into 20 bytes.
+
+    Raises ``ProtocolError`` (400) for anything else.
+    """
+    if len(text) != FINGERPRINT_CHARS or not _FINGERPRINT_RE.fullmatch(text):
+        raise ProtocolError("fingerprint must be 20 hex pairs separated by colons")
+    return bytes.fromhex(text.replace(":", ""))
+
+
+def parse_fingerprint_form(body: bytes) -> bytes:
+    """The fingerprint of a POST body ``fingerprint=<FP>``
+    (application/x-www-form-urlencoded; the legacy client leaves colons
+    unencoded, others send ``%3A``).
+
+    Raises ``ProtocolError`` (400) when the body is too large, not a form, or
+    has no single valid fingerprint field.
+    """
+    if len(body) > MAX_FORM_BODY_BYTES:
+        raise ProtocolError("request body too large", status=413)
+    try:
+        text = body.decode("ascii")
+        fields = parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError("body must be a form with a fingerprint field") from None
+    values = [value for name, value in fields if name == "fingerprint"]
+    if not values:
+        raise ProtocolError("missing fingerprint")
+    if len(values) > 1:
+        raise ProtocolError("more than one fingerprint")
+    return parse_fingerprint(values[0].strip())
+
+
+# -- answer bytes ---------------------------------------------------------------
+
+_ENTRY = '{"timestamp": {"start": "%d", "finish": "%d"}, "fingerprint": "%s"}'
+
+
+@dataclass(frozen=True, slots=True)
+class ListEntry:
+    """One row of ``fingerprintList``."""
+
+    sha1: bytes
+    start: int
+    finish: int
+
+
+def entries_of(timeline: Timeline) -> list[ListEntry]:
+    """The rows of ``timeline``, ordered by ``finish`` descending."""
+    return sorted(
+        (_entry(observation) for observation in timeline.observations),
+        key=lambda entry: entry.finish,
+        reverse=True,
+    )
+
+
+def _entry(observation: Observation) -> ListEntry:
+    return ListEntry(observation.certificate.sha1, observation.first_seen, observation.last_seen)
+
+
+def signed_payload(entries: Iterable[ListEntry]) -> bytes:
+    """The bytes a notary signs: ``{"fingerprintList": [...]}`` (invariant 1, 2)."""
+    rows = ", ".join(
+        _ENTRY % (entry.start, entry.finish, format_fingerprint(entry.sha1)) for entry in entries
+    )
+    return ('{"fingerprintList": [' + rows + "]}").encode("ascii")
+
+
+def answer_body(payload: bytes, signature_b64: str) -> bytes:
+    """The wire body: ``payload`` with its final ``}`` replaced by
+    ``, "signature": "<b64>"}``."""
+    if not payload.endswith(b"}"):
+        raise ValueError("payload must be a JSON object")
+    return payload[:-1] + b', "signature": "' + signature_b64.encode("ascii") + b'"}'
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAnswer:
+    """A Convergence answer body taken apart for verification."""
+
+    entries: tuple[ListEntry, ...]
+    payload: bytes
+    signature_b64: str
+
+
+def parse_answer(body: bytes) -> ParsedAnswer:
+    """Parse an answer from any notary and rebuild the bytes it signed (drop
+    ``signature``, re-serialise with default separators, key order kept).
+
+    Raises ``ProtocolError`` (status 502: the notary misbehaved) when the body
+    is not a well-formed answer.
+    """
+    try:
+        document = json.loads(body)
+        signature = document.pop("signature")
+        rows = document["fingerprintList"]
+        entries = tuple(
+            ListEntry(
+                parse_fingerprint(row["fingerprint"]),
+                int(row["timestamp"]["start"]),
+                int(row["timestamp"]["finish"]),
+            )
+            for row in rows
+        )
+        if not isinstance(signature, str):
+            raise TypeError("signature")
+    except (ValueError, KeyError, TypeError, AttributeError, ProtocolError) as exc:
+        raise ProtocolError(f"malformed notary answer ({exc})", status=502) from None
+    payload = json.dumps(document).encode("utf-8")
+    return ParsedAnswer(entries, payload, signature)
+
+
+# -- decisions ------------------------------------------------------------------
+
+
+class Decision(Enum):
+    """What to do with a query before any probe."""
+
+    ANSWER = "answer"  # answer from what is known now
+    PROBE = "probe"  # probe first, then decide with ``status_after_probe``
+
+
+def decide(
+    timeline: Timeline | None,
+    fingerprint: bytes | None,
+    *,
+    now: int,
+    fresh_for_s: int,
+    reprobe_after_s: int,
+) -> Decision:
+    """Whether a query (``fingerprint`` None for GET) can be answered now.
+
+    * a fingerprint observed within ``fresh_for_s`` is vouched for at once;
+    * a GET with a fresh newest observation is answered at once;
+    * a fingerprint that is unknown or stale needs a probe, unless the target
+      was probed less than ``reprobe_after_s`` ago: that probe is the answer
+      (so nobody can make the notary probe a target in a loop by submitting
+      random fingerprints);
+    * a target with no history always needs a probe.
+    """
+    newest = timeline.newest if timeline is not None else None
+    if newest is None:
+        return Decision.PROBE
+    if fingerprint is None:
+        return Decision.ANSWER if newest.is_fresh(now, fresh_for_s) else Decision.PROBE
+    seen = timeline.find_sha1(fingerprint)
+    if seen is not None and seen.is_fresh(now, fresh_for_s):
+        return Decision.ANSWER
+    if newest.is_fresh(now, reprobe_after_s):
+        return Decision.ANSWER
+    return Decision.PROBE
+
+
+def status_of(timeline: Timeline, fingerprint: bytes | None, *, now: int, fresh_for_s: int) -> int:
+    """The status of an answer from ``timeline`` after ``decide`` said ANSWER
+    or a probe succeeded: 200 when the fingerprint (if any) is fresh in the
+    timeline, else 409 (the notary sees something else)."""
+    if fingerprint is None:
+        return 200
+    seen = timeline.find_sha1(fingerprint)
+    if seen is not None and seen.is_fresh(now, fresh_for_s):
+        return 200
+    return 409
+
+
+def status_after_failed_probe(timeline: Timeline | None, fingerprint: bytes | None) -> int | None:
+    """After a failed probe: 200 for a GET with history (the signed list shows
+    its own age), otherwise None (answer 503: nothing the notary can vouch for
+    now)."""
+    if fingerprint is None and timeline is not None and timeline.observations:
+        return 200
+    return None

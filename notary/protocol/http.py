@@ -1,0 +1,267 @@
+"""HTTP/1.x requests in, response bytes out: the sans-IO edge of every
+listener, built on httptools (llhttp) for parsing.
+
+Invariants
+1. Memory is bounded: the head of a request (request line and headers) may not
+   exceed ``max_header_bytes`` nor ``max_headers`` fields, and its body
+   ``max_body_bytes``; beyond that a ``ProtocolError`` with 431 or 413.
+2. A malformed request (llhttp refuses it: bad line, obsolete folding,
+   conflicting Content-Length/Transfer-Encoding, NUL bytes, ...) is a
+   ``ProtocolError`` with 400; an HTTP version other than 1.0/1.1 is 505.
+3. Requests are returned whole and in order (pipelining works); after a
+   request that does not keep the connection alive, or an upgrade request,
+   the reader is ``finished`` and ignores further bytes.
+4. Every response carries ``Content-Length``; ``Connection: close`` when the
+   connection is to be closed after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+import httptools
+
+from notary.errors import ProtocolError
+
+DEFAULT_MAX_HEADER_BYTES = 8 * 1024
+DEFAULT_MAX_HEADERS = 64
+DEFAULT_MAX_BODY_BYTES = 4 * 1024
+SERVER_NAME = b"notary"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One complete HTTP request."""
+
+    method: bytes
+    target: bytes  # the request-target as sent, e.g. b"/target/example.com+443"
+    version: str  # "1.0" or "1.1"
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+    keep_alive: bool
+    upgrade: bool = False
+
+    def header(self, name: bytes) -> bytes | None:
+        """The value of the first header called ``name`` (case-insensitive)."""
+        name = name.lower()
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+
+@dataclass(slots=True)
+class _Partial:
+    target: bytearray = field(default_factory=bytearray)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    body: bytearray = field(default_factory=bytearray)
+    head_bytes: int = 0
+    #: Bytes fed, in whole ``feed`` calls, since the last parser callback:
+    #: httptools buffers a header name/value until it ends, unseen by us.
+    idle_bytes: int = 0
+    method: bytes = b""
+    version: str = "1.1"
+    keep_alive: bool = True
+
+
+class RequestReader:
+    """Feed it the bytes of one connection; it returns complete requests.
+
+    Error handling: ``feed`` raises ``ProtocolError`` (carrying the status to
+    answer with) when the peer breaks HTTP or a bound; the connection should
+    then be answered with that status and closed. Requests completed before
+    the error are lost with it only if they were in the same ``feed`` call.
+    """
+
+    __slots__ = (
+        "_completed",
+        "_error",
+        "_max_body_bytes",
+        "_max_header_bytes",
+        "_max_headers",
+        "_parser",
+        "_partial",
+        "_progressed",
+        "finished",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        max_headers: int = DEFAULT_MAX_HEADERS,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self._max_header_bytes = max_header_bytes
+        self._max_headers = max_headers
+        self._max_body_bytes = max_body_bytes
+        self._parser = httptools.HttpRequestParser(self)
+        self._partial: _Partial | None = None
+        self._completed: list[Request] = []
+        self._error: ProtocolError | None = None
+        self._progressed = False
+        self.finished = False
+
+    @property
+    def in_request(self) -> bool:
+        """True while part of a request has been received."""
+        return self._partial is not None
+
+    def feed(self, data: bytes) -> list[Request]:
+        """Parse ``data``; return the requests it completed (maybe none)."""
+        if self.finished or not data:
+            return []
+        partial_before = self._partial
+        self._progressed = False
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.finished = True
+        except httptools.HttpParserCallbackError:
+            # httptools does not chain the callback's exception: _fail kept it.
+            self.finished = True
+            error, self._error = self._error, None
+            if error is None:
+                raise
+            raise error from None
+        except httptools.HttpParserError as exc:
+            self.finished = True
+            last = self._completed[-1] if self._completed else None
+            if last is None or last.keep_alive:
+                raise ProtocolError(f"malformed request: {_reason(exc)}") from None
+            # Bytes after a request that closes the connection are ignored.
+        partial = self._partial
+        if partial is not None and partial is partial_before and not self._progressed:
+            # No callback fired: every byte of ``data`` went into httptools'
+            # buffer of an unfinished header line (invariant 1).
+            partial.idle_bytes += len(data)
+            if partial.idle_bytes > self._max_header_bytes:
+                self.finished = True
+                raise ProtocolError("request header too large", status=431)
+        elif partial is not None:
+            partial.idle_bytes = 0
+        done, self._completed = self._completed, []
+        if done and (not done[-1].keep_alive or done[-1].upgrade):
+            self.finished = True
+        return done
+
+    # -- httptools callbacks ------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._progressed = True
+        self._partial = _Partial()
+
+    def on_url(self, url: bytes) -> None:
+        self._progressed = True
+        partial = self._partial
+        partial.target += url
+        self._count_head(partial, len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._progressed = True
+        partial = self._partial
+        self._count_head(partial, len(name) + len(value) + 4)
+        if len(partial.headers) >= self._max_headers:
+            self._fail(ProtocolError("too many header fields", status=431))
+        partial.headers.append((bytes(name), bytes(value)))
+
+    def on_headers_complete(self) -> None:
+        self._progressed = True
+        partial = self._partial
+        parser = self._parser
+        partial.version = parser.get_http_version()
+        if partial.version not in ("1.0", "1.1"):
+            self._fail(ProtocolError("HTTP version not supported", status=505))
+        partial.method = parser.get_method()
+        partial.keep_alive = parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self._progressed = True
+        partial = self._partial
+        if len(partial.body) + len(body) > self._max_body_bytes:
+            self._fail(ProtocolError("request body too large", status=413))
+        partial.body += body
+
+    def on_message_complete(self) -> None:
+        self._progressed = True
+        partial = self._partial
+        self._partial = None
+        upgrade = self._parser.should_upgrade()
+        self._completed.append(
+            Request(
+                method=partial.method,
+                target=bytes(partial.target),
+                version=partial.version,
+                headers=tuple(partial.headers),
+                body=bytes(partial.body),
+                keep_alive=partial.keep_alive and not upgrade,
+                upgrade=upgrade,
+            )
+        )
+
+    def _count_head(self, partial: _Partial, n: int) -> None:
+        partial.head_bytes += n
+        if partial.head_bytes > self._max_header_bytes:
+            self._fail(ProtocolError("request header too large", status=431))
+
+    def _fail(self, error: ProtocolError) -> None:
+        self._error = error
+        raise error
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text[:80]
+
+
+# -- responses ------------------------------------------------------------------
+
+_STATUS_LINES = {
+    status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("ascii")
+    for status in HTTPStatus
+}
+
+
+def status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        raise ValueError(f"unknown HTTP status {status}")
+    return line
+
+
+def response(
+    status: int,
+    body: bytes,
+    *,
+    content_type: bytes = b"text/plain; charset=utf-8",
+    keep_alive: bool = False,
+    extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> bytes:
+    """A complete HTTP/1.1 response (invariant 4)."""
+    parts = [
+        status_line(status),
+        b"Server: ",
+        SERVER_NAME,
+        b"\r\nContent-Type: ",
+        content_type,
+        b"\r\nContent-Length: ",
+        str(len(body)).encode("ascii"),
+        b"\r\nConnection: keep-alive\r\n" if keep_alive else b"\r\nConnection: close\r\n",
+    ]
+    for name, value in extra_headers:
+        parts += [name, b": ", value, b"\r\n"]
+    parts += [b"\r\n", body]
+    return b"".join(parts)
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    keep_alive: bool = False,
+    extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> bytes:
+    """A small unsigned plain-text error answer: ``message`` and a newline."""
+    body = message.encode("utf-8", "replace") + b"\n"
+    return response(status, body, keep_alive=keep_alive, extra_headers=extra_headers)

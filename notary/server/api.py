@@ -1,0 +1,89 @@
+"""Routing of the HTTPS query API (Convergence ``/target/...``, the index, the
+bundle file) onto the query service.
+
+Every bad request gets a short unsigned plain-text answer with the right
+status; nothing here raises to the connection handler.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from notary.errors import ProtocolError
+from notary.protocol import convergence, http
+from notary.protocol.http import Request
+from notary.protocol.targets import parse_convergence_target
+from notary.server.query import QueryService
+
+TARGET_PREFIX = b"/target/"
+MAX_TARGET_BYTES = 1024
+_ALLOW = ((b"Allow", b"GET, POST"),)
+
+
+class ApiHandler:
+    """The ``Handler`` of an API connection (see ``serve_http_connection``)."""
+
+    def __init__(
+        self,
+        service: QueryService,
+        *,
+        index_text: str,
+        bundle_path: str | None = None,
+        bundle_bytes: bytes | None = None,
+    ) -> None:
+        self._service = service
+        self._index = index_text.encode("utf-8")
+        self._bundle_path = bundle_path.encode("ascii") if bundle_path else None
+        self._bundle_bytes = bundle_bytes
+
+    async def __call__(self, request: Request) -> tuple[bytes, bool]:
+        keep_alive = request.keep_alive
+        try:
+            status, body, content_type, extra = await self._route(request)
+        except ProtocolError as exc:
+            status, body = exc.status, exc.message.encode("utf-8") + b"\n"
+            content_type, extra = b"text/plain; charset=utf-8", ()
+            if status == 405:
+                extra = _ALLOW
+        if status >= 500:
+            keep_alive = keep_alive and status == 503
+        return (
+            http.response(
+                status, body, content_type=content_type, keep_alive=keep_alive,
+                extra_headers=extra,
+            ),
+            keep_alive,
+        )
+
+    async def _route(self, request: Request) -> tuple[int, bytes, bytes, tuple]:
+        path = request.target.split(b"?", 1)[0]
+        if path.startswith(TARGET_PREFIX):
+            return await self._target(request, path[len(TARGET_PREFIX):])
+        if request.method != b"GET":
+            raise ProtocolError("method not allowed", status=405)
+        if path == b"/":
+            return 200, self._index, b"text/plain; charset=utf-8", ()
+        if self._bundle_path is not None and path == self._bundle_path:
+            return 200, self._bundle_bytes, b"application/octet-stream", (
+                (b"Content-Disposition", b'attachment; filename="' + path[1:] + b'"'),
+            )
+        raise ProtocolError("not found", status=404)
+
+    async def _target(self, request: Request, rest: bytes) -> tuple[int, bytes, bytes, tuple]:
+        if request.method not in (b"GET", b"POST"):
+            raise ProtocolError("method not allowed", status=405)
+        if len(rest) > MAX_TARGET_BYTES:
+            raise ProtocolError("target too long", status=414)
+        # /target/<host>+<port>[/<ip the client connected to>]: the IP is
+        # accepted and not used (the notary observes from its own vantage).
+        segment = rest.split(b"/", 1)[0]
+        try:
+            text = unquote(segment.decode("ascii"), errors="strict")
+        except (UnicodeDecodeError, ValueError):
+            raise ProtocolError("target is not valid percent-encoded UTF-8") from None
+        target = parse_convergence_target(text)
+        fingerprint = None
+        if request.method == b"POST":
+            fingerprint = convergence.parse_fingerprint_form(request.body)
+        answer = await self._service.answer(target, fingerprint)
+        return answer.status, answer.body, answer.content_type, ()

@@ -1,0 +1,212 @@
+"""Assembly of a notary process: keys, TLS, cache, storage, prober, query
+service and listeners, all owned by one nursery.
+
+Resource handling: ``serve_notary`` owns everything it opens (the storage and
+its writer, the prober and its probe tasks, the listeners and a task per
+connection) and releases them when it is cancelled.
+
+Error handling: configuration problems (unreadable key, mismatching
+certificate, busy port) raise ``UsageError``/``StoreError`` before
+``task_status.started`` is called, so a caller learns of them at start.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import ssl
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from notary import __version__, crypto
+from notary.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
+from notary.cache import LRUCache
+from notary.config import Config, Endpoint
+from notary.errors import UsageError
+from notary.policy import AddressPolicy
+from notary.probe import Prober, Resolver, open_prober, system_resolver
+from notary.protocol.bundle import parse_bundle
+from notary.server.api import ApiHandler
+from notary.server.connection import ConnectionLimits, serve_http_connection
+from notary.server.query import QueryService
+from notary.server.storage import Storage, open_storage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningNotary:
+    """What ``serve_notary`` hands to ``task_status.started``."""
+
+    api: tuple[Endpoint, ...]  # the bound addresses (real ports when 0 was asked)
+    service: QueryService
+    storage: Storage
+    prober: Prober
+    cache: LRUCache
+    #: Stop serving: close the listeners, end probes and connections, then
+    #: let the writer commit everything queued and return.
+    stop: Callable[[], None]
+
+
+def make_server_ssl_context(config: Config) -> ssl.SSLContext:
+    """TLS 1.2+ with the notary's certificate: the one its bundle pins."""
+    key = crypto.load_private_key(config.server.key_file)
+    cert = crypto.load_certificate(config.server.cert_file)
+    crypto.check_key_matches_certificate(key, cert)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config.server.cert_file, config.server.key_file)
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+async def open_listeners(endpoints: Sequence[Endpoint]) -> list[trio.SocketListener]:
+    listeners: list[trio.SocketListener] = []
+    try:
+        for endpoint in endpoints:
+            try:
+                listeners += await trio.open_tcp_listeners(endpoint.port, host=endpoint.host)
+            except OSError as exc:
+                hint = " (ports below 1024 need root or socket activation)" if (
+                    exc.errno == errno.EACCES
+                ) else ""
+                raise UsageError(f"cannot listen on {endpoint}: {exc.strerror}{hint}") from None
+    except BaseException:
+        for listener in listeners:
+            await listener.aclose()
+        raise
+    return listeners
+
+
+def bound_endpoint(listener: trio.SocketListener) -> Endpoint:
+    host, port = listener.socket.getsockname()[:2]
+    return Endpoint(host, port)
+
+
+class TlsConnectionHandler:
+    """Accepted TCP stream -> TLS handshake under a deadline -> HTTP loop.
+    Drops connections beyond ``max_connections`` at once."""
+
+    def __init__(
+        self, context: ssl.SSLContext, handler: ApiHandler, config: Config
+    ) -> None:
+        self._context = context
+        self._handler = handler
+        self._handshake_timeout_s = config.http.tls_handshake_timeout_s
+        self._max_connections = config.http.max_connections
+        http = config.http
+        self._limits = ConnectionLimits(
+            header_timeout_s=http.header_timeout_s,
+            keepalive_timeout_s=http.keepalive_timeout_s,
+            send_timeout_s=http.send_timeout_s,
+            max_header_bytes=http.max_header_bytes,
+            max_headers=http.max_headers,
+            max_body_bytes=http.max_body_bytes,
+        )
+        self.open_connections = 0
+        self.refused_connections = 0
+
+    async def __call__(self, tcp: trio.SocketStream) -> None:
+        if self.open_connections >= self._max_connections:
+            self.refused_connections += 1
+            await trio.aclose_forcefully(tcp)
+            return
+        self.open_connections += 1
+        try:
+            stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
+            with trio.move_on_after(self._handshake_timeout_s) as scope:
+                try:
+                    await stream.do_handshake()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    await trio.aclose_forcefully(tcp)
+                    return
+            if scope.cancelled_caught:
+                await trio.aclose_forcefully(tcp)
+                return
+            await serve_http_connection(stream, self._handler, self._limits)
+        finally:
+            self.open_connections -= 1
+
+
+def index_text(config: Config) -> str:
+    return (
+        f"notary {__version__}: a certificate notary (Convergence protocol v1).\n"
+        "Ask it which certificate a site serves:\n"
+        "  GET  /target/<host>+<port>\n"
+        "  POST /target/<host>+<port>   body: fingerprint=<SHA-1 AA:BB:...>\n"
+    )
+
+
+async def serve_notary(
+    config: Config,
+    *,
+    resolver: Resolver = system_resolver,
+    clock: Callable[[], float] = time.time,
+    task_status: trio.TaskStatus[RunningNotary] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a notary until cancelled."""
+    context = make_server_ssl_context(config)
+    signer = crypto.ConvergenceSigner(crypto.load_private_key(config.server.key_file))
+    policy = AddressPolicy.from_cidrs(config.server.allow_targets)
+    bundle_path = bundle_bytes = None
+    if config.server.bundle_file is not None:
+        try:
+            bundle_bytes = config.server.bundle_file.read_bytes()
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read bundle {config.server.bundle_file}: {exc.strerror}"
+            ) from None
+        parse_bundle(bundle_bytes)
+        bundle_path = "/" + config.server.bundle_file.name
+    cache = LRUCache(config.cache.max_entries, config.cache.max_bytes)
+    store = config.store
+    async with open_storage(
+        config.server.db_file,
+        batch_rows=store.batch_rows,
+        batch_interval_ms=store.batch_interval_ms,
+        queue_rows=store.queue_rows,
+        synchronous=store.synchronous,
+    ) as storage:
+        service = QueryService(
+            cache=cache,
+            storage=storage,
+            signer=signer,
+            fresh_for_s=config.answers.fresh_for_s,
+            reprobe_after_s=config.answers.reprobe_after_s,
+            query_timeout_s=config.answers.query_timeout_s,
+            clock=clock,
+        )
+        # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
+        # connections but not the storage block around it, which then exits
+        # normally and so drains the write queue.
+        with trio.CancelScope() as serving:
+            async with open_prober(
+                policy=policy,
+                timeout_s=config.probe.timeout_s,
+                max_concurrent=config.probe.max_concurrent,
+                max_handshake_bytes=config.probe.max_handshake_bytes,
+                resolver=resolver,
+                clock=clock,
+                on_result=service.observe,
+            ) as prober:
+                service.prober = prober
+                handler = ApiHandler(
+                    service,
+                    index_text=index_text(config),
+                    bundle_path=bundle_path,
+                    bundle_bytes=bundle_bytes,
+                )
+                listeners = await open_listeners(config.server.api)
+                connections = TlsConnectionHandler(context, handler, config)
+                endpoints = tuple(bound_endpoint(listener) for listener in listeners)
+                log.info(
+                    "notary %s serving the API on %s (cache: %s)",
+                    __version__, ", ".join(map(str, endpoints)), CACHE_IMPLEMENTATION,
+                )
+                task_status.started(
+                    RunningNotary(endpoints, service, storage, prober, cache, serving.cancel)
+                )
+                await trio.serve_listeners(connections, listeners)

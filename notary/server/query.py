@@ -1,0 +1,169 @@
+"""The query service: answers "which certificate does this target serve?"
+from the cache, the store and the prober, and keeps signed answers ready.
+
+Invariants
+1. A cache hit touches no database and no signer: it returns bytes that were
+   signed when the target's list last changed.
+2. A target's answer is signed once per change of its list (``observe`` runs
+   once per probe, inside the prober's single-flight task).
+3. A record loaded from the store never replaces a record already in the
+   cache (the cached one is at least as new).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from notary.cache import LRUCache
+from notary.crypto import ConvergenceSigner
+from notary.errors import ProbeError, ProbeRefused, StoreError
+from notary.observations import ProbeResult, Timeline
+from notary.probe import Prober
+from notary.protocol import convergence
+from notary.protocol.convergence import Decision
+from notary.protocol.targets import Target
+from notary.server.storage import Storage
+
+log = logging.getLogger(__name__)
+
+#: Rough per-record bytes beyond the body and certificates (objects, hashes).
+RECORD_OVERHEAD_BYTES = 512
+
+
+@dataclass(frozen=True, slots=True)
+class TargetRecord:
+    """What the cache holds for a target: its timeline and the signed body."""
+
+    timeline: Timeline
+    convergence_body: bytes
+
+    @property
+    def size(self) -> int:
+        ders = sum(len(o.certificate.der) for o in self.timeline.observations)
+        return len(self.convergence_body) + ders + RECORD_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: bytes
+    content_type: bytes = convergence.CONTENT_TYPE
+
+
+class QueryService:
+    """Answers Convergence queries.
+
+    Resource handling: borrows the cache, storage, signer and prober; owns
+    nothing. ``observe`` must be installed as the prober's result hook.
+
+    Error handling: probe failures become 503 (403 when the policy refused
+    the target) with a short unsigned message; store read failures are
+    logged and treated as "nothing known" so answers keep coming from memory
+    and probes.
+    """
+
+    def __init__(
+        self,
+        *,
+        cache: LRUCache,
+        storage: Storage,
+        signer: ConvergenceSigner,
+        fresh_for_s: int,
+        reprobe_after_s: int,
+        query_timeout_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._cache = cache
+        self._storage = storage
+        self._signer = signer
+        self._fresh_for_s = fresh_for_s
+        self._reprobe_after_s = reprobe_after_s
+        self._query_timeout_s = query_timeout_s
+        self._clock = clock
+        self.prober: Prober | None = None
+
+    def _make_record(self, timeline: Timeline) -> TargetRecord:
+        payload = convergence.signed_payload(convergence.entries_of(timeline))
+        body = convergence.answer_body(payload, self._signer.sign(payload))
+        return TargetRecord(timeline, body)
+
+    async def _lookup(self, target: Target) -> TargetRecord | None:
+        record = self._cache.get(target.key)
+        if record is not None:
+            return record
+        try:
+            timeline = await self._storage.load_timeline(target)
+        except StoreError as exc:
+            log.error("store read failed, answering from probes: %s", exc)
+            return None
+        if not timeline.observations:
+            return None
+        cached = self._cache.peek(target.key)
+        if cached is not None:  # invariant 3: a probe finished meanwhile
+            return cached
+        record = self._make_record(timeline)
+        self._cache.put(target.key, record, record.size)
+        return record
+
+    async def observe(self, result: ProbeResult) -> None:
+        """The prober's hook: merge ``result`` into the target's record,
+        re-sign if the list changed, and queue it for the store."""
+        target = result.target
+        record = await self._lookup(target)
+        old = record.timeline if record is not None else Timeline(target)
+        timeline = old.merged(result)
+        if record is None or timeline != old:
+            record = self._make_record(timeline)
+        self._cache.put(target.key, record, record.size)
+        await self._storage.record(result)
+
+    async def answer(self, target: Target, fingerprint: bytes | None) -> Answer:
+        """The answer to ``GET`` (``fingerprint`` None) or ``POST`` for
+        ``target``."""
+        record = await self._lookup(target)
+        timeline = record.timeline if record is not None else None
+        decision = convergence.decide(
+            timeline,
+            fingerprint,
+            now=int(self._clock()),
+            fresh_for_s=self._fresh_for_s,
+            reprobe_after_s=self._reprobe_after_s,
+        )
+        if decision is Decision.PROBE:
+            assert self.prober is not None, "QueryService.prober was never set"
+            failure: ProbeError
+            with trio.move_on_after(self._query_timeout_s):
+                try:
+                    result = await self.prober.probe(target)
+                except ProbeError as exc:
+                    failure = exc
+                else:
+                    record = self._cache.peek(target.key) or self._make_record(
+                        (timeline or Timeline(target)).merged(result)
+                    )
+                    return self._answer_from(record, fingerprint)
+                return self._failed(record, fingerprint, failure)
+            return self._failed(record, fingerprint, ProbeError("probe did not finish in time"))
+        return self._answer_from(record, fingerprint)
+
+    def _answer_from(self, record: TargetRecord, fingerprint: bytes | None) -> Answer:
+        status = convergence.status_of(
+            record.timeline, fingerprint, now=int(self._clock()), fresh_for_s=self._fresh_for_s
+        )
+        return Answer(status, record.convergence_body)
+
+    def _failed(
+        self, record: TargetRecord | None, fingerprint: bytes | None, failure: ProbeError
+    ) -> Answer:
+        if record is not None:  # a probe may have refreshed it meanwhile
+            record = self._cache.peek(record.timeline.target.key) or record
+        timeline = record.timeline if record is not None else None
+        if convergence.status_after_failed_probe(timeline, fingerprint) == 200 and record:
+            return Answer(200, record.convergence_body)
+        if isinstance(failure, ProbeRefused):
+            return Answer(403, b"target refused by this notary's policy\n", b"text/plain")
+        return Answer(503, b"could not observe the target's certificate\n", b"text/plain")

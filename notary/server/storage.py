@@ -1,0 +1,169 @@
+"""The store from Trio: reads in a worker thread, writes batched by one writer
+task off the request path.
+
+Resource handling: ``open_storage`` opens two ``Store`` connections (one for
+reads, one for the writer), starts the writer task in its own nursery, and on
+exit closes the queue, lets the writer commit everything still queued, then
+closes both connections. Nothing queued is dropped by a clean exit.
+
+Error handling: a batch that fails (``StoreError``: disk full, database
+locked past the busy timeout) is kept and retried with back-off, up to
+``MAX_RETRY_DELAY_S`` apart, for as long as the notary runs; meanwhile
+producers wait once the queue is full (never a silent drop) and the failure is
+logged and counted. A crash or power loss loses what was still queued: at most
+``batch_interval_ms`` of observations under normal load (queries are answered
+from memory meanwhile), plus, with ``synchronous=NORMAL``, the last committed
+transactions on power loss (never corruption: WAL).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from notary.errors import StoreError
+from notary.observations import ProbeResult, Timeline
+from notary.protocol.targets import Target
+from notary.store import Store
+
+log = logging.getLogger(__name__)
+
+FIRST_RETRY_DELAY_S = 0.1
+MAX_RETRY_DELAY_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class StorageStatistics:
+    queued: int
+    committed: int
+    batches: int
+    failed_batches: int
+    producer_waits: int
+
+
+class Storage:
+    """Async face of the store; made by ``open_storage``."""
+
+    def __init__(
+        self,
+        reader: Store,
+        writer: Store,
+        send: trio.MemorySendChannel[ProbeResult],
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._send = send
+        self._read_limiter = trio.CapacityLimiter(1)
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._committed = 0
+        self._batches = 0
+        self._failed_batches = 0
+        self._producer_waits = 0
+
+    async def load_timeline(self, target: Target) -> Timeline:
+        """The stored timeline of ``target``; raises ``StoreError``."""
+        return await trio.to_thread.run_sync(
+            self._reader.load_timeline, target, limiter=self._read_limiter
+        )
+
+    async def record(self, result: ProbeResult) -> None:
+        """Queue ``result`` for the writer; waits while the queue is full."""
+        try:
+            self._send.send_nowait(result)
+        except trio.WouldBlock:
+            self._producer_waits += 1
+            await self._send.send(result)
+
+    def statistics(self) -> StorageStatistics:
+        return StorageStatistics(
+            queued=self._send.statistics().current_buffer_used,
+            committed=self._committed,
+            batches=self._batches,
+            failed_batches=self._failed_batches,
+            producer_waits=self._producer_waits,
+        )
+
+    async def _serve_writer(
+        self,
+        receive: trio.MemoryReceiveChannel[ProbeResult],
+        batch_rows: int,
+        batch_interval_s: float,
+    ) -> None:
+        async with receive:
+            while True:
+                try:
+                    first = await receive.receive()
+                except trio.EndOfChannel:
+                    return
+                batch = [first]
+                with trio.move_on_after(batch_interval_s):
+                    while len(batch) < batch_rows:
+                        try:
+                            batch.append(await receive.receive())
+                        except trio.EndOfChannel:
+                            break
+                while len(batch) < batch_rows:  # whatever is ready now, without waiting
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                await self._commit(batch)
+
+    async def _commit(self, batch: list[ProbeResult]) -> None:
+        delay = FIRST_RETRY_DELAY_S
+        while True:
+            try:
+                # Shielded: a batch taken from the queue is committed even
+                # while the notary shuts down.
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(
+                        self._writer.record, batch, limiter=self._write_limiter
+                    )
+            except StoreError as exc:
+                self._failed_batches += 1
+                log.error("store write of %d observations failed, retrying: %s", len(batch), exc)
+                await trio.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_DELAY_S)
+                continue
+            self._committed += len(batch)
+            self._batches += 1
+            return
+
+
+@asynccontextmanager
+async def open_storage(
+    path: Path,
+    *,
+    batch_rows: int = 500,
+    batch_interval_ms: int = 50,
+    queue_rows: int = 10_000,
+    synchronous: str = "NORMAL",
+) -> AsyncIterator[Storage]:
+    """Open the database at ``path`` (created and migrated if needed) and run
+    its writer until the block exits. Raises ``StoreError`` if it cannot be
+    opened."""
+    writer = await trio.to_thread.run_sync(lambda: Store(path, synchronous=synchronous))
+    try:
+        reader = await trio.to_thread.run_sync(lambda: Store(path, synchronous=synchronous))
+    except BaseException:
+        writer.close()
+        raise
+    send, receive = trio.open_memory_channel[ProbeResult](queue_rows)
+    storage = Storage(reader, writer, send)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                storage._serve_writer, receive, batch_rows, batch_interval_ms / 1000
+            )
+            try:
+                yield storage
+            finally:
+                await send.aclose()  # the writer drains what is queued, then returns
+    finally:
+        reader.close()
+        writer.close()

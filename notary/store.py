@@ -1,0 +1,240 @@
+"""The observation store: SQLite in WAL mode, schema migrations, and the two
+operations the notary needs (load one target's timeline, record a batch of
+probe results in one transaction).
+
+Synchronous on purpose: the Trio edge (``notary.server.storage``) runs these
+methods in worker threads, one connection per thread role, so the event loop
+never waits on the disk.
+
+Resource handling: a ``Store`` owns one ``sqlite3.Connection``; ``close()``
+releases it (also via ``with``). A connection must be used by one thread at a
+time: callers serialise access (the Trio edge uses a limiter of 1 per store).
+
+Error handling: every ``sqlite3`` error is raised as ``StoreError`` with the
+path and a short reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from notary.errors import StoreError
+from notary.observations import Certificate, Observation, ProbeResult, Timeline
+from notary.protocol.targets import Target
+
+#: Migrations, applied in order; ``PRAGMA user_version`` is the index of the
+#: last applied one. Never edit a released migration: append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE certificates (
+        id          INTEGER PRIMARY KEY,
+        sha256      BLOB NOT NULL UNIQUE,
+        sha1        BLOB NOT NULL,
+        md5         BLOB NOT NULL,
+        spki_sha256 BLOB NOT NULL,
+        der         BLOB NOT NULL
+    );
+    CREATE TABLE targets (
+        id   INTEGER PRIMARY KEY,
+        host TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        UNIQUE (host, port)
+    );
+    CREATE TABLE observations (
+        target_id      INTEGER NOT NULL REFERENCES targets (id),
+        certificate_id INTEGER NOT NULL REFERENCES certificates (id),
+        first_seen     INTEGER NOT NULL,
+        last_seen      INTEGER NOT NULL,
+        addresses      TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (target_id, certificate_id)
+    ) WITHOUT ROWID;
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+BUSY_TIMEOUT_MS = 5000
+MAX_ADDRESSES = 8
+
+_LOAD_TIMELINE = """
+    SELECT c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
+           o.first_seen, o.last_seen, o.addresses
+    FROM targets t
+    JOIN observations o ON o.target_id = t.id
+    JOIN certificates c ON c.id = o.certificate_id
+    WHERE t.host = ? AND t.port = ?
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    schema_version: int
+    targets: int
+    certificates: int
+    observations: int
+    file_bytes: int
+
+
+class Store:
+    """One connection to the observation database."""
+
+    def __init__(self, path: Path, *, synchronous: str = "NORMAL", create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"database {self.path} does not exist (run `notary db init`)")
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise StoreError(f"unknown synchronous mode {synchronous!r}")
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+        try:
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError(f"database {self.path}: cannot enable WAL mode")
+            self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self.migrate()
+        except BaseException as exc:
+            self._db.close()  # a failed open leaves no connection behind
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"database {self.path}: {exc}") from None
+            raise
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+
+    def schema_version(self) -> int:
+        return self._db.execute("PRAGMA user_version").fetchone()[0]
+
+    def migrate(self) -> int:
+        """Apply pending migrations; return how many ran. Idempotent.
+
+        Raises ``StoreError`` if the file was made by a newer notary.
+        """
+        current = self.schema_version()
+        if current > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {self.path} has schema {current}, newer than this notary's "
+                f"{SCHEMA_VERSION}"
+            )
+        for version in range(current, SCHEMA_VERSION):
+            with self._transaction() as db:
+                for statement in MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {version + 1}")
+        return SCHEMA_VERSION - current
+
+    def load_timeline(self, target: Target) -> Timeline:
+        """Every observation of ``target`` (an empty timeline if unknown)."""
+        try:
+            rows = self._db.execute(_LOAD_TIMELINE, (target.host, target.port)).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+        observations = tuple(
+            Observation(
+                certificate=Certificate(der, sha1, sha256, md5, spki),
+                first_seen=first,
+                last_seen=last,
+                addresses=tuple(a for a in addresses.split(",") if a),
+            )
+            for der, sha1, sha256, md5, spki, first, last, addresses in rows
+        )
+        return Timeline(target, observations)
+
+    def record(self, results: Sequence[ProbeResult]) -> None:
+        """Record ``results`` in one transaction: a certificate seen again
+        widens its observation (first_seen down, last_seen up) and adds the
+        address; a new one starts an observation. Order does not matter:
+        recording is commutative, so batches may be retried."""
+        if not results:
+            return
+        with self._transaction() as db:
+            for result in results:
+                target_id = self._target_id(db, result.target)
+                certificate_id = self._certificate_id(db, result.leaf)
+                row = db.execute(
+                    "SELECT addresses FROM observations WHERE target_id = ? AND certificate_id = ?",
+                    (target_id, certificate_id),
+                ).fetchone()
+                if row is None:
+                    db.execute(
+                        "INSERT INTO observations VALUES (?, ?, ?, ?, ?)",
+                        (target_id, certificate_id, result.observed_at, result.observed_at,
+                         result.address),
+                    )
+                    continue
+                addresses = [result.address] + [
+                    a for a in row[0].split(",") if a and a != result.address
+                ]
+                db.execute(
+                    """UPDATE observations
+                       SET first_seen = min(first_seen, ?), last_seen = max(last_seen, ?),
+                           addresses = ?
+                       WHERE target_id = ? AND certificate_id = ?""",
+                    (result.observed_at, result.observed_at, ",".join(addresses[:MAX_ADDRESSES]),
+                     target_id, certificate_id),
+                )
+
+    @staticmethod
+    def _target_id(db: sqlite3.Connection, target: Target) -> int:
+        db.execute(
+            "INSERT OR IGNORE INTO targets (host, port) VALUES (?, ?)", (target.host, target.port)
+        )
+        return db.execute(
+            "SELECT id FROM targets WHERE host = ? AND port = ?", (target.host, target.port)
+        ).fetchone()[0]
+
+    @staticmethod
+    def _certificate_id(db: sqlite3.Connection, cert: Certificate) -> int:
+        db.execute(
+            """INSERT OR IGNORE INTO certificates (sha256, sha1, md5, spki_sha256, der)
+               VALUES (?, ?, ?, ?, ?)""",
+            (cert.sha256, cert.sha1, cert.md5, cert.spki_sha256, cert.der),
+        )
+        return db.execute(
+            "SELECT id FROM certificates WHERE sha256 = ?", (cert.sha256,)
+        ).fetchone()[0]
+
+    def statistics(self) -> StoreStatistics:
+        try:
+            count = self._db.execute
+            targets = count("SELECT count(*) FROM targets").fetchone()[0]
+            certificates = count("SELECT count(*) FROM certificates").fetchone()[0]
+            observations = count("SELECT count(*) FROM observations").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+        size = 0
+        for suffix in ("", "-wal"):
+            try:
+                size += os.stat(f"{self.path}{suffix}").st_size
+            except FileNotFoundError:
+                pass
+        return StoreStatistics(self.schema_version(), targets, certificates, observations, size)

@@ -1,0 +1,164 @@
+"""A real notary in-process for end-to-end tests, and a legacy-style client.
+
+``open_notary`` runs ``serve_notary`` on 127.0.0.1 port 0 with a fresh key,
+certificate and database under a temporary directory, an injected resolver and
+a controllable clock. ``legacy_query`` speaks exactly like the 2011 browser
+add-on: HTTP/1.0, no Host header, TLS without SNI, reads until the server
+closes, and pins the notary's certificate by SHA-1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from notary import crypto
+from notary.config import Config, Endpoint, load_config
+from notary.server.app import RunningNotary, serve_notary
+from tests.support.tls_targets import static_resolver
+
+LOCALHOST = "127.0.0.1"
+
+
+class FakeClock:
+    """Wall-clock seconds that tests can move forward."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@dataclass
+class NotaryUnderTest:
+    running: RunningNotary
+    config: Config
+    certificate: x509.Certificate
+    clock: FakeClock
+
+    @property
+    def port(self) -> int:
+        return self.running.api[0].port
+
+    @property
+    def sha1_pin(self) -> bytes:
+        return hashlib.sha1(self.certificate.public_bytes(Encoding.DER)).digest()
+
+
+def make_notary_files(directory: Path, name: str = LOCALHOST) -> tuple[Path, Path, x509.Certificate]:
+    key = crypto.generate_rsa_key()
+    cert = crypto.make_self_signed_certificate(key, name)
+    key_path, cert_path = directory / "notary.key", directory / "notary.crt"
+    crypto.write_new_file(key_path, crypto.private_key_pem(key), mode=0o600)
+    crypto.write_new_file(cert_path, crypto.certificate_pem(cert), mode=0o644)
+    return key_path, cert_path, cert
+
+
+@asynccontextmanager
+async def open_notary(
+    directory: Path,
+    *,
+    names: Mapping[str, Sequence[str]] | None = None,
+    allow_targets: Sequence[str] = ("127.0.0.0/8",),
+    **sections: dict,
+) -> AsyncIterator[NotaryUnderTest]:
+    """Serve a notary until the block exits, then stop it and wait until it has
+    drained its write queue; ``sections`` override config sections, e.g.
+    ``probe={"timeout_s": 0.5}``."""
+    key_path, cert_path, cert = make_notary_files(directory)
+    overrides = {
+        "server": {
+            "key_file": key_path,
+            "cert_file": cert_path,
+            "db_file": directory / "notary.db",
+            "api": (Endpoint(LOCALHOST, 0),),
+            "allow_targets": tuple(allow_targets),
+        },
+        **sections,
+    }
+    config = load_config(None, overrides)
+    clock = FakeClock()
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(
+            lambda task_status: serve_notary(
+                config,
+                resolver=static_resolver(names or {}),
+                clock=clock,
+                task_status=task_status,
+            )
+        )
+        try:
+            yield NotaryUnderTest(running, config, cert, clock)
+        finally:
+            running.stop()
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    status: int
+    headers: dict[bytes, bytes]
+    body: bytes
+    peer_sha1: bytes
+
+
+def parse_response(data: bytes, peer_sha1: bytes = b"") -> RawResponse:
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    return RawResponse(status, headers, body, peer_sha1)
+
+
+def client_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # authenticated by the SHA-1 pin instead
+    return context
+
+
+async def send_raw(port: int, request: bytes, *, timeout_s: float = 20.0) -> RawResponse:
+    """Send ``request`` over TLS without SNI and read until the server closes."""
+    with trio.fail_after(timeout_s):
+        tcp = await trio.open_tcp_stream(LOCALHOST, port)
+        stream = trio.SSLStream(tcp, client_context(), server_hostname=None, https_compatible=True)
+        async with stream:
+            await stream.do_handshake()
+            peer = stream.getpeercert(binary_form=True)
+            await stream.send_all(request)
+            chunks = []
+            while chunk := await stream.receive_some(65536):
+                chunks.append(chunk)
+    return parse_response(b"".join(chunks), hashlib.sha1(peer).digest())
+
+
+async def legacy_query(port: int, target: str, fingerprint: str | None) -> RawResponse:
+    """The 2011 add-on's request: POST with a form body, or GET."""
+    if fingerprint is None:
+        request = f"GET /target/{target} HTTP/1.0\r\n\r\n".encode()
+    else:
+        body = f"fingerprint={fingerprint}".encode()
+        request = (
+            f"POST /target/{target} HTTP/1.0\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+    return await send_raw(port, request)
+
+
+__all__ = ["FakeClock", "NotaryUnderTest", "legacy_query", "open_notary", "send_raw"]
