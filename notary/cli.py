@@ -215,7 +215,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    trio.run(_serve_until_signal, config)
+    try:
+        trio.run(_serve_until_signal, config)
+    except BaseExceptionGroup as group:
+        # Nurseries wrap a start-up error (port in use, unreadable bundle,
+        # ...) in exception groups: report it on one line like any other.
+        errors, others = group.split(NotaryError)
+        if errors is None or others is not None:
+            raise
+        error: BaseException = errors
+        while isinstance(error, BaseExceptionGroup):
+            error = error.exceptions[0]
+        raise error from None
     return 0
 
 
@@ -250,4 +261,4 @@ _COMMANDS = {
     "dev-init": cmd_dev_init,
 }
 
-__all__ = ["main", "StoreError"]
+__all__ = ["StoreError", "main"]

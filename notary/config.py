@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from notary.errors import ConfigError
+from notary.policy import AddressPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +49,9 @@ class Endpoint:
 
 def parse_endpoint(text: str, *, what: str = "address") -> Endpoint:
     """``HOST:PORT`` or ``[V6]:PORT`` (port 0 picks a free port)."""
-    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([^:\[\]]+):(\d{1,5})", text.strip())
+    match = re.fullmatch(
+        r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([^:\[\]]+):(\d{1,5})", text.strip(), re.ASCII
+    )
     if not match:
         raise ConfigError(f"{what} {text!r} must be HOST:PORT (IPv6 as [ADDR]:PORT)")
     host = match.group(1) or match.group(3)
@@ -170,7 +174,7 @@ def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None =
                 raw = tomllib.load(f)
         except OSError as exc:
             raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
         base = path.parent
     for name in raw:
@@ -178,9 +182,10 @@ def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None =
             raise ConfigError(f"unknown config section [{name}]")
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
-        values = dict(raw.get(name, {}))
+        values = raw.get(name, {})
         if not isinstance(values, dict):
             raise ConfigError(f"[{name}] must be a table")
+        values = dict(values)
         if name == "server":
             for key in ("key_file", "cert_file", "db_file", "bundle_file"):
                 if isinstance(values.get(key), str):
@@ -236,7 +241,13 @@ def _coerce(section: str, key: str, annotation: str, value: Any) -> Any:
     if annotation == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where} must be a number")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):  # nan/inf: TOML allows them, timeouts must not
+            raise ConfigError(f"{where} must be a finite number")
+        return number
     if annotation == "str":
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a string")
@@ -264,8 +275,7 @@ def _validate(config: Config) -> None:
         raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
     if not config.server.api:
         raise ConfigError("[server] api needs at least one HOST:PORT")
-    for cidr in config.server.allow_targets:
-        try:
-            ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            raise ConfigError(f"[server] allow_targets: {cidr!r} is not a CIDR") from None
+    try:
+        AddressPolicy.from_cidrs(config.server.allow_targets)
+    except ConfigError as exc:
+        raise ConfigError(f"[server] allow_targets: {exc}") from None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,8 +233,6 @@ class Store:
             raise StoreError(f"database {self.path}: {exc}") from None
         size = 0
         for suffix in ("", "-wal"):
-            try:
+            with suppress(FileNotFoundError):
                 size += os.stat(f"{self.path}{suffix}").st_size
-            except FileNotFoundError:
-                pass
         return StoreStatistics(self.schema_version(), targets, certificates, observations, size)

@@ -16,10 +16,9 @@ from urllib.parse import urlsplit
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from notary.errors import UsageError
+from notary.errors import BadTarget, UsageError
 from notary.protocol.convergence import format_fingerprint
 from notary.protocol.targets import normalise_host
-from notary.errors import BadTarget
 
 BUNDLE_VERSION = 1
 MAX_BUNDLE_BYTES = 1024 * 1024
