@@ -1,0 +1,587 @@
+"""The prober: which certificate does ``host:port`` present, from here?
+
+An I/O edge (Trio + pyOpenSSL). One probe resolves the target (names only),
+checks every resolved address against the :class:`~notary.policy.AddressPolicy`,
+connects by IP literal to an allowed address, and runs the client side of a
+TLS handshake far enough to receive the server's certificates.
+
+Rules this module keeps:
+
+1. The address checked by the policy is the address connected to. Names are
+   resolved once, by the injected resolver; ``trio.open_tcp_stream`` and
+   friends never see a name, so no second DNS answer can sneak past the policy.
+   IPv4-mapped IPv6 answers (``::ffff:a.b.c.d``) are checked and connected to
+   as the IPv4 address they carry.
+2. Single-flight: at most one probe per :class:`~notary.protocol.targets.Target`
+   runs at a time. Concurrent :meth:`Prober.probe` calls for one target wait
+   for that probe; a waiter that gives up (its own deadline) does not cancel
+   it. There is no result cache here: once a probe finished, the next call
+   starts a new one (callers cache).
+3. Bounded: at most ``max_concurrent`` probes hold a connection at once; each
+   probe, queueing for a slot included, ends within ``timeout_s``; at most
+   ``max_handshake_bytes`` are accepted from a target.
+4. No application data is ever sent to a target (see "TLS" below).
+
+TLS
+---
+SNI is sent for names, not for IP literals; TLS 1.2 is the minimum, 1.3 is
+allowed; the cipher list is OpenSSL's ``DEFAULT`` at security level 0 because
+we observe, we do not trust: a weak key or a SHA-1 signature is something to
+record, not a reason to see nothing. Nothing is verified.
+
+The handshake runs over memory BIOs (``SSL.Connection(ctx, None)``), pumped
+over a Trio stream. **The probe aborts inside the certificate verification
+callback**: with ``VERIFY_PEER`` and no trust store, OpenSSL calls the callback
+as soon as it has parsed the server's Certificate message; the callback copies
+``get_peer_cert_chain()`` (leaf first, as DER) and returns false. OpenSSL then
+stops the handshake and queues a fatal alert, which is sent best-effort before
+the TCP connection is closed. This was tried against TLS 1.2 and TLS 1.3
+servers and is reliable on both: in TLS 1.3 the client never sends its
+Finished, in TLS 1.2 it never sends its key exchange, so no application data
+(not even keys to protect any) can be sent. It also saves the TLS 1.2 client
+flight and the round trip a complete handshake would need. The cost is one
+"bad certificate"/"unknown CA" alert in the target's logs, and the probe does
+not see proof that the server holds the private key (CertificateVerify) --
+irrelevant for a notary, which records what is presented: presenting someone
+else's certificate without its key harms no client that verifies it.
+
+Resource handling
+-----------------
+:func:`open_prober` owns a nursery; every probe runs as a task in it, never in
+the caller's task. Leaving the context manager cancels probes in progress;
+their waiters get a :class:`~notary.errors.ProbeError`. Every TCP stream is
+closed (``trio.aclose_forcefully``) on every path, and losing connection
+attempts are closed at once. The optional ``on_result`` hook runs in the probe
+task, after the probe's connection slot is released and before its waiters
+are woken.
+
+Error handling
+--------------
+Every failure of a probe is one of the :class:`~notary.errors.ProbeError`
+subclasses with a short message that is safe to send to a client
+(``ProbeRefused``, ``ProbeResolveFailed``, ``ProbeConnectFailed``,
+``ProbeHandshakeFailed``, ``ProbeTimeout``); ``OSError``, Trio and OpenSSL
+exceptions never escape. An unexpected exception inside a probe (a bug) is
+logged with its traceback and delivered as a plain ``ProbeError``, so one
+strange target cannot take the prober down. Each waiter gets its own copy of
+the error.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import logging
+import socket
+import time
+import types
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from cryptography.hazmat.primitives.serialization import Encoding
+from OpenSSL import SSL
+
+from notary.errors import (
+    ProbeConnectFailed,
+    ProbeError,
+    ProbeHandshakeFailed,
+    ProbeRefused,
+    ProbeResolveFailed,
+    ProbeTimeout,
+)
+from notary.observations import Certificate, ProbeResult
+from notary.policy import AddressPolicy
+from notary.protocol.targets import Target
+
+__all__ = [
+    "CONNECT_STAGGER_S",
+    "DEFAULT_MAX_HANDSHAKE_BYTES",
+    "MAX_ADDRESSES_PER_PROBE",
+    "ProbeStatistics",
+    "Prober",
+    "Resolver",
+    "ResultHook",
+    "open_prober",
+    "system_resolver",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``(host, port) -> IP address strings``. Raises ``ProbeResolveFailed`` (or
+#: ``OSError``, mapped to it) when the name does not resolve.
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+#: Called with every successful probe's result, in the probe task, before the
+#: waiters are woken (see :func:`open_prober`).
+ResultHook = Callable[[ProbeResult], Awaitable[None]]
+
+#: Default bound on the bytes accepted from a target before its certificates
+#: are in (the whole server flight up to and including the Certificate
+#: message). OpenSSL itself also refuses a Certificate message over 100 KiB.
+DEFAULT_MAX_HANDSHAKE_BYTES = 256 * 1024
+#: At most this many resolved (and allowed) addresses are tried per probe.
+MAX_ADDRESSES_PER_PROBE = 8
+#: Happy-eyeballs-style stagger: when an attempt has neither connected nor
+#: failed after this long, the next address is tried in parallel (RFC 8305's
+#: recommended 250 ms, also Trio's default).
+CONNECT_STAGGER_S = 0.25
+#: Bytes asked of the stream per receive during the handshake.
+RECEIVE_CHUNK_BYTES = 16 * 1024
+#: Bytes taken from OpenSSL's outgoing memory BIO per read.
+BIO_CHUNK_BYTES = 16 * 1024
+#: Time allowed to send the closing alert once the certificates are in.
+FAREWELL_TIMEOUT_S = 0.5
+
+#: First byte of a TLS record: change_cipher_spec, alert, handshake, data.
+_TLS_CONTENT_TYPES = frozenset({0x14, 0x15, 0x16, 0x17})
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """Resolve ``host`` with the system resolver (``getaddrinfo``, TCP).
+
+    Returns the IP address strings in the resolver's order, without
+    duplicates.
+
+    Error handling: ``socket.gaierror`` (and any other ``OSError`` or IDNA
+    ``UnicodeError``) becomes :class:`~notary.errors.ProbeResolveFailed`; an
+    empty answer too.
+    """
+    try:
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise ProbeResolveFailed("name did not resolve") from None
+    addresses: list[str] = []
+    for _family, _type, _proto, _canonname, sockaddr in infos:
+        address = str(sockaddr[0])
+        if address not in addresses:
+            addresses.append(address)
+    if not addresses:
+        raise ProbeResolveFailed("name has no addresses")
+    return addresses
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeStatistics:
+    """A snapshot of a :class:`Prober`'s counters.
+
+    ``started``: probes started; ``succeeded``: probes that saw a certificate;
+    ``coalesced``: :meth:`Prober.probe` calls that joined a probe already
+    running for their target instead of starting one; ``in_flight``: probes
+    holding one of the ``max_concurrent`` slots right now; ``failures``:
+    failed probes by :attr:`ProbeError.reason <notary.errors.ProbeError.reason>`;
+    ``queued``: probes started and still waiting for a slot.
+    """
+
+    started: int
+    succeeded: int
+    coalesced: int
+    in_flight: int
+    failures: Mapping[str, int]
+    queued: int = 0
+
+
+@dataclass(slots=True)
+class _Flight:
+    """One running probe and what its waiters need."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    result: ProbeResult | None = None
+    error: ProbeError | None = None
+
+
+@dataclass(slots=True)
+class _Capture:
+    """Filled in by the verify callback of one handshake."""
+
+    chain: tuple[bytes, ...] | None = None
+    unparseable: bool = False
+
+
+def _capture_chain(
+    connection: SSL.Connection, _certificate: Any, _errno: int, _depth: int, _ok: int
+) -> bool:
+    """Verify callback: copy the chain the server sent, then abort the
+    handshake (return false) whatever the verification result."""
+    capture = connection.get_app_data()
+    if isinstance(capture, _Capture) and capture.chain is None and not capture.unparseable:
+        try:
+            chain = connection.get_peer_cert_chain(as_cryptography=True) or []
+            capture.chain = tuple(cert.public_bytes(Encoding.DER) for cert in chain) or None
+        except Exception:  # a certificate cryptography cannot read
+            capture.unparseable = True
+    return False
+
+
+def _client_context() -> SSL.Context:
+    context = SSL.Context(SSL.TLS_CLIENT_METHOD)
+    context.set_min_proto_version(SSL.TLS1_2_VERSION)
+    context.set_cipher_list(b"DEFAULT:@SECLEVEL=0")
+    context.set_verify(SSL.VERIFY_PEER, _capture_chain)
+    return context
+
+
+class Prober:
+    """Probes targets for their TLS certificates; see the module docstring.
+
+    Create it with :func:`open_prober`, which owns the nursery in which every
+    probe task runs; :meth:`probe` may only be called while it is open.
+    """
+
+    def __init__(
+        self,
+        *,
+        nursery: trio.Nursery,
+        policy: AddressPolicy,
+        timeout_s: float,
+        max_concurrent: int,
+        resolver: Resolver,
+        clock: Callable[[], float],
+        max_handshake_bytes: int,
+        on_result: ResultHook | None = None,
+    ) -> None:
+        self._nursery = nursery
+        self._policy = policy
+        self._timeout_s = timeout_s
+        self._limiter = trio.CapacityLimiter(max_concurrent)
+        self._resolver = resolver
+        self._clock = clock
+        self._max_handshake_bytes = max_handshake_bytes
+        self._on_result = on_result
+        self._context = _client_context()
+        self._flights: dict[Target, _Flight] = {}
+        self._started = 0
+        self._succeeded = 0
+        self._coalesced = 0
+        self._failures: Counter[str] = Counter()
+
+    async def probe(self, target: Target) -> ProbeResult:
+        """Observe the certificate ``target`` presents now.
+
+        Joins the probe already running for ``target``, if any, else starts
+        one in the prober's nursery. Cancelling the caller (e.g. its own
+        deadline) stops only its wait, never the shared probe.
+
+        Error handling: raises a :class:`~notary.errors.ProbeError` subclass
+        (a fresh copy per caller) when the probe saw no certificate;
+        ``RuntimeError`` when called after :func:`open_prober` exited.
+        """
+        flight = self._flights.get(target)
+        if flight is None:
+            flight = _Flight()
+            # start_soon first: it raises RuntimeError once the prober is closed
+            self._nursery.start_soon(self._run, target, flight, name=f"probe {target}")
+            self._flights[target] = flight
+            self._started += 1
+        else:
+            self._coalesced += 1
+        await flight.done.wait()
+        if flight.result is not None:
+            return flight.result
+        assert flight.error is not None
+        raise copy.copy(flight.error) from None
+
+    def statistics(self) -> ProbeStatistics:
+        limiter = self._limiter.statistics()
+        return ProbeStatistics(
+            started=self._started,
+            succeeded=self._succeeded,
+            coalesced=self._coalesced,
+            in_flight=limiter.borrowed_tokens,
+            failures=types.MappingProxyType(dict(self._failures)),
+            queued=limiter.tasks_waiting,
+        )
+
+    async def _run(self, target: Target, flight: _Flight) -> None:
+        try:
+            result = await self._probe_once(target)
+            self._succeeded += 1
+            flight.result = result
+            if self._on_result is not None:
+                try:
+                    await self._on_result(result)
+                except Exception:
+                    logger.exception("the result hook failed for %s", target)
+        except ProbeError as exc:
+            logger.debug("probe of %s failed: %s", target, exc.message)
+            flight.error = exc
+            self._failures[exc.reason] += 1
+        except Exception:
+            logger.exception("probe of %s failed unexpectedly", target)
+            flight.error = ProbeError("probe failed")
+            self._failures[flight.error.reason] += 1
+        finally:
+            if flight.result is None and flight.error is None:  # cancelled: prober closing
+                flight.error = ProbeError("notary is shutting down")
+            if self._flights.get(target) is flight:
+                del self._flights[target]
+            flight.done.set()
+
+    async def _probe_once(self, target: Target) -> ProbeResult:
+        capture = _Capture()
+        queued = True
+        address = ""
+        try:
+            with trio.fail_after(self._timeout_s):
+                async with self._limiter:
+                    queued = False
+                    addresses = self._allowed(target, await self._resolve(target))
+                    stream, address = await _connect_first(addresses, target.port)
+                    try:
+                        await self._handshake(stream, target, capture)
+                    finally:
+                        await trio.aclose_forcefully(stream)
+        except trio.TooSlowError:
+            if capture.chain is None:  # else: late only in saying goodbye
+                if queued:
+                    raise ProbeTimeout("too many probes in progress") from None
+                raise ProbeTimeout("target did not answer in time") from None
+        if capture.unparseable or capture.chain is None:
+            raise ProbeHandshakeFailed("unreadable certificate")
+        try:
+            leaf = Certificate.from_der(capture.chain[0])
+        except ValueError:
+            raise ProbeHandshakeFailed("unreadable certificate") from None
+        return ProbeResult(
+            target=target,
+            leaf=leaf,
+            chain=capture.chain,
+            address=address,
+            observed_at=int(self._clock()),
+        )
+
+    async def _resolve(self, target: Target) -> Sequence[str]:
+        if target.is_ip_literal:
+            return (target.host,)
+        try:
+            answer = await self._resolver(target.host, target.port)
+        except ProbeError:
+            raise
+        except (OSError, UnicodeError):
+            raise ProbeResolveFailed("name did not resolve") from None
+        if not answer:
+            raise ProbeResolveFailed("name has no addresses")
+        return answer
+
+    def _allowed(self, target: Target, candidates: Sequence[str]) -> list[str]:
+        """The candidates the policy allows, canonical, deduplicated, in
+        order; raises ``ProbeRefused`` when none is."""
+        allowed: list[str] = []
+        refusals: list[str] = []
+        for text in candidates:
+            try:
+                ip = ipaddress.ip_address(text)
+            except ValueError:
+                refusals.append("invalid")
+                continue
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                ip = ip.ipv4_mapped
+            reason = self._policy.refusal(ip)
+            if reason is not None:
+                refusals.append(reason)
+            elif str(ip) not in allowed:
+                allowed.append(str(ip))
+        if not allowed:
+            logger.debug("probe of %s refused by policy: %s", target, ", ".join(refusals))
+            word = refusals[0] if refusals else "no address"
+            raise ProbeRefused(f"address refused by policy: {word}")
+        return allowed[:MAX_ADDRESSES_PER_PROBE]
+
+    async def _handshake(
+        self, stream: trio.SocketStream, target: Target, capture: _Capture
+    ) -> None:
+        """Run the TLS client until the verify callback captured the chain,
+        then send what OpenSSL queued (its alert) best-effort and return."""
+        connection = SSL.Connection(self._context, None)
+        connection.set_app_data(capture)
+        connection.set_connect_state()
+        if not target.is_ip_literal:
+            connection.set_tlsext_host_name(target.host.encode("ascii"))
+        received = 0
+        first_byte: int | None = None
+        while True:
+            failure: SSL.Error | None = None
+            try:
+                connection.do_handshake()
+            except SSL.WantReadError:
+                pass
+            except SSL.Error as exc:
+                failure = exc
+            else:  # cannot happen with the aborting callback; be safe anyway
+                failure = SSL.Error("handshake completed without a certificate")
+            outgoing = _drain(connection)
+            if capture.chain is not None or capture.unparseable:
+                await _send_farewell(stream, outgoing)
+                return
+            if failure is not None:
+                logger.debug("TLS handshake with %s failed: %r", target, failure)
+                await _send_farewell(stream, outgoing)
+                raise ProbeHandshakeFailed(_describe(failure))
+            if outgoing:
+                await _send(stream, outgoing)
+            budget = self._max_handshake_bytes - received
+            data = await _receive(stream, min(RECEIVE_CHUNK_BYTES, budget + 1))
+            if first_byte is None:
+                first_byte = data[0]
+                if first_byte not in _TLS_CONTENT_TYPES:
+                    raise ProbeHandshakeFailed("target does not speak TLS")
+            received += len(data)
+            if received > self._max_handshake_bytes:
+                raise ProbeHandshakeFailed("certificate chain too large")
+            try:
+                connection.bio_write(data)
+            except SSL.Error:
+                raise ProbeHandshakeFailed("TLS handshake failed") from None
+
+
+def _describe(failure: SSL.Error) -> str:
+    """A client-safe message for an OpenSSL failure (details go to the log)."""
+    if "excessive message size" in str(failure):
+        return "certificate chain too large"
+    return "TLS handshake failed"
+
+
+def _drain(connection: SSL.Connection) -> bytes:
+    """Everything OpenSSL queued for the peer."""
+    chunks = []
+    while True:
+        try:
+            chunks.append(connection.bio_read(BIO_CHUNK_BYTES))
+        except SSL.WantReadError:
+            return b"".join(chunks)
+
+
+async def _send(stream: trio.SocketStream, data: bytes) -> None:
+    try:
+        await stream.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        raise ProbeHandshakeFailed("connection reset during TLS handshake") from None
+
+
+async def _receive(stream: trio.SocketStream, max_bytes: int) -> bytes:
+    try:
+        data = await stream.receive_some(max_bytes)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        raise ProbeHandshakeFailed("connection reset during TLS handshake") from None
+    if not data:
+        raise ProbeHandshakeFailed("connection closed during TLS handshake")
+    return data
+
+
+async def _send_farewell(stream: trio.SocketStream, data: bytes) -> None:
+    """Send the alert OpenSSL queued, if the peer still listens; never fails."""
+    if not data:
+        return
+    with trio.move_on_after(FAREWELL_TIMEOUT_S):
+        with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(data)
+
+
+async def _open_stream(address: str, port: int) -> trio.SocketStream:
+    """A TCP connection to the IP literal ``address`` (never a name)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        await sock.connect((address, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
+
+
+async def _connect_first(addresses: Sequence[str], port: int) -> tuple[trio.SocketStream, str]:
+    """Connect to ``addresses`` in order, staggered by ``CONNECT_STAGGER_S``
+    (the next attempt starts early when one fails); the first to connect wins
+    and the others are cancelled or closed.
+
+    Error handling: ``ProbeConnectFailed`` when no address connects.
+    """
+    winners: list[tuple[trio.SocketStream, str]] = []
+
+    async def attempt(address: str, failed: trio.Event, nursery: trio.Nursery) -> None:
+        try:
+            stream = await _open_stream(address, port)
+        except OSError as exc:
+            logger.debug("connect to port %d of an address failed: %s", port, exc.strerror)
+            failed.set()
+            return
+        if winners:  # lost the race
+            stream.socket.close()
+            return
+        winners.append((stream, address))
+        nursery.cancel_scope.cancel()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for address in addresses:
+                failed = trio.Event()
+                nursery.start_soon(attempt, address, failed, nursery)
+                with trio.move_on_after(CONNECT_STAGGER_S):
+                    await failed.wait()
+    except BaseException:
+        for stream, _ in winners:
+            stream.socket.close()
+        raise
+    if not winners:
+        raise ProbeConnectFailed("could not connect to the target")
+    return winners[0]
+
+
+@asynccontextmanager
+async def open_prober(
+    *,
+    policy: AddressPolicy,
+    timeout_s: float,
+    max_concurrent: int,
+    resolver: Resolver = system_resolver,
+    clock: Callable[[], float] = time.time,
+    max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES,
+    on_result: ResultHook | None = None,
+) -> AsyncIterator[Prober]:
+    """Open a :class:`Prober`.
+
+    ``policy`` decides which addresses may be connected to; ``timeout_s``
+    bounds each probe, queueing for a slot included; ``max_concurrent``
+    bounds the probes holding a connection at once; ``resolver`` turns names
+    into addresses (inject a fake in tests); ``clock`` gives the Unix time
+    stamped on results; ``max_handshake_bytes`` bounds what a target may send
+    before its certificates are in.
+
+    ``on_result``, if given, is awaited with every successful probe's result
+    in the probe task, after the probe released its slot and before any
+    waiter is woken: when :meth:`Prober.probe` returns, the hook has run
+    (e.g. the cache holds the new observation). It runs even when every
+    waiter gave up, so no observation is lost. Callers joining meanwhile
+    still share this probe. The hook is not under the probe deadline; keep it
+    short or bound it yourself. An exception from it is logged and does not
+    change what the waiters get; at shutdown it may be cancelled.
+
+    Resource handling: owns a nursery in which every probe runs. On exit,
+    probes still running are cancelled and their waiters get a
+    ``ProbeError``.
+
+    Error handling: ``ValueError`` for a non-positive limit.
+    """
+    if not timeout_s > 0:
+        raise ValueError("timeout_s must be positive")
+    if max_concurrent < 1:
+        raise ValueError("max_concurrent must be at least 1")
+    if max_handshake_bytes < 1:
+        raise ValueError("max_handshake_bytes must be positive")
+    async with trio.open_nursery() as nursery:
+        prober = Prober(
+            nursery=nursery,
+            policy=policy,
+            timeout_s=timeout_s,
+            max_concurrent=max_concurrent,
+            resolver=resolver,
+            clock=clock,
+            max_handshake_bytes=max_handshake_bytes,
+            on_result=on_result,
+        )
+        try:
+            yield prober
+        finally:
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,540 @@
+"""Tests of notary.probe against local targets (tests/support/tls_targets.py).
+
+Every connection goes to 127.0.0.1; names are resolved only by the fake
+``static_resolver``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import ssl
+
+import pytest
+import trio
+import trio.testing
+
+from notary.errors import (
+    ProbeConnectFailed,
+    ProbeError,
+    ProbeHandshakeFailed,
+    ProbeRefused,
+    ProbeResolveFailed,
+    ProbeTimeout,
+)
+from notary.policy import AddressPolicy
+from notary.probe import DEFAULT_MAX_HANDSHAKE_BYTES, open_prober, system_resolver
+from notary.protocol.targets import Target
+from tests.support.tls_targets import (
+    LOCALHOST,
+    closed_port,
+    open_garbage_target,
+    open_stalled_target,
+    open_tls_target,
+    open_truncating_proxy,
+    static_resolver,
+)
+
+NAME_A = "www.example.test"
+NAME_B = "mail.example.test"
+LOOPBACK_ONLY = AddressPolicy.from_cidrs(["127.0.0.0/8"])
+NOW = 1_700_000_000.75
+TLS_VERSIONS = pytest.mark.parametrize(
+    "tls_version",
+    [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3],
+    ids=["tls1.2", "tls1.3"],
+)
+
+
+def prober(resolver=None, **overrides):
+    """``open_prober`` with test defaults: loopback allowed, a fake resolver
+    knowing NAME_A and NAME_B, a fixed clock."""
+    settings = {
+        "policy": LOOPBACK_ONLY,
+        "timeout_s": 10.0,
+        "max_concurrent": 8,
+        "resolver": resolver or static_resolver({NAME_A: [LOCALHOST], NAME_B: [LOCALHOST]}),
+        "clock": lambda: NOW,
+    }
+    settings.update(overrides)
+    return open_prober(**settings)
+
+
+# -- what is observed -----------------------------------------------------------
+
+
+@TLS_VERSIONS
+async def test_each_sni_name_gets_its_own_certificate(tls_version):
+    async with (
+        open_tls_target([NAME_A, NAME_B], maximum_version=tls_version) as server,
+        prober() as p,
+    ):
+        a = await p.probe(server.target(NAME_A))
+        b = await p.probe(server.target(NAME_B))
+    assert server.server_names == [NAME_A, NAME_B]
+    assert a.leaf.der != b.leaf.der
+    for result, name in ((a, NAME_A), (b, NAME_B)):
+        served = server.leaf_der(name)
+        assert result.target == Target(name, server.port)
+        assert result.leaf.der == served
+        assert result.leaf.sha1 == hashlib.sha1(served).digest()
+        assert result.leaf.sha256 == hashlib.sha256(served).digest()
+        assert result.leaf.md5 == hashlib.md5(served).digest()
+        assert result.chain == server.chain_der(name)
+        assert len(result.chain) == 2  # leaf and one intermediate
+        assert result.chain[0] == served
+        assert result.address == LOCALHOST
+        assert result.observed_at == int(NOW)
+
+
+@TLS_VERSIONS
+async def test_ip_literal_is_not_resolved_and_sends_no_sni(tls_version):
+    resolver = static_resolver({})
+    async with (
+        open_tls_target([NAME_A], maximum_version=tls_version) as server,
+        prober(resolver) as p,
+    ):
+        result = await p.probe(server.target())  # 127.0.0.1
+    assert server.server_names == [None]
+    assert resolver.calls == []
+    assert result.leaf.der == server.leaf_der(None) != server.leaf_der(NAME_A)
+    assert result.chain == server.chain_der(None)
+    assert result.address == LOCALHOST
+
+
+async def test_unknown_sni_name_gets_the_default_certificate():
+    async with open_tls_target([NAME_A]) as server, prober() as p:
+        result = await p.probe(server.target(NAME_B))
+    assert server.server_names == [NAME_B]
+    assert result.leaf.der == server.leaf_der(None)
+
+
+async def test_a_new_probe_sees_a_replaced_certificate():
+    async with open_tls_target([NAME_A]) as server, prober() as p:
+        before = await p.probe(server.target(NAME_A))
+        new_der = server.replace_certificate(NAME_A)
+        after = await p.probe(server.target(NAME_A))
+    assert before.leaf.der != after.leaf.der
+    assert after.leaf.der == new_der
+    assert server.accepted == 2  # no caching in the prober
+
+
+async def test_the_handshake_is_aborted_once_certificates_are_in():
+    async with open_tls_target([NAME_A]) as server:
+        async with prober() as p:
+            await p.probe(server.target(NAME_A))
+        await server.wait_handshakes_ended(1)
+    assert server.handshakes_completed == 0
+    assert server.handshakes_failed == 1
+
+
+async def test_ipv4_mapped_answer_is_connected_to_as_ipv4():
+    resolver = static_resolver({NAME_A: ["::ffff:127.0.0.1"]})
+    async with open_tls_target([NAME_A]) as server, prober(resolver) as p:
+        result = await p.probe(server.target(NAME_A))
+    assert result.address == LOCALHOST
+
+
+# -- policy -------------------------------------------------------------------
+
+
+async def test_refused_name_never_reaches_the_target():
+    async with open_tls_target([NAME_A]) as server, prober(policy=AddressPolicy()) as p:
+        with pytest.raises(ProbeRefused, match="loopback"):
+            await p.probe(server.target(NAME_A))
+        assert p.statistics().failures == {"refused": 1}
+    assert server.accepted == 0
+
+
+async def test_refused_ip_literal_never_reaches_the_target():
+    resolver = static_resolver({})
+    async with open_tls_target([NAME_A]) as server, prober(resolver, policy=AddressPolicy()) as p:
+        with pytest.raises(ProbeRefused):
+            await p.probe(server.target())
+    assert server.accepted == 0
+    assert resolver.calls == []
+
+
+async def test_refused_answers_are_dropped_and_an_allowed_one_is_used():
+    # Only 127.0.0.1 is allowed; 127.0.0.2 (loopback, refused) is listed
+    # first and must be skipped. Non-addresses are dropped too.
+    resolver = static_resolver({NAME_A: ["127.0.0.2", "not-an-address", LOCALHOST]})
+    policy = AddressPolicy.from_cidrs(["127.0.0.1/32"])
+    async with open_tls_target([NAME_A]) as server, prober(resolver, policy=policy) as p:
+        result = await p.probe(server.target(NAME_A))
+    assert result.address == LOCALHOST
+    assert server.accepted == 1
+
+
+# -- failures -----------------------------------------------------------------
+
+
+async def test_unknown_name_fails_to_resolve():
+    async with prober() as p:
+        with pytest.raises(ProbeResolveFailed):
+            await p.probe(Target("nowhere.example.test", 443))
+        assert p.statistics().failures == {"dns": 1}
+
+
+async def test_empty_answer_fails_to_resolve():
+    async with prober(static_resolver({NAME_A: []})) as p:
+        with pytest.raises(ProbeResolveFailed):
+            await p.probe(Target(NAME_A, 443))
+
+
+async def test_resolver_oserror_is_mapped():
+    async def broken(host: str, port: int) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    async with prober(broken) as p:
+        with pytest.raises(ProbeResolveFailed) as info:
+            await p.probe(Target(NAME_A, 443))
+    assert "known" not in info.value.message  # no resolver internals leak
+
+
+async def test_system_resolver_returns_ip_literals_without_dns():
+    assert await system_resolver(LOCALHOST, 443) == [LOCALHOST]
+
+
+async def test_system_resolver_maps_gaierror(monkeypatch):
+    async def fail(*args, **kwargs):
+        await trio.lowlevel.checkpoint()
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(trio.socket, "getaddrinfo", fail)
+    with pytest.raises(ProbeResolveFailed):
+        await system_resolver("nowhere.example.test", 443)
+
+
+async def test_closed_port_fails_to_connect():
+    async with prober() as p:
+        with pytest.raises(ProbeConnectFailed):
+            await p.probe(Target(NAME_A, closed_port()))
+        assert p.statistics().failures == {"connect": 1}
+
+
+async def test_closed_ipv6_loopback_port_fails_to_connect():
+    try:
+        port = closed_port("::1")
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    policy = AddressPolicy.from_cidrs(["::1/128"])
+    async with prober(policy=policy) as p:
+        with pytest.raises(ProbeConnectFailed):
+            await p.probe(Target("::1", port))
+
+
+async def test_a_bug_in_a_probe_does_not_break_the_prober(caplog):
+    async def buggy(host: str, port: int) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        if host == NAME_B:
+            raise RuntimeError("resolver bug")
+        return [LOCALHOST]
+
+    async with open_tls_target([NAME_A]) as server, prober(buggy) as p:
+        with pytest.raises(ProbeError) as info:
+            await p.probe(server.target(NAME_B))
+        assert type(info.value) is ProbeError
+        assert info.value.message == "probe failed"
+        result = await p.probe(server.target(NAME_A))
+        assert result.leaf.der == server.leaf_der(NAME_A)
+        assert p.statistics().failures == {"error": 1}
+    assert "resolver bug" in caplog.text
+
+
+async def test_a_leaf_without_intermediates():
+    async with open_tls_target([NAME_A], intermediates=0) as server, prober() as p:
+        result = await p.probe(server.target(NAME_A))
+    assert result.chain == (server.leaf_der(NAME_A),)
+
+
+async def test_probe_after_close_is_an_error():
+    async with prober() as p:
+        pass
+    with pytest.raises(RuntimeError):
+        await p.probe(Target(NAME_A, 443))
+    assert p.statistics().started == 0
+
+
+async def test_every_address_is_tried_in_order():
+    async with open_tls_target([NAME_A]) as server:
+        # The first answer goes to a loopback address with nothing on the
+        # port (127.0.0.2:<server port> is refused: the server is bound to
+        # 127.0.0.1 only), the second works.
+        resolver = static_resolver({NAME_A: ["127.0.0.2", LOCALHOST]})
+        async with prober(resolver) as p:
+            result = await p.probe(server.target(NAME_A))
+    assert result.address == LOCALHOST
+    assert server.accepted == 1
+
+
+async def test_stalled_target_times_out(autojump_clock):
+    async with open_stalled_target() as stalled, prober(timeout_s=5.0) as p:
+        start = trio.current_time()
+        with pytest.raises(ProbeTimeout, match="in time"):
+            await p.probe(stalled.target(NAME_A))
+        assert trio.current_time() - start == pytest.approx(5.0, abs=0.1)
+        assert p.statistics().failures == {"timeout": 1}
+    assert stalled.accepted == 1
+
+
+async def test_garbage_is_not_tls():
+    async with open_garbage_target() as garbage, prober() as p:
+        with pytest.raises(ProbeHandshakeFailed, match="does not speak TLS"):
+            await p.probe(garbage.target(NAME_A))
+        assert p.statistics().failures == {"handshake": 1}
+
+
+@TLS_VERSIONS
+@pytest.mark.parametrize("reset", [False, True], ids=["close", "reset"])
+async def test_connection_lost_after_server_hello(tls_version, reset):
+    async with (
+        open_tls_target([NAME_A], maximum_version=tls_version) as server,
+        open_truncating_proxy(server, records=1, reset=reset) as proxy,
+        prober() as p,
+    ):
+        with pytest.raises(ProbeHandshakeFailed):
+            await p.probe(proxy.target(NAME_A))
+
+
+async def test_connection_closed_before_any_answer():
+    # b"": reads the ClientHello, closes without a word
+    async with open_garbage_target(b"") as silent, prober() as p:
+        with pytest.raises(ProbeHandshakeFailed, match="closed"):
+            await p.probe(silent.target(NAME_A))
+
+
+@TLS_VERSIONS
+async def test_chain_beyond_the_byte_limit_fails(tls_version):
+    async with open_tls_target([NAME_A], intermediates=12, maximum_version=tls_version) as server:
+        async with prober(max_handshake_bytes=4096) as p:
+            with pytest.raises(ProbeHandshakeFailed, match="certificate chain too large"):
+                await p.probe(server.target(NAME_A))
+        async with prober() as p:  # the default limit is far larger
+            result = await p.probe(server.target(NAME_A))
+    assert len(result.chain) == 13
+    assert sum(map(len, result.chain)) > 4096
+    assert DEFAULT_MAX_HANDSHAKE_BYTES == 256 * 1024
+
+
+# -- single flight and limits ---------------------------------------------------
+
+
+async def test_concurrent_probes_share_one_connection():
+    results = []
+
+    async def ask(p, target):
+        results.append(await p.probe(target))
+
+    async with open_tls_target([NAME_A]) as server:
+        server.pause()
+        async with prober() as p:
+            async with trio.open_nursery() as nursery:
+                for _ in range(20):
+                    nursery.start_soon(ask, p, server.target(NAME_A))
+                await server.wait_accepted(1)
+                await trio.testing.wait_all_tasks_blocked()
+                stats = p.statistics()
+                assert (stats.started, stats.coalesced, stats.in_flight) == (1, 19, 1)
+                server.resume()
+            stats = p.statistics()
+    assert server.accepted == 1
+    assert len(results) == 20
+    assert all(result == results[0] for result in results)
+    assert results[0].leaf.der == server.leaf_der(NAME_A)
+    assert (stats.started, stats.succeeded, stats.coalesced, stats.in_flight) == (1, 1, 19, 0)
+
+
+async def test_a_cancelled_waiter_does_not_cancel_the_probe():
+    results = []
+
+    async def impatient(p, target, task_status=trio.TASK_STATUS_IGNORED):
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            await p.probe(target)
+        results.append("impatient was not cancelled" if not scope.cancelled_caught else None)
+
+    async def patient(p, target):
+        results.append(await p.probe(target))
+
+    async with open_tls_target([NAME_A]) as server:
+        server.pause()
+        async with prober() as p, trio.open_nursery() as nursery:
+            scope = await nursery.start(impatient, p, server.target(NAME_A))
+            nursery.start_soon(patient, p, server.target(NAME_A))
+            await server.wait_accepted(1)
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert p.statistics().in_flight == 1
+            server.resume()
+    assert results[0] is None
+    assert results[1].leaf.der == server.leaf_der(NAME_A)
+    assert server.accepted == 1
+
+
+async def test_every_waiter_gets_its_own_copy_of_the_error(autojump_clock):
+    errors = []
+
+    async def ask(p, target):
+        try:
+            await p.probe(target)
+        except ProbeTimeout as exc:
+            errors.append(exc)
+
+    async with open_stalled_target() as stalled, prober(timeout_s=3.0) as p:
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(ask, p, stalled.target(NAME_A))
+        stats = p.statistics()
+    assert len(errors) == 3
+    assert len({id(e) for e in errors}) == 3
+    assert {e.message for e in errors} == {"target did not answer in time"}
+    assert {e.status for e in errors} == {503}
+    assert (stats.started, stats.coalesced, stats.failures) == (1, 2, {"timeout": 1})
+    assert stalled.accepted == 1
+
+
+async def test_a_finished_probe_is_not_reused():
+    async with open_tls_target([NAME_A]) as server, prober() as p:
+        first = await p.probe(server.target(NAME_A))
+        second = await p.probe(server.target(NAME_A))
+        assert p.statistics().started == 2
+    assert first == second
+    assert server.accepted == 2
+
+
+async def test_the_result_hook_runs_once_before_waiters_wake(caplog):
+    seen = []
+    returned = []
+
+    async def hook(result):
+        await trio.lowlevel.checkpoint()
+        seen.append((result.target.host, len(returned)))
+        if result.target.host == NAME_B:
+            raise RuntimeError("hook bug")
+
+    async def ask(p, target):
+        returned.append(await p.probe(target))
+
+    async with open_tls_target([NAME_A, NAME_B]) as server, prober(on_result=hook) as p:
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(ask, p, server.target(NAME_A))
+        assert seen == [(NAME_A, 0)]  # once, before any waiter returned
+        # A failing hook is logged; the waiter still gets the result.
+        assert (await p.probe(server.target(NAME_B))).leaf.der == server.leaf_der(NAME_B)
+    assert seen == [(NAME_A, 0), (NAME_B, 3)]
+    assert "hook bug" in caplog.text
+
+
+async def test_the_result_hook_sees_abandoned_probes():
+    seen = trio.Event()
+
+    async def hook(result):
+        await trio.lowlevel.checkpoint()
+        seen.set()
+
+    async with open_tls_target([NAME_A]) as server, prober(on_result=hook) as p:
+        server.pause()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(p.probe, server.target(NAME_A))
+            await server.wait_accepted(1)
+            nursery.cancel_scope.cancel()  # the only waiter gives up
+        assert p.statistics().in_flight == 1
+        server.resume()
+        with trio.fail_after(5):
+            await seen.wait()
+
+
+async def test_the_result_hook_is_not_called_on_failure():
+    calls = []
+
+    async def hook(result):
+        await trio.lowlevel.checkpoint()
+        calls.append(result)
+
+    async with prober(on_result=hook) as p:
+        with pytest.raises(ProbeConnectFailed):
+            await p.probe(Target(NAME_A, closed_port()))
+    assert calls == []
+
+
+async def test_max_concurrent_bounds_running_probes():
+    names = [f"host{i}.example.test" for i in range(5)]
+    resolver = static_resolver({name: [LOCALHOST] for name in names})
+    async with (
+        open_stalled_target() as stalled,
+        prober(resolver, max_concurrent=2, timeout_s=60.0) as p,
+    ):
+        async with trio.open_nursery() as nursery:
+            for name in names:
+                nursery.start_soon(p.probe, stalled.target(name))
+            await stalled.wait_accepted(2)
+            await trio.testing.wait_all_tasks_blocked()
+            stats = p.statistics()
+            assert (stats.started, stats.in_flight, stats.queued) == (5, 2, 3)
+            await trio.sleep(0.05)
+            assert stalled.accepted == 2
+            nursery.cancel_scope.cancel()  # the callers give up, the probes go on
+        assert p.statistics().in_flight == 2
+    assert stalled.accepted == 2
+
+
+async def test_queueing_counts_against_the_deadline(autojump_clock):
+    outcomes = {}
+
+    async def ask(p, target):
+        try:
+            await p.probe(target)
+        except ProbeTimeout as exc:
+            outcomes[target.host] = exc.message
+
+    resolver = static_resolver({NAME_A: [LOCALHOST], NAME_B: [LOCALHOST]})
+    # Both start at the same (virtual) instant, one after the other: the
+    # second waits for the only slot until its deadline.
+    async with (
+        open_stalled_target() as stalled,
+        prober(resolver, max_concurrent=1, timeout_s=2.0) as p,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(ask, p, stalled.target(NAME_A))
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(ask, p, stalled.target(NAME_B))
+    assert outcomes == {
+        NAME_A: "target did not answer in time",
+        NAME_B: "too many probes in progress",
+    }
+    assert stalled.accepted == 1
+
+
+async def test_closing_the_prober_fails_its_waiters():
+    errors = []
+
+    async def ask(p, target):
+        try:
+            await p.probe(target)
+        except ProbeError as exc:
+            errors.append(exc)
+
+    # The waiter runs outside the prober: it outlives the prober's nursery.
+    async with (
+        open_stalled_target() as stalled,
+        trio.open_nursery() as nursery,
+        prober(timeout_s=60.0) as p,
+    ):
+        nursery.start_soon(ask, p, stalled.target(NAME_A))
+        await stalled.wait_accepted(1)
+    assert len(errors) == 1
+    assert type(errors[0]) is ProbeError
+    assert errors[0].status == 503
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"timeout_s": 0}, {"max_concurrent": 0}, {"max_handshake_bytes": 0}],
+)
+async def test_bad_limits_are_refused(overrides):
+    with pytest.raises(ValueError):
+        async with prober(**overrides):
+            pass
