@@ -81,4 +81,4 @@ def test_bundle_pins_are_sha1_of_der():
     for host in bundle.hosts:
         cert = x509.load_pem_x509_certificate(host.certificate_pem.encode())
         der = cert.public_bytes(Encoding.DER)
-        assert host.sha1_pin == hashlib.sha1(der).hexdigest(":").upper()
+        assert host.sha1_pin == hashlib.sha1(der).digest().hex(":").upper()

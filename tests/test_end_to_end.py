@@ -118,9 +118,7 @@ async def test_stalled_target_is_503_within_the_deadline(tmp_path):
 
 async def test_refused_target_never_receives_a_connection(tmp_path):
     async with open_tls_target(names=[NAME]) as site:
-        async with open_notary(
-            tmp_path, names={NAME: [site.host]}, allow_targets=()
-        ) as notary:
+        async with open_notary(tmp_path, names={NAME: [site.host]}, allow_targets=()) as notary:
             for target in (f"{NAME}+{site.port}", f"127.0.0.1+{site.port}"):
                 response = await legacy_query(notary.port, target, ABSENT_FP)
                 assert response.status == 403
@@ -172,7 +170,9 @@ async def test_http11_keep_alive_serves_several_requests(tmp_path):
                 f"Content-Type: application/x-www-form-urlencoded\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n"
             ).encode() + body
-            last = f"GET /target/{NAME}+{site.port} HTTP/1.1\r\nHost: n\r\nConnection: close\r\n\r\n"
+            last = (
+                f"GET /target/{NAME}+{site.port} HTTP/1.1\r\nHost: n\r\nConnection: close\r\n\r\n"
+            )
             response = await send_raw(notary.port, one + one + last.encode())
             assert response.status == 200
             # Three responses on one connection, each with its own length.

@@ -58,7 +58,9 @@ class NotaryUnderTest:
         return hashlib.sha1(self.certificate.public_bytes(Encoding.DER)).digest()
 
 
-def make_notary_files(directory: Path, name: str = LOCALHOST) -> tuple[Path, Path, x509.Certificate]:
+def make_notary_files(
+    directory: Path, name: str = LOCALHOST
+) -> tuple[Path, Path, x509.Certificate]:
     key = crypto.generate_rsa_key()
     cert = crypto.make_self_signed_certificate(key, name)
     key_path, cert_path = directory / "notary.key", directory / "notary.crt"

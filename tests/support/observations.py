@@ -1,0 +1,38 @@
+"""Certificates and probe results for store tests, made locally with trustme."""
+
+from __future__ import annotations
+
+import ssl
+from functools import cache
+
+import trustme
+
+from notary.observations import Certificate, ProbeResult
+from notary.protocol.targets import Target
+
+
+@cache
+def _ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@cache
+def certificate(name: str = "www.example.test") -> Certificate:
+    """A leaf certificate for ``name``; the same object for the same name."""
+    pem = _ca().issue_cert(name).cert_chain_pems[0].bytes().decode("ascii")
+    return Certificate.from_der(ssl.PEM_cert_to_DER_cert(pem))
+
+
+def probe_result(
+    host: str = "www.example.test",
+    port: int = 443,
+    *,
+    cert: str | None = None,
+    address: str = "192.0.2.1",
+    at: int = 1_700_000_000,
+) -> ProbeResult:
+    """``host:port`` served the certificate of ``cert`` (default: of ``host``)."""
+    leaf = certificate(cert or host)
+    return ProbeResult(
+        target=Target(host, port), leaf=leaf, chain=(leaf.der,), address=address, observed_at=at
+    )

@@ -1,0 +1,452 @@
+"""Configuration: TOML file -> frozen dataclasses (notary.config)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from notary.config import (
+    AnswerConfig,
+    CacheConfig,
+    Config,
+    Endpoint,
+    HttpConfig,
+    ProbeConfig,
+    ServerConfig,
+    StoreConfig,
+    load_config,
+    parse_endpoint,
+)
+from notary.errors import ConfigError, UsageError
+
+FILES = 'key_file = "notary.key"\ncert_file = "notary.crt"\ndb_file = "notary.db"\n'
+REQUIRED = {"key_file": "k.pem", "cert_file": "c.pem", "db_file": "n.db"}
+
+
+def write(tmp_path: Path, text: str, name: str = "notary.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def server_file(tmp_path: Path, server_extra: str = "", rest: str = "") -> Path:
+    return write(tmp_path, "[server]\n" + FILES + server_extra + "\n" + rest)
+
+
+def config_error(tmp_path: Path, server_extra: str = "", rest: str = "") -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(server_file(tmp_path, server_extra, rest))
+    return str(info.value)
+
+
+# -- defaults and overrides ------------------------------------------------------
+
+
+def test_defaults(tmp_path: Path) -> None:
+    config = load_config(server_file(tmp_path))
+    assert config.probe == ProbeConfig()
+    assert config.answers == AnswerConfig()
+    assert config.http == HttpConfig()
+    assert config.cache == CacheConfig()
+    assert config.store == StoreConfig()
+    server = config.server
+    assert server.api == (Endpoint("0.0.0.0", 443), Endpoint("0.0.0.0", 4242))
+    assert server.allow_targets == ()
+    assert server.bundle_file is None
+    assert server.log_level == "info"
+    assert config.store.synchronous == "NORMAL"
+    assert config.probe.timeout_s == 10.0
+    assert config.answers.fresh_for_s == 86400
+
+
+def test_config_is_frozen(tmp_path: Path) -> None:
+    config = load_config(server_file(tmp_path))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.probe.timeout_s = 1.0  # type: ignore[misc]
+
+
+def test_defaults_pass_validation_without_a_file() -> None:
+    config = load_config(None, {"server": dict(REQUIRED)})
+    assert isinstance(config, Config)
+    assert config.server.key_file == Path("k.pem")
+    assert isinstance(config.server.cert_file, Path)
+
+
+def test_every_section_and_key_from_the_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "[server]\n" + FILES
+        + 'api = ["127.0.0.1:8443", "[::1]:4242"]\n'
+        + 'allow_targets = ["127.0.0.0/8", "::1/128"]\n'
+        + 'bundle_file = "local.notary"\nlog_level = "debug"\n'
+        + "[probe]\ntimeout_s = 5\nmax_concurrent = 8\nmax_handshake_bytes = 1024\n"
+        + "[answers]\nfresh_for_s = 60\nreprobe_after_s = 0\nquery_timeout_s = 2.5\n"
+        + "[http]\ntls_handshake_timeout_s = 1.0\nheader_timeout_s = 2\n"
+        + "keepalive_timeout_s = 3\nsend_timeout_s = 4\nmax_header_bytes = 100\n"
+        + "max_headers = 5\nmax_body_bytes = 6\nmax_connections = 7\n"
+        + "[cache]\nmax_entries = 10\nmax_bytes = 11\n"
+        + '[store]\nbatch_rows = 12\nbatch_interval_ms = 13\nqueue_rows = 14\nsynchronous = "FULL"\n',
+    )
+    config = load_config(path)
+    assert config.server.api == (Endpoint("127.0.0.1", 8443), Endpoint("::1", 4242))
+    assert config.server.allow_targets == ("127.0.0.0/8", "::1/128")
+    assert config.server.bundle_file == tmp_path / "local.notary"
+    assert config.server.log_level == "debug"
+    assert config.probe == ProbeConfig(5.0, 8, 1024)
+    assert isinstance(config.probe.timeout_s, float)
+    assert config.answers == AnswerConfig(60, 0, 2.5)
+    assert config.http == HttpConfig(1.0, 2.0, 3.0, 4.0, 100, 5, 6, 7)
+    assert config.cache == CacheConfig(10, 11)
+    assert config.store == StoreConfig(12, 13, 14, "FULL")
+
+
+def test_relative_paths_are_resolved_against_the_file(tmp_path: Path) -> None:
+    conf_dir = tmp_path / "etc" / "notary"
+    conf_dir.mkdir(parents=True)
+    path = write(conf_dir, "[server]\n" + FILES + 'bundle_file = "pub/n.notary"\n')
+    server = load_config(path).server
+    assert server.key_file == conf_dir / "notary.key"
+    assert server.cert_file == conf_dir / "notary.crt"
+    assert server.db_file == conf_dir / "notary.db"
+    assert server.bundle_file == conf_dir / "pub" / "n.notary"
+
+
+def test_relative_paths_do_not_depend_on_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    path = write(conf_dir, "[server]\n" + FILES)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_config(path).server.key_file.resolve() == (conf_dir / "notary.key").resolve()
+    monkeypatch.chdir(conf_dir)
+    assert load_config(Path("notary.toml")).server.key_file.resolve() == (
+        conf_dir / "notary.key"
+    ).resolve()
+
+
+def test_absolute_paths_are_kept(tmp_path: Path) -> None:
+    key = tmp_path / "abs" / "notary.key"
+    path = write(tmp_path, f'[server]\nkey_file = "{key}"\ncert_file = "c"\ndb_file = "d"\n')
+    assert load_config(path).server.key_file == key
+
+
+def test_overrides_beat_the_file(tmp_path: Path) -> None:
+    path = server_file(tmp_path, 'log_level = "info"\n', "[probe]\ntimeout_s = 5\n")
+    config = load_config(
+        path,
+        {
+            "server": {
+                "key_file": Path("override.key"),
+                "log_level": "error",
+                "api": (Endpoint("127.0.0.1", 0),),
+                "allow_targets": ("10.0.0.0/8",),
+            },
+            "probe": {"timeout_s": 1.5},
+        },
+    )
+    # Override paths are the caller's (relative to the working directory).
+    assert config.server.key_file == Path("override.key")
+    assert config.server.cert_file == tmp_path / "notary.crt"
+    assert config.server.log_level == "error"
+    assert config.server.api == (Endpoint("127.0.0.1", 0),)
+    assert config.server.allow_targets == ("10.0.0.0/8",)
+    assert config.probe.timeout_s == 1.5
+
+
+def test_overrides_are_validated(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="log_level"):
+        load_config(server_file(tmp_path), {"server": {"log_level": "loud"}})
+    with pytest.raises(ConfigError, match="timeout_s"):
+        load_config(server_file(tmp_path), {"probe": {"timeout_s": 0}})
+
+
+def test_overrides_can_supply_the_required_files(tmp_path: Path) -> None:
+    path = write(tmp_path, "[probe]\ntimeout_s = 3\n")
+    config = load_config(path, {"server": dict(REQUIRED)})
+    assert config.server.db_file == Path("n.db")
+    assert config.probe.timeout_s == 3.0
+
+
+def test_config_error_is_a_usage_error() -> None:
+    assert issubclass(ConfigError, UsageError)
+
+
+# -- errors: every one names its key ---------------------------------------------
+
+
+def test_unknown_section(tmp_path: Path) -> None:
+    assert "[relay]" in config_error(tmp_path, rest="[relay]\nport = 80\n")
+
+
+@pytest.mark.parametrize(
+    ("rest", "key"),
+    [
+        ("[probe]\ntimeout = 5\n", "'timeout'"),
+        ("[http]\nmax_header_size = 5\n", "'max_header_size'"),
+        ("[probe.extra]\nx = 1\n", "'extra'"),
+    ],
+)
+def test_unknown_key(tmp_path: Path, rest: str, key: str) -> None:
+    message = config_error(tmp_path, rest=rest)
+    assert key in message
+    assert "unknown key" in message
+
+
+def test_unknown_server_key(tmp_path: Path) -> None:
+    assert "'listen'" in config_error(tmp_path, 'listen = "0.0.0.0:443"\n')
+
+
+@pytest.mark.parametrize("text", ["server = 5\n", 'server = "x"\n', "server = [1, 2]\n",
+                                  'probe = "ab"\n' + "[server]\n" + FILES,
+                                  "probe = [[1, 2]]\n" + "[server]\n" + FILES])
+def test_section_must_be_a_table(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError, match="must be a table"):
+        load_config(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("rest", "where", "what"),
+    [
+        ('[probe]\ntimeout_s = "10"\n', "[probe] timeout_s", "number"),
+        ("[probe]\ntimeout_s = true\n", "[probe] timeout_s", "number"),
+        ("[probe]\ntimeout_s = [1]\n", "[probe] timeout_s", "number"),
+        ("[probe]\ntimeout_s = 1979-05-27\n", "[probe] timeout_s", "number"),
+        ("[probe]\nmax_concurrent = 1.5\n", "[probe] max_concurrent", "integer"),
+        ('[probe]\nmax_concurrent = "8"\n', "[probe] max_concurrent", "integer"),
+        ("[probe]\nmax_concurrent = false\n", "[probe] max_concurrent", "integer"),
+        ("[store]\nsynchronous = 1\n", "[store] synchronous", "string"),
+        ("[answers]\nfresh_for_s = 1.0\n", "[answers] fresh_for_s", "integer"),
+        ("[cache]\nmax_bytes = {}\n", "[cache] max_bytes", "integer"),
+    ],
+)
+def test_wrong_types(tmp_path: Path, rest: str, where: str, what: str) -> None:
+    message = config_error(tmp_path, rest=rest)
+    assert where in message
+    assert what in message
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("log_level = 5\n", "log_level"),
+        ('api = "127.0.0.1:443"\n', "api"),
+        ("api = 443\n", "api"),
+        ('allow_targets = "10.0.0.0/8"\n', "allow_targets"),
+        ("bundle_file = 5\n", "bundle_file"),
+    ],
+)
+def test_wrong_server_types(tmp_path: Path, extra: str, key: str) -> None:
+    assert f"[server] {key}" in config_error(tmp_path, extra)
+
+
+def test_path_must_be_text(tmp_path: Path) -> None:
+    path = write(tmp_path, '[server]\nkey_file = 5\ncert_file = "c"\ndb_file = "d"\n')
+    with pytest.raises(ConfigError, match=r"\[server\] key_file must be a file path"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "missing"),
+    [
+        ('[server]\nkey_file = "k"\n', "cert_file, db_file"),
+        ("[probe]\ntimeout_s = 1\n", "key_file, cert_file, db_file"),
+        ("", "key_file, cert_file, db_file"),
+    ],
+)
+def test_required_files(tmp_path: Path, text: str, missing: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    assert str(info.value) == f"[server] needs {missing}"
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("probe", "timeout_s"),
+        ("probe", "max_concurrent"),
+        ("probe", "max_handshake_bytes"),
+        ("answers", "fresh_for_s"),
+        ("answers", "query_timeout_s"),
+        *(("http", f.name) for f in dataclasses.fields(HttpConfig)),
+        ("cache", "max_entries"),
+        ("cache", "max_bytes"),
+        ("store", "batch_rows"),
+        ("store", "batch_interval_ms"),
+        ("store", "queue_rows"),
+    ],
+)
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_non_positive_values(tmp_path: Path, section: str, key: str, value: str) -> None:
+    message = config_error(tmp_path, rest=f"[{section}]\n{key} = {value}\n")
+    assert message == f"[{section}] {key} must be greater than 0"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1" + "0" * 400])
+@pytest.mark.parametrize("key", ["probe.timeout_s", "answers.query_timeout_s",
+                                 "http.header_timeout_s"])
+def test_timeouts_must_be_finite(tmp_path: Path, key: str, value: str) -> None:
+    section, name = key.split(".")
+    message = config_error(tmp_path, rest=f"[{section}]\n{name} = {value}\n")
+    assert f"[{section}] {name}" in message
+
+
+def test_reprobe_after_may_be_zero_but_not_negative(tmp_path: Path) -> None:
+    assert load_config(server_file(tmp_path, rest="[answers]\nreprobe_after_s = 0\n"))
+    message = config_error(tmp_path, rest="[answers]\nreprobe_after_s = -1\n")
+    assert "[answers] reprobe_after_s" in message
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/33", "not-a-cidr", "", "10.0.0.0/8/8", "::1/129",
+                                  "10"])
+def test_bad_cidr(tmp_path: Path, cidr: str) -> None:
+    message = config_error(tmp_path, f'allow_targets = ["127.0.0.0/8", "{cidr}"]\n')
+    assert "[server] allow_targets" in message
+    assert repr(cidr) in message
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/8", "192.0.2.1", "2001:db8::/32"])
+def test_good_cidrs(tmp_path: Path, cidr: str) -> None:
+    config = load_config(server_file(tmp_path, f'allow_targets = ["{cidr}"]\n'))
+    assert config.server.allow_targets == (cidr,)
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["nope", "example.com:443", "127.0.0.1", "127.0.0.1:99999", "[::1]", ":443",
+                 "127.0.0.1:http"],
+)
+def test_bad_endpoint(tmp_path: Path, endpoint: str) -> None:
+    message = config_error(tmp_path, f'api = ["127.0.0.1:8443", "{endpoint}"]\n')
+    assert "[server] api" in message
+    assert repr(endpoint) in message
+
+
+def test_no_endpoint(tmp_path: Path) -> None:
+    assert "[server] api" in config_error(tmp_path, "api = []\n")
+
+
+@pytest.mark.parametrize("level", ["verbose", "", "critical", "trace"])
+def test_bad_log_level(tmp_path: Path, level: str) -> None:
+    assert "[server] log_level" in config_error(tmp_path, f'log_level = "{level}"\n')
+
+
+@pytest.mark.parametrize("level", ["debug", "INFO", "Warning", "error"])
+def test_log_levels(tmp_path: Path, level: str) -> None:
+    assert load_config(server_file(tmp_path, f'log_level = "{level}"\n')).server.log_level == level
+
+
+@pytest.mark.parametrize("mode", ["sometimes", "", "NORMAL; DROP", "WAL"])
+def test_bad_synchronous(tmp_path: Path, mode: str) -> None:
+    assert "[store] synchronous" in config_error(tmp_path, rest=f'[store]\nsynchronous = "{mode}"\n')
+
+
+@pytest.mark.parametrize("mode", ["off", "normal", "FULL", "Extra"])
+def test_synchronous_modes(tmp_path: Path, mode: str) -> None:
+    config = load_config(server_file(tmp_path, rest=f'[store]\nsynchronous = "{mode}"\n'))
+    assert config.store.synchronous == mode
+
+
+@pytest.mark.parametrize(
+    "text", ["[server\n", "key_file = \n", "[server]\nkey_file = 'a'\nkey_file = 'b'\n",
+             "[server]\n[server]\n", "= 1\n"],
+)
+def test_invalid_toml(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "not valid TOML" in message
+    assert str(path) in message
+    assert "\n" not in message
+
+
+def test_invalid_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "notary.toml"
+    path.write_bytes(b"[server]\nkey_file = '\xff\xfe'\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "missing.toml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+    assert "No such file" in str(info.value)
+
+
+def test_directory_instead_of_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = server_file(tmp_path)
+    path.chmod(0)
+    try:
+        with pytest.raises(ConfigError, match="cannot read config"):
+            load_config(path)
+    finally:
+        path.chmod(0o600)
+
+
+# -- parse_endpoint --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port", "shown"),
+    [
+        ("127.0.0.1:8443", "127.0.0.1", 8443, "127.0.0.1:8443"),
+        ("0.0.0.0:0", "0.0.0.0", 0, "0.0.0.0:0"),
+        ("[::1]:443", "::1", 443, "[::1]:443"),
+        ("[::]:4242", "::", 4242, "[::]:4242"),
+        ("[2001:db8::1]:65535", "2001:db8::1", 65535, "[2001:db8::1]:65535"),
+        ("[::ffff:192.0.2.1]:1", "::ffff:192.0.2.1", 1, "[::ffff:192.0.2.1]:1"),
+        ("localhost:8080", "localhost", 8080, "localhost:8080"),
+        ("  127.0.0.1:80  ", "127.0.0.1", 80, "127.0.0.1:80"),
+        ("127.0.0.1:00080", "127.0.0.1", 80, "127.0.0.1:80"),
+    ],
+)
+def test_parse_endpoint(text: str, host: str, port: int, shown: str) -> None:
+    endpoint = parse_endpoint(text)
+    assert endpoint == Endpoint(host, port)
+    assert str(endpoint) == shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "", "127.0.0.1", "127.0.0.1:", ":443", "[::1]", "::1:443", "[::1:443", "::1]:443",
+        "127.0.0.1:65536", "127.0.0.1:123456", "127.0.0.1:-1", "127.0.0.1:+80", "127.0.0.1:8o",
+        "127.0.0.1:\u0663", "127.0.0.1:\uff18\uff10", "example.com:443", "LOCALHOST:80",
+        "256.0.0.1:80", "[fe80::1%eth0]:80", "[zz::1]:80", "127.0.0.1 :80",
+        "127.0.0.1:80:80", "http://127.0.0.1:80",
+    ],
+)
+def test_parse_endpoint_refuses(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_endpoint(text, what="--api")
+    assert str(info.value).startswith("--api ")
+
+
+def test_server_config_defaults_listen_on_both_convergence_ports() -> None:
+    server = ServerConfig(Path("k"), Path("c"), Path("d"))
+    assert [e.port for e in server.api] == [443, 4242]
+
+
+def test_unreadable_file_even_as_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = server_file(tmp_path)
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "open", refuse)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"cannot read config {path}: Permission denied"
