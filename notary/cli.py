@@ -102,7 +102,14 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     key = crypto.generate_rsa_key()
     cert = crypto.make_self_signed_certificate(key, args.name, days=args.days)
     crypto.write_new_file(args.out_key, crypto.private_key_pem(key), mode=0o600, force=args.force)
-    crypto.write_new_file(args.out_cert, crypto.certificate_pem(cert), mode=0o644, force=args.force)
+    try:
+        crypto.write_new_file(
+            args.out_cert, crypto.certificate_pem(cert), mode=0o644, force=args.force
+        )
+    except UsageError:
+        if not args.force:
+            args.out_key.unlink(missing_ok=True)  # no key without its certificate
+        raise
     print(f"wrote {args.out_key} (mode 0600) and {args.out_cert}")
     return 0
 
@@ -249,7 +256,11 @@ def cmd_dev_init(args: argparse.Namespace) -> int:
     """Everything ``make run`` needs under ``args.dir``, made once."""
     from notary.devsetup import ensure_dev_notary
 
-    ensure_dev_notary(args.dir, api_port=args.api_port, relay_api_port=args.relay_api_port)
+    try:
+        ensure_dev_notary(args.dir, api_port=args.api_port, relay_api_port=args.relay_api_port)
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        raise UsageError(f"dev-init:{where}: {exc.strerror or exc}") from None
     return 0
 
 

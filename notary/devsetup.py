@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from notary import crypto
+from notary.errors import UsageError
 from notary.protocol.bundle import BundleHost, make_bundle
 from notary.store import Store
 
@@ -39,6 +40,11 @@ fresh_for_s = 86400
 
 
 def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: int = 4242) -> None:
+    for flag, port in (("--api-port", api_port), ("--relay-api-port", relay_api_port)):
+        if not 1 <= port <= 65535:
+            raise UsageError(f"{flag} must be a port number 1-65535, not {port}")
+    if api_port == relay_api_port:
+        raise UsageError("--api-port and --relay-api-port must differ")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     key_path, cert_path = directory / "notary.key", directory / "notary.crt"

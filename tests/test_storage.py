@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -92,12 +93,21 @@ async def test_batch_rows_bounds_a_batch(db_path: Path, monkeypatch: pytest.Monk
     assert storage.statistics().batches == len(sizes)
 
 
-async def test_a_lone_record_is_flushed_after_the_interval(db_path: Path) -> None:
+async def test_a_lone_record_is_flushed_after_the_interval(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    committed = trio.Event()
+    real = Store.record
+
+    def record(self: Store, batch: Sequence[ProbeResult]) -> None:
+        real(self, batch)
+        trio.from_thread.run_sync(committed.set)
+
+    monkeypatch.setattr(Store, "record", record)
     async with open_storage(db_path, batch_interval_ms=20) as storage:
         await storage.record(probe_result(at=T0))
         with trio.fail_after(THREAD_WAIT_S):
-            while storage.statistics().committed < 1:
-                await trio.sleep(0.01)
+            await committed.wait()
         # Committed while the block still runs: readable now.
         timeline = await storage.load_timeline(Target("www.example.test", 443))
         assert timeline.newest.last_seen == T0
@@ -114,11 +124,11 @@ async def test_producers_wait_when_the_queue_is_full(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     release = threading.Event()
-    entered = threading.Event()
+    entered = trio.Event()
     real = Store.record
 
     def slow_record(self: Store, batch: Sequence[ProbeResult]) -> None:
-        entered.set()
+        trio.from_thread.run_sync(entered.set)
         assert release.wait(THREAD_WAIT_S), "the test never released the writer"
         real(self, batch)
 
@@ -139,8 +149,7 @@ async def test_producers_wait_when_the_queue_is_full(
             nursery.start_soon(produce, storage)
             # The writer takes one result and blocks in the thread; two more
             # fill the queue; the producer must then wait.
-            while not entered.is_set():
-                await trio.sleep(0.01)
+            await entered.wait()
             await trio.testing.wait_all_tasks_blocked()
             stats = storage.statistics()
             release.set()  # before asserting, so a failure does not block the thread
@@ -203,7 +212,7 @@ async def test_retry_delay_is_bounded(
     monkeypatch.setattr(Store, "record", failing_record)
     async with open_storage(db_path) as storage:
         await storage.record(probe_result())
-    gaps = [b - a for a, b in zip(calls, calls[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
     assert max(gaps) <= storage_module.MAX_RETRY_DELAY_S + 0.5
     assert gaps[-1] >= storage_module.MAX_RETRY_DELAY_S
     assert storage.statistics().failed_batches == 8
@@ -245,7 +254,7 @@ async def test_open_storage_creates_and_migrates(db_path: Path) -> None:
 
 
 async def test_open_storage_on_a_corrupt_file_raises_store_error(db_path: Path) -> None:
-    db_path.write_bytes(b"\x13" * 8192)
+    await trio.Path(db_path).write_bytes(b"\x13" * 8192)
     with pytest.raises(StoreError):
         async with open_storage(db_path):
             pytest.fail("opened a corrupt database")

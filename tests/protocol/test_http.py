@@ -6,6 +6,7 @@ request is reproduced byte for byte (HTTP/1.0, no Host header).
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -260,7 +261,7 @@ def split_stream(draw: st.DrawFn) -> tuple[bytes, list[bytes]]:
     stream = draw(st.sampled_from(_STREAMS))
     cuts = sorted(draw(st.sets(st.integers(1, len(stream) - 1), max_size=40)))
     bounds = [0, *cuts, len(stream)]
-    return stream, [stream[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return stream, [stream[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 @given(split_stream())
@@ -510,7 +511,7 @@ def _check_fuzz(prefix: bytes, data: bytes, cuts: list[int], **limits: int) -> N
     bounds = [0, *sorted(c for c in cuts if 0 < c < len(stream)), len(stream)]
     reader = RequestReader(**limits)
     try:
-        for a, b in zip(bounds, bounds[1:], strict=False):
+        for a, b in itertools.pairwise(bounds):
             for request in reader.feed(stream[a:b]):
                 assert isinstance(request, Request)
     except ProtocolError as exc:
