@@ -19,7 +19,7 @@ import trio
 from notary import __version__, crypto
 from notary.config import Config, load_config, parse_endpoint
 from notary.errors import ConfigError, NotaryError, StoreError, UsageError
-from notary.protocol.bundle import BundleHost, make_bundle, parse_bundle
+from notary.protocol.bundle import make_bundle, parse_bundle, parse_host_spec
 from notary.store import Store
 
 log = logging.getLogger("notary")
@@ -116,7 +116,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 # -- bundle ---------------------------------------------------------------------
 
-_HOST_SPEC = re.compile(r"(\[[^\]]+\]|[^:\[\]]+):(\d{1,5}):(\d{1,5}):(.+)")
+_HOST_SPEC = re.compile(r"(\[[^\]]+\]:\d{1,5}:\d{1,5}|[^:\[\]]+:\d{1,5}:\d{1,5}):(.+)")
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
@@ -133,14 +133,12 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         match = _HOST_SPEC.fullmatch(spec)
         if not match:
             raise UsageError(f"--host {spec!r} must be HOST:SSL_PORT:HTTP_PORT:CERT_PEM")
-        pem_path = Path(match.group(4))
+        pem_path = Path(match.group(2))
         try:
             pem = pem_path.read_text("ascii")
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read certificate {pem_path}: {exc}") from None
-        hosts.append(
-            BundleHost(match.group(1).strip("[]"), int(match.group(2)), int(match.group(3)), pem)
-        )
+        hosts.append(parse_host_spec(match.group(1), pem))
     bundle = make_bundle(name=args.name, location=args.location, hosts=hosts, region=args.region)
     crypto.write_new_file(args.out, bundle.to_json(), mode=0o644, force=args.force)
     print(f"wrote {args.out}")

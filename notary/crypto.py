@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime
 import ipaddress
 import os
+import tempfile
 from pathlib import Path
 
 from cryptography import x509
@@ -93,12 +95,18 @@ def write_new_file(path: Path, data: bytes, *, mode: int, force: bool = False) -
     path = Path(path)
     try:
         if force:
-            tmp = path.with_name(f".{path.name}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
+            # mkstemp: a new file (O_EXCL, mode 0600) under an unpredictable
+            # name, so nothing planted beside the target receives the data.
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.chmod(tmp, mode)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
         else:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
             with os.fdopen(fd, "wb") as f:

@@ -79,7 +79,13 @@ class Timeline:
 
     def __post_init__(self) -> None:
         ordered = tuple(
-            sorted(self.observations, key=lambda o: (o.last_seen, o.first_seen), reverse=True)
+            sorted(
+                self.observations,
+                # sha256 makes the order total: equal times still give one
+                # order, hence one signed answer.
+                key=lambda o: (o.last_seen, o.first_seen, o.certificate.sha256),
+                reverse=True,
+            )
         )
         object.__setattr__(self, "observations", ordered)
 
@@ -113,7 +119,7 @@ class Timeline:
                 addresses=(result.address,),
             )
         else:
-            addresses = (result.address,) + tuple(a for a in found.addresses if a != result.address)
+            addresses = (result.address, *tuple(a for a in found.addresses if a != result.address))
             updated = replace(
                 found,
                 first_seen=min(found.first_seen, result.observed_at),

@@ -172,8 +172,10 @@ class Store:
     def record(self, results: Sequence[ProbeResult]) -> None:
         """Record ``results`` in one transaction: a certificate seen again
         widens its observation (first_seen down, last_seen up) and adds the
-        address; a new one starts an observation. Order does not matter:
-        recording is commutative, so batches may be retried."""
+        address; a new one starts an observation. ``first_seen`` and
+        ``last_seen`` do not depend on the order of recording, so a batch may
+        be retried after a newer one committed; the address list is ordered
+        by recording (newest recorded first), not by ``observed_at``."""
         if not results:
             return
         with self._transaction() as db:

@@ -148,12 +148,6 @@ def test_keygen_force_overwrites(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "k"]  # no temp files left
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="crypto.write_new_file(force=True) opens the fixed temp name .<name>.tmp "
-    "without O_EXCL/O_NOFOLLOW: a planted symlink (or a pre-existing world-readable "
-    "file) there receives the private key; use tempfile.mkstemp in the same directory",
-)
 def test_keygen_force_does_not_follow_a_planted_temp_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -416,13 +416,6 @@ def test_permutations_give_identical_timelines_including_addresses(tmp_path: Pat
         assert a.load_timeline(WWW) == b.load_timeline(WWW)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Timeline (notary/observations.py) sorts by (last_seen, first_seen) only: "
-    "certificates with equal times keep the database's row order, i.e. insertion "
-    "order, so the same observations give differently ordered timelines (and "
-    "different Convergence signed bytes); a total tie-break such as sha256 fixes it",
-)
 def test_permutations_with_equal_times_give_identical_timelines(tmp_path: Path) -> None:
     one = probe_result(cert="c1.example.test", at=T0)
     two = probe_result(cert="c2.example.test", at=T0)

@@ -194,6 +194,6 @@ def parse_host_spec(spec: str, certificate_pem: str) -> BundleHost:
     """``HOST:SSL_PORT:HTTP_PORT`` (IPv6 hosts in brackets) plus PEM text."""
     match = re.fullmatch(r"(\[[^\]]+\]|[^:\[\]]+):(\d{1,5}):(\d{1,5})", spec)
     if not match:
-        raise BundleError(f"--host {spec!r} must be HOST:SSL_PORT:HTTP_PORT:CERT_FILE")
+        raise BundleError(f"host {spec!r} must be HOST:SSL_PORT:HTTP_PORT")
     host = match.group(1).strip("[]")
     return BundleHost(host, int(match.group(2)), int(match.group(3)), certificate_pem)

@@ -129,6 +129,8 @@ class RequestReader:
             self.finished = True
             last = self._completed[-1] if self._completed else None
             if last is None or last.keep_alive:
+                if str(exc) == "Invalid HTTP version":  # llhttp's own check
+                    raise ProtocolError("HTTP version not supported", status=505) from None
                 raise ProtocolError(f"malformed request: {_reason(exc)}") from None
             # Bytes after a request that closes the connection are ignored.
         partial = self._partial

@@ -415,11 +415,6 @@ def test_unsupported_version_is_505(version: bytes) -> None:
     assert error.status == 505
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llhttp rejects these versions itself, so they are answered 400, while "
-    "invariant 2 of notary/protocol/http.py promises 505 for any version but 1.0/1.1",
-)
 @pytest.mark.parametrize("version", [b"HTTP/1.2", b"HTTP/3.0"])
 def test_other_unknown_versions_are_505(version: bytes) -> None:
     assert protocol_error(b"GET / " + version + b"\r\n\r\n").status == 505
