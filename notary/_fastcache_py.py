@@ -260,6 +260,16 @@ class LRUCache:
         return self._unlink(popped)
 
 
+def _start_and_step(digest: bytes) -> tuple[int, int]:
+    """The first position and the (odd) stride of ``digest``'s bits."""
+    if type(digest) is not bytes:
+        digest = bytes(memoryview(digest))
+    if len(digest) < BLOOM_DIGEST_BYTES:
+        raise short_digest_error(len(digest))
+    h, step = _unpack_words(digest)
+    return h, step | 1
+
+
 class BloomFilter:
     """Bloom filter over byte digests (see ``bloom_digest``). Never a false negative.
 
@@ -283,12 +293,7 @@ class BloomFilter:
         self._items_added = 0
 
     def add(self, digest: bytes) -> None:
-        if type(digest) is not bytes:
-            digest = bytes(memoryview(digest))
-        if len(digest) < BLOOM_DIGEST_BYTES:
-            raise short_digest_error(len(digest))
-        h, step = _unpack_words(digest)
-        step |= 1
+        h, step = _start_and_step(digest)
         nbits = self._nbits
         bits = self._bits
         for _ in range(self._hashes):
@@ -298,12 +303,7 @@ class BloomFilter:
         self._items_added += 1
 
     def __contains__(self, digest: bytes) -> bool:
-        if type(digest) is not bytes:
-            digest = bytes(memoryview(digest))
-        if len(digest) < BLOOM_DIGEST_BYTES:
-            raise short_digest_error(len(digest))
-        h, step = _unpack_words(digest)
-        step |= 1
+        h, step = _start_and_step(digest)
         nbits = self._nbits
         bits = self._bits
         for _ in range(self._hashes):

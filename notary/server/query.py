@@ -135,19 +135,18 @@ class QueryService:
         )
         if decision is Decision.PROBE:
             assert self.prober is not None, "QueryService.prober was never set"
-            failure: ProbeError
-            with trio.move_on_after(self._query_timeout_s):
-                try:
+            try:
+                with trio.fail_after(self._query_timeout_s):
                     result = await self.prober.probe(target)
-                except ProbeError as exc:
-                    failure = exc
-                else:
-                    record = self._cache.peek(target.key) or self._make_record(
-                        (timeline or Timeline(target)).merged(result)
-                    )
-                    return self._answer_from(record, fingerprint)
-                return self._failed(record, fingerprint, failure)
-            return self._failed(record, fingerprint, ProbeError("probe did not finish in time"))
+            except trio.TooSlowError:
+                return self._failed(record, fingerprint, ProbeError("probe did not finish in time"))
+            except ProbeError as exc:
+                return self._failed(record, fingerprint, exc)
+            # ``observe`` ran before probe() returned; the fallback covers an
+            # eviction in between.
+            record = self._cache.peek(target.key) or self._make_record(
+                (timeline or Timeline(target)).merged(result)
+            )
         return self._answer_from(record, fingerprint)
 
     def _answer_from(self, record: TargetRecord, fingerprint: bytes | None) -> Answer:
