@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--bundle", type=Path, help="bundle served at /<file name>")
     serve.add_argument("--api", action="append", metavar="HOST:PORT", help="repeatable")
     serve.add_argument("--allow-target", action="append", metavar="CIDR", help="repeatable")
+    serve.add_argument(
+        "--relay", action="append", metavar="HOST:PORT",
+        help="relay listener (repeatable; replaces [relay] listen)",
+    )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
     dev = commands.add_parser("dev-init", help="make a local key, certificate, db, bundle, config")
@@ -202,17 +206,22 @@ def config_from_args(args: argparse.Namespace) -> Config:
         server["api"] = tuple(parse_endpoint(text, what="--api") for text in args.api)
     if args.allow_target:
         server["allow_targets"] = tuple(args.allow_target)
+    relay: dict[str, Any] = {}
+    if args.relay:
+        relay["listen"] = tuple(parse_endpoint(text, what="--relay") for text in args.relay)
     if args.config is None and not {"key_file", "cert_file", "db_file"} <= server.keys():
         raise ConfigError("serve needs --config FILE, or --key, --cert and --db")
-    return load_config(args.config, {"server": server})
+    return load_config(args.config, {"server": server, "relay": relay})
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.check_config:
-        from notary.server.app import make_server_ssl_context
+        from notary.dialer import system_resolver
+        from notary.server.app import make_relay_handler, make_server_ssl_context
 
         make_server_ssl_context(config)  # key and certificate load and match
+        make_relay_handler(config, resolver=system_resolver, notary_name=None)  # bundles read
         print("configuration OK")
         return 0
     logging.basicConfig(

@@ -34,6 +34,7 @@ from typing import Any
 
 from notary.errors import ConfigError
 from notary.policy import AddressPolicy
+from notary.protocol.relay import RelayMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,40 @@ class StoreConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RelayConfig:
+    """The bounce relay (PROTOCOLS.md 1.5): plain TCP, ``CONNECT`` only."""
+
+    #: Relay listeners (Convergence: port 80); an empty list runs no relay.
+    listen: tuple[Endpoint, ...] = (Endpoint("0.0.0.0", 80),)
+    #: "bundles": only hosts of the bundles below; "public": any host whose
+    #: addresses the address policy allows; "off": serve a page, relay nothing.
+    destinations: str = "bundles"
+    #: Trusted ``.notary`` files, or directories of them (re-read on SIGHUP).
+    bundles: tuple[Path, ...] = ()
+    #: CIDRs exempt from the address policy for destinations (labs, tests).
+    allow_addresses: tuple[str, ...] = ()
+    #: The port connected to on a destination. Clients always ask for 4242;
+    #: change this only in labs that run several notaries on one machine.
+    dial_port: int = 4242
+    #: Time to receive the whole CONNECT head.
+    head_timeout_s: float = 10.0
+    #: Time to resolve and connect to the destinations (tried in parallel).
+    connect_timeout_s: float = 10.0
+    #: An established tunnel with no byte in either direction this long is closed.
+    idle_timeout_s: float = 60.0
+    #: Any tunnel is closed after this long.
+    max_lifetime_s: float = 600.0
+    #: Relay connections at once (any phase); beyond it: 503 and close.
+    max_tunnels: int = 1000
+    max_header_bytes: int = 4 * 1024
+    max_headers: int = 32
+    #: Hosts one CONNECT may name (request-target plus X-Convergence-Notary).
+    max_destinations: int = 8
+    #: Bytes read from one side before they are written to the other.
+    buffer_bytes: int = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -145,6 +180,7 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    relay: RelayConfig = field(default_factory=RelayConfig)
 
 
 _SECTIONS = {
@@ -154,9 +190,11 @@ _SECTIONS = {
     "http": HttpConfig,
     "cache": CacheConfig,
     "store": StoreConfig,
+    "relay": RelayConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_RELAY_MODES = tuple(mode.value for mode in RelayMode)
 
 
 def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> Config:
@@ -190,6 +228,10 @@ def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None =
             for key in ("key_file", "cert_file", "db_file", "bundle_file"):
                 if isinstance(values.get(key), str):
                     values[key] = base / values[key]
+        if name == "relay" and isinstance(values.get("bundles"), list):
+            values["bundles"] = [
+                base / v if isinstance(v, str) else v for v in values["bundles"]
+            ]
         values.update((overrides or {}).get(name, {}))
         sections[name] = _build(name, cls, values)
     config = Config(**sections)
@@ -230,6 +272,12 @@ def _coerce(section: str, key: str, annotation: str, value: Any) -> Any:
         return tuple(
             v if isinstance(v, Endpoint) else parse_endpoint(str(v), what=where) for v in value
         )
+    if annotation == "tuple[Path, ...]":
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} must be a list of paths")
+        if not all(isinstance(v, str | Path) for v in value):
+            raise ConfigError(f"{where} must be a list of paths")
+        return tuple(Path(v) for v in value)
     if annotation == "tuple[str, ...]":
         if isinstance(value, str) or not isinstance(value, list | tuple):
             raise ConfigError(f"{where} must be a list of strings")
@@ -262,6 +310,11 @@ def _validate(config: Config) -> None:
         "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
         "cache": ("max_entries", "max_bytes"),
         "store": ("batch_rows", "batch_interval_ms", "queue_rows"),
+        "relay": (
+            "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
+            "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",
+            "buffer_bytes",
+        ),
     }
     for section, keys in positive.items():
         for key in keys:
@@ -279,3 +332,12 @@ def _validate(config: Config) -> None:
         AddressPolicy.from_cidrs(config.server.allow_targets)
     except ConfigError as exc:
         raise ConfigError(f"[server] allow_targets: {exc}") from None
+    relay = config.relay
+    if relay.destinations not in _RELAY_MODES:
+        raise ConfigError(f"[relay] destinations must be one of {', '.join(_RELAY_MODES)}")
+    if not 1 <= relay.dial_port <= 65535:
+        raise ConfigError("[relay] dial_port must be a port number 1-65535")
+    try:
+        AddressPolicy.from_cidrs(relay.allow_addresses)
+    except ConfigError as exc:
+        raise ConfigError(f"[relay] allow_addresses: {exc}") from None

@@ -14,11 +14,15 @@ from notary.protocol.bundle import BundleHost, make_bundle
 from notary.store import Store
 
 DEV_HOST = "127.0.0.1"
-#: The relay port written into the dev bundle (the relay itself comes later).
+#: The dev relay's port (the bundle's ``http_port``; Convergence uses 80).
 DEV_RELAY_PORT = 8280
 
-CONFIG_TEMPLATE = """\
-# Made by `notary dev-init` for `make run`: a notary on loopback only.
+#: First line of a config file this module wrote; a file that starts with it
+#: but lacks the current template's ``[relay]`` section was written by an
+#: older version and is rewritten.
+CONFIG_HEADER = "# Made by `notary dev-init` for `make run`: a notary on loopback only."
+
+CONFIG_TEMPLATE = CONFIG_HEADER + """
 # Every key is documented in README.md ("Configuration").
 
 [server]
@@ -36,6 +40,16 @@ timeout_s = 5.0
 
 [answers]
 fresh_for_s = 86400
+
+[relay]
+# The bounce relay: CONNECT to port 4242 of a host of a trusted bundle. The
+# local bundle is trusted, so clients can bounce through this notary to itself.
+listen = ["{host}:{relay_port}"]
+destinations = "bundles"
+bundles = ["local.notary"]
+allow_addresses = ["127.0.0.0/8", "::1/128"]
+# Clients always CONNECT to port 4242; this notary's relay API port is:
+dial_port = {relay_api_port}
 """
 
 
@@ -67,9 +81,14 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
         crypto.write_new_file(bundle_path, bundle.to_json(), mode=0o644, force=True)
         print(f"made {bundle_path}")
     config_path = directory / "notary.toml"
-    if not config_path.exists():
+    if _config_is_missing_or_outdated(config_path):
         config_path.write_text(
-            CONFIG_TEMPLATE.format(host=DEV_HOST, api_port=api_port, relay_api_port=relay_api_port)
+            CONFIG_TEMPLATE.format(
+                host=DEV_HOST,
+                api_port=api_port,
+                relay_api_port=relay_api_port,
+                relay_port=DEV_RELAY_PORT,
+            )
         )
         print(f"made {config_path}")
     pin = bundle.hosts[0].sha1_pin
@@ -81,6 +100,17 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
         f"  curl -sk {base}/target/{DEV_HOST}+{api_port}\n"
         f"  curl -sk --data 'fingerprint={pin}' {base}/target/{DEV_HOST}+{api_port}\n"
         f"The bundle for clients: {base}/local.notary\n"
+        "Bounce through the relay (the answer comes from port 4242 via the relay):\n"
+        f"  curl -sk --proxytunnel -x http://{DEV_HOST}:{DEV_RELAY_PORT} "
+        f"https://{DEV_HOST}:4242/target/{DEV_HOST}+{api_port}\n"
     )
+
+
+def _config_is_missing_or_outdated(path: Path) -> bool:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return True
+    return text.startswith(CONFIG_HEADER) and "\n[relay]\n" not in text
 
 

@@ -7,11 +7,8 @@ TLS handshake far enough to receive the server's certificates.
 
 Rules this module keeps:
 
-1. The address checked by the policy is the address connected to. Names are
-   resolved once, by the injected resolver; ``trio.open_tcp_stream`` and
-   friends never see a name, so no second DNS answer can sneak past the policy.
-   IPv4-mapped IPv6 answers (``::ffff:a.b.c.d``) are checked and connected to
-   as the IPv4 address they carry.
+1. The address checked by the policy is the address connected to:
+   connections are made by :func:`notary.dialer.dial` (see its rules).
 2. Single-flight: at most one probe per :class:`~notary.protocol.targets.Target`
    runs at a time. Concurrent :meth:`Prober.probe` calls for one target wait
    for that probe; a waiter that gives up (its own deadline) does not cancel
@@ -70,13 +67,11 @@ the error.
 from __future__ import annotations
 
 import copy
-import ipaddress
 import logging
-import socket
 import time
 import types
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,22 +80,14 @@ import trio
 from cryptography.hazmat.primitives.serialization import Encoding
 from OpenSSL import SSL
 
-from notary.errors import (
-    ProbeConnectFailed,
-    ProbeError,
-    ProbeHandshakeFailed,
-    ProbeRefused,
-    ProbeResolveFailed,
-    ProbeTimeout,
-)
+from notary.dialer import Resolver, dial, system_resolver
+from notary.errors import ProbeError, ProbeHandshakeFailed, ProbeTimeout
 from notary.observations import Certificate, ProbeResult
 from notary.policy import AddressPolicy
 from notary.protocol.targets import Target
 
 __all__ = [
-    "CONNECT_STAGGER_S",
     "DEFAULT_MAX_HANDSHAKE_BYTES",
-    "MAX_ADDRESSES_PER_PROBE",
     "ProbeStatistics",
     "Prober",
     "Resolver",
@@ -111,9 +98,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``(host, port) -> IP address strings``. Raises ``ProbeResolveFailed`` (or
-#: ``OSError``, mapped to it) when the name does not resolve.
-Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 #: Called with every successful probe's result, in the probe task, before the
 #: waiters are woken (see :func:`open_prober`).
 ResultHook = Callable[[ProbeResult], Awaitable[None]]
@@ -122,12 +106,6 @@ ResultHook = Callable[[ProbeResult], Awaitable[None]]
 #: are in (the whole server flight up to and including the Certificate
 #: message). OpenSSL itself also refuses a Certificate message over 100 KiB.
 DEFAULT_MAX_HANDSHAKE_BYTES = 256 * 1024
-#: At most this many resolved (and allowed) addresses are tried per probe.
-MAX_ADDRESSES_PER_PROBE = 8
-#: Happy-eyeballs-style stagger: when an attempt has neither connected nor
-#: failed after this long, the next address is tried in parallel (RFC 8305's
-#: recommended 250 ms, also Trio's default).
-CONNECT_STAGGER_S = 0.25
 #: Bytes asked of the stream per receive during the handshake.
 RECEIVE_CHUNK_BYTES = 16 * 1024
 #: Bytes taken from OpenSSL's outgoing memory BIO per read.
@@ -137,30 +115,6 @@ FAREWELL_TIMEOUT_S = 0.5
 
 #: First byte of a TLS record: change_cipher_spec, alert, handshake, data.
 _TLS_CONTENT_TYPES = frozenset({0x14, 0x15, 0x16, 0x17})
-
-
-async def system_resolver(host: str, port: int) -> list[str]:
-    """Resolve ``host`` with the system resolver (``getaddrinfo``, TCP).
-
-    Returns the IP address strings in the resolver's order, without
-    duplicates.
-
-    Error handling: ``socket.gaierror`` (and any other ``OSError`` or IDNA
-    ``UnicodeError``) becomes :class:`~notary.errors.ProbeResolveFailed`; an
-    empty answer too.
-    """
-    try:
-        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise ProbeResolveFailed("name did not resolve") from None
-    addresses: list[str] = []
-    for _family, _type, _proto, _canonname, sockaddr in infos:
-        address = str(sockaddr[0])
-        if address not in addresses:
-            addresses.append(address)
-    if not addresses:
-        raise ProbeResolveFailed("name has no addresses")
-    return addresses
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,8 +281,9 @@ class Prober:
             with trio.fail_after(self._timeout_s):
                 async with self._limiter:
                     queued = False
-                    addresses = self._allowed(target, await self._resolve(target))
-                    stream, address = await _connect_first(addresses, target.port)
+                    stream, address = await dial(
+                        target.host, target.port, policy=self._policy, resolver=self._resolver
+                    )
                     try:
                         await self._handshake(stream, target, capture)
                     finally:
@@ -351,43 +306,6 @@ class Prober:
             address=address,
             observed_at=int(self._clock()),
         )
-
-    async def _resolve(self, target: Target) -> Sequence[str]:
-        if target.is_ip_literal:
-            return (target.host,)
-        try:
-            answer = await self._resolver(target.host, target.port)
-        except ProbeError:
-            raise
-        except (OSError, UnicodeError):
-            raise ProbeResolveFailed("name did not resolve") from None
-        if not answer:
-            raise ProbeResolveFailed("name has no addresses")
-        return answer
-
-    def _allowed(self, target: Target, candidates: Sequence[str]) -> list[str]:
-        """The candidates the policy allows, canonical, deduplicated, in
-        order; raises ``ProbeRefused`` when none is."""
-        allowed: list[str] = []
-        refusals: list[str] = []
-        for text in candidates:
-            try:
-                ip = ipaddress.ip_address(text)
-            except ValueError:
-                refusals.append("invalid")
-                continue
-            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-                ip = ip.ipv4_mapped
-            reason = self._policy.refusal(ip)
-            if reason is not None:
-                refusals.append(reason)
-            elif str(ip) not in allowed:
-                allowed.append(str(ip))
-        if not allowed:
-            logger.debug("probe of %s refused by policy: %s", target, ", ".join(refusals))
-            word = refusals[0] if refusals else "no address"
-            raise ProbeRefused(f"address refused by policy: {word}")
-        return allowed[:MAX_ADDRESSES_PER_PROBE]
 
     async def _handshake(
         self, stream: trio.SocketStream, target: Target, capture: _Capture
@@ -477,56 +395,6 @@ async def _send_farewell(stream: trio.SocketStream, data: bytes) -> None:
     with trio.move_on_after(FAREWELL_TIMEOUT_S):
         with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await stream.send_all(data)
-
-
-async def _open_stream(address: str, port: int) -> trio.SocketStream:
-    """A TCP connection to the IP literal ``address`` (never a name)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = trio.socket.socket(family, socket.SOCK_STREAM)
-    try:
-        await sock.connect((address, port))
-    except BaseException:
-        sock.close()
-        raise
-    return trio.SocketStream(sock)
-
-
-async def _connect_first(addresses: Sequence[str], port: int) -> tuple[trio.SocketStream, str]:
-    """Connect to ``addresses`` in order, staggered by ``CONNECT_STAGGER_S``
-    (the next attempt starts early when one fails); the first to connect wins
-    and the others are cancelled or closed.
-
-    Error handling: ``ProbeConnectFailed`` when no address connects.
-    """
-    winners: list[tuple[trio.SocketStream, str]] = []
-
-    async def attempt(address: str, failed: trio.Event, nursery: trio.Nursery) -> None:
-        try:
-            stream = await _open_stream(address, port)
-        except OSError as exc:
-            logger.debug("connect to port %d of an address failed: %s", port, exc.strerror)
-            failed.set()
-            return
-        if winners:  # lost the race
-            stream.socket.close()
-            return
-        winners.append((stream, address))
-        nursery.cancel_scope.cancel()
-
-    try:
-        async with trio.open_nursery() as nursery:
-            for address in addresses:
-                failed = trio.Event()
-                nursery.start_soon(attempt, address, failed, nursery)
-                with trio.move_on_after(CONNECT_STAGGER_S):
-                    await failed.wait()
-    except BaseException:
-        for stream, _ in winners:
-            stream.socket.close()
-        raise
-    if not winners:
-        raise ProbeConnectFailed("could not connect to the target")
-    return winners[0]
 
 
 @asynccontextmanager

@@ -24,7 +24,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from notary import cli, crypto
-from notary.config import load_config
+from notary.cli import build_parser, config_from_args
+from notary.config import Endpoint, load_config
 from notary.protocol.bundle import parse_bundle
 from notary.store import SCHEMA_VERSION, Store
 from tests.support.observations import probe_result
@@ -425,10 +426,14 @@ def test_db_with_a_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def write_config(directory: Path, key: Path, cert: Path, extra: str = "") -> Path:
+    """A config on loopback port 0 (the relay too); ``extra`` follows [server]."""
     path = directory / "notary.toml"
+    relay = '[relay]\nlisten = ["127.0.0.1:0"]\n'
+    if "[relay]\n" in extra:
+        extra, relay = extra.replace("[relay]\n", relay), ""
     path.write_text(
         f'[server]\nkey_file = "{key}"\ncert_file = "{cert}"\ndb_file = "notary.db"\n'
-        f'api = ["127.0.0.1:0"]\n{extra}'
+        f'api = ["127.0.0.1:0"]\n{extra}\n{relay}'
     )
     return path
 
@@ -451,6 +456,30 @@ def test_serve_check_config_from_flags_only(
                           "--api", "[::1]:0", "--allow-target", "127.0.0.0/8",
                           "--log-level", "debug"], capsys)
     assert (status, err) == (0, "")
+
+
+def test_serve_relay_flag_replaces_the_relay_listeners(
+    tmp_path: Path, keypair: tuple[Path, Path]
+) -> None:
+    config = write_config(tmp_path, *keypair)
+    args = build_parser().parse_args(
+        ["serve", "--config", str(config), "--relay", "127.0.0.1:8280", "--relay", "[::1]:0"]
+    )
+    assert config_from_args(args).relay.listen == (
+        Endpoint("127.0.0.1", 8280), Endpoint("::1", 0)
+    )
+    args = build_parser().parse_args(["serve", "--config", str(config)])
+    assert config_from_args(args).relay.listen == (Endpoint("127.0.0.1", 0),)
+
+
+def test_serve_check_config_reads_the_trusted_bundles(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    (tmp_path / "trusted").mkdir()
+    (tmp_path / "trusted" / "broken.notary").write_text("[]")
+    config = write_config(tmp_path, *keypair, extra='[relay]\nbundles = ["trusted"]\n')
+    message = usage_error(["serve", "--config", str(config), "--check-config"], capsys)
+    assert "broken.notary" in message
 
 
 def test_serve_check_config_mismatched_key(
@@ -580,6 +609,11 @@ def test_dev_init_twice_keeps_the_key(tmp_path: Path, capsys: pytest.CaptureFixt
     bundle = parse_bundle(bundle_bytes)
     assert bundle.hosts[0].sha1_pin == pin
     assert bundle.hosts[0].ssl_port == 8443
+    # The relay is on, on loopback, trusting the local bundle, dialling 4242.
+    relay = config.relay
+    assert relay.listen == (Endpoint("127.0.0.1", bundle.hosts[0].http_port),)
+    assert (relay.destinations, relay.bundles) == ("bundles", (directory / "local.notary",))
+    assert relay.dial_port == 4242
     with Store(config.server.db_file, create=False) as store:
         assert store.schema_version() == SCHEMA_VERSION
     status, out, _ = run(["serve", "--config", str(directory / "notary.toml"),
@@ -593,6 +627,7 @@ def test_dev_init_ports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
                 "--relay-api-port", "9242"], capsys)[0] == 0
     config = load_config(directory / "notary.toml")
     assert [e.port for e in config.server.api] == [9443, 9242]
+    assert config.relay.dial_port == 9242  # clients CONNECT to 4242; it maps there
     assert parse_bundle((directory / "local.notary").read_bytes()).bundle_location == (
         "https://127.0.0.1:9443/local.notary"
     )
@@ -673,3 +708,22 @@ def test_python_m_notary_dev_init_and_check_config(tmp_path: Path) -> None:
     result = python_m_notary("db", "stats", "--config", "var/notary.toml", cwd=tmp_path)
     assert result.returncode == 0
     assert "observations:   0" in result.stdout
+
+
+def test_dev_init_rewrites_its_own_config_from_before_the_relay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from notary.devsetup import CONFIG_HEADER
+
+    directory = tmp_path / "var"
+    assert run(["dev-init", "--dir", str(directory)], capsys)[0] == 0
+    config_path = directory / "notary.toml"
+    old = config_path.read_text().split("\n[relay]\n")[0]
+    config_path.write_text(old)
+    assert load_config(config_path).relay.listen == (Endpoint("0.0.0.0", 80),)
+    assert run(["dev-init", "--dir", str(directory)], capsys)[0] == 0
+    assert load_config(config_path).relay.listen == (Endpoint("127.0.0.1", 8280),)
+    # A config the operator wrote is never touched.
+    config_path.write_text(old.replace(CONFIG_HEADER, "# mine"))
+    assert run(["dev-init", "--dir", str(directory)], capsys)[0] == 0
+    assert config_path.read_text().startswith("# mine")

@@ -15,6 +15,7 @@ from notary.config import (
     Endpoint,
     HttpConfig,
     ProbeConfig,
+    RelayConfig,
     ServerConfig,
     StoreConfig,
     load_config,
@@ -279,6 +280,11 @@ def test_required_files(tmp_path: Path, text: str, missing: str) -> None:
         ("store", "batch_rows"),
         ("store", "batch_interval_ms"),
         ("store", "queue_rows"),
+        *(("relay", key) for key in (
+            "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
+            "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",
+            "buffer_bytes",
+        )),
     ],
 )
 @pytest.mark.parametrize("value", ["0", "-1"])
@@ -450,3 +456,62 @@ def test_unreadable_file_even_as_root(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value) == f"cannot read config {path}: Permission denied"
+
+
+# -- [relay] ------------------------------------------------------------------------
+
+
+def test_relay_defaults_are_the_protocol_s(tmp_path: Path) -> None:
+    relay = load_config(server_file(tmp_path)).relay
+    assert relay == RelayConfig()
+    assert relay.listen == (Endpoint("0.0.0.0", 80),)
+    assert relay.destinations == "bundles" and relay.bundles == ()
+    assert relay.dial_port == 4242 and relay.allow_addresses == ()
+
+
+def test_relay_section_from_the_file(tmp_path: Path) -> None:
+    path = server_file(
+        tmp_path,
+        rest='[relay]\nlisten = ["127.0.0.1:8280", "[::1]:8280"]\ndestinations = "public"\n'
+        'bundles = ["trusted/", "/etc/notary/other.notary"]\nallow_addresses = ["127.0.0.0/8"]\n'
+        "dial_port = 14242\nhead_timeout_s = 1\nconnect_timeout_s = 2\nidle_timeout_s = 3\n"
+        "max_lifetime_s = 4\nmax_tunnels = 5\nmax_header_bytes = 6\nmax_headers = 7\n"
+        "max_destinations = 8\nbuffer_bytes = 9\n",
+    )
+    relay = load_config(path).relay
+    assert relay == RelayConfig(
+        listen=(Endpoint("127.0.0.1", 8280), Endpoint("::1", 8280)),
+        destinations="public",
+        bundles=(tmp_path / "trusted", Path("/etc/notary/other.notary")),
+        allow_addresses=("127.0.0.0/8",),
+        dial_port=14242,
+        head_timeout_s=1.0,
+        connect_timeout_s=2.0,
+        idle_timeout_s=3.0,
+        max_lifetime_s=4.0,
+        max_tunnels=5,
+        max_header_bytes=6,
+        max_headers=7,
+        max_destinations=8,
+        buffer_bytes=9,
+    )
+
+
+def test_relay_may_listen_nowhere(tmp_path: Path) -> None:
+    assert load_config(server_file(tmp_path, rest="[relay]\nlisten = []\n")).relay.listen == ()
+
+
+@pytest.mark.parametrize(
+    ("rest", "expected"),
+    [
+        ('destinations = "open"', "[relay] destinations must be one of bundles, public, off"),
+        ("dial_port = 0", "[relay] dial_port must be a port number 1-65535"),
+        ("dial_port = 65536", "[relay] dial_port must be a port number 1-65535"),
+        ('allow_addresses = ["10.0.0.1/8"]', "[relay] allow_addresses"),
+        ('bundles = "one.notary"', "[relay] bundles must be a list of paths"),
+        ("bundles = [1]", "[relay] bundles must be a list of paths"),
+        ('listen = ["nowhere"]', "[relay] listen"),
+    ],
+)
+def test_bad_relay_settings(tmp_path: Path, rest: str, expected: str) -> None:
+    assert config_error(tmp_path, rest=f"[relay]\n{rest}\n").startswith(expected)

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from notary.dialer import system_resolver
 from notary.errors import (
     ProbeConnectFailed,
     ProbeError,
@@ -23,7 +24,7 @@ from notary.errors import (
     ProbeTimeout,
 )
 from notary.policy import AddressPolicy
-from notary.probe import DEFAULT_MAX_HANDSHAKE_BYTES, open_prober, system_resolver
+from notary.probe import DEFAULT_MAX_HANDSHAKE_BYTES, open_prober
 from notary.protocol.targets import Target
 from tests.support.tls_targets import (
     LOCALHOST,

@@ -10,7 +10,9 @@ Invariants
    ``ProtocolError`` with 400; an HTTP version other than 1.0/1.1 is 505.
 3. Requests are returned whole and in order (pipelining works); after a
    request that does not keep the connection alive, or an upgrade request,
-   the reader is ``finished`` and ignores further bytes.
+   the reader is ``finished`` and ignores further bytes. After an upgrade
+   (``CONNECT``, ``Upgrade:``) the bytes that followed the head in the same
+   ``feed`` call are kept in ``leftover``: they belong to the new protocol.
 4. Every response carries ``Content-Length``; ``Connection: close`` when the
    connection is to be closed after it.
 """
@@ -84,6 +86,7 @@ class RequestReader:
         "_partial",
         "_progressed",
         "finished",
+        "leftover",
     )
 
     def __init__(
@@ -102,6 +105,8 @@ class RequestReader:
         self._error: ProtocolError | None = None
         self._progressed = False
         self.finished = False
+        #: Bytes received after an upgrade request's head (invariant 3).
+        self.leftover = b""
 
     @property
     def in_request(self) -> bool:
@@ -116,8 +121,10 @@ class RequestReader:
         self._progressed = False
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
+        except httptools.HttpParserUpgrade as upgrade:
             self.finished = True
+            offset = upgrade.args[0] if upgrade.args else len(data)
+            self.leftover = bytes(data[offset:])
         except httptools.HttpParserCallbackError:
             # httptools does not chain the callback's exception: _fail kept it.
             self.finished = True
@@ -225,7 +232,15 @@ _STATUS_LINES = {
 }
 
 
-def status_line(status: int) -> bytes:
+def status_line(status: int, reason: str | None = None) -> bytes:
+    """``HTTP/1.1 <status> <reason>``: the standard phrase unless ``reason``
+    (ASCII, no control characters) is given."""
+    if reason is not None:
+        if status not in _STATUS_LINES:
+            raise ValueError(f"unknown HTTP status {status}")
+        if not reason.isascii() or not reason.isprintable():
+            raise ValueError("reason phrase must be printable ASCII")
+        return f"HTTP/1.1 {status} {reason}\r\n".encode("ascii")
     line = _STATUS_LINES.get(status)
     if line is None:
         raise ValueError(f"unknown HTTP status {status}")
@@ -239,10 +254,11 @@ def response(
     content_type: bytes = b"text/plain; charset=utf-8",
     keep_alive: bool = False,
     extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+    reason: str | None = None,
 ) -> bytes:
     """A complete HTTP/1.1 response (invariant 4)."""
     parts = [
-        status_line(status),
+        status_line(status, reason),
         b"Server: ",
         SERVER_NAME,
         b"\r\nContent-Type: ",
@@ -263,7 +279,10 @@ def error_response(
     *,
     keep_alive: bool = False,
     extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+    reason: str | None = None,
 ) -> bytes:
     """A small unsigned plain-text error answer: ``message`` and a newline."""
     body = message.encode("utf-8", "replace") + b"\n"
-    return response(status, body, keep_alive=keep_alive, extra_headers=extra_headers)
+    return response(
+        status, body, keep_alive=keep_alive, extra_headers=extra_headers, reason=reason
+    )

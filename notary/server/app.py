@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,13 +27,15 @@ from notary import __version__, crypto
 from notary.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
 from notary.cache import LRUCache
 from notary.config import Config, Endpoint
+from notary.dialer import Resolver, system_resolver
 from notary.errors import UsageError
 from notary.policy import AddressPolicy
-from notary.probe import Prober, Resolver, open_prober, system_resolver
+from notary.probe import Prober, open_prober
 from notary.protocol.bundle import parse_bundle
 from notary.server.api import ApiHandler
 from notary.server.connection import ConnectionLimits, serve_http_connection
 from notary.server.query import QueryService
+from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,8 @@ class RunningNotary:
     """What ``serve_notary`` hands to ``task_status.started``."""
 
     api: tuple[Endpoint, ...]  # the bound addresses (real ports when 0 was asked)
+    relay: tuple[Endpoint, ...]  # the relay's bound addresses (empty: no relay)
+    relay_handler: RelayHandler
     service: QueryService
     storage: Storage
     prober: Prober
@@ -140,6 +146,32 @@ def index_text(config: Config) -> str:
     )
 
 
+def make_relay_handler(
+    config: Config, *, resolver: Resolver, notary_name: str | None
+) -> RelayHandler:
+    """The relay, with its trusted bundles read (``UsageError`` if one is bad)."""
+    relay = config.relay
+    trusted = None
+    if relay.destinations == "bundles":
+        trusted = TrustedDestinations(relay.bundles)
+        if relay.listen and not trusted.hosts:
+            log.warning(
+                "relay: no trusted bundle lists a host ([relay] bundles), "
+                "so every CONNECT is refused"
+            )
+    return RelayHandler(relay, trusted=trusted, resolver=resolver, notary_name=notary_name)
+
+
+async def reload_on_sighup(trusted: TrustedDestinations) -> None:
+    """Re-read the relay's trusted bundles on every SIGHUP (main thread only:
+    elsewhere Trio cannot receive signals, and this returns at once)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            await trio.to_thread.run_sync(trusted.reload)
+
+
 async def serve_notary(
     config: Config,
     *,
@@ -151,7 +183,7 @@ async def serve_notary(
     context = make_server_ssl_context(config)
     signer = crypto.ConvergenceSigner(crypto.load_private_key(config.server.key_file))
     policy = AddressPolicy.from_cidrs(config.server.allow_targets)
-    bundle_path = bundle_bytes = None
+    bundle_path = bundle_bytes = notary_name = None
     if config.server.bundle_file is not None:
         try:
             bundle_bytes = config.server.bundle_file.read_bytes()
@@ -159,8 +191,9 @@ async def serve_notary(
             raise UsageError(
                 f"cannot read bundle {config.server.bundle_file}: {exc.strerror}"
             ) from None
-        parse_bundle(bundle_bytes)
+        notary_name = parse_bundle(bundle_bytes).name
         bundle_path = "/" + config.server.bundle_file.name
+    relay_handler = make_relay_handler(config, resolver=resolver, notary_name=notary_name)
     cache = LRUCache(config.cache.max_entries, config.cache.max_bytes)
     store = config.store
     async with open_storage(
@@ -200,13 +233,28 @@ async def serve_notary(
                     bundle_bytes=bundle_bytes,
                 )
                 listeners = await open_listeners(config.server.api)
+                relay_listeners = await open_listeners(config.relay.listen)
                 connections = TlsConnectionHandler(context, handler, config)
                 endpoints = tuple(bound_endpoint(listener) for listener in listeners)
+                relay_endpoints = tuple(bound_endpoint(listener) for listener in relay_listeners)
                 log.info(
                     "notary %s serving the API on %s (cache: %s)",
                     __version__, ", ".join(map(str, endpoints)), CACHE_IMPLEMENTATION,
                 )
-                task_status.started(
-                    RunningNotary(endpoints, service, storage, prober, cache, serving.cancel)
-                )
-                await trio.serve_listeners(connections, listeners)
+                if relay_endpoints:
+                    log.info(
+                        "relay on %s (destinations: %s)",
+                        ", ".join(map(str, relay_endpoints)), relay_handler.mode,
+                    )
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(trio.serve_listeners, connections, listeners)
+                    if relay_listeners:
+                        nursery.start_soon(trio.serve_listeners, relay_handler, relay_listeners)
+                    if relay_handler.trusted is not None:
+                        nursery.start_soon(reload_on_sighup, relay_handler.trusted)
+                    task_status.started(
+                        RunningNotary(
+                            endpoints, relay_endpoints, relay_handler,
+                            service, storage, prober, cache, serving.cancel,
+                        )
+                    )

@@ -638,3 +638,12 @@ def test_every_response_is_well_framed(status: int, body: bytes, keep_alive: boo
 def test_error_status_of_every_reader_error_has_a_status_line() -> None:
     for status in ALLOWED_ERROR_STATUSES:
         assert status_line(status).startswith(b"HTTP/1.1 %d " % status)
+
+
+def test_status_line_with_a_custom_reason() -> None:
+    assert status_line(404, "Unable to connect") == b"HTTP/1.1 404 Unable to connect\r\n"
+    for bad in ("caf\u00e9", "a\r\nInjected: 1"):
+        with pytest.raises(ValueError, match="reason phrase"):
+            status_line(404, bad)
+    with pytest.raises(ValueError, match="unknown HTTP status"):
+        status_line(299, "Custom")

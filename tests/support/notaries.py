@@ -54,6 +54,10 @@ class NotaryUnderTest:
         return self.running.api[0].port
 
     @property
+    def relay_port(self) -> int:
+        return self.running.relay[0].port
+
+    @property
     def sha1_pin(self) -> bytes:
         return hashlib.sha1(self.certificate.public_bytes(Encoding.DER)).digest()
 
@@ -61,6 +65,7 @@ class NotaryUnderTest:
 def make_notary_files(
     directory: Path, name: str = LOCALHOST
 ) -> tuple[Path, Path, x509.Certificate]:
+    directory.mkdir(parents=True, exist_ok=True)
     key = crypto.generate_rsa_key()
     cert = crypto.make_self_signed_certificate(key, name)
     key_path, cert_path = directory / "notary.key", directory / "notary.crt"
@@ -75,19 +80,28 @@ async def open_notary(
     *,
     names: Mapping[str, Sequence[str]] | None = None,
     allow_targets: Sequence[str] = ("127.0.0.0/8",),
+    host: str = LOCALHOST,
+    relay: Mapping[str, object] | None = None,
     **sections: dict,
 ) -> AsyncIterator[NotaryUnderTest]:
-    """Serve a notary until the block exits, then stop it and wait until it has
-    drained its write queue; ``sections`` override config sections, e.g.
-    ``probe={"timeout_s": 0.5}``."""
-    key_path, cert_path, cert = make_notary_files(directory)
+    """Serve a notary on ``host`` (API and relay on port 0) until the block
+    exits, then stop it and wait until it has drained its write queue.
+    ``relay`` overrides keys of the ``[relay]`` section (by default: bundles
+    mode, no trusted bundle, loopback destinations allowed); ``sections``
+    override other config sections, e.g. ``probe={"timeout_s": 0.5}``."""
+    key_path, cert_path, cert = make_notary_files(directory, host)
     overrides = {
         "server": {
             "key_file": key_path,
             "cert_file": cert_path,
             "db_file": directory / "notary.db",
-            "api": (Endpoint(LOCALHOST, 0),),
+            "api": (Endpoint(host, 0),),
             "allow_targets": tuple(allow_targets),
+        },
+        "relay": {
+            "listen": (Endpoint(host, 0),),
+            "allow_addresses": ("127.0.0.0/8",),
+            **(relay or {}),
         },
         **sections,
     }
@@ -138,18 +152,24 @@ async def send_raw(port: int, request: bytes, *, timeout_s: float = 20.0) -> Raw
     """Send ``request`` over TLS without SNI and read until the server closes."""
     with trio.fail_after(timeout_s):
         tcp = await trio.open_tcp_stream(LOCALHOST, port)
-        stream = trio.SSLStream(tcp, client_context(), server_hostname=None, https_compatible=True)
-        async with stream:
-            await stream.do_handshake()
-            peer = stream.getpeercert(binary_form=True)
-            await stream.send_all(request)
-            chunks = []
-            while chunk := await stream.receive_some(65536):
-                chunks.append(chunk)
+        return await exchange_over_tls(tcp, request)
+
+
+async def exchange_over_tls(tcp: trio.abc.Stream, request: bytes) -> RawResponse:
+    """Run TLS (no SNI) over ``tcp`` (closed afterwards), send ``request``,
+    read until the server closes."""
+    stream = trio.SSLStream(tcp, client_context(), server_hostname=None, https_compatible=True)
+    async with stream:
+        await stream.do_handshake()
+        peer = stream.getpeercert(binary_form=True)
+        await stream.send_all(request)
+        chunks = []
+        while chunk := await stream.receive_some(65536):
+            chunks.append(chunk)
     return parse_response(b"".join(chunks), hashlib.sha1(peer).digest())
 
 
-async def legacy_query(port: int, target: str, fingerprint: str | None) -> RawResponse:
+def legacy_request(target: str, fingerprint: str | None) -> bytes:
     """The 2011 add-on's request: POST with a form body, or GET."""
     if fingerprint is None:
         request = f"GET /target/{target} HTTP/1.0\r\n\r\n".encode()
@@ -160,7 +180,20 @@ async def legacy_query(port: int, target: str, fingerprint: str | None) -> RawRe
             "Content-Type: application/x-www-form-urlencoded\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode() + body
-    return await send_raw(port, request)
+    return request
 
 
-__all__ = ["FakeClock", "NotaryUnderTest", "legacy_query", "open_notary", "send_raw"]
+async def legacy_query(port: int, target: str, fingerprint: str | None) -> RawResponse:
+    """Ask the notary on ``port`` as the 2011 add-on did."""
+    return await send_raw(port, legacy_request(target, fingerprint))
+
+
+__all__ = [
+    "FakeClock",
+    "NotaryUnderTest",
+    "exchange_over_tls",
+    "legacy_query",
+    "legacy_request",
+    "open_notary",
+    "send_raw",
+]

@@ -437,7 +437,7 @@ def closed_port(host: str = LOCALHOST) -> int:
 
 
 class StaticResolver:
-    """A fake :data:`notary.probe.Resolver`: answers from ``mapping`` (name ->
+    """A fake :data:`notary.dialer.Resolver`: answers from ``mapping`` (name ->
     IP address strings; edit it to simulate a DNS change), raises
     ``ProbeResolveFailed`` for names it does not know, and records every
     ``(host, port)`` it was asked in ``calls``. Never touches the network."""

@@ -1,0 +1,200 @@
+"""Outgoing TCP connections under the address policy: the one way the notary
+connects anywhere (the prober to targets, the relay to other notaries).
+
+An I/O edge (Trio). Rules this module keeps:
+
+1. The address checked by the policy is the address connected to. Names are
+   resolved once, by the injected resolver; ``trio.open_tcp_stream`` and
+   friends never see a name, so no second DNS answer can sneak past the policy.
+   IPv4-mapped IPv6 answers (``::ffff:a.b.c.d``) are checked and connected to
+   as the IPv4 address they carry.
+2. At most ``MAX_ADDRESSES_PER_DIAL`` allowed addresses are tried, in the
+   resolver's order, staggered happy-eyeballs style; the first to connect
+   wins and the other attempts are cancelled or closed.
+
+Resource handling: :func:`dial` returns an open stream the caller owns; on
+every failure path the sockets it opened are closed. Timeouts are the
+caller's (wrap the call in ``trio.fail_after``).
+
+Error handling: every failure is a :class:`~notary.errors.ProbeError`
+subclass with a short message safe to show a client: ``ProbeResolveFailed``,
+``ProbeRefused`` (no resolved address is allowed), ``ProbeConnectFailed``.
+``OSError`` never escapes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+
+import trio
+
+from notary.errors import ProbeConnectFailed, ProbeError, ProbeRefused, ProbeResolveFailed
+from notary.policy import AddressPolicy
+
+__all__ = [
+    "CONNECT_STAGGER_S",
+    "MAX_ADDRESSES_PER_DIAL",
+    "Resolver",
+    "allowed_addresses",
+    "connect_first",
+    "dial",
+    "resolve",
+    "system_resolver",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``(host, port) -> IP address strings``. Raises ``ProbeResolveFailed`` (or
+#: ``OSError``, mapped to it) when the name does not resolve.
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+#: At most this many resolved (and allowed) addresses are tried per dial.
+MAX_ADDRESSES_PER_DIAL = 8
+#: Happy-eyeballs-style stagger: when an attempt has neither connected nor
+#: failed after this long, the next address is tried in parallel (RFC 8305's
+#: recommended 250 ms, also Trio's default).
+CONNECT_STAGGER_S = 0.25
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """Resolve ``host`` with the system resolver (``getaddrinfo``, TCP).
+
+    Returns the IP address strings in the resolver's order, without
+    duplicates.
+
+    Error handling: ``socket.gaierror`` (and any other ``OSError`` or IDNA
+    ``UnicodeError``) becomes :class:`~notary.errors.ProbeResolveFailed`; an
+    empty answer too.
+    """
+    try:
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise ProbeResolveFailed("name did not resolve") from None
+    addresses: list[str] = []
+    for _family, _type, _proto, _canonname, sockaddr in infos:
+        address = str(sockaddr[0])
+        if address not in addresses:
+            addresses.append(address)
+    if not addresses:
+        raise ProbeResolveFailed("name has no addresses")
+    return addresses
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+async def resolve(host: str, port: int, resolver: Resolver) -> Sequence[str]:
+    """The candidate addresses of ``host``: itself if it is an IP literal,
+    else the resolver's answer.
+
+    Error handling: ``ProbeResolveFailed`` for a failed or empty answer.
+    """
+    if _is_ip_literal(host):
+        return (host,)
+    try:
+        answer = await resolver(host, port)
+    except ProbeError:
+        raise
+    except (OSError, UnicodeError):
+        raise ProbeResolveFailed("name did not resolve") from None
+    if not answer:
+        raise ProbeResolveFailed("name has no addresses")
+    return answer
+
+
+def allowed_addresses(
+    policy: AddressPolicy, candidates: Sequence[str], *, what: str = "host"
+) -> list[str]:
+    """The candidates ``policy`` allows, canonical, deduplicated, in order, at
+    most ``MAX_ADDRESSES_PER_DIAL``.
+
+    Error handling: ``ProbeRefused`` naming the first refusal's reason when
+    none is allowed (``what`` names the host in the debug log only).
+    """
+    allowed: list[str] = []
+    refusals: list[str] = []
+    for text in candidates:
+        try:
+            ip = ipaddress.ip_address(text)
+        except ValueError:
+            refusals.append("invalid")
+            continue
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        reason = policy.refusal(ip)
+        if reason is not None:
+            refusals.append(reason)
+        elif str(ip) not in allowed:
+            allowed.append(str(ip))
+    if not allowed:
+        logger.debug("connection to %s refused by policy: %s", what, ", ".join(refusals))
+        word = refusals[0] if refusals else "no address"
+        raise ProbeRefused(f"address refused by policy: {word}")
+    return allowed[:MAX_ADDRESSES_PER_DIAL]
+
+
+async def dial(
+    host: str, port: int, *, policy: AddressPolicy, resolver: Resolver
+) -> tuple[trio.SocketStream, str]:
+    """Resolve ``host``, keep the addresses ``policy`` allows, connect to the
+    first that answers; return the stream and the address connected to."""
+    addresses = allowed_addresses(policy, await resolve(host, port, resolver), what=host)
+    return await connect_first(addresses, port)
+
+
+async def _open_stream(address: str, port: int) -> trio.SocketStream:
+    """A TCP connection to the IP literal ``address`` (never a name)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        await sock.connect((address, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
+
+
+async def connect_first(addresses: Sequence[str], port: int) -> tuple[trio.SocketStream, str]:
+    """Connect to ``addresses`` (IP literals) in order, staggered by
+    ``CONNECT_STAGGER_S`` (the next attempt starts early when one fails); the
+    first to connect wins and the others are cancelled or closed.
+
+    Error handling: ``ProbeConnectFailed`` when no address connects.
+    """
+    winners: list[tuple[trio.SocketStream, str]] = []
+
+    async def attempt(address: str, failed: trio.Event, nursery: trio.Nursery) -> None:
+        try:
+            stream = await _open_stream(address, port)
+        except OSError as exc:
+            logger.debug("connect to port %d of an address failed: %s", port, exc.strerror)
+            failed.set()
+            return
+        if winners:  # lost the race
+            stream.socket.close()
+            return
+        winners.append((stream, address))
+        nursery.cancel_scope.cancel()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for address in addresses:
+                failed = trio.Event()
+                nursery.start_soon(attempt, address, failed, nursery)
+                with trio.move_on_after(CONNECT_STAGGER_S):
+                    await failed.wait()
+    except BaseException:
+        for stream, _ in winners:
+            stream.socket.close()
+        raise
+    if not winners:
+        raise ProbeConnectFailed("could not connect")
+    return winners[0]
