@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api", action="append", metavar="HOST:PORT", help="repeatable")
     serve.add_argument("--allow-target", action="append", metavar="CIDR", help="repeatable")
     serve.add_argument(
+        "--plain-api", action="append", metavar="HOST:PORT",
+        help="plain-HTTP API listener, behind a TLS terminator (repeatable)",
+    )
+    serve.add_argument(
         "--relay", action="append", metavar="HOST:PORT",
         help="relay listener (repeatable; replaces [relay] listen)",
     )
@@ -204,6 +208,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
             server[key] = value
     if args.api:
         server["api"] = tuple(parse_endpoint(text, what="--api") for text in args.api)
+    if args.plain_api:
+        server["plain_api"] = tuple(
+            parse_endpoint(text, what="--plain-api") for text in args.plain_api
+        )
     if args.allow_target:
         server["allow_targets"] = tuple(args.allow_target)
     relay: dict[str, Any] = {}

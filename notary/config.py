@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from notary._cachecommon import bloom_parameters
 from notary.errors import ConfigError
 from notary.policy import AddressPolicy
 from notary.protocol.relay import RelayMode
@@ -76,6 +77,9 @@ class ServerConfig:
     db_file: Path
     #: The HTTPS query API listeners (Convergence: 443 and 4242).
     api: tuple[Endpoint, ...] = (Endpoint("0.0.0.0", 443), Endpoint("0.0.0.0", 4242))
+    #: Plain-HTTP API listeners, for operators who terminate TLS in front of
+    #: the notary (with the notary's own certificate: clients pin it). Off.
+    plain_api: tuple[Endpoint, ...] = ()
     #: CIDRs exempt from the target address policy (labs, tests).
     allow_targets: tuple[str, ...] = ()
     #: The bundle served at ``/<name>.notary`` (optional).
@@ -123,6 +127,11 @@ class HttpConfig:
 class CacheConfig:
     max_entries: int = 100_000
     max_bytes: int = 256 * 1024 * 1024
+    #: Sizing of the bloom filter of stored targets (1M at 1%: 1.2 MB). More
+    #: targets than this only raise the false-positive rate (store reads for
+    #: targets never seen), never lose one.
+    bloom_expected_items: int = 1_000_000
+    bloom_false_positive_rate: float = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +317,7 @@ def _validate(config: Config) -> None:
         "probe": ("timeout_s", "max_concurrent", "max_handshake_bytes"),
         "answers": ("fresh_for_s", "query_timeout_s"),
         "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
-        "cache": ("max_entries", "max_bytes"),
+        "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
         "store": ("batch_rows", "batch_interval_ms", "queue_rows"),
         "relay": (
             "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
@@ -332,6 +341,10 @@ def _validate(config: Config) -> None:
         AddressPolicy.from_cidrs(config.server.allow_targets)
     except ConfigError as exc:
         raise ConfigError(f"[server] allow_targets: {exc}") from None
+    try:
+        bloom_parameters(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
+    except ValueError as exc:
+        raise ConfigError(f"[cache] {exc}") from None
     relay = config.relay
     if relay.destinations not in _RELAY_MODES:
         raise ConfigError(f"[relay] destinations must be one of {', '.join(_RELAY_MODES)}")

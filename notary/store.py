@@ -169,6 +169,17 @@ class Store:
         )
         return Timeline(target, observations)
 
+    def iter_target_keys(self, chunk_rows: int = 10_000) -> Iterator[list[str]]:
+        """The key (``Target.key``) of every stored target, ``chunk_rows`` at a
+        time, streamed (memory stays bounded by the chunk, whatever the
+        store's size). Raises ``StoreError``."""
+        try:
+            cursor = self._db.execute("SELECT host, port FROM targets")
+            while rows := cursor.fetchmany(chunk_rows):
+                yield [Target(host, port).key for host, port in rows]
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+
     def record(self, results: Sequence[ProbeResult]) -> None:
         """Record ``results`` in one transaction: a certificate seen again
         widens its observation (first_seen down, last_seen up) and adds the

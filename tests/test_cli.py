@@ -470,6 +470,11 @@ def test_serve_relay_flag_replaces_the_relay_listeners(
     )
     args = build_parser().parse_args(["serve", "--config", str(config)])
     assert config_from_args(args).relay.listen == (Endpoint("127.0.0.1", 0),)
+    assert config_from_args(args).server.plain_api == ()
+    args = build_parser().parse_args(
+        ["serve", "--config", str(config), "--plain-api", "127.0.0.1:8080"]
+    )
+    assert config_from_args(args).server.plain_api == (Endpoint("127.0.0.1", 8080),)
 
 
 def test_serve_check_config_reads_the_trusted_bundles(

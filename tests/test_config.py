@@ -277,6 +277,7 @@ def test_required_files(tmp_path: Path, text: str, missing: str) -> None:
         *(("http", f.name) for f in dataclasses.fields(HttpConfig)),
         ("cache", "max_entries"),
         ("cache", "max_bytes"),
+        ("cache", "bloom_expected_items"),
         ("store", "batch_rows"),
         ("store", "batch_interval_ms"),
         ("store", "queue_rows"),
@@ -515,3 +516,23 @@ def test_relay_may_listen_nowhere(tmp_path: Path) -> None:
 )
 def test_bad_relay_settings(tmp_path: Path, rest: str, expected: str) -> None:
     assert config_error(tmp_path, rest=f"[relay]\n{rest}\n").startswith(expected)
+
+
+@pytest.mark.parametrize("rate", ["0.0", "1.0", "1.5", "-0.1"])
+def test_bloom_false_positive_rate_is_a_probability(tmp_path: Path, rate: str) -> None:
+    message = config_error(tmp_path, rest=f"[cache]\nbloom_false_positive_rate = {rate}\n")
+    assert message.startswith("[cache] false_positive_rate must be strictly between 0 and 1")
+
+
+def test_bloom_sizing_and_plain_api_from_the_file(tmp_path: Path) -> None:
+    path = server_file(
+        tmp_path,
+        server_extra='plain_api = ["127.0.0.1:8080"]\n',
+        rest="[cache]\nbloom_expected_items = 5000\nbloom_false_positive_rate = 0.001\n",
+    )
+    config = load_config(path)
+    assert (config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate) == (
+        5000, 0.001
+    )
+    assert config.server.plain_api == (Endpoint("127.0.0.1", 8080),)
+    assert load_config(server_file(tmp_path)).server.plain_api == ()

@@ -10,10 +10,11 @@ import sqlite3
 import pytest
 import trio
 
+from notary.config import Endpoint
 from notary.crypto import verify_convergence_signature
 from notary.protocol import convergence
 from notary.protocol.convergence import format_fingerprint
-from tests.support.notaries import legacy_query, open_notary, send_raw
+from tests.support.notaries import legacy_query, open_notary, parse_response, send_raw
 from tests.support.tls_targets import (
     closed_port,
     open_stalled_target,
@@ -225,3 +226,23 @@ async def test_observations_are_committed_by_a_clean_stop(tmp_path):
             "SELECT t.host, t.port FROM observations o JOIN targets t ON t.id = o.target_id"
         ).fetchall()
     assert sorted(rows) == sorted([(NAME, site.port), (OTHER, site.port)])
+
+
+async def test_plain_http_listener_serves_the_same_signed_bytes(tmp_path):
+    """For operators who terminate TLS in front of the notary."""
+    async with open_tls_target(names=[NAME]) as site:
+        server = {"plain_api": (Endpoint("127.0.0.1", 0),)}
+        async with open_notary(tmp_path, names={NAME: [site.host]}, server=server) as notary:
+            over_tls = await legacy_query(notary.port, f"{NAME}+{site.port}", None)
+            port = notary.running.plain_api[0].port
+            with trio.fail_after(20):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                async with stream:
+                    await stream.send_all(f"GET /target/{NAME}+{site.port} HTTP/1.0\r\n\r\n".encode())
+                    data = b""
+                    while chunk := await stream.receive_some(65536):
+                        data += chunk
+    plain = parse_response(data)
+    assert plain.status == over_tls.status == 200
+    assert plain.body == over_tls.body
+    assert_signed_by(notary, plain.body)

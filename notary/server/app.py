@@ -34,6 +34,7 @@ from notary.probe import Prober, open_prober
 from notary.protocol.bundle import parse_bundle
 from notary.server.api import ApiHandler
 from notary.server.connection import ConnectionLimits, serve_http_connection
+from notary.server.known_targets import KnownTargets
 from notary.server.query import QueryService
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.storage import Storage, open_storage
@@ -46,9 +47,11 @@ class RunningNotary:
     """What ``serve_notary`` hands to ``task_status.started``."""
 
     api: tuple[Endpoint, ...]  # the bound addresses (real ports when 0 was asked)
+    plain_api: tuple[Endpoint, ...]  # plain-HTTP API listeners (usually none)
     relay: tuple[Endpoint, ...]  # the relay's bound addresses (empty: no relay)
     relay_handler: RelayHandler
     service: QueryService
+    known: KnownTargets
     storage: Storage
     prober: Prober
     cache: LRUCache
@@ -92,12 +95,14 @@ def bound_endpoint(listener: trio.SocketListener) -> Endpoint:
     return Endpoint(host, port)
 
 
-class TlsConnectionHandler:
-    """Accepted TCP stream -> TLS handshake under a deadline -> HTTP loop.
-    Drops connections beyond ``max_connections`` at once."""
+class ConnectionHandler:
+    """Accepted TCP stream -> TLS handshake under a deadline (unless
+    ``context`` is None: the plain-HTTP listener) -> HTTP loop. Drops
+    connections beyond ``max_connections`` (shared by every listener using
+    this handler) at once."""
 
     def __init__(
-        self, context: ssl.SSLContext, handler: ApiHandler, config: Config
+        self, context: ssl.SSLContext | None, handler: ApiHandler, config: Config
     ) -> None:
         self._context = context
         self._handler = handler
@@ -122,6 +127,9 @@ class TlsConnectionHandler:
             return
         self.open_connections += 1
         try:
+            if self._context is None:
+                await serve_http_connection(tcp, self._handler, self._limits)
+                return
             stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
             with trio.move_on_after(self._handshake_timeout_s) as scope:
                 try:
@@ -203,9 +211,13 @@ async def serve_notary(
         queue_rows=store.queue_rows,
         synchronous=store.synchronous,
     ) as storage:
+        known = KnownTargets(
+            config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate
+        )
         service = QueryService(
             cache=cache,
             storage=storage,
+            known=known,
             signer=signer,
             fresh_for_s=config.answers.fresh_for_s,
             reprobe_after_s=config.answers.reprobe_after_s,
@@ -233,28 +245,41 @@ async def serve_notary(
                     bundle_bytes=bundle_bytes,
                 )
                 listeners = await open_listeners(config.server.api)
+                plain_listeners = await open_listeners(config.server.plain_api)
                 relay_listeners = await open_listeners(config.relay.listen)
-                connections = TlsConnectionHandler(context, handler, config)
+                connections = ConnectionHandler(context, handler, config)
+                plain_connections = ConnectionHandler(None, handler, config)
                 endpoints = tuple(bound_endpoint(listener) for listener in listeners)
+                plain_endpoints = tuple(bound_endpoint(listener) for listener in plain_listeners)
                 relay_endpoints = tuple(bound_endpoint(listener) for listener in relay_listeners)
                 log.info(
                     "notary %s serving the API on %s (cache: %s)",
                     __version__, ", ".join(map(str, endpoints)), CACHE_IMPLEMENTATION,
                 )
+                if plain_endpoints:
+                    log.info(
+                        "plain-HTTP API (TLS terminated in front) on %s",
+                        ", ".join(map(str, plain_endpoints)),
+                    )
                 if relay_endpoints:
                     log.info(
                         "relay on %s (destinations: %s)",
                         ", ".join(map(str, relay_endpoints)), relay_handler.mode,
                     )
                 async with trio.open_nursery() as nursery:
+                    nursery.start_soon(known.load, storage)
                     nursery.start_soon(trio.serve_listeners, connections, listeners)
+                    if plain_listeners:
+                        nursery.start_soon(
+                            trio.serve_listeners, plain_connections, plain_listeners
+                        )
                     if relay_listeners:
                         nursery.start_soon(trio.serve_listeners, relay_handler, relay_listeners)
                     if relay_handler.trusted is not None:
                         nursery.start_soon(reload_on_sighup, relay_handler.trusted)
                     task_status.started(
                         RunningNotary(
-                            endpoints, relay_endpoints, relay_handler,
-                            service, storage, prober, cache, serving.cancel,
+                            endpoints, plain_endpoints, relay_endpoints, relay_handler,
+                            service, known, storage, prober, cache, serving.cancel,
                         )
                     )

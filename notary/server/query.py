@@ -8,6 +8,8 @@ Invariants
    once per probe, inside the prober's single-flight task).
 3. A record loaded from the store never replaces a record already in the
    cache (the cached one is at least as new).
+4. A cache miss for a target the known-targets filter has never seen reads
+   no database: the store cannot hold it (see ``notary.server.known_targets``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from notary.probe import Prober
 from notary.protocol import convergence
 from notary.protocol.convergence import Decision
 from notary.protocol.targets import Target
+from notary.server.known_targets import KnownTargets
 from notary.server.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -57,8 +60,8 @@ class Answer:
 class QueryService:
     """Answers Convergence queries.
 
-    Resource handling: borrows the cache, storage, signer and prober; owns
-    nothing. ``observe`` must be installed as the prober's result hook.
+    Resource handling: borrows the cache, storage, known-targets filter,
+    signer and prober; owns nothing. ``observe`` must be installed as the prober's result hook.
 
     Error handling: probe failures become 503 (403 when the policy refused
     the target) with a short unsigned message; store read failures are
@@ -71,6 +74,7 @@ class QueryService:
         *,
         cache: LRUCache,
         storage: Storage,
+        known: KnownTargets,
         signer: ConvergenceSigner,
         fresh_for_s: int,
         reprobe_after_s: int,
@@ -79,6 +83,7 @@ class QueryService:
     ) -> None:
         self._cache = cache
         self._storage = storage
+        self._known = known
         self._signer = signer
         self._fresh_for_s = fresh_for_s
         self._reprobe_after_s = reprobe_after_s
@@ -95,6 +100,8 @@ class QueryService:
         record = self._cache.get(target.key)
         if record is not None:
             return record
+        if not self._known.may_contain(target.key):
+            return None
         try:
             timeline = await self._storage.load_timeline(target)
         except StoreError as exc:
@@ -119,6 +126,7 @@ class QueryService:
         if record is None or timeline != old:
             record = self._make_record(timeline)
         self._cache.put(target.key, record, record.size)
+        self._known.add(target.key)
         await self._storage.record(result)
 
     async def answer(self, target: Target, fingerprint: bytes | None) -> Answer:

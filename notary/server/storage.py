@@ -19,7 +19,8 @@ transactions on power loss (never corruption: WAL).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ class Storage:
         writer: Store,
         send: trio.MemorySendChannel[ProbeResult],
     ) -> None:
+        self.path = reader.path
         self._reader = reader
         self._writer = writer
         self._send = send
@@ -70,6 +72,31 @@ class Storage:
         return await trio.to_thread.run_sync(
             self._reader.load_timeline, target, limiter=self._read_limiter
         )
+
+    async def scan_target_keys(self, consume: Callable[[list[str]], None]) -> int:
+        """Call ``consume`` with the keys of every stored target, a chunk at a
+        time, in a worker thread with its own connection (reads and writes go
+        on meanwhile); return how many keys there were.
+
+        Error handling: ``StoreError``. Cancellation stops the scan at the
+        next chunk (the thread is abandoned and ends there on its own).
+        """
+        stop = threading.Event()
+
+        def scan() -> int:
+            count = 0
+            with Store(self.path, create=False) as store:
+                for keys in store.iter_target_keys():
+                    if stop.is_set():
+                        break
+                    consume(keys)
+                    count += len(keys)
+            return count
+
+        try:
+            return await trio.to_thread.run_sync(scan, abandon_on_cancel=True)
+        finally:
+            stop.set()
 
     async def record(self, result: ProbeResult) -> None:
         """Queue ``result`` for the writer; waits while the queue is full."""

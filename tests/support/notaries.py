@@ -82,12 +82,13 @@ async def open_notary(
     allow_targets: Sequence[str] = ("127.0.0.0/8",),
     host: str = LOCALHOST,
     relay: Mapping[str, object] | None = None,
+    server: Mapping[str, object] | None = None,
     **sections: dict,
 ) -> AsyncIterator[NotaryUnderTest]:
     """Serve a notary on ``host`` (API and relay on port 0) until the block
     exits, then stop it and wait until it has drained its write queue.
-    ``relay`` overrides keys of the ``[relay]`` section (by default: bundles
-    mode, no trusted bundle, loopback destinations allowed); ``sections``
+    ``server`` and ``relay`` override keys of those sections (``relay`` by default:
+    bundles mode, no trusted bundle, loopback destinations allowed); ``sections``
     override other config sections, e.g. ``probe={"timeout_s": 0.5}``."""
     key_path, cert_path, cert = make_notary_files(directory, host)
     overrides = {
@@ -97,6 +98,7 @@ async def open_notary(
             "db_file": directory / "notary.db",
             "api": (Endpoint(host, 0),),
             "allow_targets": tuple(allow_targets),
+            **(server or {}),
         },
         "relay": {
             "listen": (Endpoint(host, 0),),

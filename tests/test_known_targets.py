@@ -1,0 +1,126 @@
+"""The known-targets bloom filter (notary.server.known_targets) and its use on
+the query path: a target never seen costs no database read."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import trio
+
+from notary.errors import StoreError
+from notary.protocol.targets import Target
+from notary.server import known_targets as known_module
+from notary.server.known_targets import KnownTargets
+from notary.server.storage import Storage, open_storage
+from notary.store import Store
+from tests.support.notaries import legacy_query, open_notary
+from tests.support.observations import probe_result
+from tests.support.tls_targets import open_tls_target
+
+
+def stored_hosts(path: Path, hosts: list[str]) -> None:
+    with Store(path) as store:
+        store.record([probe_result(host) for host in hosts])
+
+
+def test_store_streams_target_keys_in_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    hosts = [f"h{i}.example.test" for i in range(25)]
+    with Store(path) as store:
+        store.record([probe_result(h) for h in hosts] + [probe_result("::1", 8443)])
+        chunks = list(store.iter_target_keys(chunk_rows=10))
+    assert [len(c) for c in chunks] == [10, 10, 6]
+    keys = {k for chunk in chunks for k in chunk}
+    assert keys == {Target(h, 443).key for h in hosts} | {"[::1]:8443"}
+
+
+async def test_unloaded_filter_answers_maybe_then_loads_everything(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    stored = [f"s{i}.example.test" for i in range(200)]
+    stored_hosts(path, stored)
+    known = KnownTargets(1000, 0.001)
+    assert known.may_contain("never.example.test:443")  # not loaded: read the store
+    known.add("during.example.test:443")  # a probe during the load
+    async with open_storage(path) as storage:
+        await known.load(storage)
+    statistics = known.statistics()
+    assert statistics.loaded and statistics.keys_loaded == 200
+    for host in stored:
+        assert known.may_contain(Target(host, 443).key)  # no false negative
+    assert known.may_contain("during.example.test:443")
+    unknown = [f"u{i}.example.test:443" for i in range(2000)]
+    skipped = sum(not known.may_contain(key) for key in unknown)
+    assert skipped >= 1900  # at 0.1% a handful of false positives at most
+    assert known.statistics().skipped_reads == skipped
+    known.add("late.example.test:443")
+    assert known.may_contain("late.example.test:443")
+
+
+async def test_a_failed_load_leaves_every_lookup_reading_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(self: Storage, consume: object) -> int:
+        raise StoreError("database n.db: disk I/O error")
+
+    monkeypatch.setattr(Storage, "scan_target_keys", broken)
+    known = KnownTargets(1000, 0.01)
+    async with open_storage(tmp_path / "n.db") as storage:
+        await known.load(storage)
+    assert not known.statistics().loaded
+    assert known.may_contain("anything.example.test:443")
+    assert "disk I/O error" in caplog.text
+
+
+async def test_progress_is_logged_for_large_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(known_module, "PROGRESS_EVERY_KEYS", 10)
+    path = tmp_path / "n.db"
+    stored_hosts(path, [f"s{i}.example.test" for i in range(25)])
+    known = KnownTargets(10, 0.01)  # fewer than stored: a warning too
+    async with open_storage(path) as storage:
+        await known.load(storage)
+    assert "25 loaded from the store in" in caplog.text
+    assert "exceed [cache] bloom_expected_items" in caplog.text
+
+
+def test_bad_parameters_fail_at_construction() -> None:
+    with pytest.raises(ValueError, match="false_positive_rate"):
+        KnownTargets(1000, 1.5)
+    with pytest.raises(ValueError, match="expected_items"):
+        KnownTargets(0, 0.01)
+
+
+async def test_query_for_a_never_seen_target_reads_no_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[Target] = []
+    original = Storage.load_timeline
+
+    async def counting(self: Storage, target: Target) -> object:
+        reads.append(target)
+        return await original(self, target)
+
+    monkeypatch.setattr(Storage, "load_timeline", counting)
+    async with open_tls_target(names=["new.example.test", "old.example.test"]) as site:
+        names = {"new.example.test": [site.host], "old.example.test": [site.host]}
+        # A previous run stored old.example.test.
+        (tmp_path / "n").mkdir()
+        with Store(tmp_path / "n" / "notary.db") as store:
+            store.record([probe_result("old.example.test", site.port)])
+        async with open_notary(tmp_path / "n", names=names) as notary:
+            known = notary.running.known
+            with trio.fail_after(10):
+                while not known.statistics().loaded:  # noqa: ASYNC110 (background load, no event)
+                    await trio.sleep(0.01)
+            new = await legacy_query(notary.port, f"new.example.test+{site.port}", None)
+            assert new.status == 200
+            # The probe's hook merged the result without a read either.
+            assert reads == []
+            assert known.statistics().skipped_reads == 2  # the query and the hook
+            old = await legacy_query(notary.port, f"old.example.test+{site.port}", None)
+            assert old.status == 200
+            assert reads == [Target("old.example.test", site.port)]
