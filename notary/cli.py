@@ -1,28 +1,40 @@
 """The ``notary`` command line.
 
-Exit status: 0 success, 1 runtime failure (store, network), 2 usage error.
+Exit status: 0 success, 1 runtime failure (store, network), 2 usage error;
+`notary check`: 0 verified, 1 rejected, 3 inconclusive, 4 site unreachable.
 Every error is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import signal
 import sys
+import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import trio
 
 from notary import __version__, crypto
 from notary.config import Config, load_config, parse_endpoint
-from notary.errors import ConfigError, NotaryError, StoreError, UsageError
+from notary.errors import BadTarget, ConfigError, NotaryError, ProtocolError, StoreError, UsageError
 from notary.protocol.bundle import make_bundle, parse_bundle, parse_host_spec
+from notary.protocol.convergence import format_fingerprint, parse_fingerprint
+from notary.protocol.targets import Target, make_target
+from notary.protocol.voting import Outcome, Threshold
 from notary.store import Store
 
+if TYPE_CHECKING:
+    from notary.client import CheckReport
+
 log = logging.getLogger("notary")
+
+
+_NOTARIES_HELP = "the client's bundle directory (default: ~/.config/notary/notaries)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,6 +66,32 @@ def build_parser() -> argparse.ArgumentParser:
     bundle_commands = bundle.add_subparsers(dest="bundle_command", parser_class=_Parser)
     show = bundle_commands.add_parser("show", help="print a bundle with each host's SHA-1 pin")
     show.add_argument("file", type=Path)
+    fetch = bundle_commands.add_parser(
+        "fetch", help="validate a bundle (https URL or file) and keep it for `notary check`"
+    )
+    fetch.add_argument("source", metavar="URL|FILE")
+    fetch.add_argument("--notaries", type=Path, metavar="DIR", help=_NOTARIES_HELP)
+    fetch.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    listing = bundle_commands.add_parser("list", help="the notaries `notary check` asks")
+    listing.add_argument("--notaries", type=Path, metavar="DIR", help=_NOTARIES_HELP)
+    remove = bundle_commands.add_parser("remove", help="forget a notary")
+    remove.add_argument("name")
+    remove.add_argument("--notaries", type=Path, metavar="DIR", help=_NOTARIES_HELP)
+
+    check = commands.add_parser(
+        "check", help="ask several notaries which certificate a site serves, and vote"
+    )
+    check.add_argument("site", metavar="HOST[:PORT]")
+    check.add_argument("--fingerprint", metavar="SHA1", help="check this one, not the site's")
+    check.add_argument("--notary", action="append", type=Path, default=[], metavar="FILE.notary")
+    check.add_argument("--notaries", type=Path, metavar="DIR", help=_NOTARIES_HELP)
+    check.add_argument("--quorum", type=int, default=3, metavar="N", help="notaries to ask")
+    check.add_argument("--threshold", choices=[t.value for t in Threshold], default="majority")
+    check.add_argument("--strict", action="store_true",
+                       help="notaries that do not answer count against")
+    check.add_argument("--bounce", default="auto", metavar="auto|off|FILE.notary")
+    check.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    check.add_argument("--json", action="store_true")
 
     db = commands.add_parser("db", help="create/migrate the database, or print statistics")
     db.add_argument("action", choices=["init", "stats"])
@@ -130,6 +168,8 @@ _HOST_SPEC = re.compile(r"(\[[^\]]+\]:\d{1,5}:\d{1,5}|[^:\[\]]+:\d{1,5}:\d{1,5})
 def cmd_bundle(args: argparse.Namespace) -> int:
     if args.bundle_command == "show":
         return _bundle_show(args.file)
+    if args.bundle_command in ("fetch", "list", "remove"):
+        return _BUNDLE_STORE_COMMANDS[args.bundle_command](args)
     missing = [flag for flag, value in (("--name", args.name), ("--location", args.location),
                                         ("--out", args.out)) if not value]
     if missing:
@@ -167,6 +207,178 @@ def _bundle_show(path: Path) -> int:
         print(f"host:     {host.host} ssl_port={host.ssl_port} http_port={host.http_port}")
         print(f"  sha1:   {host.sha1_pin}")
     return 0
+
+
+def _notary_dir(args: argparse.Namespace) -> Path:
+    from notary.client import default_notary_dir
+
+    return args.notaries if args.notaries is not None else default_notary_dir()
+
+
+def _bundle_fetch(args: argparse.Namespace) -> int:
+    from notary.bundle_store import fetch_bundle, store_bundle
+
+    _check_timeout(args.timeout)
+    data = trio.run(lambda: fetch_bundle(args.source, timeout_s=args.timeout))
+    stored, replaced = store_bundle(_notary_dir(args), data)
+    verb = "updated" if replaced else "added"
+    print(f"{verb} {stored.bundle.name!r} ({len(stored.bundle.hosts)} hosts): {stored.path}")
+    return 0
+
+
+def _bundle_list(args: argparse.Namespace) -> int:
+    from notary.bundle_store import list_bundles
+
+    directory = _notary_dir(args)
+    stored = list_bundles(directory)
+    if not stored:
+        print(f"no notaries in {directory} (add some with `notary bundle fetch URL`)")
+    for item in stored:
+        hosts = ", ".join(f"{h.host}:{h.ssl_port}" for h in item.bundle.hosts)
+        print(f"{item.bundle.name}  [{hosts}]  {item.path.name}")
+    return 0
+
+
+def _bundle_remove(args: argparse.Namespace) -> int:
+    from notary.bundle_store import remove_bundle
+
+    removed = remove_bundle(_notary_dir(args), args.name)
+    print(f"removed {removed.bundle.name!r} ({removed.path})")
+    return 0
+
+
+_BUNDLE_STORE_COMMANDS = {"fetch": _bundle_fetch, "list": _bundle_list, "remove": _bundle_remove}
+
+
+def _check_timeout(timeout: float) -> None:
+    if not 0 < timeout <= 3600:
+        raise UsageError("--timeout must be between 0 and 3600 seconds")
+
+
+# -- check ------------------------------------------------------------------------
+
+#: Exit status of `notary check`.
+EXIT_VERIFIED, EXIT_REJECTED, EXIT_INCONCLUSIVE, EXIT_SITE_UNREACHABLE = 0, 1, 3, 4
+
+
+def parse_site(text: str) -> Target:
+    """``HOST``, ``HOST:PORT``, ``[V6]:PORT`` or a bare IPv6 literal; port 443
+    by default."""
+    if text.startswith("["):
+        host, bracket, port = text.rpartition("]:")
+        host, port = (host + "]", port) if bracket else (text, "443")
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:
+        host, port = text, "443"
+    try:
+        return make_target(host, port)
+    except BadTarget as exc:
+        raise UsageError(f"site {text!r}: {exc}") from None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from notary import client
+    from notary.bundle_store import fetch_bundle
+
+    _check_timeout(args.timeout)
+    target = parse_site(args.site)
+    fingerprint = None
+    if args.fingerprint is not None:
+        try:
+            fingerprint = parse_fingerprint(args.fingerprint)
+        except ProtocolError as exc:
+            raise UsageError(f"--fingerprint: {exc.message}") from None
+    directory = args.notaries
+    if directory is None and not args.notary:
+        directory = client.default_notary_dir()
+    bundles = client.load_bundles(args.notary, directory)
+    relay: object
+    if args.bounce in ("auto", "off"):
+        relay = None if args.bounce == "off" else "auto"
+    else:
+        relay = parse_bundle(trio.run(lambda: fetch_bundle(args.bounce, timeout_s=args.timeout)))
+    try:
+        report = trio.run(lambda: client.check(
+            target, bundles, fingerprint=fingerprint, quorum=args.quorum,
+            threshold=Threshold(args.threshold), strict=args.strict, relay=relay,
+            timeout_s=args.timeout,
+        ))
+    except client.SiteUnreachable as exc:
+        print(f"notary: cannot fetch the site's certificate: {exc}", file=sys.stderr)
+        return EXIT_SITE_UNREACHABLE
+    now = time.time()
+    print(report_json(report) if args.json else report_table(report, now))
+    return {
+        Outcome.VERIFIED: EXIT_VERIFIED,
+        Outcome.REJECTED: EXIT_REJECTED,
+        Outcome.INCONCLUSIVE: EXIT_INCONCLUSIVE,
+    }[report.tally.outcome]
+
+
+def _when(timestamp: int | None) -> str:
+    if timestamp is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(timestamp))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def report_table(report: CheckReport, now: float) -> str:
+    """The human output of `notary check`: one row per notary asked, then
+    the verdict line."""
+    rows = [("NOTARY", "ANSWERED BY", "VERDICT", "NEWEST OBSERVATION", "SEEN FOR", "DETAIL")]
+    for answer in report.answers:
+        seen_for = now - answer.seen_since if answer.seen_since is not None else None
+        rows.append((
+            answer.notary, answer.host or "-", answer.verdict.value, _when(answer.newest_seen),
+            _duration(seen_for), answer.detail or "-",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    tally = report.tally
+    via = f", bounced via {' then '.join(report.relays)}" if report.relays else ""
+    lines.insert(0, (
+        f"{report.target} {format_fingerprint(report.fingerprint)} "
+        f"({report.threshold.value}{', strict' if report.strict else ''}{via})"
+    ))
+    lines.append(
+        f"{tally.outcome.value}: {tally.successes} of {tally.counted} counted notaries vouch "
+        f"for this certificate ({report.threshold.value}); {tally.stood_aside} stood aside"
+    )
+    return "\n".join(lines)
+
+
+def report_json(report: CheckReport) -> str:
+    tally = report.tally
+    return json.dumps({
+        "target": report.target.key,
+        "fingerprint": format_fingerprint(report.fingerprint),
+        "threshold": report.threshold.value,
+        "strict": report.strict,
+        "relays": list(report.relays),
+        "outcome": tally.outcome.value,
+        "successes": tally.successes,
+        "counted": tally.counted,
+        "stood_aside": tally.stood_aside,
+        "notaries": [
+            {
+                "name": a.notary, "host": a.host, "verdict": a.verdict.value,
+                "status": a.status, "detail": a.detail, "via": a.via,
+                "newest_seen": a.newest_seen, "seen_since": a.seen_since,
+            }
+            for a in report.answers
+        ],
+    }, indent=2)
 
 
 # -- db -------------------------------------------------------------------------
@@ -285,6 +497,7 @@ _COMMANDS = {
     "db": cmd_db,
     "serve": cmd_serve,
     "dev-init": cmd_dev_init,
+    "check": cmd_check,
 }
 
 __all__ = ["StoreError", "main"]

@@ -41,6 +41,7 @@ __all__ = [
     "allowed_addresses",
     "connect_first",
     "dial",
+    "dial_first",
     "resolve",
     "system_resolver",
 ]
@@ -148,6 +149,48 @@ async def dial(
     first that answers; return the stream and the address connected to."""
     addresses = allowed_addresses(policy, await resolve(host, port, resolver), what=host)
     return await connect_first(addresses, port)
+
+
+async def dial_first(
+    destinations: Sequence[tuple[str, int]], *, policy: AddressPolicy, resolver: Resolver
+) -> tuple[trio.SocketStream, int]:
+    """:func:`dial` every ``(host, port)`` in parallel; the first to connect
+    wins, the others are cancelled (or closed, if they connected too late).
+    Returns the stream and the winner's index in ``destinations``.
+
+    Error handling: ``ProbeRefused`` when the policy refused every
+    destination; else ``ProbeConnectFailed`` when none connected (the
+    reasons are in the debug log). The deadline is the caller's.
+    """
+    winners: list[tuple[trio.SocketStream, int]] = []
+    failures: list[ProbeError] = []
+
+    async def attempt(index: int, host: str, port: int, nursery: trio.Nursery) -> None:
+        try:
+            stream, _address = await dial(host, port, policy=policy, resolver=resolver)
+        except ProbeError as exc:
+            logger.debug("cannot connect to %s port %d: %s", host, port, exc)
+            failures.append(exc)
+            return
+        if winners:
+            stream.socket.close()
+            return
+        winners.append((stream, index))
+        nursery.cancel_scope.cancel()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index, (host, port) in enumerate(destinations):
+                nursery.start_soon(attempt, index, host, port, nursery)
+    except BaseException:
+        for stream, _ in winners:
+            stream.socket.close()
+        raise
+    if winners:
+        return winners[0]
+    if destinations and all(isinstance(f, ProbeRefused) for f in failures):
+        raise ProbeRefused("address refused by policy")
+    raise ProbeConnectFailed("could not connect")
 
 
 async def _open_stream(address: str, port: int) -> trio.SocketStream:

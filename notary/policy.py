@@ -289,3 +289,8 @@ class AddressPolicy:
 
     def _is_allowed(self, ip: IPAddress) -> bool:
         return any(ip.version == net.version and ip in net for net in self.allowed)
+
+
+#: For the client only (the user's own machine, pointed where its user
+#: chooses): every address allowed. A notary never uses it.
+ANY_ADDRESS = AddressPolicy.from_cidrs(["0.0.0.0/0", "::/0"])

@@ -25,6 +25,8 @@ MAX_BUNDLE_BYTES = 1024 * 1024
 MAX_HOSTS = 64
 MAX_NAME_CHARS = 200
 CONTENT_TYPE = b"application/octet-stream"
+#: File name suffix of bundle files.
+BUNDLE_SUFFIX = ".notary"
 _REGION_RE = re.compile(r"[A-Z]{2}")
 
 

@@ -286,3 +286,64 @@ def error_response(
     return response(
         status, body, keep_alive=keep_alive, extra_headers=extra_headers, reason=reason
     )
+
+
+# -- responses received (the client side) -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A complete HTTP response received by a client."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+    def header(self, name: bytes) -> bytes | None:
+        """The value of the first header called ``name`` (case-insensitive)."""
+        name = name.lower()
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+
+class _ResponseParts:
+    def __init__(self) -> None:
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = bytearray()
+        self.complete = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((bytes(name), bytes(value)))
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+def parse_response(data: bytes) -> Response:
+    """The response in ``data``: everything a server sent before it closed
+    the connection (the client asked with ``Connection: close``). A body
+    without ``Content-Length`` runs to the end of ``data``.
+
+    Error handling: ``ProtocolError`` with status 502 (the server
+    misbehaved) for a malformed or truncated response.
+    """
+    parts = _ResponseParts()
+    parser = httptools.HttpResponseParser(parts)
+    try:
+        parser.feed_data(data)
+    except httptools.HttpParserError as exc:
+        raise ProtocolError(f"malformed response: {_reason(exc)}", status=502) from None
+    headers = tuple(parts.headers)
+    status = parser.get_status_code()
+    if not parts.complete:
+        framed = any(
+            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers
+        )
+        if framed or not data or b"\r\n\r\n" not in data:
+            raise ProtocolError("truncated response", status=502)
+    return Response(status, headers, bytes(parts.body))

@@ -43,10 +43,10 @@ from pathlib import Path
 import trio
 
 from notary.config import RelayConfig
-from notary.dialer import Resolver, dial
+from notary.dialer import Resolver, dial_first
 from notary.errors import PeerError, ProbeError, ProbeRefused, ProtocolError, UsageError
 from notary.policy import AddressPolicy
-from notary.protocol.bundle import BundleError, parse_bundle
+from notary.protocol.bundle import BUNDLE_SUFFIX, BundleError, parse_bundle
 from notary.protocol.http import Request, RequestReader, error_response
 from notary.protocol.relay import (
     RelayMode,
@@ -71,8 +71,6 @@ MAX_BODY_BYTES = 1024
 #: the answer before the client reads it).
 LINGER_S = 1.0
 LINGER_BYTES = 64 * 1024
-#: File name suffix of bundles in a trusted directory.
-BUNDLE_SUFFIX = ".notary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,44 +278,24 @@ class RelayHandler:
         raise ProtocolError("request timeout", status=408)
 
     async def _dial_first(self, hosts: Sequence[str]) -> tuple[trio.SocketStream, str]:
-        """Connect to ``hosts`` in parallel; the first to connect wins and
-        the others are cancelled (or closed, if they connected too late).
+        """Connect to ``hosts`` in parallel, the first to connect wins.
 
         Error handling: ``RelayRefused`` (403) when the policy refused every
         host; ``PeerError`` 404 when none connected in time.
         """
-        winners: list[tuple[trio.SocketStream, str]] = []
-        failures: list[ProbeError] = []
-
-        async def attempt(host: str, nursery: trio.Nursery) -> None:
+        port = self._config.dial_port
+        with trio.move_on_after(self._config.connect_timeout_s):
             try:
-                stream, _address = await dial(
-                    host, self._config.dial_port, policy=self._policy, resolver=self._resolver
+                stream, index = await dial_first(
+                    [(host, port) for host in hosts], policy=self._policy, resolver=self._resolver
                 )
-            except ProbeError as exc:
-                logger.debug("relay: cannot connect to %s: %s", host, exc)
-                failures.append(exc)
-                return
-            if winners:
-                stream.socket.close()
-                return
-            winners.append((stream, host))
-            nursery.cancel_scope.cancel()
-
-        try:
-            with trio.move_on_after(self._config.connect_timeout_s):
-                async with trio.open_nursery() as nursery:
-                    for host in hosts:
-                        nursery.start_soon(attempt, host, nursery)
-        except BaseException:
-            for stream, _ in winners:
-                stream.socket.close()
-            raise
-        if winners:
-            return winners[0]
-        if len(failures) == len(hosts) and all(isinstance(f, ProbeRefused) for f in failures):
-            self._refused["policy"] += 1
-            raise RelayRefused("destination refused by policy")
+            except ProbeRefused:
+                self._refused["policy"] += 1
+                raise RelayRefused("destination refused by policy") from None
+            except ProbeError:
+                pass
+            else:
+                return stream, hosts[index]
         self._refused["unreachable"] += 1
         raise PeerError("unable to connect to the notary", status=404)
 

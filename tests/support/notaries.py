@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from notary import crypto
 from notary.config import Config, Endpoint, load_config
+from notary.protocol.bundle import BundleHost, make_bundle
 from notary.server.app import RunningNotary, serve_notary
 from tests.support.tls_targets import static_resolver
 
@@ -83,14 +84,24 @@ async def open_notary(
     host: str = LOCALHOST,
     relay: Mapping[str, object] | None = None,
     server: Mapping[str, object] | None = None,
+    serve_bundle: bool = False,
     **sections: dict,
 ) -> AsyncIterator[NotaryUnderTest]:
     """Serve a notary on ``host`` (API and relay on port 0) until the block
     exits, then stop it and wait until it has drained its write queue.
     ``server`` and ``relay`` override keys of those sections (``relay`` by default:
     bundles mode, no trusted bundle, loopback destinations allowed); ``sections``
-    override other config sections, e.g. ``probe={"timeout_s": 0.5}``."""
+    override other config sections, e.g. ``probe={"timeout_s": 0.5}``.
+    ``serve_bundle``: serve ``/test.notary``, a bundle pinning this notary."""
     key_path, cert_path, cert = make_notary_files(directory, host)
+    if serve_bundle:
+        bundle = make_bundle(
+            name=f"Test notary {host}",
+            location=f"https://{host}/test.notary",
+            hosts=[BundleHost(host, 443, 80, crypto.certificate_pem(cert).decode("ascii"))],
+        )
+        crypto.write_new_file(directory / "test.notary", bundle.to_json(), mode=0o644)
+        server = {"bundle_file": directory / "test.notary", **(server or {})}
     overrides = {
         "server": {
             "key_file": key_path,

@@ -113,7 +113,7 @@ class ServedCertificate:
 class TLSTarget:
     """A running TLS server made by :func:`open_tls_target`.
 
-    Attributes: ``host`` (always ``127.0.0.1``) and ``port``; ``ca`` (the
+    Attributes: ``host`` (``127.0.0.1`` unless asked otherwise) and ``port``; ``ca`` (the
     trustme root); ``server_names``: the SNI of every ClientHello received, in
     order (``None`` when the client sent none).
     """
@@ -272,8 +272,11 @@ async def open_tls_target(
     intermediates: int = 1,
     minimum_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2,
     maximum_version: ssl.TLSVersion | None = None,
+    host: str = LOCALHOST,
+    port: int = 0,
 ) -> AsyncIterator[TLSTarget]:
-    """Run a TLS server on ``127.0.0.1`` (port 0) serving, for each name in
+    """Run a TLS server on ``host`` (a loopback literal; port 0 unless
+    ``port`` is given) serving, for each name in
     ``names``, its own certificate (SNI), and a certificate for
     ``default_name`` otherwise.
 
@@ -289,8 +292,9 @@ async def open_tls_target(
         minimum_version=minimum_version,
         maximum_version=maximum_version,
     )
-    async with _serving(server._handle) as port:
-        server.port = port
+    server.host = host
+    async with _serving(server._handle, host=host, port=port) as bound_port:
+        server.port = bound_port
         yield server
 
 
@@ -414,8 +418,11 @@ async def _forward_records(
 @asynccontextmanager
 async def _serving(
     handler: Callable[[trio.SocketStream], Awaitable[None]],
+    *,
+    host: str = LOCALHOST,
+    port: int = 0,
 ) -> AsyncIterator[int]:
-    listeners = await trio.open_tcp_listeners(0, host=LOCALHOST)
+    listeners = await trio.open_tcp_listeners(port, host=host)
     port = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trio.serve_listeners, handler, listeners)

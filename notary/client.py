@@ -1,0 +1,448 @@
+"""The notary client: ask several notaries which certificate a site serves,
+and vote (PROTOCOLS.md 1.7; the voting rules are in
+:mod:`notary.protocol.voting`).
+
+An I/O edge (Trio). What it does, and how it differs from the 2011 add-on:
+
+1. The site's certificate is fetched here (SNI for names, TLS 1.2/1.3, under
+   the deadline), unless the caller gives a fingerprint.
+2. Up to ``quorum`` notaries with distinct names are asked, concurrently
+   (the add-on asked one after another), each under its own deadline. All
+   hosts of a notary are dialled in parallel and the first to connect is
+   used.
+3. A notary is authenticated by the SHA-1 pin of its host's certificate in
+   its bundle, and its answer's signature is verified with that
+   certificate's key (the add-on never verified it): a bad signature is a
+   ``FAILURE`` of that notary.
+4. Bouncing: one notary is the relay and is not asked (as the add-on did),
+   chosen at random unless named. The asked notary sees the relay's address;
+   the relay sees only TLS. If a relay fails (cannot be reached, or refuses),
+   the notaries it failed for are asked again through another spare notary;
+   when none is left they count as connectivity failures, never as a silent
+   direct connection.
+
+Resource handling: every connection is opened and closed within the call
+that needs it; :func:`check` owns a nursery for the concurrent queries.
+
+Error handling: :func:`check` raises ``UsageError`` for bad input (no
+notaries, unknown relay) and :class:`SiteUnreachable` when the site's
+certificate cannot be fetched; every failure of a notary becomes its
+:class:`NotaryAnswer` (never an exception).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from notary import crypto
+from notary.dialer import Resolver, dial, dial_first, system_resolver
+from notary.errors import NotaryError, PeerError, ProbeError, UsageError
+from notary.policy import ANY_ADDRESS
+from notary.protocol import convergence
+from notary.protocol.bundle import BUNDLE_SUFFIX, Bundle, BundleHost, parse_bundle
+from notary.protocol.http import parse_response
+from notary.protocol.relay import DESTINATION_HEADER, RELAY_PORT
+from notary.protocol.targets import Target, format_convergence_target, normalise_host
+from notary.protocol.voting import Tally, Threshold, Verdict, classify, tally
+
+__all__ = [
+    "DEFAULT_QUORUM",
+    "CheckReport",
+    "NotaryAnswer",
+    "SiteUnreachable",
+    "check",
+    "default_notary_dir",
+    "fetch_certificate",
+    "load_bundles",
+]
+
+DEFAULT_QUORUM = 3
+DEFAULT_TIMEOUT_S = 10.0
+#: The largest answer read from a notary or relay.
+MAX_RESPONSE_BYTES = 1024 * 1024
+
+
+class SiteUnreachable(NotaryError):
+    """The site's own certificate could not be fetched."""
+
+
+class _RelayFailed(Exception):
+    """The relay could not be reached or refused the tunnel."""
+
+
+@dataclass(frozen=True, slots=True)
+class NotaryAnswer:
+    """What one notary said. ``host``: the host that answered; ``via``: the
+    relay notary's name if bounced; ``newest_seen``: the newest observation
+    in its list (Unix seconds); ``seen_since``: since when it has seen the
+    fingerprint asked about."""
+
+    notary: str
+    verdict: Verdict
+    host: str | None = None
+    status: int | None = None
+    detail: str = ""
+    via: str | None = None
+    newest_seen: int | None = None
+    seen_since: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    target: Target
+    fingerprint: bytes
+    threshold: Threshold
+    strict: bool
+    answers: tuple[NotaryAnswer, ...]
+    tally: Tally
+    #: Relays used, in order (more than one when a relay failed).
+    relays: tuple[str, ...] = field(default=())
+
+
+def default_notary_dir() -> Path:
+    """Where ``notary bundle fetch`` keeps bundles and ``notary check`` looks:
+    ``$XDG_CONFIG_HOME/notary/notaries`` (``~/.config/notary/notaries``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "notary" / "notaries"
+
+
+def load_bundles(files: Sequence[Path], directory: Path | None) -> list[Bundle]:
+    """The bundles in ``files`` and in ``directory`` (its ``*.notary``
+    files), first of each name kept.
+
+    Error handling: ``UsageError`` naming the file for an unreadable or
+    invalid bundle, or a missing directory.
+    """
+    paths = list(files)
+    if directory is not None:
+        if not directory.is_dir():
+            raise UsageError(f"notary directory {directory} does not exist")
+        paths += sorted(p for p in directory.iterdir() if p.name.endswith(BUNDLE_SUFFIX))
+    bundles: dict[str, Bundle] = {}
+    for path in paths:
+        try:
+            bundle = parse_bundle(path.read_bytes())
+        except OSError as exc:
+            raise UsageError(f"cannot read bundle {path}: {exc.strerror}") from None
+        except NotaryError as exc:
+            raise UsageError(f"bundle {path}: {exc}") from None
+        bundles.setdefault(bundle.name, bundle)
+    return list(bundles.values())
+
+
+def _client_context() -> ssl.SSLContext:
+    """TLS 1.2+, no verification: sites are judged by the notaries, notaries
+    by their pins."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+async def fetch_certificate(
+    target: Target, *, timeout_s: float, resolver: Resolver = system_resolver
+) -> bytes:
+    """The DER leaf certificate ``target`` serves to us now.
+
+    Error handling: ``SiteUnreachable`` with a short reason.
+    """
+    try:
+        with trio.fail_after(timeout_s):
+            tcp, _address = await dial(
+                target.host, target.port, policy=ANY_ADDRESS, resolver=resolver
+            )
+            name = None if target.is_ip_literal else target.host
+            stream = trio.SSLStream(tcp, _client_context(), server_hostname=name)
+            try:
+                await stream.do_handshake()
+                der = stream.getpeercert(binary_form=True)
+            finally:
+                await trio.aclose_forcefully(stream)
+    except trio.TooSlowError:
+        raise SiteUnreachable(f"{target}: no TLS handshake within {timeout_s:g} s") from None
+    except ProbeError as exc:
+        raise SiteUnreachable(f"{target}: {exc}") from None
+    except (trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
+        raise SiteUnreachable(f"{target}: TLS handshake failed ({exc})") from None
+    if not der:
+        raise SiteUnreachable(f"{target}: no certificate presented")
+    return der
+
+
+def _pick(
+    bundles: Sequence[Bundle], quorum: int, relay: Bundle | str | None, rng: random.Random
+) -> tuple[list[Bundle], list[Bundle]]:
+    """(asked, relays in the order to try). ``relay``: a bundle, ``"auto"``
+    (a random spare notary, if there is one) or None (no bouncing)."""
+    if quorum < 1:
+        raise UsageError("--quorum must be at least 1")
+    pool = list(bundles)
+    rng.shuffle(pool)
+    if isinstance(relay, Bundle):
+        pool = [b for b in pool if b.name != relay.name]
+        return pool[:quorum], [relay]
+    if relay != "auto" or len(pool) < 2:
+        return pool[:quorum], []
+    first_relay = pool.pop()
+    asked = pool[:quorum]
+    return asked, [first_relay, *pool[quorum:]]
+
+
+async def check(
+    target: Target,
+    bundles: Sequence[Bundle],
+    *,
+    fingerprint: bytes | None = None,
+    quorum: int = DEFAULT_QUORUM,
+    threshold: Threshold = Threshold.MAJORITY,
+    strict: bool = False,
+    relay: Bundle | str | None = "auto",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    resolver: Resolver = system_resolver,
+    rng: random.Random | None = None,
+) -> CheckReport:
+    """Ask up to ``quorum`` of ``bundles`` about ``target`` and vote."""
+    if not bundles:
+        raise UsageError("no notaries: give --notary FILE.notary or fetch bundles first")
+    if fingerprint is None:
+        der = await fetch_certificate(target, timeout_s=timeout_s, resolver=resolver)
+        fingerprint = hashlib.sha1(der).digest()
+    asked, relays = _pick(bundles, quorum, relay, rng or random.Random())
+    if not asked:
+        raise UsageError("the only notary given is the relay: give more notaries or --bounce off")
+    answers: dict[str, NotaryAnswer] = {}
+
+    async def ask(bundle: Bundle, through: Bundle | None, relay_failed: list[Bundle]) -> None:
+        try:
+            with trio.fail_after(timeout_s):
+                answers[bundle.name] = await _ask(bundle, target, fingerprint, through, resolver)
+        except trio.TooSlowError:
+            answers[bundle.name] = NotaryAnswer(
+                bundle.name, Verdict.CONNECTIVITY_FAILURE, detail="timed out",
+                via=through.name if through else None,
+            )
+        except _RelayFailed:
+            relay_failed.append(bundle)
+
+    pending = list(asked)
+    used: list[str] = []
+    through = relays.pop(0) if relays else None
+    while pending:
+        relay_failed: list[Bundle] = []
+        async with trio.open_nursery() as nursery:
+            for bundle in pending:
+                nursery.start_soon(ask, bundle, through, relay_failed)
+        if through is not None:
+            used.append(through.name)
+        pending = relay_failed
+        if pending and not relays:  # every relay failed for these: never go direct
+            for bundle in pending:
+                answers[bundle.name] = NotaryAnswer(
+                    bundle.name, Verdict.CONNECTIVITY_FAILURE, detail="no relay could reach it"
+                )
+            break
+        through = relays.pop(0) if relays else None
+    ordered = tuple(answers[b.name] for b in asked)
+    return CheckReport(
+        target=target,
+        fingerprint=fingerprint,
+        threshold=threshold,
+        strict=strict,
+        answers=ordered,
+        tally=tally((a.verdict for a in ordered), threshold, strict=strict),
+        relays=tuple(used),
+    )
+
+
+async def _ask(
+    bundle: Bundle,
+    target: Target,
+    fingerprint: bytes,
+    relay: Bundle | None,
+    resolver: Resolver,
+) -> NotaryAnswer:
+    via = relay.name if relay is not None else None
+    try:
+        if relay is None:
+            tcp, host = await _connect_direct(bundle, resolver)
+        else:
+            tcp, host = await _connect_bounced(bundle, relay, resolver)
+    except PeerError as exc:
+        return NotaryAnswer(bundle.name, Verdict.CONNECTIVITY_FAILURE, detail=str(exc), via=via)
+    try:
+        return await _query(bundle, host, tcp, target, fingerprint, via)
+    finally:
+        await trio.aclose_forcefully(tcp)
+
+
+async def _connect_direct(
+    bundle: Bundle, resolver: Resolver
+) -> tuple[trio.SocketStream, BundleHost]:
+    destinations = [(h.host, h.ssl_port) for h in bundle.hosts]
+    try:
+        stream, index = await dial_first(destinations, policy=ANY_ADDRESS, resolver=resolver)
+    except ProbeError:
+        raise PeerError("could not connect to any of its hosts") from None
+    return stream, bundle.hosts[index]
+
+
+async def _connect_bounced(
+    bundle: Bundle, relay: Bundle, resolver: Resolver
+) -> tuple[trio.SocketStream, BundleHost]:
+    """A tunnel through ``relay`` to one of ``bundle``'s hosts.
+
+    Error handling: ``_RelayFailed`` when the relay cannot be reached or
+    refuses; ``PeerError`` when it could not reach the notary (404).
+    """
+    destinations = [(h.host, h.http_port) for h in relay.hosts]
+    try:
+        stream, _index = await dial_first(destinations, policy=ANY_ADDRESS, resolver=resolver)
+    except ProbeError:
+        raise _RelayFailed from None
+    try:
+        connected = await _open_tunnel(stream, bundle)
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return stream, _host_named(bundle, connected)
+
+
+async def _open_tunnel(stream: trio.SocketStream, bundle: Bundle) -> str:
+    """Send the legacy CONNECT for ``bundle``'s hosts; return the host the
+    relay says it reached."""
+    first, *others = bundle.hosts
+    request = f"CONNECT {first.host}:{RELAY_PORT} HTTP/1.1\r\nHost: {first.host}\r\n"
+    for other in others:
+        request += f"X-Convergence-Notary: {other.host}+{RELAY_PORT}\r\n"
+    try:
+        await stream.send_all((request + "\r\n").encode("ascii"))
+        answer = parse_response(await _read_head(stream))
+    except (trio.BrokenResourceError, PeerError):
+        raise _RelayFailed from None
+    if answer.status == 404:
+        raise PeerError("the relay could not reach it")
+    if answer.status != 200:
+        raise _RelayFailed
+    return (answer.header(DESTINATION_HEADER) or b"").decode("ascii", "replace")
+
+
+def _host_named(bundle: Bundle, name: str) -> BundleHost:
+    """The host of ``bundle`` the relay says it reached (the first if the
+    relay did not say, or said something else: the pin check decides)."""
+    try:
+        wanted = normalise_host(name)
+    except NotaryError:
+        return bundle.hosts[0]
+    for host in bundle.hosts:
+        if normalise_host(host.host) == wanted:
+            return host
+    return bundle.hosts[0]
+
+
+async def _read_head(stream: trio.SocketStream) -> bytes:
+    """Bytes up to and including the relay's blank line; nothing more is
+    read, so the TLS bytes that follow stay in the stream."""
+    data = bytearray()
+    while not data.endswith(b"\r\n\r\n"):
+        if len(data) > 16 * 1024:
+            raise _RelayFailed
+        byte = await stream.receive_some(1)
+        if not byte:
+            raise _RelayFailed
+        data += byte
+    return bytes(data)
+
+
+async def _query(
+    bundle: Bundle,
+    host: BundleHost,
+    tcp: trio.SocketStream,
+    target: Target,
+    fingerprint: bytes,
+    via: str | None,
+) -> NotaryAnswer:
+    """TLS to the notary (pinned), the legacy POST, the signed answer."""
+    # Notaries close without close_notify (as HTTPS servers may); answers are
+    # framed by Content-Length and signed, so truncation cannot pass.
+    stream = trio.SSLStream(tcp, _client_context(), server_hostname=None, https_compatible=True)
+
+    def failure(detail: str, status: int | None = None) -> NotaryAnswer:
+        return NotaryAnswer(
+            bundle.name, Verdict.CONNECTIVITY_FAILURE, host=host.host, status=status,
+            detail=detail, via=via,
+        )
+
+    try:
+        await stream.do_handshake()
+        der = stream.getpeercert(binary_form=True) or b""
+        pins = {h.sha1_pin for h in bundle.hosts if h.host == host.host} or {
+            h.sha1_pin for h in bundle.hosts
+        }
+        if convergence.format_fingerprint(hashlib.sha1(der).digest()) not in pins:
+            return failure("certificate does not match the bundle's pin")
+        form = f"fingerprint={convergence.format_fingerprint(fingerprint)}"
+        request = (
+            f"POST /target/{format_convergence_target(target)} HTTP/1.1\r\n"
+            f"Host: {host.host}\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(form)}\r\nConnection: close\r\n\r\n{form}"
+        ).encode("ascii")
+        await stream.send_all(request)
+        data = bytearray()
+        while chunk := await stream.receive_some(64 * 1024):
+            data += chunk
+            if len(data) > MAX_RESPONSE_BYTES:
+                return failure("answer too large")
+    except (trio.BrokenResourceError, ssl.SSLError, OSError):
+        return failure("connection failed")
+    try:
+        response = parse_response(bytes(data))
+    except PeerError as exc:
+        return failure(str(exc))
+    return _judge(bundle, host, response.status, response.body, fingerprint, via)
+
+
+def _judge(
+    bundle: Bundle,
+    host: BundleHost,
+    status: int,
+    body: bytes,
+    fingerprint: bytes,
+    via: str | None,
+) -> NotaryAnswer:
+    listed = signature_ok = False
+    newest = since = None
+    detail = f"HTTP {status}"
+    if status in (200, 409):
+        try:
+            parsed = convergence.parse_answer(body)
+        except PeerError:
+            detail = "malformed answer"
+        else:
+            key = host.certificate.public_key()
+            signature_ok = crypto.verify_convergence_signature(
+                key, parsed.payload, parsed.signature_b64
+            )
+            detail = "" if signature_ok else "bad signature"
+            matching = [e for e in parsed.entries if e.sha1 == fingerprint]
+            listed = bool(matching)
+            if parsed.entries:
+                newest = max(e.finish for e in parsed.entries)
+            if matching:
+                since = min(e.start for e in matching)
+    verdict = classify(status, listed=listed, signature_ok=signature_ok)
+    if verdict is Verdict.FAILURE and not detail:
+        detail = "sees another certificate"
+    return NotaryAnswer(
+        bundle.name, verdict, host=host.host, status=status, detail=detail, via=via,
+        newest_seen=newest, seen_since=since,
+    )

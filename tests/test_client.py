@@ -1,0 +1,430 @@
+"""The client (notary.client, `notary check`, `notary bundle fetch|list|remove`)
+against real local notaries. Loopback only: names reach local servers through
+injected resolvers; the CLI runs as a subprocess against IP literals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import ssl
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+
+from notary import client, crypto
+from notary.bundle_store import (
+    BundleFetchFailed,
+    fetch_bundle,
+    list_bundles,
+    remove_bundle,
+    store_bundle,
+)
+from notary.cli import report_json, report_table
+from notary.errors import UsageError
+from notary.protocol.bundle import Bundle, BundleHost, make_bundle, parse_bundle
+from notary.protocol.convergence import format_fingerprint
+from notary.protocol.targets import Target
+from notary.protocol.voting import Outcome, Threshold, Verdict
+from tests.support.notaries import NotaryUnderTest, open_notary
+from tests.support.tls_targets import closed_port, open_tls_target, static_resolver
+
+SITE = "site.example.test"
+MITM_HOST = "127.0.0.5"
+NOTARY_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+
+
+def bundle_of(notary: NotaryUnderTest, name: str) -> Bundle:
+    host = notary.running.api[0].host
+    pem = crypto.certificate_pem(notary.certificate).decode("ascii")
+    relay_port = notary.running.relay[0].port if notary.running.relay else 80
+    return make_bundle(
+        name=name,
+        location=f"https://{host}/{name}.notary",
+        hosts=[BundleHost(host, notary.port, relay_port, pem)],
+    )
+
+
+def dead_bundle(name: str, certificate_pem: str) -> Bundle:
+    return make_bundle(
+        name=name,
+        location="https://127.0.0.1/dead.notary",
+        hosts=[BundleHost("127.0.0.1", closed_port(), closed_port(), certificate_pem)],
+    )
+
+
+@asynccontextmanager
+async def open_world(tmp_path: Path) -> AsyncIterator[tuple[object, list[NotaryUnderTest]]]:
+    """The site on 127.0.0.1, an impostor on 127.0.0.5 (same port, its own
+    certificate for the same name), and three notaries: the third one's route
+    to the site leads to the impostor."""
+    async with AsyncExitStack() as stack:
+        site = await stack.enter_async_context(open_tls_target(names=[SITE]))
+        await stack.enter_async_context(
+            open_tls_target(names=[SITE], host=MITM_HOST, port=site.port)
+        )
+        notaries = []
+        for index, host in enumerate(NOTARY_HOSTS):
+            route = MITM_HOST if index == 2 else site.host
+            notaries.append(await stack.enter_async_context(
+                open_notary(tmp_path / f"n{index}", host=host, names={SITE: [route]})
+            ))
+        yield site, notaries
+
+
+async def run_check(site, bundles, **options) -> client.CheckReport:
+    options.setdefault("relay", None)
+    options.setdefault("timeout_s", 10.0)
+    return await client.check(
+        Target(SITE, site.port), bundles, resolver=static_resolver({SITE: [site.host]}),
+        **options,
+    )
+
+
+# -- voting with a man in the middle on one notary's route --------------------------------
+
+
+async def test_thresholds_with_one_notary_fooled(tmp_path: Path) -> None:
+    async with open_world(tmp_path) as (site, notaries):
+        bundles = [bundle_of(n, f"Notary {i}") for i, n in enumerate(notaries)]
+        majority = await run_check(site, bundles, threshold=Threshold.MAJORITY)
+        consensus = await run_check(site, bundles, threshold=Threshold.CONSENSUS)
+        minority = await run_check(site, bundles, threshold=Threshold.MINORITY)
+    assert majority.fingerprint == hashlib.sha1(site.leaf_der(SITE)).digest()
+    verdicts = {a.notary: a.verdict for a in majority.answers}
+    assert verdicts == {"Notary 0": Verdict.SUCCESS, "Notary 1": Verdict.SUCCESS,
+                        "Notary 2": Verdict.FAILURE}
+    assert (majority.tally.outcome, majority.tally.successes, majority.tally.counted) == (
+        Outcome.VERIFIED, 2, 3)
+    assert consensus.tally.outcome is Outcome.REJECTED
+    assert minority.tally.outcome is Outcome.VERIFIED
+    fooled = next(a for a in majority.answers if a.notary == "Notary 2")
+    assert fooled.detail == "sees another certificate" and fooled.status == 409
+    honest = next(a for a in majority.answers if a.notary == "Notary 0")
+    assert honest.host == "127.0.0.1" and honest.status == 200
+    assert honest.seen_since is not None and honest.newest_seen is not None
+
+
+async def test_quorum_limits_the_notaries_asked(tmp_path: Path) -> None:
+    async with open_world(tmp_path) as (site, notaries):
+        bundles = [bundle_of(n, f"Notary {i}") for i, n in enumerate(notaries)]
+        report = await run_check(site, bundles, quorum=2, rng=random.Random(1))
+    assert len(report.answers) == 2
+    assert len({a.notary for a in report.answers}) == 2
+
+
+async def test_tampered_signature_counts_as_failure(tmp_path: Path) -> None:
+    """An impostor notary that replays a real notary's answer under its own
+    (pinned) certificate: the answer does not verify with its key."""
+    async with open_world(tmp_path) as (site, notaries):
+        honest = await run_check(site, [bundle_of(notaries[0], "Honest")])
+        assert honest.tally.outcome is Outcome.VERIFIED
+        replayed = await _answer_bytes(notaries[0], site)
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.4")
+        async with open_fixed_answer_server(cert, replayed) as port:
+            pem = cert.cert_chain_pems[0].bytes().decode("ascii")
+            impostor = make_bundle(
+                name="Impostor", location="https://127.0.0.4/i.notary",
+                hosts=[BundleHost("127.0.0.4", port, 80, pem)],
+            )
+            report = await run_check(site, [impostor])
+    (answer,) = report.answers
+    assert (answer.verdict, answer.detail, answer.status) == (Verdict.FAILURE, "bad signature", 200)
+    assert report.tally.outcome is Outcome.REJECTED
+
+
+async def _answer_bytes(notary: NotaryUnderTest, site) -> bytes:
+    from tests.support.notaries import send_raw
+
+    fp = format_fingerprint(hashlib.sha1(site.leaf_der(SITE)).digest())
+    body = f"fingerprint={fp}".encode()
+    request = (
+        f"POST /target/{SITE}+{site.port} HTTP/1.0\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    answer = await send_raw(notary.port, request)
+    assert answer.status == 200
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(answer.body)).encode() + b"\r\nConnection: close\r\n\r\n" + answer.body
+    )
+
+
+@asynccontextmanager
+async def open_fixed_answer_server(cert: trustme.LeafCert, answer: bytes) -> AsyncIterator[int]:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    cert.configure_cert(context)
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        stream = trio.SSLStream(tcp, context, server_side=True)
+        try:
+            await stream.do_handshake()
+            await stream.receive_some(65536)
+            await stream.send_all(answer)
+        except trio.BrokenResourceError:
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.4"))
+        yield listeners[0].socket.getsockname()[1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_wrong_pin_is_a_connectivity_failure(tmp_path: Path) -> None:
+    async with open_world(tmp_path) as (site, notaries):
+        good = bundle_of(notaries[0], "Pinned elsewhere")
+        other_pem = crypto.certificate_pem(notaries[1].certificate).decode("ascii")
+        host = good.hosts[0]
+        wrong = make_bundle(name=good.name, location=good.bundle_location,
+                            hosts=[BundleHost(host.host, host.ssl_port, 80, other_pem)])
+        report = await run_check(site, [wrong])
+    (answer,) = report.answers
+    assert answer.verdict is Verdict.CONNECTIVITY_FAILURE
+    assert "pin" in answer.detail
+    assert report.tally.outcome is Outcome.INCONCLUSIVE
+
+
+async def test_dead_notary_stands_aside_unless_strict(tmp_path: Path) -> None:
+    async with open_world(tmp_path) as (site, notaries):
+        pem = crypto.certificate_pem(notaries[0].certificate).decode("ascii")
+        bundles = [bundle_of(notaries[0], "Alive"), dead_bundle("Dead", pem)]
+        relaxed = await run_check(site, bundles, threshold=Threshold.CONSENSUS)
+        strict = await run_check(site, bundles, threshold=Threshold.CONSENSUS, strict=True)
+    assert relaxed.tally.outcome is Outcome.VERIFIED
+    assert (relaxed.tally.counted, relaxed.tally.stood_aside) == (1, 1)
+    assert strict.tally.outcome is Outcome.REJECTED
+    assert (strict.tally.counted, strict.tally.stood_aside) == (2, 0)
+    dead = next(a for a in relaxed.answers if a.notary == "Dead")
+    assert dead.verdict is Verdict.CONNECTIVITY_FAILURE and dead.host is None
+
+
+async def test_site_unreachable_is_its_own_error() -> None:
+    with pytest.raises(client.SiteUnreachable):
+        await client.check(Target("127.0.0.1", closed_port()), [dead_bundle("x", _some_pem())],
+                           relay=None, timeout_s=5)
+
+
+def _some_pem() -> str:
+    return trustme.CA().issue_cert("x.test").cert_chain_pems[0].bytes().decode("ascii")
+
+
+async def test_no_notaries_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="no notaries"):
+        await client.check(Target("127.0.0.1", 443), [], fingerprint=b"\0" * 20)
+
+
+# -- bouncing ---------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_relay_world(tmp_path: Path) -> AsyncIterator[tuple[object, NotaryUnderTest, Bundle, NotaryUnderTest]]:
+    """Notary B (asked) on 127.0.0.2 and relay notary A on 127.0.0.1 that
+    trusts B's bundle and dials B's port."""
+    async with open_tls_target(names=[SITE]) as site:
+        async with open_notary(tmp_path / "b", host="127.0.0.2", names={SITE: [site.host]}) as b:
+            b_bundle = bundle_of(b, "Notary B")
+            trusted = tmp_path / "trusted" / "b.notary"
+            trusted.parent.mkdir()
+            trusted.write_bytes(b_bundle.to_json())
+            relay = {"bundles": (trusted,), "dial_port": b.port}
+            async with open_notary(tmp_path / "a", host="127.0.0.1", relay=relay) as a:
+                yield site, a, b_bundle, b
+
+
+async def test_bouncing_through_a_relay_reaches_the_asked_notary(tmp_path: Path) -> None:
+    async with open_relay_world(tmp_path) as (site, a, b_bundle, _b):
+        report = await run_check(site, [b_bundle], relay=bundle_of(a, "Notary A"))
+        statistics = a.running.relay_handler.statistics()
+    (answer,) = report.answers
+    assert (answer.notary, answer.verdict, answer.via) == ("Notary B", Verdict.SUCCESS, "Notary A")
+    assert answer.host == "127.0.0.2"
+    assert report.relays == ("Notary A",)
+    assert statistics.tunnels_opened == 1  # the question went through A
+
+
+async def test_a_failed_relay_is_replaced_by_another(tmp_path: Path) -> None:
+    async with open_relay_world(tmp_path) as (site, a, b_bundle, _b):
+        dead = dead_bundle("Dead relay", _some_pem())
+        good = bundle_of(a, "Notary A")
+        bundles = [b_bundle, dead, good]
+        # A seed for which the client asks B and tries the dead relay first.
+        seed = next(
+            s for s in range(1000)
+            if client._pick(bundles, 1, "auto", random.Random(s)) == ([b_bundle], [dead, good])
+        )
+        report = await run_check(site, bundles, quorum=1, relay="auto", rng=random.Random(seed))
+    (answer,) = report.answers
+    assert (answer.verdict, answer.via) == (Verdict.SUCCESS, "Notary A")
+    assert report.relays == ("Dead relay", "Notary A")
+
+
+async def test_when_every_relay_fails_the_notary_is_not_asked_directly(tmp_path: Path) -> None:
+    async with open_relay_world(tmp_path) as (site, _a, b_bundle, b):
+        report = await run_check(site, [b_bundle], relay=dead_bundle("Dead relay", _some_pem()))
+        probes = b.running.prober.statistics().started
+    (answer,) = report.answers
+    assert answer.verdict is Verdict.CONNECTIVITY_FAILURE
+    assert answer.detail == "no relay could reach it"
+    assert probes == 0  # B never heard the question
+
+
+def test_pick_excludes_the_relay_and_keeps_names_distinct() -> None:
+    pem = _some_pem()
+    bundles = [dead_bundle(f"N{i}", pem) for i in range(5)]
+    for seed in range(50):
+        asked, relays = client._pick(bundles, 3, "auto", random.Random(seed))
+        assert len(asked) == 3 and relays
+        assert not {b.name for b in asked} & {b.name for b in relays}
+        assert len({b.name for b in asked + relays}) == 5
+    asked, relays = client._pick(bundles[:1], 3, "auto", random.Random(0))
+    assert (len(asked), relays) == (1, [])  # nothing to spare: direct
+    asked, relays = client._pick(bundles, 9, None, random.Random(0))
+    assert (len(asked), relays) == (5, [])
+    with pytest.raises(UsageError):
+        client._pick(bundles, 0, None, random.Random(0))
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+async def test_table_and_json_output(tmp_path: Path) -> None:
+    async with open_world(tmp_path) as (site, notaries):
+        pem = crypto.certificate_pem(notaries[0].certificate).decode("ascii")
+        bundles = [bundle_of(n, f"Notary {i}") for i, n in enumerate(notaries)]
+        report = await run_check(site, [*bundles, dead_bundle("Dead", pem)], quorum=4)
+    table = report_table(report, now=report.answers[0].newest_seen or 0)
+    lines = table.splitlines()
+    assert lines[0] == (f"{SITE}:{site.port} {format_fingerprint(report.fingerprint)} (majority)")
+    assert lines[1].split() == ["NOTARY", "ANSWERED", "BY", "VERDICT", "NEWEST", "OBSERVATION",
+                                "SEEN", "FOR", "DETAIL"]
+    rows = {line.split("  ")[0]: line for line in lines[2:-1]}
+    assert "success" in rows["Notary 0"] and "127.0.0.1" in rows["Notary 0"]
+    assert "failure" in rows["Notary 2"] and "sees another certificate" in rows["Notary 2"]
+    assert "connectivity-failure" in rows["Dead"]
+    assert lines[-1] == (
+        "verified: 2 of 3 counted notaries vouch for this certificate (majority); 1 stood aside"
+    )
+    document = json.loads(report_json(report))
+    assert document["outcome"] == "verified"
+    assert (document["successes"], document["counted"], document["stood_aside"]) == (2, 3, 1)
+    assert document["target"] == f"{SITE}:{site.port}"
+    by_name = {n["name"]: n for n in document["notaries"]}
+    assert by_name["Notary 2"]["verdict"] == "failure" and by_name["Notary 2"]["status"] == 409
+    assert by_name["Dead"]["host"] is None
+
+
+# -- the CLI, as a subprocess ---------------------------------------------------------------
+
+
+async def notary_cli(*argv: str, cwd: Path) -> tuple[int, str, str]:
+    done = await trio.run_process(
+        [sys.executable, "-m", "notary", *argv], cwd=cwd, capture_stdout=True,
+        capture_stderr=True, check=False,
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_cli_exit_codes(tmp_path: Path) -> None:
+    async with open_tls_target(names=[SITE]) as site, AsyncExitStack() as stack:
+        notaries = [
+            await stack.enter_async_context(open_notary(tmp_path / f"n{i}", host=host))
+            for i, host in enumerate(NOTARY_HOSTS)
+        ]
+        directory = tmp_path / "notaries"
+        for index, notary in enumerate(notaries):
+            store_bundle(directory, bundle_of(notary, f"Notary {index}").to_json())
+        ip_site = f"127.0.0.1:{site.port}"  # the CLI resolves nothing: an IP literal
+        common = ("--notaries", str(directory), "--bounce", "off", "--timeout", "10")
+
+        status, out, err = await notary_cli("check", ip_site, *common, cwd=tmp_path)
+        assert (status, err) == (0, ""), out
+        assert out.splitlines()[-1].startswith("verified: 3 of 3")
+
+        other = format_fingerprint(b"\x01" * 20)
+        status, out, _ = await notary_cli("check", ip_site, "--fingerprint", other, *common,
+                                          cwd=tmp_path)
+        assert status == 1 and out.splitlines()[-1].startswith("rejected: 0 of 3")
+
+        status, out, _ = await notary_cli("check", ip_site, "--json", *common, cwd=tmp_path)
+        assert status == 0 and json.loads(out)["outcome"] == "verified"
+
+        dead_dir = tmp_path / "dead"
+        store_bundle(dead_dir, dead_bundle("Dead", _some_pem()).to_json())
+        status, out, _ = await notary_cli("check", ip_site, "--notaries", str(dead_dir),
+                                          "--bounce", "off", cwd=tmp_path)
+        assert status == 3 and out.splitlines()[-1].startswith("inconclusive: 0 of 0")
+
+        status, _, err = await notary_cli("check", f"127.0.0.1:{closed_port()}", *common,
+                                          cwd=tmp_path)
+        assert status == 4 and "cannot fetch the site's certificate" in err
+
+        for bad in (["check", "bad_host"], ["check", ip_site, "--threshold", "most"],
+                    ["check", ip_site, "--fingerprint", "zz"],
+                    ["check", ip_site, "--notaries", str(tmp_path / "missing")],
+                    ["check", ip_site, "--timeout", "0"]):
+            status, _, err = await notary_cli(*bad, cwd=tmp_path)
+            assert status == 2 and len(err.splitlines()) == 1, (bad, err)
+
+
+# -- the bundle directory -------------------------------------------------------------------
+
+
+async def test_bundle_fetch_from_a_self_pinned_https_notary(tmp_path: Path) -> None:
+    async with open_notary(tmp_path / "n", serve_bundle=True) as notary:
+        url = f"https://127.0.0.1:{notary.port}/test.notary"
+        data = await fetch_bundle(url, timeout_s=10)
+        assert parse_bundle(data).hosts[0].sha1_pin == format_fingerprint(notary.sha1_pin)
+        with pytest.raises(BundleFetchFailed, match="HTTP 404"):
+            await fetch_bundle(f"https://127.0.0.1:{notary.port}/other.notary", timeout_s=10)
+    # A server whose bundle does not pin the certificate it presents.
+    async with open_notary(tmp_path / "m", serve_bundle=True) as notary:
+        async with open_notary(tmp_path / "o", host="127.0.0.2", server={
+            "bundle_file": tmp_path / "m" / "test.notary"}) as other:
+            with pytest.raises(BundleFetchFailed, match="neither trusted by a CA nor pinned"):
+                await fetch_bundle(f"https://127.0.0.2:{other.port}/test.notary", timeout_s=10)
+        assert notary.port
+
+
+async def test_bundle_fetch_errors(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="https:// only"):
+        await fetch_bundle("http://127.0.0.1/x.notary", timeout_s=1)
+    with pytest.raises(UsageError, match="cannot read"):
+        await fetch_bundle(str(tmp_path / "missing.notary"), timeout_s=1)
+    (tmp_path / "bad.notary").write_text("{}")
+    with pytest.raises(UsageError, match=r"bad\.notary"):
+        await fetch_bundle(str(tmp_path / "bad.notary"), timeout_s=1)
+    with pytest.raises(BundleFetchFailed):
+        await fetch_bundle(f"https://127.0.0.1:{closed_port()}/x.notary", timeout_s=5)
+
+
+def test_store_list_replace_remove(tmp_path: Path) -> None:
+    pem = _some_pem()
+    directory = tmp_path / "notaries"
+    first = dead_bundle("Thoughtcrime Labs", pem)
+    stored, replaced = store_bundle(directory, first.to_json())
+    assert stored.path.name == "thoughtcrime-labs.notary" and not replaced
+    _, replaced = store_bundle(directory, dead_bundle("Thoughtcrime Labs", pem).to_json())
+    assert replaced
+    store_bundle(directory, dead_bundle("Another", pem).to_json())
+    assert [s.bundle.name for s in list_bundles(directory)] == ["Another", "Thoughtcrime Labs"]
+    assert client.load_bundles([], directory)[0].name in ("Another", "Thoughtcrime Labs")
+    remove_bundle(directory, "Thoughtcrime Labs")
+    assert [s.bundle.name for s in list_bundles(directory)] == ["Another"]
+    with pytest.raises(UsageError, match="no bundle called"):
+        remove_bundle(directory, "Thoughtcrime Labs")
+    assert list_bundles(tmp_path / "none") == []
+
+
+async def test_the_relay_alone_is_a_usage_error() -> None:
+    only = dead_bundle("Only", _some_pem())
+    with pytest.raises(UsageError, match="only notary given is the relay"):
+        await client.check(Target("127.0.0.1", 443), [only], fingerprint=b"\0" * 20, relay=only)
