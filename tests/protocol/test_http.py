@@ -647,3 +647,34 @@ def test_status_line_with_a_custom_reason() -> None:
             status_line(404, bad)
     with pytest.raises(ValueError, match="unknown HTTP status"):
         status_line(299, "Custom")
+
+
+# -- responses received by the client ------------------------------------------------
+
+
+def test_parse_response_framed_and_until_close() -> None:
+    from notary.protocol.http import parse_response
+
+    framed = parse_response(b"HTTP/1.1 409 Conflict\r\nContent-Length: 2\r\nX-A: b\r\n\r\n{}")
+    assert (framed.status, framed.body, framed.header(b"x-a")) == (409, b"{}", b"b")
+    legacy = parse_response(b"HTTP/1.0 404 Unable to connect\r\n\r\n<html>gone</html>")
+    assert (legacy.status, legacy.body) == (404, b"<html>gone</html>")
+    assert parse_response(response(200, b"abc")).body == b"abc"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"garbage\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+    ],
+)
+def test_parse_response_refuses_malformed_or_truncated(data: bytes) -> None:
+    from notary.protocol.http import parse_response
+
+    with pytest.raises(ProtocolError) as caught:
+        parse_response(data)
+    assert caught.value.status == 502
