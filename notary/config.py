@@ -145,6 +145,9 @@ class StoreConfig:
     #: SQLite ``PRAGMA synchronous`` (NORMAL in WAL mode loses at most the
     #: last transactions on power loss, never corrupts).
     synchronous: str = "NORMAL"
+    #: Sightings of a certificate closer than this form one run of the
+    #: history (Perspectives timespans); a longer gap starts a new run.
+    merge_window_s: int = 48 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +321,7 @@ def _validate(config: Config) -> None:
         "answers": ("fresh_for_s", "query_timeout_s"),
         "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
         "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
-        "store": ("batch_rows", "batch_interval_ms", "queue_rows"),
+        "store": ("batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s"),
         "relay": (
             "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
             "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",

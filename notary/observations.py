@@ -16,6 +16,34 @@ from notary.protocol.targets import Target
 
 #: How many distinct addresses are remembered per observation (newest first).
 MAX_ADDRESSES_PER_OBSERVATION = 8
+#: Two sightings of a certificate closer than this belong to one run (the
+#: original Perspectives notary's 48 h); a longer gap starts a new run.
+DEFAULT_MERGE_WINDOW_S = 48 * 3600
+
+#: ``(start, end)`` Unix seconds: a run of sightings, never longer than what
+#: was observed (start = first sighting, end = last sighting).
+Run = tuple[int, int]
+
+
+def add_sighting(runs: tuple[Run, ...], observed_at: int, merge_window_s: int) -> tuple[Run, ...]:
+    """``runs`` (sorted by start, each more than ``merge_window_s`` apart)
+    after a sighting at ``observed_at``, in any order of arrival.
+
+    Every run within ``merge_window_s`` of the sighting merges with it into
+    one run; no other run can be affected (they were already more than the
+    window apart from each other), so the result keeps the invariant.
+    """
+    low, high = observed_at - merge_window_s, observed_at + merge_window_s
+    start = end = observed_at
+    kept: list[Run] = []
+    for run in runs:
+        if run[1] >= low and run[0] <= high:
+            start, end = min(start, run[0]), max(end, run[1])
+        else:
+            kept.append(run)
+    kept.append((start, end))
+    kept.sort()
+    return tuple(kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +87,21 @@ class ProbeResult:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """A certificate seen for a target from ``first_seen`` to ``last_seen``."""
+    """A certificate seen for a target from ``first_seen`` to ``last_seen``,
+    in ``runs`` of sightings (Perspectives timespans; empty means one run
+    from ``first_seen`` to ``last_seen``, for history recorded before runs
+    were kept)."""
 
     certificate: Certificate
     first_seen: int
     last_seen: int
     addresses: tuple[str, ...] = ()
+    runs: tuple[Run, ...] = ()
+
+    @property
+    def timespans(self) -> tuple[Run, ...]:
+        """The runs, or the one span ``first_seen``-``last_seen``."""
+        return self.runs or ((self.first_seen, self.last_seen),)
 
     def is_fresh(self, now: int, fresh_for_s: int) -> bool:
         return self.last_seen >= now - fresh_for_s
@@ -99,10 +136,13 @@ class Timeline:
     def newest(self) -> Observation | None:
         return self.observations[0] if self.observations else None
 
-    def merged(self, result: ProbeResult) -> Timeline:
+    def merged(
+        self, result: ProbeResult, merge_window_s: int = DEFAULT_MERGE_WINDOW_S
+    ) -> Timeline:
         """The timeline after ``result``: the seen certificate's ``last_seen``
-        moves forward (never back), its address is remembered, or a new
-        observation starts."""
+        moves forward (never back), its address is remembered and its runs
+        take the sighting (see :func:`add_sighting`), or a new observation
+        starts."""
         sha256 = result.leaf.sha256
         kept = []
         found = None
@@ -117,6 +157,7 @@ class Timeline:
                 first_seen=result.observed_at,
                 last_seen=result.observed_at,
                 addresses=(result.address,),
+                runs=((result.observed_at, result.observed_at),),
             )
         else:
             addresses = (result.address, *tuple(a for a in found.addresses if a != result.address))
@@ -125,5 +166,6 @@ class Timeline:
                 first_seen=min(found.first_seen, result.observed_at),
                 last_seen=max(found.last_seen, result.observed_at),
                 addresses=addresses[:MAX_ADDRESSES_PER_OBSERVATION],
+                runs=add_sighting(found.timespans, result.observed_at, merge_window_s),
             )
         return Timeline(self.target, (updated, *kept))

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from notary.errors import StoreError
-from notary.observations import Certificate, Observation, ProbeResult, Timeline
+from notary.observations import (
+    DEFAULT_MERGE_WINDOW_S,
+    Certificate,
+    Observation,
+    ProbeResult,
+    Timeline,
+)
 from notary.protocol.targets import Target
 
 #: Migrations, applied in order; ``PRAGMA user_version`` is the index of the
@@ -54,6 +60,20 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (target_id, certificate_id)
     ) WITHOUT ROWID;
     """,
+    # 2: runs of sightings per (target, certificate), the full history the
+    # Perspectives protocol answers from. History recorded before this
+    # migration becomes one run per observation (its gaps were not kept).
+    """
+    CREATE TABLE runs (
+        target_id      INTEGER NOT NULL REFERENCES targets (id),
+        certificate_id INTEGER NOT NULL REFERENCES certificates (id),
+        start          INTEGER NOT NULL,
+        end            INTEGER NOT NULL,
+        PRIMARY KEY (target_id, certificate_id, start)
+    ) WITHOUT ROWID;
+    INSERT INTO runs (target_id, certificate_id, start, end)
+        SELECT target_id, certificate_id, first_seen, last_seen FROM observations;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 5000
@@ -66,6 +86,14 @@ _LOAD_TIMELINE = """
     JOIN observations o ON o.target_id = t.id
     JOIN certificates c ON c.id = o.certificate_id
     WHERE t.host = ? AND t.port = ?
+"""
+_LOAD_RUNS = """
+    SELECT c.sha256, r.start, r.end
+    FROM targets t
+    JOIN runs r ON r.target_id = t.id
+    JOIN certificates c ON c.id = r.certificate_id
+    WHERE t.host = ? AND t.port = ?
+    ORDER BY r.start
 """
 
 
@@ -81,8 +109,16 @@ class StoreStatistics:
 class Store:
     """One connection to the observation database."""
 
-    def __init__(self, path: Path, *, synchronous: str = "NORMAL", create: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: str = "NORMAL",
+        create: bool = True,
+        merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
+    ) -> None:
         self.path = Path(path)
+        self.merge_window_s = merge_window_s
         if not create and not self.path.exists():
             raise StoreError(f"database {self.path} does not exist (run `notary db init`)")
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -156,14 +192,19 @@ class Store:
         """Every observation of ``target`` (an empty timeline if unknown)."""
         try:
             rows = self._db.execute(_LOAD_TIMELINE, (target.host, target.port)).fetchall()
+            run_rows = self._db.execute(_LOAD_RUNS, (target.host, target.port)).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
+        runs: dict[bytes, list[tuple[int, int]]] = {}
+        for sha256, start, end in run_rows:
+            runs.setdefault(sha256, []).append((start, end))
         observations = tuple(
             Observation(
                 certificate=Certificate(der, sha1, sha256, md5, spki),
                 first_seen=first,
                 last_seen=last,
                 addresses=tuple(a for a in addresses.split(",") if a),
+                runs=tuple(runs.get(sha256, ())),
             )
             for der, sha1, sha256, md5, spki, first, last, addresses in rows
         )
@@ -186,13 +227,16 @@ class Store:
         address; a new one starts an observation. ``first_seen`` and
         ``last_seen`` do not depend on the order of recording, so a batch may
         be retried after a newer one committed; the address list is ordered
-        by recording (newest recorded first), not by ``observed_at``."""
+        by recording (newest recorded first), not by ``observed_at``. The
+        sighting also joins the runs within ``merge_window_s`` of it, as
+        :func:`~notary.observations.add_sighting` does in memory."""
         if not results:
             return
         with self._transaction() as db:
             for result in results:
                 target_id = self._target_id(db, result.target)
                 certificate_id = self._certificate_id(db, result.leaf)
+                self._add_sighting(db, target_id, certificate_id, result.observed_at)
                 row = db.execute(
                     "SELECT addresses FROM observations WHERE target_id = ? AND certificate_id = ?",
                     (target_id, certificate_id),
@@ -215,6 +259,26 @@ class Store:
                     (result.observed_at, result.observed_at, ",".join(addresses[:MAX_ADDRESSES]),
                      target_id, certificate_id),
                 )
+
+    def _add_sighting(
+        self, db: sqlite3.Connection, target_id: int, certificate_id: int, observed_at: int
+    ) -> None:
+        window = self.merge_window_s
+        pair = (target_id, certificate_id)
+        touching = db.execute(
+            """SELECT start, end FROM runs WHERE target_id = ? AND certificate_id = ?
+               AND end >= ? AND start <= ?""",
+            (*pair, observed_at - window, observed_at + window),
+        ).fetchall()
+        start = min([observed_at, *(run[0] for run in touching)])
+        end = max([observed_at, *(run[1] for run in touching)])
+        if touching == [(start, end)]:
+            return  # inside a run: nothing changes
+        db.executemany(
+            "DELETE FROM runs WHERE target_id = ? AND certificate_id = ? AND start = ?",
+            [(*pair, run[0]) for run in touching],
+        )
+        db.execute("INSERT INTO runs VALUES (?, ?, ?, ?)", (*pair, start, end))
 
     @staticmethod
     def _target_id(db: sqlite3.Connection, target: Target) -> int:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from notary.errors import StoreError
 from notary.observations import MAX_ADDRESSES_PER_OBSERVATION, Timeline
 from notary.protocol.targets import Target
-from notary.store import MAX_ADDRESSES, SCHEMA_VERSION, Store
+from notary.store import MAX_ADDRESSES, MIGRATIONS, SCHEMA_VERSION, Store
 from tests.support.observations import certificate, probe_result
 
 T0 = 1_700_000_000
@@ -464,3 +464,80 @@ def test_file_survives_a_crash_without_close(db_path: Path) -> None:
 def test_database_file_is_not_world_writable(db_path: Path) -> None:
     Store(db_path).close()
     assert not os.stat(db_path).st_mode & 0o002
+
+
+# -- runs of sightings (the Perspectives history) -----------------------------------------
+
+HOUR = 3600
+
+
+def test_runs_split_on_gaps_longer_than_the_window(tmp_path: Path) -> None:
+    with Store(tmp_path / "n.db", merge_window_s=48 * HOUR) as store:
+        store.record([probe_result(at=T0 + h * HOUR) for h in (0, 47, 47 + 49, 200)])
+        (observation,) = store.load_timeline(WWW).observations
+    assert observation.runs == (
+        (T0, T0 + 47 * HOUR), (T0 + 96 * HOUR, T0 + 96 * HOUR), (T0 + 200 * HOUR, T0 + 200 * HOUR)
+    )
+    assert (observation.first_seen, observation.last_seen) == (T0, T0 + 200 * HOUR)
+
+
+def test_a_late_sighting_joins_runs_it_bridges(tmp_path: Path) -> None:
+    with Store(tmp_path / "n.db", merge_window_s=10) as store:
+        store.record([probe_result(at=T0), probe_result(at=T0 + 30)])
+        assert store.load_timeline(WWW).observations[0].runs == ((T0, T0), (T0 + 30, T0 + 30))
+        store.record([probe_result(at=T0 + 15)])  # 15 s from both: a run of its own
+        assert len(store.load_timeline(WWW).observations[0].runs) == 3
+        store.record([probe_result(at=T0 + 8), probe_result(at=T0 + 22)])
+        assert store.load_timeline(WWW).observations[0].runs == ((T0, T0 + 30),)
+
+
+@given(st.lists(st.integers(0, 500), min_size=1, max_size=25), st.randoms(use_true_random=False))
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_runs_do_not_depend_on_arrival_order(
+    tmp_path: Path, times: list[int], rnd: random.Random
+) -> None:
+    """The store's runs equal the model (sorted sightings split on gaps longer
+    than the window), whatever the order and batching, and equal the
+    in-memory merge."""
+    window = 40
+    model: list[list[int]] = []
+    for t in sorted(times):
+        if model and t - model[-1][1] <= window:
+            model[-1][1] = t
+        else:
+            model.append([t, t])
+    shuffled = list(times)
+    rnd.shuffle(shuffled)
+    with tempfile.TemporaryDirectory(dir=tmp_path) as name, Store(
+        Path(name) / "runs.db", merge_window_s=window
+    ) as store:
+        for i in range(0, len(shuffled), 3):
+            store.record([probe_result(at=T0 + t) for t in shuffled[i:i + 3]])
+        runs = store.load_timeline(WWW).observations[0].runs
+    assert runs == tuple((T0 + a, T0 + b) for a, b in model)
+    timeline = Timeline(WWW)
+    for t in shuffled:
+        timeline = timeline.merged(probe_result(at=T0 + t), window)
+    assert timeline.observations[0].runs == runs
+
+
+def test_migration_keeps_history_recorded_before_runs(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    db = sqlite3.connect(path)
+    db.executescript(MIGRATIONS[0])
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with Store(path, create=False) as store:  # migrates to the current schema
+        assert store.schema_version() == SCHEMA_VERSION
+    # A v1 database with rows: each observation becomes one run.
+    path2 = tmp_path / "v1-rows.db"
+    with Store(path2) as store:
+        store.record([probe_result(at=T0), probe_result(at=T0 + 500 * HOUR)])
+    db = sqlite3.connect(path2)
+    db.executescript("DROP TABLE runs; PRAGMA user_version = 1;")
+    db.close()
+    with Store(path2, create=False) as store:
+        (observation,) = store.load_timeline(WWW).observations
+    assert observation.runs == ((T0, T0 + 500 * HOUR),)  # the gap was never kept

@@ -210,6 +210,7 @@ async def serve_notary(
         batch_interval_ms=store.batch_interval_ms,
         queue_rows=store.queue_rows,
         synchronous=store.synchronous,
+        merge_window_s=store.merge_window_s,
     ) as storage:
         known = KnownTargets(
             config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate
@@ -223,6 +224,7 @@ async def serve_notary(
             reprobe_after_s=config.answers.reprobe_after_s,
             query_timeout_s=config.answers.query_timeout_s,
             clock=clock,
+            merge_window_s=store.merge_window_s,
         )
         # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
         # connections but not the storage block around it, which then exits

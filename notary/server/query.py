@@ -23,7 +23,7 @@ import trio
 from notary.cache import LRUCache
 from notary.crypto import ConvergenceSigner
 from notary.errors import ProbeError, ProbeRefused, StoreError
-from notary.observations import ProbeResult, Timeline
+from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
 from notary.probe import Prober
 from notary.protocol import convergence
 from notary.protocol.convergence import Decision
@@ -80,6 +80,7 @@ class QueryService:
         reprobe_after_s: int,
         query_timeout_s: float,
         clock: Callable[[], float],
+        merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
     ) -> None:
         self._cache = cache
         self._storage = storage
@@ -89,6 +90,7 @@ class QueryService:
         self._reprobe_after_s = reprobe_after_s
         self._query_timeout_s = query_timeout_s
         self._clock = clock
+        self._merge_window_s = merge_window_s
         self.prober: Prober | None = None
 
     def _make_record(self, timeline: Timeline) -> TargetRecord:
@@ -122,7 +124,7 @@ class QueryService:
         target = result.target
         record = await self._lookup(target)
         old = record.timeline if record is not None else Timeline(target)
-        timeline = old.merged(result)
+        timeline = old.merged(result, self._merge_window_s)
         if record is None or timeline != old:
             record = self._make_record(timeline)
         self._cache.put(target.key, record, record.size)
@@ -153,7 +155,7 @@ class QueryService:
             # ``observe`` ran before probe() returned; the fallback covers an
             # eviction in between.
             record = self._cache.peek(target.key) or self._make_record(
-                (timeline or Timeline(target)).merged(result)
+                (timeline or Timeline(target)).merged(result, self._merge_window_s)
             )
         return self._answer_from(record, fingerprint)
 

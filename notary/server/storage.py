@@ -28,7 +28,7 @@ from pathlib import Path
 import trio
 
 from notary.errors import StoreError
-from notary.observations import ProbeResult, Timeline
+from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
 from notary.protocol.targets import Target
 from notary.store import Store
 
@@ -170,11 +170,14 @@ async def open_storage(
     batch_interval_ms: int = 50,
     queue_rows: int = 10_000,
     synchronous: str = "NORMAL",
+    merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
 ) -> AsyncIterator[Storage]:
     """Open the database at ``path`` (created and migrated if needed) and run
     its writer until the block exits. Raises ``StoreError`` if it cannot be
     opened."""
-    writer = await trio.to_thread.run_sync(lambda: Store(path, synchronous=synchronous))
+    writer = await trio.to_thread.run_sync(
+        lambda: Store(path, synchronous=synchronous, merge_window_s=merge_window_s)
+    )
     try:
         reader = await trio.to_thread.run_sync(lambda: Store(path, synchronous=synchronous))
     except BaseException:
