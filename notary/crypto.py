@@ -186,3 +186,70 @@ def verify_convergence_signature(public_key: object, payload: bytes, signature_b
     except InvalidSignature:
         return False
     return True
+
+
+# -- Perspectives (PROTOCOLS.md 2.3) ---------------------------------------------
+
+#: Size of new Perspectives keys. The original notaries used 1369-bit keys
+#: (the four keys of ``tests/vectors/perspectives/http_notary_list.txt`` are
+#: 1369 bits); 2048 is today's usual minimum for RSA. Clients read the key
+#: from their notary list as PEM, so its size is the operator's choice.
+PERSPECTIVES_KEY_BITS = 2048
+#: Smallest Perspectives key ``generate_perspectives_key`` makes.
+MIN_PERSPECTIVES_KEY_BITS = 1024
+
+
+def generate_perspectives_key(bits: int = PERSPECTIVES_KEY_BITS) -> rsa.RSAPrivateKey:
+    """A new RSA key for signing Perspectives replies: separate from the TLS
+    key of the notary host (``notary keygen --perspectives``).
+
+    Raises ``UsageError`` for fewer than :data:`MIN_PERSPECTIVES_KEY_BITS` bits.
+    """
+    if bits < MIN_PERSPECTIVES_KEY_BITS:
+        raise UsageError(f"a Perspectives key needs at least {MIN_PERSPECTIVES_KEY_BITS} bits")
+    return generate_rsa_key(bits)
+
+
+def public_key_pem(key: rsa.RSAPrivateKey | rsa.RSAPublicKey) -> str:
+    """The public half of ``key`` as PEM SubjectPublicKeyInfo
+    (``-----BEGIN PUBLIC KEY-----``), the form of the client's notary list."""
+    public = key.public_key() if isinstance(key, rsa.RSAPrivateKey) else key
+    return public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode("ascii")
+
+
+class PerspectivesSigner:
+    """Signs Perspectives blobs: RSASSA-PKCS1-v1_5 with MD5, base64.
+
+    The key is parsed once, here; ``sign`` is called once per change of a
+    service's key histories, never per request.
+    """
+
+    __slots__ = ("_key", "signatures_made")
+
+    def __init__(self, key: rsa.RSAPrivateKey) -> None:
+        self._key = key
+        self.signatures_made = 0
+
+    def sign(self, blob: bytes) -> str:
+        signature = self._key.sign(blob, padding.PKCS1v15(), hashes.MD5())
+        self.signatures_made += 1
+        return base64.b64encode(signature).decode("ascii")
+
+
+def verify_perspectives_signature(public_key: object, blob: bytes, signature_b64: str) -> bool:
+    """True when ``signature_b64`` is a valid PKCS1-v1_5/MD5 RSA signature of
+    ``blob`` by ``public_key``; False on any mismatch or malformed input
+    (not a key, not base64, not text, wrong length)."""
+    if not isinstance(public_key, rsa.RSAPublicKey) or not isinstance(blob, bytes | bytearray):
+        return False
+    try:
+        signature = base64.b64decode(signature_b64, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        return False
+    try:
+        public_key.verify(signature, bytes(blob), padding.PKCS1v15(), hashes.MD5())
+    except InvalidSignature:
+        return False
+    return True

@@ -7,6 +7,7 @@ cache holds them, the protocol modules serialise them.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from cryptography import x509
@@ -25,25 +26,34 @@ DEFAULT_MERGE_WINDOW_S = 48 * 3600
 Run = tuple[int, int]
 
 
-def add_sighting(runs: tuple[Run, ...], observed_at: int, merge_window_s: int) -> tuple[Run, ...]:
-    """``runs`` (sorted by start, each more than ``merge_window_s`` apart)
-    after a sighting at ``observed_at``, in any order of arrival.
+def add_sighting(
+    runs: Iterable[Run], observed_at: int, merge_window_s: int
+) -> tuple[Run, ...]:
+    """The runs after one more sighting at ``observed_at``.
 
-    Every run within ``merge_window_s`` of the sighting merges with it into
-    one run; no other run can be affected (they were already more than the
-    window apart from each other), so the result keeps the invariant.
+    A sighting within ``merge_window_s`` of a run (at most that many seconds
+    after its end or before its start) joins it; one inside a run changes
+    nothing; otherwise it starts a run of its own. Runs that the new sighting
+    brings within the window of each other merge. The order of calls does
+    not matter: the result is the same as splitting all sighting times,
+    sorted, where consecutive ones are more than ``merge_window_s`` apart.
+    Input runs need not be sorted or disjoint; the result is sorted by start.
+
+    Raises ``ValueError`` for a negative window or a run that ends before it
+    starts.
     """
-    low, high = observed_at - merge_window_s, observed_at + merge_window_s
-    start = end = observed_at
-    kept: list[Run] = []
-    for run in runs:
-        if run[1] >= low and run[0] <= high:
-            start, end = min(start, run[0]), max(end, run[1])
+    if merge_window_s < 0:
+        raise ValueError("merge_window_s must not be negative")
+    ordered = sorted([*((int(s), int(e)) for s, e in runs), (observed_at, observed_at)])
+    merged: list[Run] = []
+    for start, end in ordered:
+        if start > end:
+            raise ValueError("a timespan must not end before it starts")
+        if merged and start - merged[-1][1] <= merge_window_s:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
         else:
-            kept.append(run)
-    kept.append((start, end))
-    kept.sort()
-    return tuple(kept)
+            merged.append((start, end))
+    return tuple(merged)
 
 
 @dataclass(frozen=True, slots=True)
