@@ -49,8 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     keygen = commands.add_parser("keygen", help="make an RSA-2048 key and self-signed certificate")
     keygen.add_argument("--out-key", type=Path, required=True)
-    keygen.add_argument("--out-cert", type=Path, required=True)
-    keygen.add_argument("--name", required=True, help="host name or IP the certificate names")
+    keygen.add_argument("--out-cert", type=Path)
+    keygen.add_argument("--name", help="host name or IP the certificate names")
+    keygen.add_argument(
+        "--perspectives", action="store_true",
+        help="make the Perspectives signing key instead (RSA, no certificate)",
+    )
     keygen.add_argument("--days", type=int, default=crypto.DEFAULT_CERTIFICATE_DAYS)
     keygen.add_argument("--force", action="store_true", help="overwrite existing files")
 
@@ -117,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
+    entry = commands.add_parser(
+        "perspectives-entry", help="this notary's entry for a Perspectives client's notary list"
+    )
+    entry.add_argument("--config", type=Path, required=True)
+    entry.add_argument("--host-port", required=True, metavar="HOST:PORT",
+                       help="where clients reach the Perspectives port")
+
     dev = commands.add_parser("dev-init", help="make a local key, certificate, db, bundle, config")
     dev.add_argument("--dir", type=Path, default=Path("var"))
     dev.add_argument("--api-port", type=int, default=8443)
@@ -142,6 +153,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    if args.perspectives:
+        if args.out_cert is not None or args.name is not None:
+            raise UsageError("keygen --perspectives makes a key only: drop --out-cert and --name")
+        if args.out_key.exists() and not args.force:
+            raise UsageError(f"{args.out_key} exists; pass --force to overwrite it")
+        key = crypto.generate_perspectives_key()
+        crypto.write_new_file(
+            args.out_key, crypto.private_key_pem(key), mode=0o600, force=args.force
+        )
+        print(f"wrote {args.out_key} (mode 0600); its public key, for clients' notary lists:")
+        print(crypto.public_key_pem(key), end="")
+        return 0
+    missing = [f for f, v in (("--out-cert", args.out_cert), ("--name", args.name)) if v is None]
+    if missing:
+        raise UsageError(f"keygen needs {' and '.join(missing)} (or --perspectives)")
     for path in (args.out_key, args.out_cert):
         if path.exists() and not args.force:
             raise UsageError(f"{path} exists; pass --force to overwrite it")
@@ -476,6 +502,20 @@ async def _serve_until_signal(config: Config) -> None:
                 break
 
 
+# -- perspectives-entry ---------------------------------------------------------
+
+
+def cmd_perspectives_entry(args: argparse.Namespace) -> int:
+    from notary.protocol.perspectives import format_notary_list_entry
+
+    config = load_config(args.config)
+    if config.perspectives.key_file is None:
+        raise UsageError("the config has no [perspectives] key_file: Perspectives is not served")
+    key = crypto.load_private_key(config.perspectives.key_file)
+    print(format_notary_list_entry(args.host_port, crypto.public_key_pem(key), None), end="")
+    return 0
+
+
 # -- dev-init -------------------------------------------------------------------
 
 
@@ -498,6 +538,7 @@ _COMMANDS = {
     "serve": cmd_serve,
     "dev-init": cmd_dev_init,
     "check": cmd_check,
+    "perspectives-entry": cmd_perspectives_entry,
 }
 
 __all__ = ["StoreError", "main"]

@@ -185,6 +185,18 @@ class RelayConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PerspectivesConfig:
+    """The Perspectives protocol (PROTOCOLS.md 2): served when ``key_file``
+    is set, on ``listen`` (plain HTTP) and on the HTTPS API ports."""
+
+    #: The Perspectives RSA key (``notary keygen --perspectives``); separate
+    #: from the TLS key. None: Perspectives is not served.
+    key_file: Path | None = None
+    #: Plain-HTTP Perspectives listeners (historic port 8080).
+    listen: tuple[Endpoint, ...] = (Endpoint("0.0.0.0", 8080),)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -193,6 +205,7 @@ class Config:
     cache: CacheConfig = field(default_factory=CacheConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
+    perspectives: PerspectivesConfig = field(default_factory=PerspectivesConfig)
 
 
 _SECTIONS = {
@@ -203,6 +216,7 @@ _SECTIONS = {
     "cache": CacheConfig,
     "store": StoreConfig,
     "relay": RelayConfig,
+    "perspectives": PerspectivesConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -240,6 +254,8 @@ def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None =
             for key in ("key_file", "cert_file", "db_file", "bundle_file"):
                 if isinstance(values.get(key), str):
                     values[key] = base / values[key]
+        if name == "perspectives" and isinstance(values.get("key_file"), str):
+            values["key_file"] = base / values["key_file"]
         if name == "relay" and isinstance(values.get("bundles"), list):
             values["bundles"] = [
                 base / v if isinstance(v, str) else v for v in values["bundles"]

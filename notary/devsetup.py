@@ -17,9 +17,12 @@ DEV_HOST = "127.0.0.1"
 #: The dev relay's port (the bundle's ``http_port``; Convergence uses 80).
 DEV_RELAY_PORT = 8280
 
+#: The dev Perspectives port (the protocol's historic 8080).
+DEV_PERSPECTIVES_PORT = 8080
+
 #: First line of a config file this module wrote; a file that starts with it
-#: but lacks the current template's ``[relay]`` section was written by an
-#: older version and is rewritten.
+#: but lacks one of the current template's sections was written by an older
+#: version and is rewritten.
 CONFIG_HEADER = "# Made by `notary dev-init` for `make run`: a notary on loopback only."
 
 CONFIG_TEMPLATE = CONFIG_HEADER + """
@@ -50,6 +53,11 @@ bundles = ["local.notary"]
 allow_addresses = ["127.0.0.0/8", "::1/128"]
 # Clients always CONNECT to port 4242; this notary's relay API port is:
 dial_port = {relay_api_port}
+
+[perspectives]
+# Perspectives clients: GET http://{host}:{perspectives_port}/?host=...&port=...
+key_file = "perspectives.key"
+listen = ["{host}:{perspectives_port}"]
 """
 
 
@@ -68,6 +76,14 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
         crypto.write_new_file(key_path, crypto.private_key_pem(key), mode=0o600, force=True)
         crypto.write_new_file(cert_path, crypto.certificate_pem(cert), mode=0o644, force=True)
         print(f"made {key_path} and {cert_path}")
+    perspectives_key = directory / "perspectives.key"
+    if not perspectives_key.exists():
+        crypto.write_new_file(
+            perspectives_key,
+            crypto.private_key_pem(crypto.generate_perspectives_key()),
+            mode=0o600,
+        )
+        print(f"made {perspectives_key}")
     with Store(directory / "notary.db"):
         pass
     bundle_path = directory / "local.notary"
@@ -88,6 +104,7 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
                 api_port=api_port,
                 relay_api_port=relay_api_port,
                 relay_port=DEV_RELAY_PORT,
+                perspectives_port=DEV_PERSPECTIVES_PORT,
             )
         )
         print(f"made {config_path}")
@@ -103,6 +120,9 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
         "Bounce through the relay (the answer comes from port 4242 via the relay):\n"
         f"  curl -sk --proxytunnel -x http://{DEV_HOST}:{DEV_RELAY_PORT} "
         f"https://{DEV_HOST}:4242/target/{DEV_HOST}+{api_port}\n"
+        "Ask as a Perspectives client (404 the first time: it probes, ask again):\n"
+        f"  curl -s 'http://{DEV_HOST}:{DEV_PERSPECTIVES_PORT}/?host={DEV_HOST}&port={api_port}"
+        "&service_type=2'\n"
     )
 
 
@@ -111,6 +131,7 @@ def _config_is_missing_or_outdated(path: Path) -> bool:
         text = path.read_text()
     except FileNotFoundError:
         return True
-    return text.startswith(CONFIG_HEADER) and "\n[relay]\n" not in text
+    sections = ("\n[relay]\n", "\n[perspectives]\n")
+    return text.startswith(CONFIG_HEADER) and not all(s in text for s in sections)
 
 

@@ -106,6 +106,9 @@ ResultHook = Callable[[ProbeResult], Awaitable[None]]
 #: are in (the whole server flight up to and including the Certificate
 #: message). OpenSSL itself also refuses a Certificate message over 100 KiB.
 DEFAULT_MAX_HANDSHAKE_BYTES = 256 * 1024
+#: Background probes (:meth:`Prober.probe_soon`) start only while fewer than
+#: this many times ``max_concurrent`` probes are started and unfinished.
+BACKGROUND_FLIGHTS_PER_SLOT = 4
 #: Bytes asked of the stream per receive during the handshake.
 RECEIVE_CHUNK_BYTES = 16 * 1024
 #: Bytes taken from OpenSSL's outgoing memory BIO per read.
@@ -200,6 +203,7 @@ class Prober:
         self._policy = policy
         self._timeout_s = timeout_s
         self._limiter = trio.CapacityLimiter(max_concurrent)
+        self._max_flights = BACKGROUND_FLIGHTS_PER_SLOT * max_concurrent
         self._resolver = resolver
         self._clock = clock
         self._max_handshake_bytes = max_handshake_bytes
@@ -224,11 +228,7 @@ class Prober:
         """
         flight = self._flights.get(target)
         if flight is None:
-            flight = _Flight()
-            # start_soon first: it raises RuntimeError once the prober is closed
-            self._nursery.start_soon(self._run, target, flight, name=f"probe {target}")
-            self._flights[target] = flight
-            self._started += 1
+            flight = self._start(target)
         else:
             self._coalesced += 1
         await flight.done.wait()
@@ -236,6 +236,32 @@ class Prober:
             return flight.result
         assert flight.error is not None
         raise copy.copy(flight.error) from None
+
+    def probe_soon(self, target: Target) -> bool:
+        """Start a probe of ``target`` in the background (or join the one
+        running) without waiting for it; its result reaches the ``on_result``
+        hook. Returns False, starting nothing, when the probes started and
+        not finished already number ``BACKGROUND_FLIGHTS_PER_SLOT`` times
+        ``max_concurrent`` (so callers that never wait cannot pile up tasks).
+
+        Error handling: ``RuntimeError`` when called after :func:`open_prober`
+        exited.
+        """
+        if target in self._flights:
+            self._coalesced += 1
+            return True
+        if len(self._flights) >= self._max_flights:
+            return False
+        self._start(target)
+        return True
+
+    def _start(self, target: Target) -> _Flight:
+        flight = _Flight()
+        # start_soon first: it raises RuntimeError once the prober is closed
+        self._nursery.start_soon(self._run, target, flight, name=f"probe {target}")
+        self._flights[target] = flight
+        self._started += 1
+        return flight
 
     def statistics(self) -> ProbeStatistics:
         limiter = self._limiter.statistics()

@@ -183,7 +183,38 @@ def test_keygen_bad_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_keygen_missing_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    assert "required" in usage_error(["keygen", "--out-key", "k"], capsys)
+    assert "required" in usage_error(["keygen", "--out-cert", "c", "--name", "n"], capsys)
+    assert "--out-cert and --name" in usage_error(["keygen", "--out-key", "k"], capsys)
+    assert "drop --out-cert" in usage_error(
+        ["keygen", "--perspectives", "--out-key", "k", "--out-cert", "c"], capsys
+    )
+
+
+def test_keygen_perspectives_and_the_notary_list_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    from notary.protocol.perspectives import parse_notary_list
+
+    key = tmp_path / "perspectives.key"
+    status, out, err = run(["keygen", "--perspectives", "--out-key", str(key)], capsys)
+    assert (status, err) == (0, "")
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    public_pem = out[out.index("-----BEGIN PUBLIC KEY-----"):]
+    assert "exists" in usage_error(["keygen", "--perspectives", "--out-key", str(key)], capsys)
+    config = write_config(tmp_path, *keypair, extra="")
+    config.write_text(config.read_text() + f'\n[perspectives]\nkey_file = "{key}"\n')
+    status, out, _ = run(["perspectives-entry", "--config", str(config),
+                          "--host-port", "notary.example:8080"], capsys)
+    assert status == 0
+    (entry,) = parse_notary_list(out)
+    assert (entry.host, entry.port) == ("notary.example", 8080)
+    assert entry.public_key_pem.strip() == public_pem.strip()
+    assert "host:port" in usage_error(["perspectives-entry", "--config", str(config),
+                                       "--host-port", "nope"], capsys)
+    (tmp_path / "bare").mkdir()
+    bare = write_config(tmp_path / "bare", *keypair)
+    assert "Perspectives is not served" in usage_error(
+        ["perspectives-entry", "--config", str(bare), "--host-port", "n:8080"], capsys)
 
 
 def test_keygen_unwritable_certificate_leaves_no_key(

@@ -57,6 +57,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from notary.errors import BadTarget, ProtocolError, UsageError
+from notary.observations import Timeline
 from notary.protocol.http import response
 from notary.protocol.targets import Target, make_target, normalise_host, parse_port
 
@@ -79,6 +80,7 @@ __all__ = [
     "format_md5_fingerprint",
     "format_notary_list_entry",
     "index_page",
+    "keys_of",
     "parse_md5_fingerprint",
     "parse_notary_list",
     "parse_query",
@@ -202,6 +204,16 @@ def canonical_key_order(keys: Iterable[KeyHistory]) -> tuple[KeyHistory, ...]:
     """``keys`` by MD5 ascending: the order the original notaries wrote (and
     the captured replies show), one order per set of keys, hence one blob."""
     return tuple(sorted(keys, key=lambda key: key.md5))
+
+
+def keys_of(timeline: Timeline) -> tuple[KeyHistory, ...]:
+    """The key histories of a notary's own ``timeline``, in canonical order
+    (invariant 3); a key with more runs than the blob can count keeps its
+    newest :data:`MAX_TIMESPANS_PER_KEY`."""
+    return canonical_key_order(
+        KeyHistory(o.certificate.md5, o.timespans[-MAX_TIMESPANS_PER_KEY:])
+        for o in timeline.observations
+    )
 
 
 # -- signed blob and reply XML ---------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Routing of the HTTPS query API (Convergence ``/target/...``, the index, the
-bundle file) onto the query service.
+"""Routing of the HTTPS query API (Convergence ``/target/...``, Perspectives
+``/?host=...``, the index, the bundle file) and of the plain-HTTP Perspectives
+port onto the query service.
 
 Every bad request gets a short unsigned plain-text answer with the right
 status; nothing here raises to the connection handler.
@@ -10,7 +11,7 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from notary.errors import ProtocolError
-from notary.protocol import convergence, http
+from notary.protocol import convergence, http, perspectives
 from notary.protocol.http import Request
 from notary.protocol.targets import parse_convergence_target
 from notary.server.query import QueryService
@@ -30,8 +31,10 @@ class ApiHandler:
         index_text: str,
         bundle_path: str | None = None,
         bundle_bytes: bytes | None = None,
+        perspectives: bool = False,
     ) -> None:
         self._service = service
+        self._perspectives = perspectives
         self._index = index_text.encode("utf-8")
         self._bundle_path = bundle_path.encode("ascii") if bundle_path else None
         self._bundle_bytes = bundle_bytes
@@ -56,12 +59,17 @@ class ApiHandler:
         )
 
     async def _route(self, request: Request) -> tuple[int, bytes, bytes, tuple]:
-        path = request.target.split(b"?", 1)[0]
+        path, _, query = request.target.partition(b"?")
         if path.startswith(TARGET_PREFIX):
             return await self._target(request, path[len(TARGET_PREFIX):])
         if request.method != b"GET":
             raise ProtocolError("method not allowed", status=405)
         if path == b"/":
+            if self._perspectives and query:
+                target = perspectives.parse_query(query)
+                if target is not None:
+                    answer = await self._service.answer_perspectives(target)
+                    return answer.status, answer.body, answer.content_type, ()
             return 200, self._index, b"text/plain; charset=utf-8", ()
         if self._bundle_path is not None and path == self._bundle_path:
             return 200, self._bundle_bytes, b"application/octet-stream", (
@@ -87,3 +95,33 @@ class ApiHandler:
             fingerprint = convergence.parse_fingerprint_form(request.body)
         answer = await self._service.answer(target, fingerprint)
         return answer.status, answer.body, answer.content_type, ()
+
+
+class PerspectivesHandler:
+    """The ``Handler`` of the plain-HTTP Perspectives port: ``GET
+    /?host=&port=&service_type=2`` answers, ``GET /`` the index page."""
+
+    def __init__(self, service: QueryService, *, index_page: bytes) -> None:
+        self._service = service
+        self._index_page = index_page
+
+    async def __call__(self, request: Request) -> tuple[bytes, bool]:
+        keep_alive = request.keep_alive
+        try:
+            path, _, query = request.target.partition(b"?")
+            if path != b"/":
+                raise ProtocolError("not found", status=404)
+            if request.method != b"GET":
+                raise ProtocolError("method not allowed", status=405)
+            target = perspectives.parse_query(query)
+            if target is None:
+                return self._index_page, False
+            answer = await self._service.answer_perspectives(target)
+        except ProtocolError as exc:
+            extra = ((b"Allow", b"GET"),) if exc.status == 405 else ()
+            return http.error_response(
+                exc.status, exc.message, keep_alive=keep_alive, extra_headers=extra
+            ), keep_alive
+        return http.response(
+            answer.status, answer.body, content_type=answer.content_type, keep_alive=keep_alive
+        ), keep_alive

@@ -31,8 +31,9 @@ from notary.dialer import Resolver, system_resolver
 from notary.errors import UsageError
 from notary.policy import AddressPolicy
 from notary.probe import Prober, open_prober
+from notary.protocol import perspectives
 from notary.protocol.bundle import parse_bundle
-from notary.server.api import ApiHandler
+from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import ConnectionLimits, serve_http_connection
 from notary.server.known_targets import KnownTargets
 from notary.server.query import QueryService
@@ -48,6 +49,7 @@ class RunningNotary:
 
     api: tuple[Endpoint, ...]  # the bound addresses (real ports when 0 was asked)
     plain_api: tuple[Endpoint, ...]  # plain-HTTP API listeners (usually none)
+    perspectives: tuple[Endpoint, ...]  # Perspectives listeners (none when not served)
     relay: tuple[Endpoint, ...]  # the relay's bound addresses (empty: no relay)
     relay_handler: RelayHandler
     service: QueryService
@@ -145,6 +147,20 @@ class ConnectionHandler:
             self.open_connections -= 1
 
 
+def perspectives_index(config: Config) -> bytes:
+    """The Perspectives index page: version, public key, published settings."""
+    assert config.perspectives.key_file is not None
+    key = crypto.load_private_key(config.perspectives.key_file)
+    return perspectives.index_page(
+        version=__version__,
+        public_key_pem=crypto.public_key_pem(key),
+        settings={
+            "merge window (s)": str(config.store.merge_window_s),
+            "probe timeout (s)": f"{config.probe.timeout_s:g}",
+        },
+    )
+
+
 def index_text(config: Config) -> str:
     return (
         f"notary {__version__}: a certificate notary (Convergence protocol v1).\n"
@@ -202,6 +218,11 @@ async def serve_notary(
         notary_name = parse_bundle(bundle_bytes).name
         bundle_path = "/" + config.server.bundle_file.name
     relay_handler = make_relay_handler(config, resolver=resolver, notary_name=notary_name)
+    perspectives_signer = None
+    if config.perspectives.key_file is not None:
+        perspectives_signer = crypto.PerspectivesSigner(
+            crypto.load_private_key(config.perspectives.key_file)
+        )
     cache = LRUCache(config.cache.max_entries, config.cache.max_bytes)
     store = config.store
     async with open_storage(
@@ -225,6 +246,7 @@ async def serve_notary(
             query_timeout_s=config.answers.query_timeout_s,
             clock=clock,
             merge_window_s=store.merge_window_s,
+            perspectives_signer=perspectives_signer,
         )
         # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
         # connections but not the storage block around it, which then exits
@@ -245,14 +267,22 @@ async def serve_notary(
                     index_text=index_text(config),
                     bundle_path=bundle_path,
                     bundle_bytes=bundle_bytes,
+                    perspectives=perspectives_signer is not None,
                 )
                 listeners = await open_listeners(config.server.api)
                 plain_listeners = await open_listeners(config.server.plain_api)
+                perspectives_listeners: list[trio.SocketListener] = []
+                if perspectives_signer is not None:
+                    perspectives_listeners = await open_listeners(config.perspectives.listen)
                 relay_listeners = await open_listeners(config.relay.listen)
                 connections = ConnectionHandler(context, handler, config)
                 plain_connections = ConnectionHandler(None, handler, config)
+
                 endpoints = tuple(bound_endpoint(listener) for listener in listeners)
                 plain_endpoints = tuple(bound_endpoint(listener) for listener in plain_listeners)
+                perspectives_endpoints = tuple(
+                    bound_endpoint(listener) for listener in perspectives_listeners
+                )
                 relay_endpoints = tuple(bound_endpoint(listener) for listener in relay_listeners)
                 log.info(
                     "notary %s serving the API on %s (cache: %s)",
@@ -262,6 +292,11 @@ async def serve_notary(
                     log.info(
                         "plain-HTTP API (TLS terminated in front) on %s",
                         ", ".join(map(str, plain_endpoints)),
+                    )
+                if perspectives_endpoints:
+                    log.info(
+                        "Perspectives on %s (and on the API ports)",
+                        ", ".join(map(str, perspectives_endpoints)),
                     )
                 if relay_endpoints:
                     log.info(
@@ -275,13 +310,23 @@ async def serve_notary(
                         nursery.start_soon(
                             trio.serve_listeners, plain_connections, plain_listeners
                         )
+                    if perspectives_listeners:
+                        perspectives_connections = ConnectionHandler(
+                            None,
+                            PerspectivesHandler(service, index_page=perspectives_index(config)),
+                            config,
+                        )
+                        nursery.start_soon(
+                            trio.serve_listeners, perspectives_connections, perspectives_listeners
+                        )
                     if relay_listeners:
                         nursery.start_soon(trio.serve_listeners, relay_handler, relay_listeners)
                     if relay_handler.trusted is not None:
                         nursery.start_soon(reload_on_sighup, relay_handler.trusted)
                     task_status.started(
                         RunningNotary(
-                            endpoints, plain_endpoints, relay_endpoints, relay_handler,
+                            endpoints, plain_endpoints, perspectives_endpoints,
+                            relay_endpoints, relay_handler,
                             service, known, storage, prober, cache, serving.cancel,
                         )
                     )

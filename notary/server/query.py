@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import trio
 
 from notary.cache import LRUCache
-from notary.crypto import ConvergenceSigner
+from notary.crypto import ConvergenceSigner, PerspectivesSigner
 from notary.errors import ProbeError, ProbeRefused, StoreError
 from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
 from notary.probe import Prober
-from notary.protocol import convergence
+from notary.protocol import convergence, perspectives
 from notary.protocol.convergence import Decision
 from notary.protocol.targets import Target
 from notary.server.known_targets import KnownTargets
@@ -39,15 +39,18 @@ RECORD_OVERHEAD_BYTES = 512
 
 @dataclass(frozen=True, slots=True)
 class TargetRecord:
-    """What the cache holds for a target: its timeline and the signed body."""
+    """What the cache holds for a target: its timeline and the signed bodies
+    of each protocol (Perspectives: None when it is not served)."""
 
     timeline: Timeline
     convergence_body: bytes
+    perspectives_body: bytes | None = None
 
     @property
     def size(self) -> int:
         ders = sum(len(o.certificate.der) for o in self.timeline.observations)
-        return len(self.convergence_body) + ders + RECORD_OVERHEAD_BYTES
+        bodies = len(self.convergence_body) + len(self.perspectives_body or b"")
+        return bodies + ders + RECORD_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ class QueryService:
         query_timeout_s: float,
         clock: Callable[[], float],
         merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
+        perspectives_signer: PerspectivesSigner | None = None,
     ) -> None:
         self._cache = cache
         self._storage = storage
@@ -91,24 +95,35 @@ class QueryService:
         self._query_timeout_s = query_timeout_s
         self._clock = clock
         self._merge_window_s = merge_window_s
+        self._perspectives_signer = perspectives_signer
         self.prober: Prober | None = None
 
     def _make_record(self, timeline: Timeline) -> TargetRecord:
         payload = convergence.signed_payload(convergence.entries_of(timeline))
         body = convergence.answer_body(payload, self._signer.sign(payload))
-        return TargetRecord(timeline, body)
+        xml = None
+        if self._perspectives_signer is not None:
+            keys = perspectives.keys_of(timeline)
+            blob = perspectives.signed_blob(perspectives.service_id(timeline.target), keys)
+            xml = perspectives.reply_xml(keys, self._perspectives_signer.sign(blob))
+        return TargetRecord(timeline, body, xml)
 
     async def _lookup(self, target: Target) -> TargetRecord | None:
+        try:
+            return await self._lookup_or_raise(target)
+        except StoreError as exc:
+            log.error("store read failed, answering from probes: %s", exc)
+            return None
+
+    async def _lookup_or_raise(self, target: Target) -> TargetRecord | None:
+        """The cached or stored record of ``target``; ``StoreError`` when the
+        store cannot be read."""
         record = self._cache.get(target.key)
         if record is not None:
             return record
         if not self._known.may_contain(target.key):
             return None
-        try:
-            timeline = await self._storage.load_timeline(target)
-        except StoreError as exc:
-            log.error("store read failed, answering from probes: %s", exc)
-            return None
+        timeline = await self._storage.load_timeline(target)
         if not timeline.observations:
             return None
         cached = self._cache.peek(target.key)
@@ -158,6 +173,26 @@ class QueryService:
                 (timeline or Timeline(target)).merged(result, self._merge_window_s)
             )
         return self._answer_from(record, fingerprint)
+
+    async def answer_perspectives(self, target: Target) -> Answer:
+        """The Perspectives answer for ``target``: 200 and the signed XML made
+        when its history last changed; 404 for a service never observed, with
+        a probe started in the background (the client asks again); 503 when
+        the store cannot be read and nothing is cached."""
+        assert self._perspectives_signer is not None, "Perspectives is not configured"
+        try:
+            record = await self._lookup_or_raise(target)
+        except StoreError as exc:
+            log.error("store read failed for a Perspectives query: %s", exc)
+            return Answer(503, b"observation store unavailable\n", b"text/plain")
+        if record is None or record.perspectives_body is None:
+            assert self.prober is not None, "QueryService.prober was never set"
+            started = self.prober.probe_soon(target)
+            message = b"unknown service; probing it now, ask again\n" if started else (
+                b"unknown service; too many probes in progress, ask again later\n"
+            )
+            return Answer(404, message, b"text/plain")
+        return Answer(200, record.perspectives_body, perspectives.CONTENT_TYPE)
 
     def _answer_from(self, record: TargetRecord, fingerprint: bytes | None) -> Answer:
         status = convergence.status_of(
