@@ -162,6 +162,10 @@ async def dial_first(
     destination; else ``ProbeConnectFailed`` when none connected (the
     reasons are in the debug log). The deadline is the caller's.
     """
+    if len(destinations) == 1:  # no race to run: no nursery, nothing to cancel
+        host, port = destinations[0]
+        stream, _address = await dial(host, port, policy=policy, resolver=resolver)
+        return stream, 0
     winners: list[tuple[trio.SocketStream, int]] = []
     failures: list[ProbeError] = []
 
@@ -212,6 +216,12 @@ async def connect_first(addresses: Sequence[str], port: int) -> tuple[trio.Socke
 
     Error handling: ``ProbeConnectFailed`` when no address connects.
     """
+    if len(addresses) == 1:  # no race to run: no nursery, nothing to cancel
+        try:
+            return await _open_stream(addresses[0], port), addresses[0]
+        except OSError as exc:
+            logger.debug("connect to port %d of an address failed: %s", port, exc.strerror)
+            raise ProbeConnectFailed("could not connect") from None
     winners: list[tuple[trio.SocketStream, str]] = []
 
     async def attempt(address: str, failed: trio.Event, nursery: trio.Nursery) -> None:
