@@ -197,6 +197,29 @@ class PerspectivesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RescanConfig:
+    """The rescan scheduler: re-probes what people ask about (see
+    ``notary.scheduler``)."""
+
+    enabled: bool = True
+    #: Global budget of scheduled probes (on-demand probes are not counted).
+    probes_per_s: float = 2.0
+    #: No target still asked about goes longer than this without a probe
+    #: (below the 48 h after which Perspectives clients ignore a notary).
+    max_staleness_s: float = 40 * 3600
+    #: A target nobody asked about this long is no longer rescanned.
+    forget_after_s: float = 7 * 86400
+    #: Interval of a target asked about once (popular ones come sooner).
+    base_interval_s: float = 24 * 3600
+    #: Politeness: scheduled probes per second to one /24 (IPv4) or /48 (IPv6).
+    per_prefix_per_s: float = 0.2
+    #: Targets the scheduler remembers (least recently asked forgotten first).
+    max_targets: int = 100_000
+    #: Scheduled probes running at once.
+    max_in_flight: int = 8
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -206,6 +229,7 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
     perspectives: PerspectivesConfig = field(default_factory=PerspectivesConfig)
+    rescan: RescanConfig = field(default_factory=RescanConfig)
 
 
 _SECTIONS = {
@@ -217,6 +241,7 @@ _SECTIONS = {
     "store": StoreConfig,
     "relay": RelayConfig,
     "perspectives": PerspectivesConfig,
+    "rescan": RescanConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -310,6 +335,10 @@ def _coerce(section: str, key: str, annotation: str, value: Any) -> Any:
         if isinstance(value, str) or not isinstance(value, list | tuple):
             raise ConfigError(f"{where} must be a list of strings")
         return tuple(str(v) for v in value)
+    if annotation == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false")
+        return value
     if annotation == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where} must be an integer")
@@ -338,6 +367,9 @@ def _validate(config: Config) -> None:
         "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
         "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
         "store": ("batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s"),
+        "rescan": tuple(
+            f.name for f in dataclasses.fields(RescanConfig) if f.name != "enabled"
+        ),
         "relay": (
             "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
             "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",

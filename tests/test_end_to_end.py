@@ -246,3 +246,25 @@ async def test_plain_http_listener_serves_the_same_signed_bytes(tmp_path):
     assert plain.status == over_tls.status == 200
     assert plain.body == over_tls.body
     assert_signed_by(notary, plain.body)
+
+
+async def test_the_scheduler_rescans_what_was_asked(tmp_path, autojump_clock):
+    """Rescanning wired into the server: a target asked about once is probed
+    again by the scheduler (autojump clock: an hour passes at once)."""
+    async with open_tls_target(names=[NAME]) as site:
+        rescan = {"probes_per_s": 1.0, "base_interval_s": 900, "max_staleness_s": 3600}
+        async with open_notary(tmp_path, names={NAME: [site.host]}, rescan=rescan) as notary:
+            answer = await legacy_query(notary.port, f"{NAME}+{site.port}", None)
+            assert answer.status == 200
+            assert notary.running.prober.statistics().started == 1
+            scheduler = notary.running.scheduler
+            assert scheduler.statistics().targets_known == 1
+            await trio.sleep(3600)
+            assert scheduler.statistics().probes_started >= 1
+            assert notary.running.prober.statistics().succeeded >= 2
+
+
+async def test_rescanning_can_be_turned_off(tmp_path):
+    async with open_notary(tmp_path, rescan={"enabled": False}) as notary:
+        assert notary.running.scheduler is None
+        assert notary.running.service.scheduler is None

@@ -33,6 +33,7 @@ from notary.policy import AddressPolicy
 from notary.probe import Prober, open_prober
 from notary.protocol import perspectives
 from notary.protocol.bundle import parse_bundle
+from notary.scheduler import RescanScheduler
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import ConnectionLimits, serve_http_connection
 from notary.server.known_targets import KnownTargets
@@ -56,6 +57,7 @@ class RunningNotary:
     known: KnownTargets
     storage: Storage
     prober: Prober
+    scheduler: RescanScheduler | None  # None when rescanning is off
     cache: LRUCache
     #: Stop serving: close the listeners, end probes and connections, then
     #: let the writer commit everything queued and return.
@@ -170,6 +172,26 @@ def index_text(config: Config) -> str:
     )
 
 
+def make_scheduler(config: Config, prober: Prober) -> RescanScheduler | None:
+    """The rescan scheduler over ``prober`` (None when ``[rescan]`` is off).
+    On-demand probes come first: it holds back while queries' probes queue."""
+    rescan = config.rescan
+    if not rescan.enabled:
+        return None
+    return RescanScheduler(
+        probe=prober.probe,
+        probes_per_s=rescan.probes_per_s,
+        max_staleness_s=rescan.max_staleness_s,
+        forget_after_s=rescan.forget_after_s,
+        base_interval_s=rescan.base_interval_s,
+        per_prefix_per_s=rescan.per_prefix_per_s,
+        max_targets=rescan.max_targets,
+        max_in_flight=rescan.max_in_flight,
+        probe_timeout_s=config.probe.timeout_s * 2,  # a probe may queue for a slot first
+        on_demand_busy=lambda: prober.statistics().queued > 0,
+    )
+
+
 def make_relay_handler(
     config: Config, *, resolver: Resolver, notary_name: str | None
 ) -> RelayHandler:
@@ -262,6 +284,8 @@ async def serve_notary(
                 on_result=service.observe,
             ) as prober:
                 service.prober = prober
+                scheduler = make_scheduler(config, prober)
+                service.scheduler = scheduler
                 handler = ApiHandler(
                     service,
                     index_text=index_text(config),
@@ -305,6 +329,8 @@ async def serve_notary(
                     )
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(known.load, storage)
+                    if scheduler is not None:
+                        await nursery.start(scheduler.serve)
                     nursery.start_soon(trio.serve_listeners, connections, listeners)
                     if plain_listeners:
                         nursery.start_soon(
@@ -327,6 +353,6 @@ async def serve_notary(
                         RunningNotary(
                             endpoints, plain_endpoints, perspectives_endpoints,
                             relay_endpoints, relay_handler,
-                            service, known, storage, prober, cache, serving.cancel,
+                            service, known, storage, prober, scheduler, cache, serving.cancel,
                         )
                     )

@@ -28,6 +28,7 @@ from notary.probe import Prober
 from notary.protocol import convergence, perspectives
 from notary.protocol.convergence import Decision
 from notary.protocol.targets import Target
+from notary.scheduler import RescanScheduler
 from notary.server.known_targets import KnownTargets
 from notary.server.storage import Storage
 
@@ -96,6 +97,8 @@ class QueryService:
         self._clock = clock
         self._merge_window_s = merge_window_s
         self._perspectives_signer = perspectives_signer
+        #: Told of every query and probe outcome, when rescanning is on.
+        self.scheduler: RescanScheduler | None = None
         self.prober: Prober | None = None
 
     def _make_record(self, timeline: Timeline) -> TargetRecord:
@@ -140,6 +143,10 @@ class QueryService:
         record = await self._lookup(target)
         old = record.timeline if record is not None else Timeline(target)
         timeline = old.merged(result, self._merge_window_s)
+        if self.scheduler is not None:
+            previous = old.newest
+            changed = previous is not None and previous.certificate.sha256 != result.leaf.sha256
+            self.scheduler.note_probe(target, result, None, changed)
         if record is None or timeline != old:
             record = self._make_record(timeline)
         self._cache.put(target.key, record, record.size)
@@ -149,6 +156,8 @@ class QueryService:
     async def answer(self, target: Target, fingerprint: bytes | None) -> Answer:
         """The answer to ``GET`` (``fingerprint`` None) or ``POST`` for
         ``target``."""
+        if self.scheduler is not None:
+            self.scheduler.note_query(target)
         record = await self._lookup(target)
         timeline = record.timeline if record is not None else None
         decision = convergence.decide(
@@ -166,6 +175,8 @@ class QueryService:
             except trio.TooSlowError:
                 return self._failed(record, fingerprint, ProbeError("probe did not finish in time"))
             except ProbeError as exc:
+                if self.scheduler is not None:
+                    self.scheduler.note_probe(target, None, exc.reason, False)
                 return self._failed(record, fingerprint, exc)
             # ``observe`` ran before probe() returned; the fallback covers an
             # eviction in between.
@@ -180,6 +191,8 @@ class QueryService:
         a probe started in the background (the client asks again); 503 when
         the store cannot be read and nothing is cached."""
         assert self._perspectives_signer is not None, "Perspectives is not configured"
+        if self.scheduler is not None:
+            self.scheduler.note_query(target)
         try:
             record = await self._lookup_or_raise(target)
         except StoreError as exc:
