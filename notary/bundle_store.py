@@ -168,11 +168,9 @@ async def _request(
 ) -> tuple[bytes, bytes]:
     if verify:
         context = ssl.create_default_context()
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
     else:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context = crypto.unverified_client_context()
     tcp, _address = await dial(host, port, policy=ANY_ADDRESS, resolver=resolver)
     literal = ":" in host or host.replace(".", "").isdigit()
     stream = trio.SSLStream(

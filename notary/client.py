@@ -138,16 +138,6 @@ def load_bundles(files: Sequence[Path], directory: Path | None) -> list[Bundle]:
     return list(bundles.values())
 
 
-def _client_context() -> ssl.SSLContext:
-    """TLS 1.2+, no verification: sites are judged by the notaries, notaries
-    by their pins."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
-
-
 async def fetch_certificate(
     target: Target, *, timeout_s: float, resolver: Resolver = system_resolver
 ) -> bytes:
@@ -161,7 +151,7 @@ async def fetch_certificate(
                 target.host, target.port, policy=ANY_ADDRESS, resolver=resolver
             )
             name = None if target.is_ip_literal else target.host
-            stream = trio.SSLStream(tcp, _client_context(), server_hostname=name)
+            stream = trio.SSLStream(tcp, crypto.unverified_client_context(), server_hostname=name)
             try:
                 await stream.do_handshake()
                 der = stream.getpeercert(binary_form=True)
@@ -373,7 +363,7 @@ async def _query(
     """TLS to the notary (pinned), the legacy POST, the signed answer."""
     # Notaries close without close_notify (as HTTPS servers may); answers are
     # framed by Content-Length and signed, so truncation cannot pass.
-    stream = trio.SSLStream(tcp, _client_context(), server_hostname=None, https_compatible=True)
+    stream = trio.SSLStream(tcp, crypto.unverified_client_context(), server_hostname=None, https_compatible=True)
 
     def failure(detail: str, status: int | None = None) -> NotaryAnswer:
         return NotaryAnswer(

@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import ipaddress
 import os
+import ssl
 import tempfile
 from pathlib import Path
 
@@ -253,3 +254,14 @@ def verify_perspectives_signature(public_key: object, blob: bytes, signature_b64
     except InvalidSignature:
         return False
     return True
+
+
+def unverified_client_context() -> ssl.SSLContext:
+    """A TLS 1.2+ client context that verifies nothing: for peers the caller
+    authenticates itself, by a pinned certificate or a signature (notaries,
+    sites judged by notaries, self-pinned bundles)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context

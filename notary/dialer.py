@@ -28,6 +28,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 import trio
 
@@ -151,6 +152,62 @@ async def dial(
     return await connect_first(addresses, port)
 
 
+#: One connection attempt: a stream, or a ``ProbeError``.
+Attempt = Callable[[], Awaitable[trio.SocketStream]]
+
+
+async def _race(attempts: Sequence[Attempt], *, stagger_s: float) -> tuple[trio.SocketStream, int]:
+    """Run ``attempts``, starting each ``stagger_s`` after the previous one
+    (at once when the previous one failed); the first to succeed wins, the
+    others are cancelled (or closed, if they connected too late). Returns the
+    stream and the winner's index.
+
+    Error handling: ``_AllFailed`` with every attempt's ``ProbeError``.
+    """
+    if len(attempts) == 1:  # no race to run: no nursery, nothing to cancel
+        try:
+            return await attempts[0](), 0
+        except ProbeError as exc:
+            raise _AllFailed([exc]) from None
+    winners: list[tuple[trio.SocketStream, int]] = []
+    failures: list[ProbeError] = []
+
+    async def run(index: int, failed: trio.Event, nursery: trio.Nursery) -> None:
+        try:
+            stream = await attempts[index]()
+        except ProbeError as exc:
+            failures.append(exc)
+            failed.set()
+            return
+        if winners:  # lost the race
+            stream.socket.close()
+            return
+        winners.append((stream, index))
+        nursery.cancel_scope.cancel()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index in range(len(attempts)):
+                failed = trio.Event()
+                nursery.start_soon(run, index, failed, nursery)
+                if stagger_s > 0:
+                    with trio.move_on_after(stagger_s):
+                        await failed.wait()
+    except BaseException:
+        for stream, _ in winners:
+            stream.socket.close()
+        raise
+    if not winners:
+        raise _AllFailed(failures)
+    return winners[0]
+
+
+class _AllFailed(Exception):
+    def __init__(self, failures: list[ProbeError]) -> None:
+        super().__init__(failures)
+        self.failures = failures
+
+
 async def dial_first(
     destinations: Sequence[tuple[str, int]], *, policy: AddressPolicy, resolver: Resolver
 ) -> tuple[trio.SocketStream, int]:
@@ -162,47 +219,37 @@ async def dial_first(
     destination; else ``ProbeConnectFailed`` when none connected (the
     reasons are in the debug log). The deadline is the caller's.
     """
-    if len(destinations) == 1:  # no race to run: no nursery, nothing to cancel
-        host, port = destinations[0]
-        stream, _address = await dial(host, port, policy=policy, resolver=resolver)
-        return stream, 0
-    winners: list[tuple[trio.SocketStream, int]] = []
-    failures: list[ProbeError] = []
 
-    async def attempt(index: int, host: str, port: int, nursery: trio.Nursery) -> None:
-        try:
-            stream, _address = await dial(host, port, policy=policy, resolver=resolver)
-        except ProbeError as exc:
-            logger.debug("cannot connect to %s port %d: %s", host, port, exc)
-            failures.append(exc)
-            return
-        if winners:
-            stream.socket.close()
-            return
-        winners.append((stream, index))
-        nursery.cancel_scope.cancel()
+    def attempt(host: str, port: int) -> Attempt:
+        async def connect() -> trio.SocketStream:
+            try:
+                stream, _address = await dial(host, port, policy=policy, resolver=resolver)
+            except ProbeError as exc:
+                logger.debug("cannot connect to %s port %d: %s", host, port, exc)
+                raise
+            return stream
+
+        return connect
 
     try:
-        async with trio.open_nursery() as nursery:
-            for index, (host, port) in enumerate(destinations):
-                nursery.start_soon(attempt, index, host, port, nursery)
-    except BaseException:
-        for stream, _ in winners:
-            stream.socket.close()
-        raise
-    if winners:
-        return winners[0]
-    if destinations and all(isinstance(f, ProbeRefused) for f in failures):
-        raise ProbeRefused("address refused by policy")
-    raise ProbeConnectFailed("could not connect")
+        return await _race([attempt(h, p) for h, p in destinations], stagger_s=0)
+    except _AllFailed as failed:
+        if failed.failures and all(isinstance(f, ProbeRefused) for f in failed.failures):
+            raise ProbeRefused("address refused by policy") from None
+        raise ProbeConnectFailed("could not connect") from None
 
 
 async def _open_stream(address: str, port: int) -> trio.SocketStream:
-    """A TCP connection to the IP literal ``address`` (never a name)."""
+    """A TCP connection to the IP literal ``address`` (never a name); an
+    ``OSError`` becomes ``ProbeConnectFailed``."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = trio.socket.socket(family, socket.SOCK_STREAM)
     try:
         await sock.connect((address, port))
+    except OSError as exc:
+        sock.close()
+        logger.debug("connect to port %d of an address failed: %s", port, exc.strerror)
+        raise ProbeConnectFailed("could not connect") from None
     except BaseException:
         sock.close()
         raise
@@ -216,38 +263,9 @@ async def connect_first(addresses: Sequence[str], port: int) -> tuple[trio.Socke
 
     Error handling: ``ProbeConnectFailed`` when no address connects.
     """
-    if len(addresses) == 1:  # no race to run: no nursery, nothing to cancel
-        try:
-            return await _open_stream(addresses[0], port), addresses[0]
-        except OSError as exc:
-            logger.debug("connect to port %d of an address failed: %s", port, exc.strerror)
-            raise ProbeConnectFailed("could not connect") from None
-    winners: list[tuple[trio.SocketStream, str]] = []
-
-    async def attempt(address: str, failed: trio.Event, nursery: trio.Nursery) -> None:
-        try:
-            stream = await _open_stream(address, port)
-        except OSError as exc:
-            logger.debug("connect to port %d of an address failed: %s", port, exc.strerror)
-            failed.set()
-            return
-        if winners:  # lost the race
-            stream.socket.close()
-            return
-        winners.append((stream, address))
-        nursery.cancel_scope.cancel()
-
+    attempts = [partial(_open_stream, address, port) for address in addresses]
     try:
-        async with trio.open_nursery() as nursery:
-            for address in addresses:
-                failed = trio.Event()
-                nursery.start_soon(attempt, address, failed, nursery)
-                with trio.move_on_after(CONNECT_STAGGER_S):
-                    await failed.wait()
-    except BaseException:
-        for stream, _ in winners:
-            stream.socket.close()
-        raise
-    if not winners:
-        raise ProbeConnectFailed("could not connect")
-    return winners[0]
+        stream, index = await _race(attempts, stagger_s=CONNECT_STAGGER_S)
+    except _AllFailed:
+        raise ProbeConnectFailed("could not connect") from None
+    return stream, addresses[index]

@@ -46,11 +46,16 @@ class Request:
 
     def header(self, name: bytes) -> bytes | None:
         """The value of the first header called ``name`` (case-insensitive)."""
-        name = name.lower()
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
+        return first_header(self.headers, name)
+
+
+def first_header(headers: tuple[tuple[bytes, bytes], ...], name: bytes) -> bytes | None:
+    """The value of the first of ``headers`` called ``name`` (case-insensitive)."""
+    name = name.lower()
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
 
 
 @dataclass(slots=True)
@@ -301,11 +306,7 @@ class Response:
 
     def header(self, name: bytes) -> bytes | None:
         """The value of the first header called ``name`` (case-insensitive)."""
-        name = name.lower()
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
+        return first_header(self.headers, name)
 
 
 class _ResponseParts:
