@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--perspectives", action="store_true",
         help="make the Perspectives signing key instead (RSA, no certificate)",
     )
+    keygen.add_argument(
+        "--v2", action="store_true", help="make the v2 API signing key instead (Ed25519)"
+    )
     keygen.add_argument("--days", type=int, default=crypto.DEFAULT_CERTIFICATE_DAYS)
     keygen.add_argument("--force", action="store_true", help="overwrite existing files")
 
@@ -153,9 +156,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    if args.perspectives and args.v2:
+        raise UsageError("keygen: --perspectives or --v2, not both")
+    if (args.perspectives or args.v2) and (args.out_cert is not None or args.name is not None):
+        flag = "--perspectives" if args.perspectives else "--v2"
+        raise UsageError(f"keygen {flag} makes a key only: drop --out-cert and --name")
+    if args.v2:
+        if args.out_key.exists() and not args.force:
+            raise UsageError(f"{args.out_key} exists; pass --force to overwrite it")
+        signing_key = crypto.generate_ed25519_key()
+        crypto.write_ed25519_private_key(args.out_key, signing_key, force=args.force)
+        key_id = crypto.ed25519_key_id(crypto.ed25519_public_raw(signing_key))
+        print(f"wrote {args.out_key} (mode 0600): Ed25519, key id {key_id}")
+        return 0
     if args.perspectives:
-        if args.out_cert is not None or args.name is not None:
-            raise UsageError("keygen --perspectives makes a key only: drop --out-cert and --name")
         if args.out_key.exists() and not args.force:
             raise UsageError(f"{args.out_key} exists; pass --force to overwrite it")
         key = crypto.generate_perspectives_key()

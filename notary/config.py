@@ -220,6 +220,23 @@ class RescanConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class V2Config:
+    """The modern signed API (``POST /v2/query``, ``GET /v2/key``): served
+    when ``key_file`` is set."""
+
+    #: The Ed25519 signing key (``notary keygen --v2``). None: v2 is off.
+    key_file: Path | None = None
+    #: Targets one ``/v2/query`` may ask about (413 beyond).
+    max_batch: int = 100
+    #: A statement is valid this long after it is signed...
+    statement_valid_for_s: int = 86400
+    #: ...and is signed again when it would expire within this.
+    renew_before_s: int = 3600
+    #: Validity published for the key in ``/v2/key``, from the key file's date.
+    key_valid_for_s: int = 365 * 86400
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -230,6 +247,7 @@ class Config:
     relay: RelayConfig = field(default_factory=RelayConfig)
     perspectives: PerspectivesConfig = field(default_factory=PerspectivesConfig)
     rescan: RescanConfig = field(default_factory=RescanConfig)
+    v2: V2Config = field(default_factory=V2Config)
 
 
 _SECTIONS = {
@@ -242,6 +260,7 @@ _SECTIONS = {
     "relay": RelayConfig,
     "perspectives": PerspectivesConfig,
     "rescan": RescanConfig,
+    "v2": V2Config,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -279,7 +298,7 @@ def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None =
             for key in ("key_file", "cert_file", "db_file", "bundle_file"):
                 if isinstance(values.get(key), str):
                     values[key] = base / values[key]
-        if name == "perspectives" and isinstance(values.get("key_file"), str):
+        if name in ("perspectives", "v2") and isinstance(values.get("key_file"), str):
             values["key_file"] = base / values["key_file"]
         if name == "relay" and isinstance(values.get("bundles"), list):
             values["bundles"] = [
@@ -367,6 +386,7 @@ def _validate(config: Config) -> None:
         "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
         "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
         "store": ("batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s"),
+        "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),
         "rescan": tuple(
             f.name for f in dataclasses.fields(RescanConfig) if f.name != "enabled"
         ),
@@ -396,6 +416,8 @@ def _validate(config: Config) -> None:
         bloom_parameters(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
     except ValueError as exc:
         raise ConfigError(f"[cache] {exc}") from None
+    if config.v2.renew_before_s >= config.v2.statement_valid_for_s:
+        raise ConfigError("[v2] renew_before_s must be less than statement_valid_for_s")
     relay = config.relay
     if relay.destinations not in _RELAY_MODES:
         raise ConfigError(f"[relay] destinations must be one of {', '.join(_RELAY_MODES)}")

@@ -58,6 +58,10 @@ dial_port = {relay_api_port}
 # Perspectives clients: GET http://{host}:{perspectives_port}/?host=...&port=...
 key_file = "perspectives.key"
 listen = ["{host}:{perspectives_port}"]
+
+[v2]
+# POST https://{host}:{api_port}/v2/query, GET /v2/key
+key_file = "v2.key"
 """
 
 
@@ -84,6 +88,10 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
             mode=0o600,
         )
         print(f"made {perspectives_key}")
+    v2_key = directory / "v2.key"
+    if not v2_key.exists():
+        crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
+        print(f"made {v2_key}")
     with Store(directory / "notary.db"):
         pass
     bundle_path = directory / "local.notary"
@@ -131,7 +139,7 @@ def _config_is_missing_or_outdated(path: Path) -> bool:
         text = path.read_text()
     except FileNotFoundError:
         return True
-    sections = ("\n[relay]\n", "\n[perspectives]\n")
+    sections = ("\n[relay]\n", "\n[perspectives]\n", "\n[v2]\n")
     return text.startswith(CONFIG_HEADER) and not all(s in text for s in sections)
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from notary.errors import ProtocolError
-from notary.protocol import convergence, http, perspectives
+from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.http import Request
 from notary.protocol.targets import parse_convergence_target
 from notary.server.query import QueryService
 
 TARGET_PREFIX = b"/target/"
+V2_QUERY_PATH = b"/v2/query"
+V2_KEY_PATH = b"/v2/key"
 MAX_TARGET_BYTES = 1024
 _ALLOW = ((b"Allow", b"GET, POST"),)
 
@@ -32,9 +34,16 @@ class ApiHandler:
         bundle_path: str | None = None,
         bundle_bytes: bytes | None = None,
         perspectives: bool = False,
+        v2_key_document: bytes | None = None,
+        v2_max_batch: int = 100,
+        v2_max_body_bytes: int = 0,
     ) -> None:
         self._service = service
         self._perspectives = perspectives
+        #: The ``/v2/key`` body; None when v2 is not served.
+        self._v2_key_document = v2_key_document
+        self._v2_max_batch = v2_max_batch
+        self._v2_max_body_bytes = v2_max_body_bytes
         self._index = index_text.encode("utf-8")
         self._bundle_path = bundle_path.encode("ascii") if bundle_path else None
         self._bundle_bytes = bundle_bytes
@@ -62,6 +71,8 @@ class ApiHandler:
         path, _, query = request.target.partition(b"?")
         if path.startswith(TARGET_PREFIX):
             return await self._target(request, path[len(TARGET_PREFIX):])
+        if self._v2_key_document is not None and path in (V2_QUERY_PATH, V2_KEY_PATH):
+            return await self._v2(request, path)
         if request.method != b"GET":
             raise ProtocolError("method not allowed", status=405)
         if path == b"/":
@@ -76,6 +87,20 @@ class ApiHandler:
                 (b"Content-Disposition", b'attachment; filename="' + path[1:] + b'"'),
             )
         raise ProtocolError("not found", status=404)
+
+    async def _v2(self, request: Request, path: bytes) -> tuple[int, bytes, bytes, tuple]:
+        if path == V2_KEY_PATH:
+            if request.method != b"GET":
+                raise ProtocolError("method not allowed", status=405)
+            assert self._v2_key_document is not None
+            return 200, self._v2_key_document, v2.CONTENT_TYPE, ()
+        if request.method != b"POST":
+            raise ProtocolError("method not allowed", status=405)
+        query = v2.parse_query_request(
+            request.body, max_batch=self._v2_max_batch, max_body_bytes=self._v2_max_body_bytes
+        )
+        answer = await self._service.answer_v2(query)
+        return answer.status, answer.body, answer.content_type, ()
 
     async def _target(self, request: Request, rest: bytes) -> tuple[int, bytes, bytes, tuple]:
         if request.method not in (b"GET", b"POST"):

@@ -31,7 +31,7 @@ from notary.dialer import Resolver, system_resolver
 from notary.errors import UsageError
 from notary.policy import AddressPolicy
 from notary.probe import Prober, open_prober
-from notary.protocol import perspectives
+from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
 from notary.scheduler import RescanScheduler
 from notary.server.api import ApiHandler, PerspectivesHandler
@@ -42,6 +42,9 @@ from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
+
+#: Room per target in a ``/v2/query`` body (host, port, both hashes, JSON).
+V2_BYTES_PER_TARGET = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +109,12 @@ class ConnectionHandler:
     this handler) at once."""
 
     def __init__(
-        self, context: ssl.SSLContext | None, handler: ApiHandler, config: Config
+        self,
+        context: ssl.SSLContext | None,
+        handler: ApiHandler | PerspectivesHandler,
+        config: Config,
+        *,
+        max_body_bytes: int | None = None,
     ) -> None:
         self._context = context
         self._handler = handler
@@ -119,7 +127,7 @@ class ConnectionHandler:
             send_timeout_s=http.send_timeout_s,
             max_header_bytes=http.max_header_bytes,
             max_headers=http.max_headers,
-            max_body_bytes=http.max_body_bytes,
+            max_body_bytes=max_body_bytes or http.max_body_bytes,
         )
         self.open_connections = 0
         self.refused_connections = 0
@@ -170,6 +178,24 @@ def index_text(config: Config) -> str:
         "  GET  /target/<host>+<port>\n"
         "  POST /target/<host>+<port>   body: fingerprint=<SHA-1 AA:BB:...>\n"
     )
+
+
+def v2_max_body_bytes(max_batch: int) -> int:
+    """A ``/v2/query`` body of ``max_batch`` targets with both hashes fits."""
+    return max_batch * V2_BYTES_PER_TARGET + 256
+
+
+def make_v2_key_document(config: Config, signer: crypto.Ed25519Signer) -> bytes:
+    """``/v2/key``: the key, valid from its file's date for ``key_valid_for_s``."""
+    assert config.v2.key_file is not None
+    try:
+        born = int(config.v2.key_file.stat().st_mtime)
+    except OSError as exc:
+        raise UsageError(f"cannot read key {config.v2.key_file}: {exc.strerror}") from None
+    key = v2.publish_key(
+        signer.public_raw, not_before=born, not_after=born + config.v2.key_valid_for_s
+    )
+    return v2.key_document([key])
 
 
 def make_scheduler(config: Config, prober: Prober) -> RescanScheduler | None:
@@ -245,6 +271,12 @@ async def serve_notary(
         perspectives_signer = crypto.PerspectivesSigner(
             crypto.load_private_key(config.perspectives.key_file)
         )
+    v2_signer = v2_key_document = None
+    if config.v2.key_file is not None:
+        v2_key = crypto.load_ed25519_private_key(config.v2.key_file)
+        v2_signer = crypto.Ed25519Signer(v2_key)
+        v2_key_document = make_v2_key_document(config, v2_signer)
+    api_body_bytes = max(config.http.max_body_bytes, v2_max_body_bytes(config.v2.max_batch))
     cache = LRUCache(config.cache.max_entries, config.cache.max_bytes)
     store = config.store
     async with open_storage(
@@ -269,6 +301,8 @@ async def serve_notary(
             clock=clock,
             merge_window_s=store.merge_window_s,
             perspectives_signer=perspectives_signer,
+            v2_signer=v2_signer,
+            v2_config=config.v2,
         )
         # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
         # connections but not the storage block around it, which then exits
@@ -292,6 +326,9 @@ async def serve_notary(
                     bundle_path=bundle_path,
                     bundle_bytes=bundle_bytes,
                     perspectives=perspectives_signer is not None,
+                    v2_key_document=v2_key_document,
+                    v2_max_batch=config.v2.max_batch,
+                    v2_max_body_bytes=api_body_bytes,
                 )
                 listeners = await open_listeners(config.server.api)
                 plain_listeners = await open_listeners(config.server.plain_api)
@@ -299,8 +336,13 @@ async def serve_notary(
                 if perspectives_signer is not None:
                     perspectives_listeners = await open_listeners(config.perspectives.listen)
                 relay_listeners = await open_listeners(config.relay.listen)
-                connections = ConnectionHandler(context, handler, config)
-                plain_connections = ConnectionHandler(None, handler, config)
+                body_limit = api_body_bytes if v2_signer is not None else None
+                connections = ConnectionHandler(
+                    context, handler, config, max_body_bytes=body_limit
+                )
+                plain_connections = ConnectionHandler(
+                    None, handler, config, max_body_bytes=body_limit
+                )
 
                 endpoints = tuple(bound_endpoint(listener) for listener in listeners)
                 plain_endpoints = tuple(bound_endpoint(listener) for listener in plain_listeners)

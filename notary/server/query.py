@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
 from notary.cache import LRUCache
-from notary.crypto import ConvergenceSigner, PerspectivesSigner
+from notary.config import V2Config
+from notary.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
 from notary.errors import ProbeError, ProbeRefused, StoreError
 from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
 from notary.probe import Prober
-from notary.protocol import convergence, perspectives
+from notary.protocol import convergence, perspectives, v2
 from notary.protocol.convergence import Decision
 from notary.protocol.targets import Target
 from notary.scheduler import RescanScheduler
@@ -46,11 +47,14 @@ class TargetRecord:
     timeline: Timeline
     convergence_body: bytes
     perspectives_body: bytes | None = None
+    v2_statement: v2.SignedStatement | None = None
 
     @property
     def size(self) -> int:
         ders = sum(len(o.certificate.der) for o in self.timeline.observations)
         bodies = len(self.convergence_body) + len(self.perspectives_body or b"")
+        if self.v2_statement is not None:
+            bodies += len(self.v2_statement.entry)
         return bodies + ders + RECORD_OVERHEAD_BYTES
 
 
@@ -86,6 +90,8 @@ class QueryService:
         clock: Callable[[], float],
         merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
         perspectives_signer: PerspectivesSigner | None = None,
+        v2_signer: Ed25519Signer | None = None,
+        v2_config: V2Config | None = None,
     ) -> None:
         self._cache = cache
         self._storage = storage
@@ -97,6 +103,8 @@ class QueryService:
         self._clock = clock
         self._merge_window_s = merge_window_s
         self._perspectives_signer = perspectives_signer
+        self._v2_signer = v2_signer
+        self._v2 = v2_config or V2Config()
         #: Told of every query and probe outcome, when rescanning is on.
         self.scheduler: RescanScheduler | None = None
         self.prober: Prober | None = None
@@ -109,7 +117,19 @@ class QueryService:
             keys = perspectives.keys_of(timeline)
             blob = perspectives.signed_blob(perspectives.service_id(timeline.target), keys)
             xml = perspectives.reply_xml(keys, self._perspectives_signer.sign(blob))
-        return TargetRecord(timeline, body, xml)
+        return TargetRecord(timeline, body, xml, self._v2_statement(timeline))
+
+    def _v2_statement(self, timeline: Timeline) -> v2.SignedStatement | None:
+        signer = self._v2_signer
+        if signer is None:
+            return None
+        made = v2.statement(
+            timeline,
+            key_id=signer.key_id,
+            signed_at=int(self._clock()),
+            valid_for_s=self._v2.statement_valid_for_s,
+        )
+        return v2.sign_statement(made, signer.sign)
 
     async def _lookup(self, target: Target) -> TargetRecord | None:
         try:
@@ -206,6 +226,76 @@ class QueryService:
             )
             return Answer(404, message, b"text/plain")
         return Answer(200, record.perspectives_body, perspectives.CONTENT_TYPE)
+
+    async def answer_v2(self, request: v2.QueryRequest) -> Answer:
+        """The signed ``/v2/query`` answer: every entry looked up (and probed
+        if need be) concurrently, each under the query deadline; one
+        envelope signature for the whole request (see ``notary.protocol.v2``)."""
+        signer = self._v2_signer
+        assert signer is not None, "v2 is not configured"
+        results: list[v2.QueryResult | None] = [None] * len(request.targets)
+
+        async def answer_one(index: int, query: v2.TargetQuery) -> None:
+            results[index] = await self._v2_result(query)
+
+        async with trio.open_nursery() as nursery:
+            for index, query in enumerate(request.targets):
+                nursery.start_soon(answer_one, index, query)
+        body = v2.answer_bytes(
+            [r for r in results if r is not None],
+            nonce=request.nonce,
+            signed_at=int(self._clock()),
+            key_id=signer.key_id,
+            sign=signer.sign,
+        )
+        return Answer(200, body, v2.CONTENT_TYPE)
+
+    async def _v2_result(self, query: v2.TargetQuery) -> v2.QueryResult:
+        target = query.target
+        if self.scheduler is not None:
+            self.scheduler.note_query(target)
+        record = await self._lookup(target)
+        now = int(self._clock())
+        decision = v2.decide(
+            record.timeline if record is not None else None, query.sha256, query.sha1,
+            now=now, fresh_for_s=self._fresh_for_s, reprobe_after_s=self._reprobe_after_s,
+        )
+        failure = None
+        if decision is Decision.PROBE:
+            assert self.prober is not None, "QueryService.prober was never set"
+            try:
+                with trio.fail_after(self._query_timeout_s):
+                    await self.prober.probe(target)
+            except trio.TooSlowError:
+                failure = v2.VERDICT_UNREACHABLE
+            except ProbeError as exc:
+                failure = v2.VERDICT_REFUSED if isinstance(exc, ProbeRefused) else (
+                    v2.VERDICT_UNREACHABLE
+                )
+                if self.scheduler is not None:
+                    self.scheduler.note_probe(target, None, exc.reason, False)
+            record = self._cache.peek(target.key) or record
+        if record is None:
+            return v2.QueryResult(target, failure or v2.VERDICT_UNKNOWN)
+        record = self._renewed(record, now)
+        verdict = v2.verdict_of(
+            record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+        )
+        if failure is not None and verdict == v2.VERDICT_UNKNOWN:
+            verdict = failure
+        return v2.QueryResult(target, verdict, record.v2_statement)
+
+    def _renewed(self, record: TargetRecord, now: int) -> TargetRecord:
+        """``record`` with a statement that will not expire soon (re-signed,
+        and cached, when it would)."""
+        signed = record.v2_statement
+        if signed is None or not v2.statement_due(
+            signed, now=now, renew_before_s=self._v2.renew_before_s
+        ):
+            return record
+        record = replace(record, v2_statement=self._v2_statement(record.timeline))
+        self._cache.put(record.timeline.target.key, record, record.size)
+        return record
 
     def _answer_from(self, record: TargetRecord, fingerprint: bytes | None) -> Answer:
         status = convergence.status_of(
