@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--bounce", default="auto", metavar="auto|off|FILE.notary")
     check.add_argument("--timeout", type=float, default=10.0, metavar="S")
     check.add_argument("--json", action="store_true")
+    check.add_argument("--v2", action="store_true",
+                       help="ask through the signed v2 API (Ed25519, nonce, freshness)")
 
     db = commands.add_parser("db", help="create/migrate the database, or print statistics")
     db.add_argument("action", choices=["init", "stats"])
@@ -342,7 +344,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         report = trio.run(lambda: client.check(
             target, bundles, fingerprint=fingerprint, quorum=args.quorum,
             threshold=Threshold(args.threshold), strict=args.strict, relay=relay,
-            timeout_s=args.timeout,
+            timeout_s=args.timeout, use_v2=args.v2,
         ))
     except client.SiteUnreachable as exc:
         print(f"notary: cannot fetch the site's certificate: {exc}", file=sys.stderr)

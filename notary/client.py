@@ -33,11 +33,14 @@ certificate cannot be fetched; every failure of a notary becomes its
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
+import secrets
 import ssl
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import trio
@@ -46,9 +49,9 @@ from notary import crypto
 from notary.dialer import Resolver, dial, dial_first, system_resolver
 from notary.errors import NotaryError, PeerError, ProbeError, UsageError
 from notary.policy import ANY_ADDRESS
-from notary.protocol import convergence
+from notary.protocol import convergence, v2
 from notary.protocol.bundle import BUNDLE_SUFFIX, Bundle, BundleHost, parse_bundle
-from notary.protocol.http import parse_response
+from notary.protocol.http import Response, parse_response
 from notary.protocol.relay import DESTINATION_HEADER, RELAY_PORT
 from notary.protocol.targets import Target, format_convergence_target, normalise_host
 from notary.protocol.voting import Tally, Threshold, Verdict, classify, tally
@@ -199,8 +202,10 @@ async def check(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     resolver: Resolver = system_resolver,
     rng: random.Random | None = None,
+    use_v2: bool = False,
 ) -> CheckReport:
-    """Ask up to ``quorum`` of ``bundles`` about ``target`` and vote."""
+    """Ask up to ``quorum`` of ``bundles`` about ``target`` and vote; with
+    ``use_v2``, through the signed v2 API (Ed25519, nonce, freshness)."""
     if not bundles:
         raise UsageError("no notaries: give --notary FILE.notary or fetch bundles first")
     if fingerprint is None:
@@ -214,7 +219,9 @@ async def check(
     async def ask(bundle: Bundle, through: Bundle | None, relay_failed: list[Bundle]) -> None:
         try:
             with trio.fail_after(timeout_s):
-                answers[bundle.name] = await _ask(bundle, target, fingerprint, through, resolver)
+                answers[bundle.name] = await _ask(
+                    bundle, target, fingerprint, through, resolver, use_v2
+                )
         except trio.TooSlowError:
             answers[bundle.name] = NotaryAnswer(
                 bundle.name, Verdict.CONNECTIVITY_FAILURE, detail="timed out",
@@ -253,25 +260,155 @@ async def check(
     )
 
 
+class _NotaryFailed(Exception):
+    """A notary could not be asked: no connection, wrong pin, bad answer."""
+
+    def __init__(self, detail: str, host: BundleHost | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.host = host
+
+
+RequestBuilder = Callable[[BundleHost], bytes]
+
+
 async def _ask(
     bundle: Bundle,
     target: Target,
     fingerprint: bytes,
     relay: Bundle | None,
     resolver: Resolver,
+    use_v2: bool = False,
 ) -> NotaryAnswer:
     via = relay.name if relay is not None else None
+    try:
+        if use_v2:
+            return await _ask_v2(bundle, target, fingerprint, relay, resolver)
+        form = f"fingerprint={convergence.format_fingerprint(fingerprint)}"
+        response, host = await _exchange(bundle, relay, resolver, lambda host: _http_request(
+            "POST", f"/target/{format_convergence_target(target)}", host,
+            form.encode("ascii"), b"application/x-www-form-urlencoded",
+        ))
+    except _NotaryFailed as failed:
+        return NotaryAnswer(
+            bundle.name, Verdict.CONNECTIVITY_FAILURE,
+            host=failed.host.host if failed.host else None, detail=failed.detail, via=via,
+        )
+    return _judge(bundle, host, response.status, response.body, fingerprint, via)
+
+
+def _http_request(
+    method: str, path: str, host: BundleHost, body: bytes = b"", content_type: bytes = b""
+) -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nHost: {host.host}\r\nConnection: close\r\n"
+    if method == "POST":
+        head += f"Content-Type: {content_type.decode('ascii')}\r\nContent-Length: {len(body)}\r\n"
+    return (head + "\r\n").encode("ascii") + body
+
+
+async def _exchange(
+    bundle: Bundle, relay: Bundle | None, resolver: Resolver, build: RequestBuilder
+) -> tuple[Response, BundleHost]:
+    """One request to ``bundle`` (directly or through ``relay``) over TLS
+    pinned to the host that answered; the response, read until close.
+
+    Error handling: ``_NotaryFailed`` with a short detail; ``_RelayFailed``.
+    """
     try:
         if relay is None:
             tcp, host = await _connect_direct(bundle, resolver)
         else:
             tcp, host = await _connect_bounced(bundle, relay, resolver)
     except PeerError as exc:
-        return NotaryAnswer(bundle.name, Verdict.CONNECTIVITY_FAILURE, detail=str(exc), via=via)
+        raise _NotaryFailed(str(exc)) from None
+    # Notaries close without close_notify (as HTTPS servers may); answers are
+    # framed by Content-Length and signed, so truncation cannot pass.
+    stream = trio.SSLStream(
+        tcp, crypto.unverified_client_context(), server_hostname=None, https_compatible=True
+    )
     try:
-        return await _query(bundle, host, tcp, target, fingerprint, via)
+        await stream.do_handshake()
+        der = stream.getpeercert(binary_form=True) or b""
+        pins = {h.sha1_pin for h in bundle.hosts if h.host == host.host} or {
+            h.sha1_pin for h in bundle.hosts
+        }
+        if convergence.format_fingerprint(hashlib.sha1(der).digest()) not in pins:
+            raise _NotaryFailed("certificate does not match the bundle's pin", host)
+        await stream.send_all(build(host))
+        data = bytearray()
+        while chunk := await stream.receive_some(64 * 1024):
+            data += chunk
+            if len(data) > MAX_RESPONSE_BYTES:
+                raise _NotaryFailed("answer too large", host)
+    except (trio.BrokenResourceError, ssl.SSLError, OSError):
+        raise _NotaryFailed("connection failed", host) from None
     finally:
-        await trio.aclose_forcefully(tcp)
+        await trio.aclose_forcefully(stream)
+    try:
+        return parse_response(bytes(data)), host
+    except PeerError as exc:
+        raise _NotaryFailed(str(exc), host) from None
+
+
+async def _ask_v2(
+    bundle: Bundle, target: Target, fingerprint: bytes, relay: Bundle | None, resolver: Resolver
+) -> NotaryAnswer:
+    """The v2 API: the notary's keys over the pinned connection, then a
+    signed, nonce-bound answer, verified (signatures, freshness, nonce)."""
+    via = relay.name if relay is not None else None
+    keys_response, host = await _exchange(
+        bundle, relay, resolver, lambda h: _http_request("GET", "/v2/key", h)
+    )
+    if keys_response.status != 200:
+        raise _NotaryFailed(f"no v2 API (HTTP {keys_response.status})", host)
+    now = int(time.time())
+    try:
+        keys = v2.trusted_keys(v2.parse_key_document(keys_response.body), now=now)
+    except PeerError as exc:
+        raise _NotaryFailed(str(exc), host) from None
+    nonce = secrets.token_hex(16)
+    document = json.dumps({
+        "targets": [{"host": target.host, "port": target.port, "sha1": fingerprint.hex()}],
+        "nonce": nonce,
+    }).encode("ascii")
+    one_host = replace(bundle, hosts=(host,))  # the host whose keys we hold
+    response, host = await _exchange(one_host, relay, resolver, lambda h: _http_request(
+        "POST", "/v2/query", h, document, b"application/json"
+    ))
+    if response.status != 200:
+        return NotaryAnswer(
+            bundle.name, Verdict.CONNECTIVITY_FAILURE, host=host.host, status=response.status,
+            detail=f"HTTP {response.status}", via=via,
+        )
+    query = v2.TargetQuery(target, sha1=fingerprint)
+    try:
+        (result,) = v2.verify_answer(
+            v2.parse_answer_document(response.body), keys, nonce=nonce, now=int(time.time()),
+            queries=[query],
+        )
+    except PeerError as exc:
+        return NotaryAnswer(
+            bundle.name, Verdict.FAILURE, host=host.host, status=200,
+            detail=f"bad signed answer: {exc}", via=via,
+        )
+    matching = [o for o in result.observations if o.sha1 == fingerprint]
+    return NotaryAnswer(
+        bundle.name, _V2_VERDICTS[result.verdict], host=host.host, status=200,
+        detail="" if result.verdict in (v2.VERDICT_MATCH,) else result.verdict, via=via,
+        newest_seen=max((o.last_seen for o in result.observations), default=None),
+        seen_since=min((o.first_seen for o in matching), default=None),
+    )
+
+
+#: A verified v2 verdict as a vote (PROTOCOLS 1.7 semantics): a notary that
+#: answered but cannot vouch either way stands aside like a 303.
+_V2_VERDICTS = {
+    v2.VERDICT_MATCH: Verdict.SUCCESS,
+    v2.VERDICT_MISMATCH: Verdict.FAILURE,
+    v2.VERDICT_UNKNOWN: Verdict.INCONCLUSIVE,
+    v2.VERDICT_UNREACHABLE: Verdict.INCONCLUSIVE,
+    v2.VERDICT_REFUSED: Verdict.INCONCLUSIVE,
+}
 
 
 async def _connect_direct(
@@ -350,55 +487,6 @@ async def _read_head(stream: trio.SocketStream) -> bytes:
             raise _RelayFailed
         data += byte
     return bytes(data)
-
-
-async def _query(
-    bundle: Bundle,
-    host: BundleHost,
-    tcp: trio.SocketStream,
-    target: Target,
-    fingerprint: bytes,
-    via: str | None,
-) -> NotaryAnswer:
-    """TLS to the notary (pinned), the legacy POST, the signed answer."""
-    # Notaries close without close_notify (as HTTPS servers may); answers are
-    # framed by Content-Length and signed, so truncation cannot pass.
-    stream = trio.SSLStream(tcp, crypto.unverified_client_context(), server_hostname=None, https_compatible=True)
-
-    def failure(detail: str, status: int | None = None) -> NotaryAnswer:
-        return NotaryAnswer(
-            bundle.name, Verdict.CONNECTIVITY_FAILURE, host=host.host, status=status,
-            detail=detail, via=via,
-        )
-
-    try:
-        await stream.do_handshake()
-        der = stream.getpeercert(binary_form=True) or b""
-        pins = {h.sha1_pin for h in bundle.hosts if h.host == host.host} or {
-            h.sha1_pin for h in bundle.hosts
-        }
-        if convergence.format_fingerprint(hashlib.sha1(der).digest()) not in pins:
-            return failure("certificate does not match the bundle's pin")
-        form = f"fingerprint={convergence.format_fingerprint(fingerprint)}"
-        request = (
-            f"POST /target/{format_convergence_target(target)} HTTP/1.1\r\n"
-            f"Host: {host.host}\r\n"
-            "Content-Type: application/x-www-form-urlencoded\r\n"
-            f"Content-Length: {len(form)}\r\nConnection: close\r\n\r\n{form}"
-        ).encode("ascii")
-        await stream.send_all(request)
-        data = bytearray()
-        while chunk := await stream.receive_some(64 * 1024):
-            data += chunk
-            if len(data) > MAX_RESPONSE_BYTES:
-                return failure("answer too large")
-    except (trio.BrokenResourceError, ssl.SSLError, OSError):
-        return failure("connection failed")
-    try:
-        response = parse_response(bytes(data))
-    except PeerError as exc:
-        return failure(str(exc))
-    return _judge(bundle, host, response.status, response.body, fingerprint, via)
 
 
 def _judge(

@@ -61,7 +61,7 @@ def dead_bundle(name: str, certificate_pem: str) -> Bundle:
 
 
 @asynccontextmanager
-async def open_world(tmp_path: Path) -> AsyncIterator[tuple[object, list[NotaryUnderTest]]]:
+async def open_world(tmp_path: Path, *, with_v2: bool = False) -> AsyncIterator[tuple[object, list[NotaryUnderTest]]]:
     """The site on 127.0.0.1, an impostor on 127.0.0.5 (same port, its own
     certificate for the same name), and three notaries: the third one's route
     to the site leads to the impostor."""
@@ -73,8 +73,13 @@ async def open_world(tmp_path: Path) -> AsyncIterator[tuple[object, list[NotaryU
         notaries = []
         for index, host in enumerate(NOTARY_HOSTS):
             route = MITM_HOST if index == 2 else site.host
+            sections = {}
+            if with_v2:
+                key_path = tmp_path / f"v2-{index}.key"
+                crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+                sections["v2"] = {"key_file": key_path}
             notaries.append(await stack.enter_async_context(
-                open_notary(tmp_path / f"n{index}", host=host, names={SITE: [route]})
+                open_notary(tmp_path / f"n{index}", host=host, names={SITE: [route]}, **sections)
             ))
         yield site, notaries
 
@@ -110,6 +115,28 @@ async def test_thresholds_with_one_notary_fooled(tmp_path: Path) -> None:
     honest = next(a for a in majority.answers if a.notary == "Notary 0")
     assert honest.host == "127.0.0.1" and honest.status == 200
     assert honest.seen_since is not None and honest.newest_seen is not None
+
+
+async def test_v2_check_verifies_signed_answers(tmp_path: Path) -> None:
+    async with open_world(tmp_path, with_v2=True) as (site, notaries):
+        bundles = [bundle_of(n, f"Notary {i}") for i, n in enumerate(notaries)]
+        report = await run_check(site, bundles, use_v2=True)
+        legacy = await run_check(site, bundles)
+    verdicts = {a.notary: a.verdict for a in report.answers}
+    assert verdicts == {"Notary 0": Verdict.SUCCESS, "Notary 1": Verdict.SUCCESS,
+                        "Notary 2": Verdict.FAILURE}
+    assert report.tally.outcome is Outcome.VERIFIED
+    assert verdicts == {a.notary: a.verdict for a in legacy.answers}
+    honest = next(a for a in report.answers if a.notary == "Notary 0")
+    assert honest.seen_since is not None and honest.newest_seen is not None
+
+
+async def test_v2_check_against_a_notary_without_v2(tmp_path: Path) -> None:
+    async with open_world(tmp_path) as (site, notaries):
+        report = await run_check(site, [bundle_of(notaries[0], "Old")], use_v2=True)
+    (answer,) = report.answers
+    assert answer.verdict is Verdict.CONNECTIVITY_FAILURE
+    assert "no v2 API" in answer.detail
 
 
 async def test_quorum_limits_the_notaries_asked(tmp_path: Path) -> None:
