@@ -8,6 +8,8 @@ Every error is one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import base64
+import dataclasses
 import json
 import logging
 import re
@@ -68,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     bundle.add_argument(
         "--host", action="append", default=[], metavar="HOST:SSL_PORT:HTTP_PORT:CERT_PEM"
     )
+    bundle.add_argument("--v2-key", type=Path, metavar="KEY",
+                        help="the hosts' v2 Ed25519 key file: its public key goes in the bundle")
     bundle.add_argument("--out", type=Path)
     bundle.add_argument("--force", action="store_true")
     bundle_commands = bundle.add_subparsers(dest="bundle_command", parser_class=_Parser)
@@ -229,6 +233,10 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read certificate {pem_path}: {exc}") from None
         hosts.append(parse_host_spec(match.group(1), pem))
+    if args.v2_key is not None:
+        public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(args.v2_key))
+        v2_key = base64.b64encode(public).decode("ascii")
+        hosts = [dataclasses.replace(host, v2_key=v2_key) for host in hosts]
     bundle = make_bundle(name=args.name, location=args.location, hosts=hosts, region=args.region)
     crypto.write_new_file(args.out, bundle.to_json(), mode=0o644, force=args.force)
     print(f"wrote {args.out}")
@@ -248,6 +256,8 @@ def _bundle_show(path: Path) -> int:
     for host in bundle.hosts:
         print(f"host:     {host.host} ssl_port={host.ssl_port} http_port={host.http_port}")
         print(f"  sha1:   {host.sha1_pin}")
+        if host.v2_key is not None:
+            print(f"  v2 key: {host.v2_key}")
     return 0
 
 

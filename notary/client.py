@@ -363,9 +363,15 @@ async def _ask_v2(
         raise _NotaryFailed(f"no v2 API (HTTP {keys_response.status})", host)
     now = int(time.time())
     try:
-        keys = v2.trusted_keys(v2.parse_key_document(keys_response.body), now=now)
+        published = v2.parse_key_document(keys_response.body)
     except PeerError as exc:
         raise _NotaryFailed(str(exc), host) from None
+    pinned = host.v2_key_raw
+    if pinned is not None:  # the bundle pins the v2 key: trust that one only
+        published = tuple(k for k in published if k.public_key_raw == pinned)
+        if not published:
+            raise _NotaryFailed("v2 key does not match the bundle's v2_key", host)
+    keys = v2.trusted_keys(published, now=now)
     nonce = secrets.token_hex(16)
     document = json.dumps({
         "targets": [{"host": target.host, "port": target.port, "sha1": fingerprint.hex()}],

@@ -6,6 +6,7 @@ notary (same key, same pins, same history).
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 from notary import crypto
@@ -96,10 +97,14 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
         pass
     bundle_path = directory / "local.notary"
     cert_pem = cert_path.read_text("ascii")
+    v2_public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(v2_key))
     bundle = make_bundle(
         name="Local notary (make run)",
         location=f"https://{DEV_HOST}:{api_port}/local.notary",
-        hosts=[BundleHost(DEV_HOST, api_port, DEV_RELAY_PORT, cert_pem)],
+        hosts=[BundleHost(
+            DEV_HOST, api_port, DEV_RELAY_PORT, cert_pem,
+            v2_key=base64.b64encode(v2_public).decode("ascii"),
+        )],
     )
     if not bundle_path.exists() or bundle_path.read_bytes() != bundle.to_json():
         crypto.write_new_file(bundle_path, bundle.to_json(), mode=0o644, force=True)

@@ -230,6 +230,27 @@ def test_keygen_unwritable_certificate_leaves_no_key(
 # -- bundle ----------------------------------------------------------------------
 
 
+def test_bundle_with_the_v2_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    v2_key = tmp_path / "v2.key"
+    status, out, err = run(["keygen", "--v2", "--out-key", str(v2_key)], capsys)
+    assert (status, err) == (0, "") and "key id" in out
+    out_file = tmp_path / "v2.notary"
+    status, _, err = run(["bundle", "--name", "V2", "--location", LOCATION,
+                          "--host", f"notary.example.test:443:80:{keypair[1]}",
+                          "--v2-key", str(v2_key), "--out", str(out_file)], capsys)
+    assert (status, err) == (0, "")
+    raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(v2_key))
+    assert parse_bundle(out_file.read_bytes()).hosts[0].v2_key_raw == raw
+    status, out, _ = run(["bundle", "show", str(out_file)], capsys)
+    assert status == 0 and "v2 key:" in out
+    assert "not" in usage_error(["bundle", "--name", "V2", "--location", LOCATION,
+                                 "--host", f"notary.example.test:443:80:{keypair[1]}",
+                                 "--v2-key", str(keypair[0]), "--out", str(tmp_path / "x.notary")],
+                                capsys).lower()
+
+
 def test_bundle_create_then_show(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
 ) -> None:

@@ -131,6 +131,26 @@ async def test_v2_check_verifies_signed_answers(tmp_path: Path) -> None:
     assert honest.seen_since is not None and honest.newest_seen is not None
 
 
+async def test_v2_check_trusts_only_the_key_the_bundle_pins(tmp_path: Path) -> None:
+    import base64
+    from dataclasses import replace
+
+    async with open_world(tmp_path, with_v2=True) as (site, notaries):
+        bundle = bundle_of(notaries[0], "Pinned v2")
+        own = crypto.ed25519_public_raw(
+            crypto.load_ed25519_private_key(tmp_path / "v2-0.key")
+        )
+        right = replace(bundle, hosts=(replace(bundle.hosts[0],
+                                               v2_key=base64.b64encode(own).decode()),))
+        wrong = replace(bundle, hosts=(replace(bundle.hosts[0],
+                                               v2_key=base64.b64encode(b"\1" * 32).decode()),))
+        good = await run_check(site, [right], use_v2=True)
+        bad = await run_check(site, [wrong], use_v2=True)
+    assert good.answers[0].verdict is Verdict.SUCCESS
+    assert bad.answers[0].verdict is Verdict.CONNECTIVITY_FAILURE
+    assert "v2_key" in bad.answers[0].detail
+
+
 async def test_v2_check_against_a_notary_without_v2(tmp_path: Path) -> None:
     async with open_world(tmp_path) as (site, notaries):
         report = await run_check(site, [bundle_of(notaries[0], "Old")], use_v2=True)

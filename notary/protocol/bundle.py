@@ -7,6 +7,9 @@ host with the certificate clients pin.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import hashlib
 import json
 import re
@@ -42,6 +45,14 @@ class BundleHost:
     ssl_port: int
     http_port: int
     certificate_pem: str
+    #: Optional (an extension legacy clients ignore): the host's v2 API
+    #: Ed25519 public key, base64 of its 32 raw bytes; when present, v2
+    #: clients trust only this key for the host.
+    v2_key: str | None = None
+
+    @property
+    def v2_key_raw(self) -> bytes | None:
+        return base64.b64decode(self.v2_key) if self.v2_key is not None else None
 
     @property
     def certificate(self) -> x509.Certificate:
@@ -66,21 +77,25 @@ class Bundle:
         """The file's bytes, keys in the order the original tool wrote them."""
         document: dict[str, object] = {
             "version": self.version,
-            "hosts": [
-                {
-                    "host": h.host,
-                    "http_port": h.http_port,
-                    "ssl_port": h.ssl_port,
-                    "certificate": h.certificate_pem,
-                }
-                for h in self.hosts
-            ],
+            "hosts": [_host_document(h) for h in self.hosts],
             "name": self.name,
             "bundle_location": self.bundle_location,
         }
         if self.region is not None:
             document["region"] = self.region
         return json.dumps(document).encode("utf-8")
+
+
+def _host_document(host: BundleHost) -> dict[str, object]:
+    document: dict[str, object] = {
+        "host": host.host,
+        "http_port": host.http_port,
+        "ssl_port": host.ssl_port,
+        "certificate": host.certificate_pem,
+    }
+    if host.v2_key is not None:
+        document["v2_key"] = host.v2_key
+    return document
 
 
 def make_bundle(
@@ -146,6 +161,13 @@ def _validate_host(host: BundleHost) -> None:
         host.certificate  # noqa: B018 - parse to validate
     except ValueError as exc:
         raise BundleError(f"certificate of {host.host} is not a readable PEM ({exc})") from None
+    if host.v2_key is not None:
+        raw = None
+        if isinstance(host.v2_key, str):
+            with contextlib.suppress(binascii.Error, ValueError):
+                raw = base64.b64decode(host.v2_key, validate=True)
+        if raw is None or len(raw) != 32:
+            raise BundleError(f"v2_key of {host.host} must be base64 of a 32-byte Ed25519 key")
 
 
 def parse_bundle(data: bytes) -> Bundle:
@@ -174,6 +196,7 @@ def parse_bundle(data: bytes) -> Bundle:
                     ssl_port=raw["ssl_port"],
                     http_port=raw["http_port"],
                     certificate_pem=raw["certificate"],
+                    v2_key=raw.get("v2_key"),
                 )
             )
         except KeyError as exc:

@@ -367,3 +367,30 @@ def test_parse_host_spec(other_pem: str) -> None:
 def test_parse_host_spec_refuses(spec: str, other_pem: str) -> None:
     with pytest.raises(BundleError, match="HOST:SSL_PORT:HTTP_PORT"):
         parse_host_spec(spec, other_pem)
+
+
+# -- the optional v2_key extension ------------------------------------------------
+
+
+def test_v2_key_round_trips_and_legacy_bundles_have_none(raw: bytes, other_pem: str) -> None:
+    import base64
+
+    assert all(host.v2_key is None for host in parse_bundle(raw).hosts)
+    key = base64.b64encode(bytes(range(32))).decode("ascii")
+    bundle = make_bundle(
+        name="With v2", location="https://notary.example.test/v2.notary",
+        hosts=[BundleHost("notary.example.test", 443, 80, other_pem, v2_key=key)],
+    )
+    again = parse_bundle(bundle.to_json())
+    assert again.hosts[0].v2_key == key
+    assert again.hosts[0].v2_key_raw == bytes(range(32))
+    assert again == bundle
+
+
+@pytest.mark.parametrize("bad", ["", "not base64!", "AAAA", 5])
+def test_bad_v2_key_is_refused(other_pem: str, bad: object) -> None:
+    with pytest.raises(BundleError, match="v2_key"):
+        make_bundle(
+            name="Bad v2", location="https://notary.example.test/v2.notary",
+            hosts=[BundleHost("notary.example.test", 443, 80, other_pem, v2_key=bad)],
+        )
