@@ -1,0 +1,349 @@
+"""The v2 WebSocket (``wss://<api host>:<api port>/v2/ws``): batch queries
+and live watches over one connection, with trio-websocket.
+
+Messages are JSON objects. Client to server:
+
+* ``{"type": "query", "id": ID, "targets": [...], "nonce": ...}``: the same
+  request as ``POST /v2/query``; answered ``{"type": "answer", "id": ID,
+  "answer": <the /v2/query answer document>}``.
+* ``{"type": "watch", "id": ID, "host": H, "port": P}`` /
+  ``{"type": "unwatch", ...}``: answered ``{"type": "watching" |
+  "unwatched", "id": ID, "target": "host:port"}``.
+
+Server to client, pushed: ``{"type": "observation", "target": "host:port",
+"statement": {"signature": ..., "statement": ...}}`` whenever any probe
+(on-demand or scheduled) of a watched target sees a certificate other than
+the one it saw before; the statement is the v2 statement signed for that
+change (verify it as in ``notary.protocol.v2``). A bad message gets
+``{"type": "error", "id": ID or null, "status": 400, "message": ...}`` and the
+connection stays open.
+
+Rules this module keeps:
+
+1. Bounded: messages of at most ``max_message_bytes`` (larger: close 1009,
+   by trio-websocket), at most ``max_watches`` per connection, at most
+   ``max_connections_per_address`` connections per client address, and a
+   send queue of ``send_queue_messages`` per connection: a client that does
+   not read is closed with 1008 ("send queue full"), never allowed to grow
+   memory.
+2. Alive: the server pings every ``ping_interval_s`` and closes (1001) a
+   connection whose pong does not come within ``ping_timeout_s``; a
+   connection with no message from the client for ``idle_timeout_s`` is
+   closed (1000).
+
+Resource handling: :meth:`WebSocketService.serve` owns the stream it is given and
+a nursery for the connection's reader, writer and pinger; everything is
+closed when it returns. The :class:`WatchHub` holds only bounded channels.
+
+Error handling: a malformed message is answered with an error message; a
+peer that breaks the protocol or the transport ends the connection
+silently; nothing raises to the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+import trio_websocket
+
+from notary.errors import PeerError
+from notary.protocol import v2
+from notary.protocol.http import Request
+from notary.protocol.targets import Target, make_target
+
+__all__ = ["WATCH_PATH", "WatchHub", "WebSocketLimits", "WebSocketService"]
+
+logger = logging.getLogger(__name__)
+
+WATCH_PATH = b"/v2/ws"
+#: Close codes (RFC 6455): normal, going away, policy violation.
+CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY = 1000, 1001, 1008
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketLimits:
+    max_message_bytes: int = 64 * 1024
+    max_watches: int = 100
+    max_connections_per_address: int = 16
+    send_queue_messages: int = 64
+    ping_interval_s: float = 30.0
+    ping_timeout_s: float = 10.0
+    idle_timeout_s: float = 300.0
+
+
+class WatchHub:
+    """Who watches which target: target key -> the send channels of the
+    connections watching it. :meth:`publish` never blocks: a full channel
+    marks its connection as too slow (rule 1)."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[str, set[_Connection]] = {}
+        self.events_published = 0
+
+    def publish(self, target: Target, entry: bytes) -> None:
+        """A probe of ``target`` saw a new certificate; ``entry`` is the
+        signed statement (``SignedStatement.entry``)."""
+        watchers = self._watchers.get(target.key)
+        if not watchers:
+            return
+        message = (
+            b'{"statement":' + entry + b',"target":' + json.dumps(target.key).encode()
+            + b',"type":"observation"}'
+        )
+        self.events_published += 1
+        for connection in list(watchers):
+            connection.push(message)
+
+    def _add(self, key: str, connection: _Connection) -> None:
+        self._watchers.setdefault(key, set()).add(connection)
+
+    def _remove(self, key: str, connection: _Connection) -> None:
+        watchers = self._watchers.get(key)
+        if watchers is not None:
+            watchers.discard(connection)
+            if not watchers:
+                del self._watchers[key]
+
+    def watcher_count(self) -> int:
+        return sum(len(w) for w in self._watchers.values())
+
+
+class _Connection:
+    def __init__(self, limits: WebSocketLimits) -> None:
+        self.send, self.receive = trio.open_memory_channel[bytes](limits.send_queue_messages)
+        self.watching: set[str] = set()
+        self.too_slow = False
+
+    def push(self, message: bytes) -> None:
+        try:
+            self.send.send_nowait(message)
+        except trio.WouldBlock:
+            self.too_slow = True
+        except trio.ClosedResourceError:
+            pass
+
+
+def handshake_bytes(request: Request) -> bytes:
+    """The request head again, for trio-websocket to read (our reader has
+    consumed the bytes; the parsed request carries everything it needs)."""
+    lines = [b"%s %s HTTP/%s" % (request.method, request.target, request.version.encode())]
+    lines += [name + b": " + value for name, value in request.headers]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+class _ReplayStream(trio.abc.Stream):
+    """``stream`` with ``prefix`` received first."""
+
+    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            size = len(self._prefix) if max_bytes is None else max_bytes
+            data, self._prefix = self._prefix[:size], self._prefix[size:]
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self._stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class WebSocketService:
+    """Serves ``/v2/ws`` connections for one notary: the watch hub, the
+    per-address connection counts and the query answerer they share."""
+
+    def __init__(
+        self,
+        *,
+        answer_query: Callable[[v2.QueryRequest], Awaitable[bytes]],
+        limits: WebSocketLimits,
+        max_batch: int,
+    ) -> None:
+        self.hub = WatchHub()
+        self._answer_query = answer_query
+        self._limits = limits
+        self._max_batch = max_batch
+        self._by_address: Counter[str] = Counter()
+
+    @property
+    def connections(self) -> int:
+        return sum(self._by_address.values())
+
+    async def serve(
+        self, stream: trio.abc.Stream, request: Request, leftover: bytes, *, peer: str
+    ) -> None:
+        """Run one WebSocket connection until it ends (see the module
+        docstring); owns ``stream`` and closes it."""
+        limits = self._limits
+        try:
+            if self._by_address[peer] >= limits.max_connections_per_address:
+                with trio.move_on_after(limits.ping_timeout_s):
+                    await stream.send_all(
+                        b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n"
+                        b"Connection: close\r\n\r\n"
+                    )
+                return
+            self._by_address[peer] += 1
+            try:
+                async with trio.open_nursery() as nursery:
+                    replay = _ReplayStream(stream, handshake_bytes(request) + leftover)
+                    ws_request = await trio_websocket.wrap_server_stream(
+                        nursery, replay, message_queue_size=1,
+                        max_message_size=limits.max_message_bytes,
+                    )
+                    ws = await ws_request.accept()
+                    await _serve(
+                        ws, nursery, self._answer_query, self.hub, limits, self._max_batch
+                    )
+                    nursery.cancel_scope.cancel()
+            finally:
+                self._by_address[peer] -= 1
+                if not self._by_address[peer]:
+                    del self._by_address[peer]
+        except (
+            trio_websocket.ConnectionClosed, trio_websocket.HandshakeError,
+            trio.BrokenResourceError, trio.ClosedResourceError,
+        ):
+            pass
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+
+
+async def _serve(
+    ws: trio_websocket.WebSocketConnection,
+    nursery: trio.Nursery,
+    answer_query: Callable[[v2.QueryRequest], Awaitable[bytes]],
+    hub: WatchHub,
+    limits: WebSocketLimits,
+    max_batch: int,
+) -> None:
+    connection = _Connection(limits)
+    done = trio.Event()
+
+    async def writer() -> None:
+        async for message in connection.receive:
+            if connection.too_slow:
+                break
+            await ws.send_message(message.decode("utf-8"))
+        if connection.too_slow:
+            # The queue overflowed: say why once what is in flight is sent.
+            # Never cancel a send midway (that would cut a frame in two).
+            with trio.move_on_after(limits.ping_timeout_s):
+                await ws.aclose(CLOSE_POLICY, "send queue full")
+
+    async def pinger() -> None:
+        while True:
+            await trio.sleep(limits.ping_interval_s)
+            with trio.move_on_after(limits.ping_timeout_s) as scope:
+                await ws.ping()
+            if scope.cancelled_caught:
+                with trio.move_on_after(limits.ping_timeout_s):
+                    await ws.aclose(CLOSE_GOING_AWAY, "no pong")
+                return
+
+    async def reader() -> None:
+        while True:
+            with trio.move_on_after(limits.idle_timeout_s) as scope:
+                message = await ws.get_message()
+            if scope.cancelled_caught:
+                with trio.move_on_after(limits.ping_timeout_s):
+                    await ws.aclose(CLOSE_NORMAL, "idle")
+                return
+            await _handle(message, connection, answer_query, hub, limits, max_batch)
+
+    async def guarded(task: Callable[[], Awaitable[None]]) -> None:
+        # Each task ends the connection when the peer goes away; none may
+        # raise into the nursery (the others are cancelled by the caller).
+        try:
+            await task()
+        except (trio_websocket.ConnectionClosed, trio.BrokenResourceError,
+                trio.ClosedResourceError):
+            pass
+        finally:
+            done.set()
+
+    try:
+        for task in (writer, pinger, reader):
+            nursery.start_soon(guarded, task)
+        await done.wait()
+    finally:
+        for key in connection.watching:
+            hub._remove(key, connection)
+        connection.send.close()
+
+
+async def _handle(
+    message: str | bytes,
+    connection: _Connection,
+    answer_query: Callable[[v2.QueryRequest], Awaitable[bytes]],
+    hub: WatchHub,
+    limits: WebSocketLimits,
+    max_batch: int,
+) -> None:
+    request_id: object = None
+    try:
+        raw = message.encode("utf-8") if isinstance(message, str) else message
+        try:
+            document = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise PeerError("message is not JSON") from None
+        if not isinstance(document, dict):
+            raise PeerError("message must be a JSON object")
+        request_id = document.pop("id", None)
+        if request_id is not None and not isinstance(request_id, str | int):
+            request_id = None
+            raise PeerError("id must be a string or an integer")
+        kind = document.pop("type", None)
+        if kind == "query":
+            query = v2.parse_query_request(
+                json.dumps(document).encode(), max_batch=max_batch,
+                max_body_bytes=limits.max_message_bytes,
+            )
+            body = await answer_query(query)
+            connection.push(
+                b'{"answer":' + body + b',"id":' + json.dumps(request_id).encode()
+                + b',"type":"answer"}'
+            )
+            return
+        if kind in ("watch", "unwatch"):
+            if set(document) != {"host", "port"}:
+                raise PeerError(f"{kind} needs host and port, nothing else")
+            port = document["port"]
+            if isinstance(port, bool) or not isinstance(port, int):
+                raise PeerError("port must be an integer 1-65535")
+            target = make_target(str(document["host"]), port)
+            if kind == "watch":
+                if target.key not in connection.watching:
+                    if len(connection.watching) >= limits.max_watches:
+                        raise PeerError(f"at most {limits.max_watches} watches per connection")
+                    connection.watching.add(target.key)
+                    hub._add(target.key, connection)
+                reply = "watching"
+            else:
+                connection.watching.discard(target.key)
+                hub._remove(target.key, connection)
+                reply = "unwatched"
+            connection.push(json.dumps(
+                {"id": request_id, "target": target.key, "type": reply}, sort_keys=True
+            ).encode())
+            return
+        raise PeerError("type must be query, watch or unwatch")
+    except PeerError as exc:
+        connection.push(json.dumps(
+            {"id": request_id, "message": exc.message, "status": exc.status, "type": "error"},
+            sort_keys=True,
+        ).encode())

@@ -1,0 +1,183 @@
+"""The v2 WebSocket service (notary.server.websocket) over in-memory streams:
+queries, watches and pushes, limits and timeouts (autojump clock)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+import trio.testing
+import trio_websocket
+
+from notary.protocol import v2
+from notary.protocol.http import RequestReader
+from notary.protocol.targets import Target
+from notary.server.websocket import WebSocketLimits, WebSocketService
+
+
+class Server:
+    def __init__(self, limits: WebSocketLimits) -> None:
+        self.queries: list[v2.QueryRequest] = []
+        self.service = WebSocketService(
+            answer_query=self.answer, limits=limits, max_batch=10
+        )
+
+    async def answer(self, query: v2.QueryRequest) -> bytes:
+        self.queries.append(query)
+        return json.dumps({"echo": [t.target.key for t in query.targets]}).encode()
+
+
+@asynccontextmanager
+async def open_client(
+    server: Server, *, peer: str = "192.0.2.1", max_message_size: int = 1 << 20,
+    lockstep: bool = False,
+) -> AsyncIterator[trio_websocket.WebSocketConnection]:
+    """A trio-websocket client wired to the service by a memory stream (with
+    ``lockstep``, one that holds nothing: a send waits for the reader); the
+    server side parses the handshake with our reader first, as the API
+    connection does."""
+    pair = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
+    client_stream, server_stream = pair()
+
+    async def serve() -> None:
+        reader = RequestReader()
+        while True:
+            requests = reader.feed(await server_stream.receive_some(4096))
+            if requests:
+                break
+        await server.service.serve(server_stream, requests[0], reader.leftover, peer=peer)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        ws = await trio_websocket.wrap_client_stream(
+            nursery, client_stream, "notary.test", "/v2/ws", max_message_size=max_message_size
+        )
+        try:
+            yield ws
+        finally:
+            await ws.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def ask(ws: trio_websocket.WebSocketConnection, message: dict) -> dict:
+    await ws.send_message(json.dumps(message))
+    return json.loads(await ws.get_message())
+
+
+async def test_query_watch_push_unwatch() -> None:
+    server = Server(WebSocketLimits())
+    async with open_client(server) as ws:
+        answer = await ask(ws, {"type": "query", "id": 7, "targets": [
+            {"host": "a.example.test", "port": 443}]})
+        assert answer == {"type": "answer", "id": 7, "answer": {"echo": ["a.example.test:443"]}}
+        watching = await ask(ws, {"type": "watch", "id": "w", "host": "A.example.test.",
+                                  "port": 443})
+        assert watching == {"type": "watching", "id": "w", "target": "a.example.test:443"}
+        entry = b'{"signature":"c2ln","statement":{"target":"a.example.test:443"}}'
+        server.service.hub.publish(Target("a.example.test", 443), entry)
+        server.service.hub.publish(Target("b.example.test", 443), entry)  # not watched
+        event = json.loads(await ws.get_message())
+        assert event == {"type": "observation", "target": "a.example.test:443",
+                         "statement": json.loads(entry)}
+        assert (await ask(ws, {"type": "unwatch", "id": 2, "host": "a.example.test",
+                               "port": 443}))["type"] == "unwatched"
+        server.service.hub.publish(Target("a.example.test", 443), entry)
+        assert (await ask(ws, {"type": "watch", "id": 3, "host": "c.example.test",
+                               "port": 443}))["type"] == "watching"  # no event came first
+    assert server.service.hub.watcher_count() == 0  # a closed connection leaves no watches
+
+
+@pytest.mark.parametrize(
+    ("message", "text"),
+    [
+        ("not json", "not JSON"),
+        ("[1]", "JSON object"),
+        ('{"type": "dance"}', "type must be"),
+        ('{"type": "watch", "host": "a.example.test"}', "needs host and port"),
+        ('{"type": "watch", "host": "a.example.test", "port": "443"}', "port must be"),
+        ('{"type": "watch", "host": "bad_host", "port": 443}', ""),
+        ('{"type": "query", "targets": []}', "targets"),
+    ],
+)
+async def test_bad_messages_get_errors_and_the_connection_stays(message: str, text: str) -> None:
+    async with open_client(Server(WebSocketLimits())) as ws:
+        await ws.send_message(message)
+        error = json.loads(await ws.get_message())
+        assert error["type"] == "error" and error["status"] in (400, 413)
+        assert text in error["message"]
+        ok = await ask(ws, {"type": "watch", "id": 1, "host": "a.example.test", "port": 443})
+        assert ok["type"] == "watching"
+
+
+async def test_watches_per_connection_are_bounded() -> None:
+    async with open_client(Server(WebSocketLimits(max_watches=2))) as ws:
+        for i in range(2):
+            assert (await ask(ws, {"type": "watch", "id": i, "host": f"h{i}.example.test",
+                                   "port": 443}))["type"] == "watching"
+        error = await ask(ws, {"type": "watch", "id": 9, "host": "h9.example.test", "port": 443})
+        assert error["type"] == "error" and "at most 2 watches" in error["message"]
+
+
+async def test_oversize_message_is_closed_with_1009() -> None:
+    async with open_client(Server(WebSocketLimits(max_message_bytes=1000))) as ws:
+        await ws.send_message("x" * 5000)
+        with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+            await ws.get_message()
+    assert closed.value.reason.code == 1009
+
+
+async def test_a_slow_consumer_is_closed_with_1008(autojump_clock: trio.testing.MockClock) -> None:
+    server = Server(WebSocketLimits(send_queue_messages=4))
+    async with open_client(server, lockstep=True) as ws:
+        await ask(ws, {"type": "watch", "id": 1, "host": "a.example.test", "port": 443})
+        entry = b'{"signature":"c2ln","statement":{"big":"' + b"x" * 60000 + b'"}}'
+        for _ in range(50):  # the client reads nothing meanwhile
+            server.service.hub.publish(Target("a.example.test", 443), entry)
+            await trio.sleep(0.01)
+        codes = []
+        with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+            while True:
+                codes.append(await ws.get_message())
+    assert closed.value.reason.code == 1008
+    assert len(codes) <= 4 + 2  # what was queued (and in flight) before the close
+
+
+async def test_idle_connection_is_closed(autojump_clock: trio.testing.MockClock) -> None:
+    limits = WebSocketLimits(idle_timeout_s=60, ping_interval_s=1000)
+    async with open_client(Server(limits)) as ws:
+        start = trio.current_time()
+        with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+            await ws.get_message()
+        assert 60 <= trio.current_time() - start < 61
+    assert closed.value.reason.code == 1000
+
+
+async def test_connections_per_address_are_bounded() -> None:
+    server = Server(WebSocketLimits(max_connections_per_address=1))
+    async with open_client(server, peer="192.0.2.7") as first:
+        assert (await ask(first, {"type": "watch", "id": 1, "host": "a.example.test",
+                                  "port": 443}))["type"] == "watching"
+        with pytest.raises(BaseException) as refused:
+            async with open_client(server, peer="192.0.2.7"):
+                pass
+        rejected = _find(refused.value, trio_websocket.ConnectionRejected)
+        assert rejected is not None and rejected.status_code == 429
+        async with open_client(server, peer="192.0.2.8") as other:  # another address
+            assert (await ask(other, {"type": "watch", "id": 1, "host": "b.example.test",
+                                      "port": 443}))["type"] == "watching"
+    assert server.service.connections == 0
+
+
+def _find(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``error`` or the first ``kind`` inside its exception groups."""
+    if isinstance(error, kind):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
