@@ -130,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
+    watch = commands.add_parser(
+        "watch", help="print certificate changes of sites as a notary sees them (v2 WebSocket)"
+    )
+    watch.add_argument("sites", nargs="+", metavar="HOST[:PORT]")
+    watch.add_argument("--notary", type=Path, required=True, metavar="FILE.notary")
+    watch.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                       help="deadline to connect (the watch itself runs until interrupted)")
+
     entry = commands.add_parser(
         "perspectives-entry", help="this notary's entry for a Perspectives client's notary list"
     )
@@ -368,6 +376,33 @@ def cmd_check(args: argparse.Namespace) -> int:
     }[report.tally.outcome]
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from notary import client
+
+    _check_timeout(args.timeout)
+    targets = [parse_site(site) for site in args.sites]
+    (bundle,) = client.load_bundles([args.notary], None)
+
+    def show_watching(target: Target) -> None:
+        print(f"watching {target} on {bundle.name}", flush=True)
+
+    def show(event: client.WatchEvent) -> None:
+        newest = event.observations[0] if event.observations else None
+        if newest is None:
+            return
+        print(
+            f"{_when(event.signed_at)} {event.target}: certificate sha256={newest.sha256.hex()} "
+            f"(seen {_when(newest.first_seen)} to {_when(newest.last_seen)}, "
+            f"{len(event.observations)} known)",
+            flush=True,
+        )
+
+    trio.run(lambda: client.watch(
+        bundle, targets, on_event=show, on_watching=show_watching, timeout_s=args.timeout
+    ))
+    return 0
+
+
 def _when(timestamp: int | None) -> str:
     if timestamp is None:
         return "-"
@@ -565,6 +600,7 @@ _COMMANDS = {
     "dev-init": cmd_dev_init,
     "check": cmd_check,
     "perspectives-entry": cmd_perspectives_entry,
+    "watch": cmd_watch,
 }
 
 __all__ = ["StoreError", "main"]

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import trio
+import trio_websocket
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from notary import crypto
 from notary.dialer import Resolver, dial, dial_first, system_resolver
@@ -321,19 +323,8 @@ async def _exchange(
             tcp, host = await _connect_bounced(bundle, relay, resolver)
     except PeerError as exc:
         raise _NotaryFailed(str(exc)) from None
-    # Notaries close without close_notify (as HTTPS servers may); answers are
-    # framed by Content-Length and signed, so truncation cannot pass.
-    stream = trio.SSLStream(
-        tcp, crypto.unverified_client_context(), server_hostname=None, https_compatible=True
-    )
+    stream = await _pinned_tls(bundle, host, tcp)
     try:
-        await stream.do_handshake()
-        der = stream.getpeercert(binary_form=True) or b""
-        pins = {h.sha1_pin for h in bundle.hosts if h.host == host.host} or {
-            h.sha1_pin for h in bundle.hosts
-        }
-        if convergence.format_fingerprint(hashlib.sha1(der).digest()) not in pins:
-            raise _NotaryFailed("certificate does not match the bundle's pin", host)
         await stream.send_all(build(host))
         data = bytearray()
         while chunk := await stream.receive_some(64 * 1024):
@@ -350,18 +341,46 @@ async def _exchange(
         raise _NotaryFailed(str(exc), host) from None
 
 
-async def _ask_v2(
-    bundle: Bundle, target: Target, fingerprint: bytes, relay: Bundle | None, resolver: Resolver
-) -> NotaryAnswer:
-    """The v2 API: the notary's keys over the pinned connection, then a
-    signed, nonce-bound answer, verified (signatures, freshness, nonce)."""
-    via = relay.name if relay is not None else None
+async def _pinned_tls(
+    bundle: Bundle, host: BundleHost, tcp: trio.SocketStream
+) -> trio.SSLStream[trio.SocketStream]:
+    """TLS over ``tcp`` to ``host``, authenticated by the SHA-1 pin of its
+    bundle certificate. Owns ``tcp``: closed on failure.
+
+    Error handling: ``_NotaryFailed``.
+    """
+    # Notaries close without close_notify (as HTTPS servers may); answers are
+    # framed by Content-Length and signed, so truncation cannot pass.
+    stream = trio.SSLStream(
+        tcp, crypto.unverified_client_context(), server_hostname=None, https_compatible=True
+    )
+    try:
+        await stream.do_handshake()
+        der = stream.getpeercert(binary_form=True) or b""
+        pins = {h.sha1_pin for h in bundle.hosts if h.host == host.host} or {
+            h.sha1_pin for h in bundle.hosts
+        }
+        if convergence.format_fingerprint(hashlib.sha1(der).digest()) not in pins:
+            raise _NotaryFailed("certificate does not match the bundle's pin", host)
+    except (trio.BrokenResourceError, ssl.SSLError, OSError):
+        await trio.aclose_forcefully(stream)
+        raise _NotaryFailed("connection failed", host) from None
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return stream
+
+
+async def _v2_keys(
+    bundle: Bundle, relay: Bundle | None, resolver: Resolver
+) -> tuple[dict[str, Ed25519PublicKey], BundleHost]:
+    """The v2 keys of the host of ``bundle`` that answers, fetched over its
+    pinned connection (only the key its bundle pins, if it pins one)."""
     keys_response, host = await _exchange(
         bundle, relay, resolver, lambda h: _http_request("GET", "/v2/key", h)
     )
     if keys_response.status != 200:
         raise _NotaryFailed(f"no v2 API (HTTP {keys_response.status})", host)
-    now = int(time.time())
     try:
         published = v2.parse_key_document(keys_response.body)
     except PeerError as exc:
@@ -371,7 +390,16 @@ async def _ask_v2(
         published = tuple(k for k in published if k.public_key_raw == pinned)
         if not published:
             raise _NotaryFailed("v2 key does not match the bundle's v2_key", host)
-    keys = v2.trusted_keys(published, now=now)
+    return v2.trusted_keys(published, now=int(time.time())), host
+
+
+async def _ask_v2(
+    bundle: Bundle, target: Target, fingerprint: bytes, relay: Bundle | None, resolver: Resolver
+) -> NotaryAnswer:
+    """The v2 API: the notary's keys over the pinned connection, then a
+    signed, nonce-bound answer, verified (signatures, freshness, nonce)."""
+    via = relay.name if relay is not None else None
+    keys, host = await _v2_keys(bundle, relay, resolver)
     nonce = secrets.token_hex(16)
     document = json.dumps({
         "targets": [{"host": target.host, "port": target.port, "sha1": fingerprint.hex()}],
@@ -530,3 +558,96 @@ def _judge(
         bundle.name, verdict, host=host.host, status=status, detail=detail, via=via,
         newest_seen=newest, seen_since=since,
     )
+
+
+# -- watching (v2 WebSocket) ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """A notary saw a new certificate for a watched target (verified)."""
+
+    notary: str
+    target: Target
+    observations: tuple[v2.StatementObservation, ...]
+    signed_at: int
+
+
+async def watch(
+    bundle: Bundle,
+    targets: Sequence[Target],
+    *,
+    on_event: Callable[[WatchEvent], None],
+    resolver: Resolver = system_resolver,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_watching: Callable[[Target], None] | None = None,
+) -> None:
+    """Watch ``targets`` on ``bundle``'s notary until cancelled: every
+    verified ``observation`` event is given to ``on_event``.
+
+    Error handling: ``WatchFailed`` when the notary cannot be reached,
+    refuses a watch, or closes the connection; an event that does not verify
+    ends the watch too (the notary or the path to it misbehaves).
+    """
+    try:
+        with trio.fail_after(timeout_s):
+            keys, host = await _v2_keys(bundle, None, resolver)
+            tcp, host = await _connect_direct(replace(bundle, hosts=(host,)), resolver)
+            stream = await _pinned_tls(bundle, host, tcp)
+    except trio.TooSlowError:
+        raise WatchFailed(f"{bundle.name}: no answer within {timeout_s:g} s") from None
+    except (_NotaryFailed, PeerError) as exc:
+        raise WatchFailed(f"{bundle.name}: {exc}") from None
+    failure: WatchFailed | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            # Failures are caught in the body: a nursery would wrap them in
+            # exception groups.
+            try:
+                ws = await trio_websocket.wrap_client_stream(
+                    nursery, stream, host.host, "/v2/ws"
+                )
+                await _watch_loop(ws, bundle, targets, keys, on_event, on_watching)
+            except WatchFailed as exc:
+                failure = exc
+            except trio_websocket.ConnectionClosed as closed:
+                failure = WatchFailed(f"{bundle.name}: connection closed ({closed.reason})")
+            except (trio_websocket.HandshakeError, trio.BrokenResourceError) as exc:
+                failure = WatchFailed(f"{bundle.name}: {exc or 'connection failed'}")
+            except (ValueError, PeerError) as exc:
+                failure = WatchFailed(f"{bundle.name}: bad event ({exc})")
+            nursery.cancel_scope.cancel()
+    finally:
+        await trio.aclose_forcefully(stream)
+    if failure is not None:
+        raise failure
+
+
+async def _watch_loop(
+    ws: trio_websocket.WebSocketConnection,
+    bundle: Bundle,
+    targets: Sequence[Target],
+    keys: dict[str, Ed25519PublicKey],
+    on_event: Callable[[WatchEvent], None],
+    on_watching: Callable[[Target], None] | None,
+) -> None:
+    pending = {target.key: target for target in targets}
+    for index, target in enumerate(targets):
+        await ws.send_message(json.dumps(
+            {"type": "watch", "id": index, "host": target.host, "port": target.port}
+        ))
+    while True:
+        message = json.loads(await ws.get_message())
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "watching" and message.get("target") in pending:
+            if on_watching is not None:
+                on_watching(pending.pop(message["target"]))
+        elif kind == "error":
+            raise WatchFailed(f"{bundle.name}: {message.get('message')}")
+        elif kind == "observation":
+            parsed = v2.verify_statement(message.get("statement"), keys, now=int(time.time()))
+            on_event(WatchEvent(bundle.name, parsed.target, parsed.observations, parsed.signed_at))
+
+
+class WatchFailed(NotaryError):
+    """A watch could not be started or ended."""

@@ -1162,3 +1162,24 @@ def trusted_keys(keys: Iterable[PublishedKey], *, now: int) -> dict[str, Ed25519
     """The ``public_keys`` argument of :func:`verify_answer`: the keys of
     ``keys`` valid at ``now``, by key id."""
     return {key.key_id: key.public_key() for key in keys if key.is_valid_at(now)}
+
+
+def verify_statement(
+    entry: object, public_keys: Mapping[str, Ed25519PublicKey], *, now: int
+) -> ParsedStatement:
+    """A pushed statement (``{"signature": ..., "statement": {...}}``, as in
+    WebSocket ``observation`` events) parsed and verified: known key, valid
+    signature over its canonical bytes, not expired.
+
+    Error handling: ``ProtocolError`` 502 when malformed;
+    ``VerificationError`` when it does not verify or has expired.
+    """
+    parsed = _parse_statement(0, entry)
+    key = public_keys.get(parsed.key_id)
+    if key is None:
+        raise VerificationError(f"statement signed by unknown key {parsed.key_id}")
+    if not _verify(key, parsed.signed_bytes, parsed.signature):
+        raise VerificationError("statement signature does not verify")
+    if parsed.valid_until < now:
+        raise VerificationError("statement has expired")
+    return parsed
