@@ -104,7 +104,7 @@ Wiring (for the server)
         clock=trio.current_time,
     )
     await nursery.start(scheduler.serve)
-    # on every query:            scheduler.note_query(target)
+    # on every query:            scheduler.note_query(target)  # or (target, target.key)
     # after every on-demand probe: scheduler.note_probe(target, result, None, changed)
     #                          or scheduler.note_probe(target, None, exc.reason, False)
     # where changed = the result's leaf differs from the timeline's newest one
@@ -263,6 +263,7 @@ class _Entry:
         "failures",
         "fingerprint",
         "generation",
+        "key",
         "known_since",
         "last_probe_at",
         "last_query_at",
@@ -274,8 +275,9 @@ class _Entry:
         "target",
     )
 
-    def __init__(self, target: Target, now: float) -> None:
+    def __init__(self, target: Target, now: float, key: str) -> None:
         self.target = target
+        self.key = key
         self.prefix = address_prefix(target.host)
         self.known_since = now
         self.last_query_at = now
@@ -364,18 +366,23 @@ class RescanScheduler:
         self._fresh_within_s = STALENESS_HEADROOM * max_staleness_s
         self._forget_after_s = float(forget_after_s)
         self._base_interval_s = min(float(base_interval_s), self._fresh_within_s)
+        # The shortest interval rule 3 can give: a lower bound that lets
+        # note_query skip computing the interval when it cannot matter.
+        self._min_interval_s = min(MIN_INTERVAL_S, self._base_interval_s)
         self._max_targets = max_targets
         self._on_demand_busy = on_demand_busy
         self._clock = clock
         self._max_in_flight = max_in_flight
         self._probe_timeout_s = float(probe_timeout_s)
 
-        # Known targets, least recently asked about first (rule 1).
-        self._entries: OrderedDict[Target, _Entry] = OrderedDict()
+        # Known targets by ``Target.key``, least recently asked about first
+        # (rule 1). Keyed by the key string: hashing it is cheaper than
+        # hashing the dataclass, and the query path has it already.
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
         # (when, tie-breaker, generation, entry); stale if the generation moved.
         self._heap: list[tuple[float, int, int, _Entry]] = []
         self._sequence = itertools.count()
-        self._probing: set[Target] = set()
+        self._probing: set[str] = set()  # keys of the targets being probed
         self._next_start_at = -math.inf  # rule 8a, one token
         self._prefix_next_start_at: dict[str, float] = {}
         self._prefix_prune_at = PREFIX_TABLE_MIN
@@ -393,27 +400,46 @@ class RescanScheduler:
 
     # ----------------------------------------------------------------- notes
 
-    def note_query(self, target: Target) -> None:
+    def note_query(self, target: Target, key: str | None = None) -> None:
         """Someone asked about ``target`` now: count it (rule 2), make it
-        known if it is new (rules 1, 6), maybe make it due sooner (rule 7)."""
+        known if it is new (rules 1, 6), maybe make it due sooner (rule 7).
+
+        ``key`` is ``target.key`` when the caller has it already. Called on
+        every query: the common case (a known target already due as soon as
+        rule 7 allows) is a dictionary lookup and a few float operations; the
+        interval of rule 3 is only computed when it could move the due time.
+        """
+        if key is None:
+            key = target.key
         now = self._clock()
-        entry = self._entries.get(target)
+        entries = self._entries
+        entry = entries.get(key)
         if entry is None:
-            while len(self._entries) >= self._max_targets:
-                self._entries.popitem(last=False)
+            while len(entries) >= self._max_targets:
+                entries.popitem(last=False)
                 self._forgotten += 1
-            entry = _Entry(target, now)
-            self._entries[target] = entry
+            entry = _Entry(target, now, key)
+            entries[key] = entry
             self._push(entry, entry.due_at)
             self._poke()
         else:
-            self._entries.move_to_end(target)
+            entries.move_to_end(key)
         entry.last_query_at = now
-        entry.popularity = entry.popularity_now(now) + 1.0
+        entry.popularity = decayed(
+            entry.popularity, now - entry.popularity_at, POPULARITY_HALF_LIFE_S
+        ) + 1.0
         entry.popularity_at = now
-        if entry.failures == 0 and entry.last_probe_at is not None and target not in self._probing:
-            sooner = max(now, entry.last_probe_at + self._interval(entry, now))
-            if sooner < entry.due_at - RESCHEDULE_SLACK_S:
+        last_probe_at = entry.last_probe_at
+        if entry.failures == 0 and last_probe_at is not None:
+            # Rule 7. I(now) >= self._min_interval_s, so when even that bound
+            # leaves the due time within the slack, nothing can change.
+            latest = entry.due_at - RESCHEDULE_SLACK_S
+            if max(now, last_probe_at + self._min_interval_s) >= latest:
+                return
+            if key in self._probing:
+                return
+            sooner = max(now, last_probe_at + self._interval(entry, now))
+            if sooner < latest:
                 self._reschedule(entry, sooner)
 
     def note_probe(
@@ -432,7 +458,7 @@ class RescanScheduler:
         before. A target the scheduler does not know is ignored (rule 1); the
         same successful result noted twice counts once.
         """
-        entry = self._entries.get(target)
+        entry = self._entries.get(target.key)
         if entry is None:
             return
         now = self._clock()
@@ -509,7 +535,7 @@ class RescanScheduler:
 
     def _start(self, nursery: trio.Nursery, entry: _Entry, now: float) -> None:
         entry.generation += 1  # no heap entry is live while it is probed
-        self._probing.add(entry.target)
+        self._probing.add(entry.key)
         self._next_start_at = max(self._next_start_at, now) + self._start_spacing_s
         prefix_at = self._prefix_next_start_at.get(entry.prefix, -math.inf)
         self._prefix_next_start_at[entry.prefix] = max(prefix_at, now) + self._prefix_spacing_s
@@ -532,14 +558,14 @@ class RescanScheduler:
             logger.exception("scheduled probe of %s failed unexpectedly", target.key)
             reason = ProbeError.reason
         finally:
-            self._probing.discard(target)
+            self._probing.discard(target.key)
             self._poke()
         if reason is not None:
             self._failures[reason] += 1
             self.note_probe(target, None, reason, False)
             return
         assert result is not None
-        entry = self._entries.get(target)
+        entry = self._entries.get(target.key)
         changed = (
             entry is not None
             and entry.fingerprint is not None
@@ -583,8 +609,8 @@ class RescanScheduler:
         _when, _sequence, generation, entry = item
         return (
             entry.generation == generation
-            and self._entries.get(entry.target) is entry
-            and entry.target not in self._probing
+            and self._entries.get(entry.key) is entry
+            and entry.key not in self._probing
         )
 
     def _peek(self) -> tuple[float, _Entry] | None:
@@ -637,7 +663,7 @@ class RescanScheduler:
     def due_at(self, target: Target) -> float | None:
         """When ``target`` is next due (the scheduler's clock), or None if it
         is not known."""
-        entry = self._entries.get(target)
+        entry = self._entries.get(target.key)
         return entry.due_at if entry is not None else None
 
     def statistics(self) -> SchedulerStatistics:
@@ -647,7 +673,7 @@ class RescanScheduler:
         due_now = 0
         overdue = 0
         for entry in self._entries.values():
-            if entry.due_at <= now and entry.target not in self._probing:
+            if entry.due_at <= now and entry.key not in self._probing:
                 due_now += 1
             observed = entry.last_success_at
             since = observed if observed is not None else entry.known_since

@@ -19,7 +19,7 @@ Invariants
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 
 import httptools
@@ -32,17 +32,54 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024
 SERVER_NAME = b"notary"
 
 
-@dataclass(frozen=True, slots=True)
 class Request:
-    """One complete HTTP request."""
+    """One complete HTTP request.
 
-    method: bytes
-    target: bytes  # the request-target as sent, e.g. b"/target/example.com+443"
-    version: str  # "1.0" or "1.1"
-    headers: tuple[tuple[bytes, bytes], ...]
-    body: bytes
-    keep_alive: bool
-    upgrade: bool = False
+    A plain slotted class (not a dataclass: one is built per request, and the
+    generated machinery costs more than the parsing); treat it as immutable.
+    Equal when every field is equal.
+    """
+
+    __slots__ = ("body", "headers", "keep_alive", "method", "target", "upgrade", "version")
+
+    def __init__(
+        self,
+        method: bytes,
+        target: bytes,  # the request-target as sent, e.g. b"/target/example.com+443"
+        version: str,  # "1.0" or "1.1"
+        headers: tuple[tuple[bytes, bytes], ...],
+        body: bytes,
+        keep_alive: bool,
+        upgrade: bool = False,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.version = version
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+        self.upgrade = upgrade
+
+    def _fields(self) -> tuple:
+        return (
+            self.method, self.target, self.version, self.headers, self.body,
+            self.keep_alive, self.upgrade,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Request:
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(method={self.method!r}, target={self.target!r}, "
+            f"version={self.version!r}, headers={self.headers!r}, body={self.body!r}, "
+            f"keep_alive={self.keep_alive!r}, upgrade={self.upgrade!r})"
+        )
 
     def header(self, name: bytes) -> bytes | None:
         """The value of the first header called ``name`` (case-insensitive)."""
@@ -58,20 +95,6 @@ def first_header(headers: tuple[tuple[bytes, bytes], ...], name: bytes) -> bytes
     return None
 
 
-@dataclass(slots=True)
-class _Partial:
-    target: bytearray = field(default_factory=bytearray)
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    body: bytearray = field(default_factory=bytearray)
-    head_bytes: int = 0
-    #: Bytes fed, in whole ``feed`` calls, since the last parser callback:
-    #: httptools buffers a header name/value until it ends, unseen by us.
-    idle_bytes: int = 0
-    method: bytes = b""
-    version: str = "1.1"
-    keep_alive: bool = True
-
-
 class RequestReader:
     """Feed it the bytes of one connection; it returns complete requests.
 
@@ -82,14 +105,23 @@ class RequestReader:
     """
 
     __slots__ = (
+        "_body",
         "_completed",
         "_error",
+        "_head_bytes",
+        "_headers",
+        "_idle_bytes",
+        "_in_request",
+        "_keep_alive",
         "_max_body_bytes",
         "_max_header_bytes",
         "_max_headers",
+        "_message",
+        "_method",
         "_parser",
-        "_partial",
         "_progressed",
+        "_target",
+        "_version",
         "finished",
         "leftover",
     )
@@ -105,7 +137,21 @@ class RequestReader:
         self._max_headers = max_headers
         self._max_body_bytes = max_body_bytes
         self._parser = httptools.HttpRequestParser(self)
-        self._partial: _Partial | None = None
+        # The request being received (valid while ``_in_request``): kept in
+        # the reader's own slots, reset by ``on_message_begin``.
+        self._in_request = False
+        #: Counts messages begun: tells ``feed`` whether a new one started.
+        self._message = 0
+        self._target = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body = b""
+        self._head_bytes = 0
+        #: Bytes fed, in whole ``feed`` calls, since the last parser callback:
+        #: httptools buffers a header name/value until it ends, unseen by us.
+        self._idle_bytes = 0
+        self._method = b""
+        self._version = "1.1"
+        self._keep_alive = True
         self._completed: list[Request] = []
         self._error: ProtocolError | None = None
         self._progressed = False
@@ -116,13 +162,14 @@ class RequestReader:
     @property
     def in_request(self) -> bool:
         """True while part of a request has been received."""
-        return self._partial is not None
+        return self._in_request
 
     def feed(self, data: bytes) -> list[Request]:
         """Parse ``data``; return the requests it completed (maybe none)."""
         if self.finished or not data:
             return []
-        partial_before = self._partial
+        in_request_before = self._in_request
+        message_before = self._message
         self._progressed = False
         try:
             self._parser.feed_data(data)
@@ -145,79 +192,86 @@ class RequestReader:
                     raise ProtocolError("HTTP version not supported", status=505) from None
                 raise ProtocolError(f"malformed request: {_reason(exc)}") from None
             # Bytes after a request that closes the connection are ignored.
-        partial = self._partial
-        if partial is not None and partial is partial_before and not self._progressed:
-            # No callback fired: every byte of ``data`` went into httptools'
-            # buffer of an unfinished header line (invariant 1).
-            partial.idle_bytes += len(data)
-            if partial.idle_bytes > self._max_header_bytes:
+        if self._in_request:
+            if in_request_before and self._message == message_before and not self._progressed:
+                # No callback fired: every byte of ``data`` went into httptools'
+                # buffer of an unfinished header line (invariant 1).
+                self._idle_bytes += len(data)
+                if self._idle_bytes > self._max_header_bytes:
+                    self.finished = True
+                    raise ProtocolError("request header too large", status=431)
+            else:
+                self._idle_bytes = 0
+        done = self._completed
+        if done:
+            self._completed = []
+            last = done[-1]
+            if not last.keep_alive or last.upgrade:
                 self.finished = True
-                raise ProtocolError("request header too large", status=431)
-        elif partial is not None:
-            partial.idle_bytes = 0
-        done, self._completed = self._completed, []
-        if done and (not done[-1].keep_alive or done[-1].upgrade):
-            self.finished = True
         return done
 
     # -- httptools callbacks ------------------------------------------------------
 
     def on_message_begin(self) -> None:
         self._progressed = True
-        self._partial = _Partial()
+        self._in_request = True
+        self._message += 1
+        self._target = b""
+        self._headers = []
+        self._body = b""
+        self._head_bytes = 0
+        self._idle_bytes = 0
+        self._method = b""
+        self._version = "1.1"
+        self._keep_alive = True
 
     def on_url(self, url: bytes) -> None:
         self._progressed = True
-        partial = self._partial
-        partial.target += url
-        self._count_head(partial, len(url))
+        self._target += url
+        self._head_bytes += len(url)
+        if self._head_bytes > self._max_header_bytes:
+            self._fail(ProtocolError("request header too large", status=431))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._progressed = True
-        partial = self._partial
-        self._count_head(partial, len(name) + len(value) + 4)
-        if len(partial.headers) >= self._max_headers:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > self._max_header_bytes:
+            self._fail(ProtocolError("request header too large", status=431))
+        headers = self._headers
+        if len(headers) >= self._max_headers:
             self._fail(ProtocolError("too many header fields", status=431))
-        partial.headers.append((bytes(name), bytes(value)))
+        headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._progressed = True
-        partial = self._partial
         parser = self._parser
-        partial.version = parser.get_http_version()
-        if partial.version not in ("1.0", "1.1"):
+        version = self._version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
             self._fail(ProtocolError("HTTP version not supported", status=505))
-        partial.method = parser.get_method()
-        partial.keep_alive = parser.should_keep_alive()
+        self._method = parser.get_method()
+        self._keep_alive = parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
         self._progressed = True
-        partial = self._partial
-        if len(partial.body) + len(body) > self._max_body_bytes:
+        if len(self._body) + len(body) > self._max_body_bytes:
             self._fail(ProtocolError("request body too large", status=413))
-        partial.body += body
+        self._body += body
 
     def on_message_complete(self) -> None:
         self._progressed = True
-        partial = self._partial
-        self._partial = None
+        self._in_request = False
         upgrade = self._parser.should_upgrade()
         self._completed.append(
             Request(
-                method=partial.method,
-                target=bytes(partial.target),
-                version=partial.version,
-                headers=tuple(partial.headers),
-                body=bytes(partial.body),
-                keep_alive=partial.keep_alive and not upgrade,
-                upgrade=upgrade,
+                self._method,
+                self._target,
+                self._version,
+                tuple(self._headers),
+                self._body,
+                self._keep_alive and not upgrade,
+                upgrade,
             )
         )
-
-    def _count_head(self, partial: _Partial, n: int) -> None:
-        partial.head_bytes += n
-        if partial.head_bytes > self._max_header_bytes:
-            self._fail(ProtocolError("request header too large", status=431))
 
     def _fail(self, error: ProtocolError) -> None:
         self._error = error

@@ -13,13 +13,16 @@ from urllib.parse import unquote
 from notary.errors import ProtocolError
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.http import Request
-from notary.protocol.targets import parse_convergence_target
-from notary.server.query import QueryService
+from notary.protocol.targets import Target, parse_convergence_target
+from notary.server.query import Answer, QueryService
 
 TARGET_PREFIX = b"/target/"
 V2_QUERY_PATH = b"/v2/query"
 V2_KEY_PATH = b"/v2/key"
 MAX_TARGET_BYTES = 1024
+#: Most entries of the memo from a raw ``host+port`` path segment to its
+#: normalised target; the memo is emptied when it is full.
+TARGET_MEMO_ENTRIES = 4096
 _ALLOW = ((b"Allow", b"GET, POST"),)
 
 
@@ -47,11 +50,23 @@ class ApiHandler:
         self._index = index_text.encode("utf-8")
         self._bundle_path = bundle_path.encode("ascii") if bundle_path else None
         self._bundle_bytes = bundle_bytes
+        #: Raw target path segment -> its Target. Normalisation is pure, so
+        #: a memo is exact; errors are never stored. Bounded by clearing.
+        self._targets: dict[bytes, Target] = {}
 
     async def __call__(self, request: Request) -> tuple[bytes, bool]:
         keep_alive = request.keep_alive
         try:
-            status, body, content_type, extra = await self._route(request)
+            path, _, query = request.target.partition(b"?")
+            if path.startswith(TARGET_PREFIX):
+                answer = await self._target(request, path[len(TARGET_PREFIX):])
+                if answer.__class__ is bytes:  # a complete prepared response
+                    return answer, keep_alive
+                status, body, content_type, extra = (
+                    answer.status, answer.body, answer.content_type, ()
+                )
+            else:
+                status, body, content_type, extra = await self._route(request, path, query)
         except ProtocolError as exc:
             status, body = exc.status, exc.message.encode("utf-8") + b"\n"
             content_type, extra = b"text/plain; charset=utf-8", ()
@@ -67,10 +82,9 @@ class ApiHandler:
             keep_alive,
         )
 
-    async def _route(self, request: Request) -> tuple[int, bytes, bytes, tuple]:
-        path, _, query = request.target.partition(b"?")
-        if path.startswith(TARGET_PREFIX):
-            return await self._target(request, path[len(TARGET_PREFIX):])
+    async def _route(
+        self, request: Request, path: bytes, query: bytes
+    ) -> tuple[int, bytes, bytes, tuple]:
         if self._v2_key_document is not None and path in (V2_QUERY_PATH, V2_KEY_PATH):
             return await self._v2(request, path)
         if request.method != b"GET":
@@ -102,24 +116,37 @@ class ApiHandler:
         answer = await self._service.answer_v2(query)
         return answer.status, answer.body, answer.content_type, ()
 
-    async def _target(self, request: Request, rest: bytes) -> tuple[int, bytes, bytes, tuple]:
-        if request.method not in (b"GET", b"POST"):
+    async def _target(self, request: Request, rest: bytes) -> bytes | Answer:
+        """A Convergence query: the complete response prepared for a cache
+        hit, else the ``Answer`` to wrap."""
+        method = request.method
+        if method != b"POST" and method != b"GET":
             raise ProtocolError("method not allowed", status=405)
         if len(rest) > MAX_TARGET_BYTES:
             raise ProtocolError("target too long", status=414)
         # /target/<host>+<port>[/<ip the client connected to>]: the IP is
         # accepted and not used (the notary observes from its own vantage).
-        segment = rest.split(b"/", 1)[0]
-        try:
-            text = unquote(segment.decode("ascii"), errors="strict")
-        except (UnicodeDecodeError, ValueError):
-            raise ProtocolError("target is not valid percent-encoded UTF-8") from None
-        target = parse_convergence_target(text)
+        segment = rest.partition(b"/")[0]
+        target = self._targets.get(segment)
+        if target is None:
+            target = _parse_target(segment)
+            if len(self._targets) >= TARGET_MEMO_ENTRIES:
+                self._targets.clear()
+            self._targets[segment] = target
         fingerprint = None
-        if request.method == b"POST":
+        if method == b"POST":
             fingerprint = convergence.parse_fingerprint_form(request.body)
-        answer = await self._service.answer(target, fingerprint)
-        return answer.status, answer.body, answer.content_type, ()
+        return await self._service.respond(target, fingerprint, request.keep_alive)
+
+
+def _parse_target(segment: bytes) -> Target:
+    """The target named by a raw ``host+port`` path segment; ``ProtocolError``
+    (400) when it names none."""
+    try:
+        text = unquote(segment.decode("ascii"), errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError("target is not valid percent-encoded UTF-8") from None
+    return parse_convergence_target(text)
 
 
 class PerspectivesHandler:

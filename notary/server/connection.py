@@ -8,12 +8,32 @@ Error handling: a protocol error is answered with its status and the
 connection closed; a peer that stalls past a timeout, resets, or breaks TLS is
 dropped silently (nothing to answer); any of those are normal events, not
 errors, and are not logged per connection.
+
+Timeouts (``ConnectionLimits``, every one exact on Trio's clock):
+
+* the head of a request must arrive whole within ``header_timeout_s`` of the
+  connection's start (first request) or of the receive that brought its
+  first bytes (later requests); past it the client gets 408 and the
+  connection is closed;
+* between requests (nothing of the next one received yet) the connection
+  may stay idle ``keepalive_timeout_s``, counted afresh at each receive; past
+  it the connection is closed without an answer;
+* each response (and the 408 or protocol-error answer) must be sent within
+  ``send_timeout_s``; a client that does not read is dropped when it passes;
+* the handler (the application) runs without a connection deadline: it keeps
+  its own (the query deadline).
+
+Mechanism: one ``trio.CancelScope`` per connection, whose ``deadline`` is
+moved at each phase (receive, handler, send) rather than a new scope entered
+per wait: assigning a deadline costs far less than entering and leaving a
+scope, and this loop runs once per request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from math import inf
 
 import trio
 
@@ -56,42 +76,52 @@ async def _serve(stream: trio.abc.Stream, handler: Handler, limits: ConnectionLi
         max_headers=limits.max_headers,
         max_body_bytes=limits.max_body_bytes,
     )
+    header_timeout_s = limits.header_timeout_s
+    keepalive_timeout_s = limits.keepalive_timeout_s
+    send_timeout_s = limits.send_timeout_s
+    current_time = trio.current_time
+    receive_some = stream.receive_some
+    send_all = stream.send_all
+    # One cancel scope for the whole connection; its deadline is moved for
+    # each phase (see the module docstring). Once it expires the connection
+    # is over: ``receiving`` says which phase it expired in.
+    scope = trio.CancelScope()
+    receiving = True
     # The head of a request must arrive whole within header_timeout_s of its
     # first byte (or of the connection's start): a client dripping bytes
     # cannot hold the connection open. Between requests, keepalive_timeout_s.
-    head_deadline: float | None = trio.current_time() + limits.header_timeout_s
-    while True:
-        if head_deadline is None and reader.in_request:
-            head_deadline = trio.current_time() + limits.header_timeout_s
-        if head_deadline is not None:
-            deadline = head_deadline
-        else:
-            deadline = trio.current_time() + limits.keepalive_timeout_s
-        with trio.move_on_at(deadline) as scope:
-            data = await stream.receive_some(RECEIVE_BYTES)
-        if scope.cancelled_caught:
-            # A stalled request gets 408; an idle keep-alive connection just closes.
-            if reader.in_request:
-                await _send(stream, error_response(408, "request timeout"), limits)
-            return
-        if not data:
-            return
-        try:
-            requests = reader.feed(data)
-        except ProtocolError as exc:
-            await _send(stream, error_response(exc.status, exc.message), limits)
-            return
-        for request in requests:
-            response, keep_alive = await handler(request)
-            await _send(stream, response, limits)
-            if not keep_alive:
+    head_deadline: float | None = current_time() + header_timeout_s
+    with scope:
+        while True:
+            if head_deadline is None and reader.in_request:
+                head_deadline = current_time() + header_timeout_s
+            receiving = True
+            if head_deadline is not None:
+                scope.deadline = head_deadline
+            else:
+                scope.deadline = current_time() + keepalive_timeout_s
+            data = await receive_some(RECEIVE_BYTES)
+            receiving = False
+            if not data:
                 return
-        if reader.finished:
-            return
-        if requests:
-            head_deadline = None
-
-
-async def _send(stream: trio.abc.Stream, data: bytes, limits: ConnectionLimits) -> None:
-    with trio.fail_after(limits.send_timeout_s):
-        await stream.send_all(data)
+            try:
+                requests = reader.feed(data)
+            except ProtocolError as exc:
+                scope.deadline = current_time() + send_timeout_s
+                await send_all(error_response(exc.status, exc.message))
+                return
+            for request in requests:
+                scope.deadline = inf  # the handler keeps its own deadlines
+                response, keep_alive = await handler(request)
+                scope.deadline = current_time() + send_timeout_s
+                await send_all(response)
+                if not keep_alive:
+                    return
+            if reader.finished:
+                return
+            if requests:
+                head_deadline = None
+    if scope.cancelled_caught and receiving and reader.in_request:
+        # A stalled request gets 408; an idle keep-alive connection just closes.
+        with trio.move_on_after(send_timeout_s):
+            await send_all(error_response(408, "request timeout"))

@@ -10,13 +10,17 @@ Invariants
    cache (the cached one is at least as new).
 4. A cache miss for a target the known-targets filter has never seen reads
    no database: the store cannot hold it (see ``notary.server.known_targets``).
+5. A cache hit that can be answered at once (``convergence.answer_status``)
+   is decided with one cache lookup and one clock read, without awaiting,
+   and ``respond`` returns the complete HTTP response made with the record
+   (``TargetRecord.http_responses``): no response bytes are built per query.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -26,7 +30,7 @@ from notary.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
 from notary.errors import ProbeError, ProbeRefused, StoreError
 from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
 from notary.probe import Prober
-from notary.protocol import convergence, perspectives, v2
+from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.convergence import Decision
 from notary.protocol.targets import Target
 from notary.scheduler import RescanScheduler
@@ -48,14 +52,34 @@ class TargetRecord:
     convergence_body: bytes
     perspectives_body: bytes | None = None
     v2_statement: v2.SignedStatement | None = None
+    #: The complete Convergence HTTP responses carrying ``convergence_body``,
+    #: made once with the record: indexed by ``response_index``.
+    http_responses: tuple[bytes, bytes, bytes, bytes] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        body = self.convergence_body
+        object.__setattr__(self, "http_responses", tuple(
+            http.response(status, body, content_type=convergence.CONTENT_TYPE, keep_alive=alive)
+            for status in (200, 409)
+            for alive in (False, True)
+        ))
 
     @property
     def size(self) -> int:
         ders = sum(len(o.certificate.der) for o in self.timeline.observations)
         bodies = len(self.convergence_body) + len(self.perspectives_body or b"")
+        bodies += sum(len(r) for r in self.http_responses)
         if self.v2_statement is not None:
             bodies += len(self.v2_statement.entry)
         return bodies + ders + RECORD_OVERHEAD_BYTES
+
+
+def response_index(status: int, keep_alive: bool) -> int:
+    """Where the response for ``status`` (200 or 409) is in
+    ``TargetRecord.http_responses``."""
+    return (2 if status == 409 else 0) + (1 if keep_alive else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +168,19 @@ class QueryService:
         record = self._cache.get(target.key)
         if record is not None:
             return record
+        return await self._load_or_raise(target)
+
+    async def _load(self, target: Target) -> TargetRecord | None:
+        """``_lookup`` after a cache miss."""
+        try:
+            return await self._load_or_raise(target)
+        except StoreError as exc:
+            log.error("store read failed, answering from probes: %s", exc)
+            return None
+
+    async def _load_or_raise(self, target: Target) -> TargetRecord | None:
+        """The stored record of ``target`` (cached on the way), after a cache
+        miss; ``StoreError`` when the store cannot be read."""
         if not self._known.may_contain(target.key):
             return None
         timeline = await self._storage.load_timeline(target)
@@ -176,9 +213,45 @@ class QueryService:
     async def answer(self, target: Target, fingerprint: bytes | None) -> Answer:
         """The answer to ``GET`` (``fingerprint`` None) or ``POST`` for
         ``target``."""
+        key = target.key
         if self.scheduler is not None:
-            self.scheduler.note_query(target)
-        record = await self._lookup(target)
+            self.scheduler.note_query(target, key)
+        record = self._cache.get(key)
+        if record is not None:
+            status = convergence.answer_status(
+                record.timeline, fingerprint, int(self._clock()), self._fresh_for_s,
+                self._reprobe_after_s,
+            )
+            if status is not None:
+                return Answer(status, record.convergence_body)
+        return await self._answer_slowly(target, fingerprint, record)
+
+    async def respond(
+        self, target: Target, fingerprint: bytes | None, keep_alive: bool
+    ) -> bytes | Answer:
+        """``answer``, for the HTTP API: a cache hit answered at once returns
+        the complete HTTP response (``keep_alive`` or ``Connection: close``)
+        made with the record (invariant 5); anything else the ``Answer``."""
+        key = target.key
+        if self.scheduler is not None:
+            self.scheduler.note_query(target, key)
+        record = self._cache.get(key)
+        if record is not None:
+            status = convergence.answer_status(
+                record.timeline, fingerprint, int(self._clock()), self._fresh_for_s,
+                self._reprobe_after_s,
+            )
+            if status is not None:
+                return record.http_responses[(2 if status == 409 else 0) + keep_alive]
+        return await self._answer_slowly(target, fingerprint, record)
+
+    async def _answer_slowly(
+        self, target: Target, fingerprint: bytes | None, record: TargetRecord | None
+    ) -> Answer:
+        """``answer`` when the cache alone could not: ``record`` is the cached
+        one (stale for this query), or None after a cache miss."""
+        if record is None:
+            record = await self._load(target)
         timeline = record.timeline if record is not None else None
         decision = convergence.decide(
             timeline,

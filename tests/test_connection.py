@@ -1,0 +1,146 @@
+"""Timeouts of one HTTP connection (``serve_http_connection``), on Trio's
+autojump clock: the head deadline (408), the keep-alive idle close, the send
+deadline for a client that does not read, and no deadline on the handler."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from notary.protocol.http import Request, parse_response
+from notary.server.connection import ConnectionLimits, serve_http_connection
+
+LIMITS = ConnectionLimits(header_timeout_s=10.0, keepalive_timeout_s=30.0, send_timeout_s=5.0)
+GET = b"GET / HTTP/1.1\r\nHost: n\r\n\r\n"
+
+
+def make_handler(calls: list[float], body: bytes = b"hello", sleep_s: float = 0.0):
+    async def handler(request: Request) -> tuple[bytes, bool]:
+        calls.append(trio.current_time())
+        if sleep_s:
+            await trio.sleep(sleep_s)
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n" % len(body)
+        head += b"Connection: keep-alive\r\n\r\n" if request.keep_alive else b"Connection: close\r\n\r\n"
+        return head + body, request.keep_alive
+
+    return handler
+
+
+async def read_until_closed(stream: trio.abc.Stream) -> tuple[bytes, float]:
+    """Everything the server sends until it closes, and when it closed."""
+    data = b""
+    while chunk := await stream.receive_some(65536):
+        data += chunk
+    return data, trio.current_time()
+
+
+async def read_response(stream: trio.abc.Stream, length: int) -> bytes:
+    data = b""
+    while len(data) < length:
+        chunk = await stream.receive_some(65536)
+        assert chunk, "closed early"
+        data += chunk
+    return data
+
+
+async def test_a_slow_head_gets_408_on_time(autojump_clock: trio.testing.MockClock) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    calls: list[float] = []
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        nursery.start_soon(serve_http_connection, server, make_handler(calls), LIMITS)
+        # Drip one byte a second: the head deadline does not move.
+        for byte in GET[:8]:
+            await client.send_all(bytes([byte]))
+            await trio.sleep(1.0)
+        data, closed_at = await read_until_closed(client)
+    assert parse_response(data).status == 408
+    assert closed_at - start == LIMITS.header_timeout_s
+    assert calls == []
+
+
+async def test_a_later_slow_head_gets_408_on_time(autojump_clock: trio.testing.MockClock) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    calls: list[float] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http_connection, server, make_handler(calls), LIMITS)
+        await client.send_all(GET)
+        await read_response(client, 10)
+        await trio.sleep(20.0)  # idle, within the keep-alive timeout
+        await client.send_all(b"GET / HT")
+        started = trio.current_time()
+        data, closed_at = await read_until_closed(client)
+    assert b"408 Request Timeout" in data
+    assert closed_at - started == LIMITS.header_timeout_s
+    assert len(calls) == 1
+
+
+async def test_idle_keep_alive_is_closed_on_time(autojump_clock: trio.testing.MockClock) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    calls: list[float] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http_connection, server, make_handler(calls), LIMITS)
+        # Each request restarts the idle timer: 25 s gaps keep it open.
+        for _ in range(3):
+            await client.send_all(GET)
+            first = await client.receive_some(65536)
+            assert first.startswith(b"HTTP/1.1 200 OK")
+            answered_at = trio.current_time()
+            await trio.sleep(25.0)
+        data, closed_at = await read_until_closed(client)
+    assert data == b""  # closed without an answer
+    assert closed_at - answered_at == LIMITS.keepalive_timeout_s
+    assert len(calls) == 3
+
+
+async def test_the_first_request_has_the_head_deadline(autojump_clock: trio.testing.MockClock) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        nursery.start_soon(serve_http_connection, server, make_handler([]), LIMITS)
+        data, closed_at = await read_until_closed(client)
+    assert data == b""  # nothing received: nothing to answer
+    assert closed_at - start == LIMITS.header_timeout_s
+
+
+async def test_a_client_that_never_reads_is_dropped_within_the_send_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, server = trio.testing.lockstep_stream_pair()
+    finished: list[float] = []
+
+    async def serve() -> None:
+        await serve_http_connection(server, make_handler([], body=b"x" * 100_000), LIMITS)
+        finished.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve)
+        await client.send_all(GET)
+        sent_at = trio.current_time()
+        await trio.sleep(LIMITS.send_timeout_s * 10)  # never reads
+        assert finished, "the connection was not dropped"
+        nursery.cancel_scope.cancel()
+    assert finished[0] - sent_at == LIMITS.send_timeout_s
+
+
+async def test_the_handler_runs_without_a_connection_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    calls: list[float] = []
+    slow = make_handler(calls, sleep_s=100.0)  # longer than every timeout
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http_connection, server, slow, LIMITS)
+        await client.send_all(GET + b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+        data, _ = await read_until_closed(client)
+    assert data.count(b"HTTP/1.1 200 OK") == 2
+    assert len(calls) == 2
+
+
+async def test_a_protocol_error_is_answered_and_closed(autojump_clock: trio.testing.MockClock) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http_connection, server, make_handler([]), LIMITS)
+        await client.send_all(b"GARBAGE\r\n\r\n")
+        data, _ = await read_until_closed(client)
+    assert parse_response(data).status == 400

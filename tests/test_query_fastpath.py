@@ -1,0 +1,154 @@
+"""The cache-hit fast paths: ``convergence.answer_status`` (one pass, one
+``now``) against ``decide`` + ``status_of``; the fast form parser against
+the general one; prepared HTTP responses; the API's target memo."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from notary.errors import ProtocolError
+from notary.observations import Certificate, Observation, Timeline
+from notary.protocol import convergence, http
+from notary.protocol.convergence import Decision
+from notary.protocol.targets import Target
+from notary.server import api
+from notary.server.api import ApiHandler
+from notary.server.query import Answer, TargetRecord, response_index
+
+TARGET = Target("example.com", 443)
+SHA1S = [hashlib.sha1(bytes([i])).digest() for i in range(4)]
+
+
+def certificate(index: int) -> Certificate:
+    return Certificate(
+        der=bytes([index]),
+        sha1=SHA1S[index],
+        sha256=hashlib.sha256(bytes([index])).digest(),
+        md5=b"",
+        spki_sha256=b"",
+    )
+
+
+observations = st.builds(
+    lambda index, first, length: Observation(certificate(index), first, first + length),
+    st.integers(0, 3),
+    st.integers(0, 1000),
+    st.integers(0, 500),
+)
+timelines = st.lists(observations, max_size=4, unique_by=lambda o: o.certificate.sha1).map(
+    lambda obs: Timeline(TARGET, tuple(obs))
+)
+fingerprints = st.one_of(st.none(), st.sampled_from(SHA1S), st.binary(min_size=20, max_size=20))
+
+
+@given(timelines, fingerprints, st.integers(0, 2000), st.integers(0, 600), st.integers(0, 600))
+def test_answer_status_agrees_with_decide_and_status_of(
+    timeline: Timeline, fingerprint: bytes | None, now: int, fresh_for_s: int, reprobe_after_s: int
+) -> None:
+    decision = convergence.decide(
+        timeline, fingerprint, now=now, fresh_for_s=fresh_for_s, reprobe_after_s=reprobe_after_s
+    )
+    expected = None
+    if decision is Decision.ANSWER:
+        expected = convergence.status_of(timeline, fingerprint, now=now, fresh_for_s=fresh_for_s)
+    got = convergence.answer_status(timeline, fingerprint, now, fresh_for_s, reprobe_after_s)
+    assert got == expected
+
+
+def outcome(parse, body: bytes) -> tuple:
+    try:
+        return ("ok", parse(body))
+    except ProtocolError as exc:
+        return ("error", exc.status, exc.message)
+
+
+FAST_FORM = st.from_regex(rb"\Afingerprint=[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){19}\Z", fullmatch=True)
+FORM_BYTES = st.sampled_from(list(b"fingerprt=&:%+ 0123456789ABCDEFabcdef\n\x00\xff"))
+
+
+@given(
+    st.one_of(
+        FAST_FORM,
+        FAST_FORM.map(lambda body: body + b"\n"),
+        FAST_FORM.map(lambda body: body.replace(b":", b"%3A")),
+        FAST_FORM.map(lambda body: b"a=1&" + body),
+        st.lists(FORM_BYTES, max_size=80).map(bytes),
+        st.binary(max_size=100),
+        st.binary(min_size=1020, max_size=1030),
+    )
+)
+def test_fast_form_parser_agrees_with_the_general_one(body: bytes) -> None:
+    assert outcome(convergence.parse_fingerprint_form, body) == outcome(
+        convergence._parse_fingerprint_form_slowly, body
+    )
+
+
+def test_fast_form_gives_the_fingerprint() -> None:
+    fp = bytes(range(20))
+    body = b"fingerprint=" + convergence.format_fingerprint(fp).lower().encode()
+    assert convergence.parse_fingerprint_form(body) == fp
+
+
+def test_record_responses_are_what_the_handler_would_build() -> None:
+    timeline = Timeline(TARGET, (Observation(certificate(0), 1, 2),))
+    record = TargetRecord(timeline, b'{"fingerprintList": []}')
+    for status in (200, 409):
+        for keep_alive in (False, True):
+            expected = http.response(
+                status, record.convergence_body, content_type=convergence.CONTENT_TYPE,
+                keep_alive=keep_alive,
+            )
+            assert record.http_responses[response_index(status, keep_alive)] == expected
+    assert record.size > sum(len(r) for r in record.http_responses)
+
+
+class FakeService:
+    def __init__(self) -> None:
+        self.targets: list[Target] = []
+
+    async def respond(self, target: Target, fingerprint, keep_alive: bool) -> bytes | Answer:
+        self.targets.append(target)
+        if fingerprint is None:
+            return b"prepared"
+        return Answer(409, b"body")
+
+
+def get(path: bytes, *, keep_alive: bool = True) -> http.Request:
+    return http.Request(b"GET", path, "1.1", (), b"", keep_alive)
+
+
+async def test_prepared_responses_are_sent_as_they_are() -> None:
+    service = FakeService()
+    handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]
+    assert await handler(get(b"/target/Example.COM.+443")) == (b"prepared", True)
+    request = http.Request(b"POST", b"/target/example.com+443", "1.1", (), b"fingerprint=" +
+                           convergence.format_fingerprint(bytes(20)).encode(), False)
+    response, keep_alive = await handler(request)
+    assert keep_alive is False
+    assert response == http.response(
+        409, b"body", content_type=convergence.CONTENT_TYPE, keep_alive=False
+    )
+
+
+async def test_the_target_memo_is_exact_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    service = FakeService()
+    handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]
+    await handler(get(b"/target/Example.COM.+443/192.0.2.1"))
+    await handler(get(b"/target/Example.COM.+443"))
+    await handler(get(b"/target/example.com+0443"))
+    assert service.targets == [TARGET] * 3
+    assert service.targets[0] is service.targets[1]  # memoised
+    # Errors are answered every time and never stored.
+    for _ in range(2):
+        response, _ = await handler(get(b"/target/example.com+0"))
+        assert response.startswith(b"HTTP/1.1 400 ")
+    assert b"example.com+0" not in handler._targets
+    monkeypatch.setattr(api, "TARGET_MEMO_ENTRIES", 4)
+    for port in range(1, 10):
+        await handler(get(b"/target/example.com+%d" % port))
+        assert len(handler._targets) <= 4
+    assert service.targets[-1] == Target("example.com", 9)
