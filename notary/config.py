@@ -237,6 +237,20 @@ class V2Config:
 
 
 @dataclass(frozen=True, slots=True)
+class WebSocketConfig:
+    """The v2 WebSocket (``/v2/ws`` on the API ports, with v2)."""
+
+    max_message_bytes: int = 64 * 1024
+    max_watches: int = 100
+    max_connections_per_address: int = 16
+    #: Messages queued for one client; a client that lets it fill is closed.
+    send_queue_messages: int = 64
+    ping_interval_s: float = 30.0
+    ping_timeout_s: float = 10.0
+    idle_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -248,6 +262,7 @@ class Config:
     perspectives: PerspectivesConfig = field(default_factory=PerspectivesConfig)
     rescan: RescanConfig = field(default_factory=RescanConfig)
     v2: V2Config = field(default_factory=V2Config)
+    websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
 
 
 _SECTIONS = {
@@ -261,6 +276,7 @@ _SECTIONS = {
     "perspectives": PerspectivesConfig,
     "rescan": RescanConfig,
     "v2": V2Config,
+    "websocket": WebSocketConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -386,6 +402,7 @@ def _validate(config: Config) -> None:
         "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
         "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
         "store": ("batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s"),
+        "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
         "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),
         "rescan": tuple(
             f.name for f in dataclasses.fields(RescanConfig) if f.name != "enabled"

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import trio
 
 from notary import crypto
 from notary.protocol import v2
@@ -157,3 +158,81 @@ async def test_a_large_batch_fits_the_body_limit(tmp_path: Path) -> None:
         status, body = await post_json(notary.port, "/v2/query", request)
     assert status == 200
     assert len(json.loads(body)["answer"]["results"]) == 100
+
+
+# -- the WebSocket on the API port ---------------------------------------------------------
+
+
+async def test_websocket_query_with_an_independent_client(tmp_path: Path) -> None:
+    """The `websockets` package (not ours) asks a batch query over wss://."""
+    import ssl
+
+    from websockets.sync.client import connect
+
+    async with open_tls_target(names=[SITE]) as site:
+        async with open_v2_notary(tmp_path, {SITE: [site.host]}) as notary:
+            keys = await public_keys(notary)
+            good = hashlib.sha256(site.leaf_der(SITE)).hexdigest()
+
+            def talk() -> tuple[dict, dict]:
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+                url = f"wss://127.0.0.1:{notary.port}/v2/ws"
+                with connect(url, ssl=context, open_timeout=10) as ws:
+                    ws.send(json.dumps({"type": "query", "id": "q1", "nonce": "ws-nonce",
+                                        "targets": [{"host": SITE, "port": site.port,
+                                                     "sha256": good}]}))
+                    answer = json.loads(ws.recv(timeout=20))
+                    ws.send("{not json")
+                    error = json.loads(ws.recv(timeout=20))
+                return answer, error
+
+            answer, error = await trio.to_thread.run_sync(talk)
+            assert (answer["type"], answer["id"]) == ("answer", "q1")
+            document = json.dumps(answer["answer"]).encode()
+            (result,) = v2.verify_answer(v2.parse_answer_document(document), keys,
+                                         nonce="ws-nonce", now=int(notary.clock()))
+            assert result.verdict == "match"
+            assert error["type"] == "error" and error["status"] == 400
+
+
+async def test_watch_sees_exactly_one_signed_event_per_new_certificate(tmp_path: Path) -> None:
+    from notary import client
+    from notary.protocol.bundle import BundleHost, make_bundle
+
+    async with open_tls_target(names=[SITE]) as site:
+        async with open_v2_notary(tmp_path, {SITE: [site.host]}) as notary:
+            target = Target(SITE, site.port)
+            await notary.running.prober.probe(target)  # the first certificate
+            bundle = make_bundle(
+                name="Watched", location="https://127.0.0.1/w.notary",
+                hosts=[BundleHost("127.0.0.1", notary.port, 80,
+                                  crypto.certificate_pem(notary.certificate).decode())],
+            )
+            events: list[client.WatchEvent] = []
+            watching = trio.Event()
+            got_event = trio.Event()
+
+            def on_event(event: client.WatchEvent) -> None:
+                events.append(event)
+                got_event.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: client.watch(
+                    bundle, [target], on_event=on_event, on_watching=lambda t: watching.set(),
+                    resolver=lambda host, port: None,
+                ))
+                with trio.fail_after(20):
+                    await watching.wait()
+                    await notary.running.prober.probe(target)  # same certificate: no event
+                    new_der = site.replace_certificate(SITE)
+                    await notary.running.prober.probe(target)  # a new one: one event
+                    await got_event.wait()
+                    await notary.running.prober.probe(target)  # unchanged again
+                    await trio.sleep(0.2)
+                nursery.cancel_scope.cancel()
+    assert len(events) == 1
+    (event,) = events
+    assert event.target == target
+    assert event.observations[0].sha256 == hashlib.sha256(new_der).digest()

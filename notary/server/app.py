@@ -12,6 +12,7 @@ certificate, busy port) raise ``UsageError``/``StoreError`` before
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import signal
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -40,6 +42,7 @@ from notary.server.known_targets import KnownTargets
 from notary.server.query import QueryService
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.storage import Storage, open_storage
+from notary.server.websocket import WATCH_PATH, WebSocketLimits, WebSocketService
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +118,7 @@ class ConnectionHandler:
         config: Config,
         *,
         max_body_bytes: int | None = None,
+        websocket: WebSocketService | None = None,
     ) -> None:
         self._context = context
         self._handler = handler
@@ -129,6 +133,7 @@ class ConnectionHandler:
             max_headers=http.max_headers,
             max_body_bytes=max_body_bytes or http.max_body_bytes,
         )
+        self._websocket = websocket
         self.open_connections = 0
         self.refused_connections = 0
 
@@ -138,9 +143,16 @@ class ConnectionHandler:
             await trio.aclose_forcefully(tcp)
             return
         self.open_connections += 1
+        upgrades = None
+        if self._websocket is not None:
+            try:
+                peer = str(tcp.socket.getpeername()[0])
+            except OSError:
+                peer = "?"
+            upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer)}
         try:
             if self._context is None:
-                await serve_http_connection(tcp, self._handler, self._limits)
+                await serve_http_connection(tcp, self._handler, self._limits, upgrades)
                 return
             stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
             with trio.move_on_after(self._handshake_timeout_s) as scope:
@@ -152,7 +164,7 @@ class ConnectionHandler:
             if scope.cancelled_caught:
                 await trio.aclose_forcefully(tcp)
                 return
-            await serve_http_connection(stream, self._handler, self._limits)
+            await serve_http_connection(stream, self._handler, self._limits, upgrades)
         finally:
             self.open_connections -= 1
 
@@ -337,8 +349,16 @@ async def serve_notary(
                     perspectives_listeners = await open_listeners(config.perspectives.listen)
                 relay_listeners = await open_listeners(config.relay.listen)
                 body_limit = api_body_bytes if v2_signer is not None else None
+                websocket = None
+                if v2_signer is not None:
+                    websocket = WebSocketService(
+                        answer_query=service.answer_v2_bytes,
+                        limits=WebSocketLimits(**dataclasses.asdict(config.websocket)),
+                        max_batch=config.v2.max_batch,
+                    )
+                    service.watch_hub = websocket.hub
                 connections = ConnectionHandler(
-                    context, handler, config, max_body_bytes=body_limit
+                    context, handler, config, max_body_bytes=body_limit, websocket=websocket
                 )
                 plain_connections = ConnectionHandler(
                     None, handler, config, max_body_bytes=body_limit

@@ -31,7 +31,7 @@ scope, and this loop runs once per request.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from math import inf
 
@@ -45,6 +45,10 @@ CLOSE_TIMEOUT_S = 1.0
 
 #: The application: a request in, (response bytes, keep the connection) out.
 Handler = Callable[[Request], Awaitable[tuple[bytes, bool]]]
+#: Takes over a connection after an upgrade request (``GET`` with
+#: ``Upgrade:``) for its path: the stream, the request, the bytes after it.
+#: It owns the stream from then on.
+UpgradeHandler = Callable[[trio.abc.Stream, Request, bytes], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +62,19 @@ class ConnectionLimits:
 
 
 async def serve_http_connection(
-    stream: trio.abc.Stream, handler: Handler, limits: ConnectionLimits
+    stream: trio.abc.Stream,
+    handler: Handler,
+    limits: ConnectionLimits,
+    upgrades: Mapping[bytes, UpgradeHandler] | None = None,
 ) -> None:
+    """Serve HTTP/1.x on ``stream`` until the peer is done; an upgrade
+    request to a path of ``upgrades`` hands the connection over (outside this
+    loop's deadlines: the new protocol keeps its own)."""
     try:
-        await _serve(stream, handler, limits)
+        handoff = await _serve(stream, handler, limits, upgrades or {})
+        if handoff is not None:
+            take_over, request, leftover = handoff
+            await take_over(stream, request, leftover)
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
         pass
     finally:
@@ -70,7 +83,12 @@ async def serve_http_connection(
             await stream.aclose()
 
 
-async def _serve(stream: trio.abc.Stream, handler: Handler, limits: ConnectionLimits) -> None:
+async def _serve(
+    stream: trio.abc.Stream,
+    handler: Handler,
+    limits: ConnectionLimits,
+    upgrades: Mapping[bytes, UpgradeHandler],
+) -> tuple[UpgradeHandler, Request, bytes] | None:
     reader = RequestReader(
         max_header_bytes=limits.max_header_bytes,
         max_headers=limits.max_headers,
@@ -103,25 +121,30 @@ async def _serve(stream: trio.abc.Stream, handler: Handler, limits: ConnectionLi
             data = await receive_some(RECEIVE_BYTES)
             receiving = False
             if not data:
-                return
+                return None
             try:
                 requests = reader.feed(data)
             except ProtocolError as exc:
                 scope.deadline = current_time() + send_timeout_s
                 await send_all(error_response(exc.status, exc.message))
-                return
+                return None
             for request in requests:
+                if request.upgrade and upgrades and request.method == b"GET":
+                    take_over = upgrades.get(request.target.partition(b"?")[0])
+                    if take_over is not None:
+                        return take_over, request, reader.leftover
                 scope.deadline = inf  # the handler keeps its own deadlines
                 response, keep_alive = await handler(request)
                 scope.deadline = current_time() + send_timeout_s
                 await send_all(response)
                 if not keep_alive:
-                    return
+                    return None
             if reader.finished:
-                return
+                return None
             if requests:
                 head_deadline = None
     if scope.cancelled_caught and receiving and reader.in_request:
         # A stalled request gets 408; an idle keep-alive connection just closes.
         with trio.move_on_after(send_timeout_s):
             await send_all(error_response(408, "request timeout"))
+    return None

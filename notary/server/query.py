@@ -36,6 +36,7 @@ from notary.protocol.targets import Target
 from notary.scheduler import RescanScheduler
 from notary.server.known_targets import KnownTargets
 from notary.server.storage import Storage
+from notary.server.websocket import WatchHub
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ class QueryService:
         self._v2 = v2_config or V2Config()
         #: Told of every query and probe outcome, when rescanning is on.
         self.scheduler: RescanScheduler | None = None
+        #: Told of every new certificate seen, when v2 watches are served.
+        self.watch_hub: WatchHub | None = None
         self.prober: Prober | None = None
 
     def _make_record(self, timeline: Timeline) -> TargetRecord:
@@ -200,13 +203,15 @@ class QueryService:
         record = await self._lookup(target)
         old = record.timeline if record is not None else Timeline(target)
         timeline = old.merged(result, self._merge_window_s)
+        previous = old.newest
+        new_certificate = previous is None or previous.certificate.sha256 != result.leaf.sha256
         if self.scheduler is not None:
-            previous = old.newest
-            changed = previous is not None and previous.certificate.sha256 != result.leaf.sha256
-            self.scheduler.note_probe(target, result, None, changed)
+            self.scheduler.note_probe(target, result, None, new_certificate and previous is not None)
         if record is None or timeline != old:
             record = self._make_record(timeline)
         self._cache.put(target.key, record, record.size)
+        if new_certificate and self.watch_hub is not None and record.v2_statement is not None:
+            self.watch_hub.publish(target, record.v2_statement.entry)
         self._known.add(target.key)
         await self._storage.record(result)
 
@@ -299,6 +304,10 @@ class QueryService:
             )
             return Answer(404, message, b"text/plain")
         return Answer(200, record.perspectives_body, perspectives.CONTENT_TYPE)
+
+    async def answer_v2_bytes(self, request: v2.QueryRequest) -> bytes:
+        """The ``/v2/query`` answer document (for WebSocket ``query``)."""
+        return (await self.answer_v2(request)).body
 
     async def answer_v2(self, request: v2.QueryRequest) -> Answer:
         """The signed ``/v2/query`` answer: every entry looked up (and probed
