@@ -53,6 +53,10 @@ class TargetRecord:
     convergence_body: bytes
     perspectives_body: bytes | None = None
     v2_statement: v2.SignedStatement | None = None
+    #: SHA-256 of the certificate the latest probe saw (None: not probed
+    #: since the record was loaded; the timeline's newest stands in). Times
+    #: are whole seconds, so "newest" alone is ambiguous within a second.
+    latest_sha256: bytes | None = field(default=None, compare=False)
     #: The complete Convergence HTTP responses carrying ``convergence_body``,
     #: made once with the record: indexed by ``response_index``.
     http_responses: tuple[bytes, bytes, bytes, bytes] = field(
@@ -203,12 +207,18 @@ class QueryService:
         record = await self._lookup(target)
         old = record.timeline if record is not None else Timeline(target)
         timeline = old.merged(result, self._merge_window_s)
-        previous = old.newest
-        new_certificate = previous is None or previous.certificate.sha256 != result.leaf.sha256
+        previous: bytes | None = None
+        if record is not None:
+            newest = old.newest
+            previous = record.latest_sha256 or (newest.certificate.sha256 if newest else None)
+        sha256 = result.leaf.sha256
+        new_certificate = previous != sha256
         if self.scheduler is not None:
             self.scheduler.note_probe(target, result, None, new_certificate and previous is not None)
         if record is None or timeline != old:
             record = self._make_record(timeline)
+        if record.latest_sha256 != sha256:
+            record = replace(record, latest_sha256=sha256)
         self._cache.put(target.key, record, record.size)
         if new_certificate and self.watch_hub is not None and record.v2_statement is not None:
             self.watch_hub.publish(target, record.v2_statement.entry)
