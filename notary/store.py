@@ -97,6 +97,16 @@ _LOAD_RUNS = """
 """
 
 
+#: Entries of each id memo before it is cleared.
+ID_MEMO_ENTRIES = 100_000
+
+
+def _remember(memo: dict, learnt: dict) -> None:
+    if len(memo) + len(learnt) > ID_MEMO_ENTRIES:
+        memo.clear()
+    memo.update(learnt)
+
+
 @dataclass(frozen=True, slots=True)
 class StoreStatistics:
     schema_version: int
@@ -119,6 +129,10 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self.merge_window_s = merge_window_s
+        #: Row ids of targets and certificates known to be committed (a
+        #: bounded memo: cleared when full; rows are never deleted).
+        self._target_ids: dict[tuple[str, int], int] = {}
+        self._certificate_ids: dict[bytes, int] = {}
         if not create and not self.path.exists():
             raise StoreError(f"database {self.path} does not exist (run `notary db init`)")
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -232,10 +246,14 @@ class Store:
         :func:`~notary.observations.add_sighting` does in memory."""
         if not results:
             return
+        # Ids learnt in this transaction join the memo only once it commits:
+        # a rolled-back insert must not leave an id that names no row.
+        learnt_targets: dict[tuple[str, int], int] = {}
+        learnt_certificates: dict[bytes, int] = {}
         with self._transaction() as db:
             for result in results:
-                target_id = self._target_id(db, result.target)
-                certificate_id = self._certificate_id(db, result.leaf)
+                target_id = self._target_id(db, result.target, learnt_targets)
+                certificate_id = self._certificate_id(db, result.leaf, learnt_certificates)
                 self._add_sighting(db, target_id, certificate_id, result.observed_at)
                 row = db.execute(
                     "SELECT addresses FROM observations WHERE target_id = ? AND certificate_id = ?",
@@ -259,6 +277,8 @@ class Store:
                     (result.observed_at, result.observed_at, ",".join(addresses[:MAX_ADDRESSES]),
                      target_id, certificate_id),
                 )
+        _remember(self._target_ids, learnt_targets)
+        _remember(self._certificate_ids, learnt_certificates)
 
     def _add_sighting(
         self, db: sqlite3.Connection, target_id: int, certificate_id: int, observed_at: int
@@ -280,25 +300,36 @@ class Store:
         )
         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?)", (*pair, start, end))
 
-    @staticmethod
-    def _target_id(db: sqlite3.Connection, target: Target) -> int:
-        db.execute(
-            "INSERT OR IGNORE INTO targets (host, port) VALUES (?, ?)", (target.host, target.port)
-        )
-        return db.execute(
-            "SELECT id FROM targets WHERE host = ? AND port = ?", (target.host, target.port)
+    def _target_id(
+        self, db: sqlite3.Connection, target: Target, learnt: dict[tuple[str, int], int]
+    ) -> int:
+        key = (target.host, target.port)
+        known = self._target_ids.get(key) or learnt.get(key)
+        if known is not None:
+            return known
+        db.execute("INSERT OR IGNORE INTO targets (host, port) VALUES (?, ?)", key)
+        learnt[key] = db.execute(
+            "SELECT id FROM targets WHERE host = ? AND port = ?", key
         ).fetchone()[0]
+        return learnt[key]
 
-    @staticmethod
-    def _certificate_id(db: sqlite3.Connection, cert: Certificate) -> int:
+    def _certificate_id(
+        self, db: sqlite3.Connection, cert: Certificate, learnt: dict[bytes, int]
+    ) -> int:
+        # A certificate seen again is not offered to INSERT again: its DER is
+        # the largest value written, and most sightings are of known ones.
+        known = self._certificate_ids.get(cert.sha256) or learnt.get(cert.sha256)
+        if known is not None:
+            return known
         db.execute(
             """INSERT OR IGNORE INTO certificates (sha256, sha1, md5, spki_sha256, der)
                VALUES (?, ?, ?, ?, ?)""",
             (cert.sha256, cert.sha1, cert.md5, cert.spki_sha256, cert.der),
         )
-        return db.execute(
+        learnt[cert.sha256] = db.execute(
             "SELECT id FROM certificates WHERE sha256 = ?", (cert.sha256,)
         ).fetchone()[0]
+        return learnt[cert.sha256]
 
     def statistics(self) -> StoreStatistics:
         try:

@@ -293,22 +293,25 @@ def test_ipv6_target(store: Store) -> None:
 
 
 def test_batch_is_one_transaction(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch that fails part-way leaves nothing behind."""
+    """A batch that fails part-way leaves nothing behind, not even in the
+    store's memo of row ids (the retry below would break on a stale id)."""
     real = Store._certificate_id
     calls = []
 
-    def failing_second_time(db: sqlite3.Connection, cert: object) -> int:
+    def failing_second_time(self: Store, db: sqlite3.Connection, cert: object, learnt: dict) -> int:
         calls.append(cert)
         if len(calls) == 2:
             raise sqlite3.OperationalError("disk I/O error")
-        return real(db, cert)
+        return real(self, db, cert, learnt)
 
-    monkeypatch.setattr(Store, "_certificate_id", staticmethod(failing_second_time))
+    monkeypatch.setattr(Store, "_certificate_id", failing_second_time)
     batch = [probe_result(at=T0), probe_result(host="b.example.test", at=T0)]
     with pytest.raises(StoreError, match="disk I/O error"):
         store.record(batch)
     stats = store.statistics()
     assert (stats.targets, stats.certificates, stats.observations) == (0, 0, 0)
+    # SQLite would hand out the same row ids again, so check the memo itself.
+    assert not store._target_ids and not store._certificate_ids
     store.record(batch)  # the store is usable afterwards: no transaction left open
     assert store.statistics().observations == 2
 

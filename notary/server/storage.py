@@ -130,6 +130,15 @@ class Storage:
                 batch = [first]
                 with trio.move_on_after(batch_interval_s):
                     while len(batch) < batch_rows:
+                        # Take what is queued without a scheduler round per
+                        # item; wait only when the queue is empty.
+                        try:
+                            batch.append(receive.receive_nowait())
+                            continue
+                        except trio.WouldBlock:
+                            pass
+                        except trio.EndOfChannel:
+                            break
                         try:
                             batch.append(await receive.receive())
                         except trio.EndOfChannel:

@@ -1,0 +1,577 @@
+"""Writer micro-benchmark: observations committed per second.
+
+    .venv/bin/python bench/bench_writer.py           # full run (a minute or two)
+    .venv/bin/python bench/bench_writer.py --quick   # smoke run (seconds)
+
+Every mode writes the same kind of workload to a fresh database with the
+notary's schema (``notary.store``), in a temporary directory on the project's
+disk (``<project>/.bench-tmp/``, removed afterwards; not tmpfs, so commits
+really reach a disk), in one run:
+
+a. **batched**: ``notary.server.storage.open_storage`` with the default
+   ``StoreConfig`` (500 rows or 50 ms per batch, queue of 10,000, WAL,
+   ``synchronous=NORMAL``, every other ``[store]`` setting at its default),
+   under Trio; one task feeds the observations through ``Storage.record`` as
+   the server does, the clock stops when ``statistics().committed`` reaches N
+   (opening and closing are not timed).
+b. **per row, default mode**: ``Store.record([one])``, one transaction per row,
+   with the connection switched back to SQLite's default rollback journal
+   (``journal_mode=DELETE``) and ``synchronous=FULL``: what the original
+   notary did.
+c. **per row, WAL**: ``Store.record([one])`` in WAL with ``synchronous=NORMAL``.
+d. **raw executemany** (the ceiling): one ``executemany`` per 500 rows, one
+   transaction each, WAL + NORMAL, in the calling thread, no channel: the same
+   observations as rows of the observations table, target and certificate ids
+   precomputed in Python, upserted on its primary key. It writes nothing else
+   (no target, certificate or history-run rows, no reads): what SQLite can
+   commit at best for one row per observation.
+
+Then a diagnosis of where the batched writer's time goes (``--no-diagnosis``
+skips it): the same pipeline with ``Store.record`` replaced by a no-op, and
+``Store.record`` alone on 500-row batches, with its time split by SQL
+statement (a timing proxy wrapped around the store's connection, so the real
+``Store.record`` code runs); and two prototypes of fixes, patched in for the
+run only (``notary/`` is not modified): a writer loop that takes whatever is
+queued without a scheduler pass per observation, and a ``Store`` subclass
+that resolves target and certificate ids from memory (the rest of ``record``
+unchanged), checked to leave exactly the same database as ``Store``.
+
+Workload: N observations over N/4 targets, each target with its own
+certificate (1,200 random bytes standing in for the DER, with its real
+hashes), one observation a second: the first quarter inserts a target, a
+certificate and an observation; the other three quarters re-observe a known
+target from a new address (update: dates widened, address list merged,
+history run extended).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import random
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import common
+import trio
+
+from notary.cache import LRUCache
+from notary.config import StoreConfig
+from notary.observations import Certificate, ProbeResult
+from notary.protocol.targets import Target
+from notary.server import storage as storage_module
+from notary.server.storage import Storage, StorageStatistics, open_storage
+from notary.store import Store
+
+BATCH_ROWS = StoreConfig().batch_rows
+#: Goals of the issue.
+GOAL_VS_PER_ROW_DEFAULT = 100.0
+GOAL_VS_RAW = 0.5
+
+T0 = 1_700_000_000
+DER_BYTES = 1_200
+
+
+# ---------------------------------------------------------------------------
+# Workload
+# ---------------------------------------------------------------------------
+
+
+def observations(n: int, seed: int = 1) -> list[ProbeResult]:
+    rng = random.Random(seed)
+    targets = max(1, n // 4)
+    certificates = []
+    for _ in range(targets):
+        der = rng.randbytes(DER_BYTES)
+        certificates.append(Certificate(
+            der=der,
+            sha1=hashlib.sha1(der).digest(),
+            sha256=hashlib.sha256(der).digest(),
+            md5=hashlib.md5(der).digest(),
+            spki_sha256=hashlib.sha256(der[:300]).digest(),
+        ))
+    hosts = [Target(f"host{i}.example.test", 443) for i in range(targets)]
+    return [
+        ProbeResult(
+            target=hosts[i % targets],
+            leaf=certificates[i % targets],
+            chain=(certificates[i % targets].der,),
+            address=f"192.0.2.{(i // targets) % 250 + 1}",
+            observed_at=T0 + i,
+        )
+        for i in range(n)
+    ]
+
+
+def fresh_path(directory: Path, name: str) -> Path:
+    path = directory / f"{name}.db"
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return path
+
+
+def filesystem_of(path: Path) -> str:
+    """``ext4 /dev/vda mounted at /``: the mount holding ``path`` (longest prefix)."""
+    best = ("?", "?", "")
+    resolved = str(path.resolve())
+    with open("/proc/mounts", encoding="utf-8") as mounts:
+        for line in mounts:
+            device, mount_point, fs_type = line.split()[:3]
+            inside = resolved == mount_point or resolved.startswith(mount_point.rstrip("/") + "/")
+            if inside and len(mount_point) >= len(best[2]):
+                best = (fs_type, device, mount_point)
+    return f"{best[0]} on {best[1]} mounted at {best[2]}"
+
+
+@contextlib.contextmanager
+def patched(owner: object, name: str, replacement: object) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+# ---------------------------------------------------------------------------
+# The four modes of the goals
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class BatchedRun:
+    seconds: float
+    statistics: StorageStatistics
+    record_seconds: float  # wall time spent inside Store.record (the writer thread)
+
+
+def store_settings() -> dict[str, Any]:
+    """The default ``StoreConfig`` as keyword arguments of ``open_storage``."""
+    return {f.name: getattr(StoreConfig(), f.name) for f in fields(StoreConfig)}
+
+
+def open_store(path: Path, synchronous: str | None = None,
+               store_class: type[Store] = Store) -> Store:
+    """A ``Store`` with the default ``StoreConfig`` settings it takes."""
+    settings = store_settings()
+    wanted = {"synchronous", "merge_window_s"} & settings.keys()
+    kwargs = {name: settings[name] for name in wanted}
+    if synchronous is not None:
+        kwargs["synchronous"] = synchronous
+    return store_class(path, **kwargs)
+
+
+def run_batched(path: Path, results: Sequence[ProbeResult]) -> BatchedRun:
+    inside = [0.0]
+    real_record = Store.record
+
+    def timed_record(self: Store, batch: Sequence[ProbeResult]) -> None:
+        start = time.perf_counter()
+        try:
+            real_record(self, batch)
+        finally:
+            inside[0] += time.perf_counter() - start
+
+    async def main() -> BatchedRun:
+        # Every [store] setting, as notary.server.app passes them.
+        async with open_storage(path, **store_settings()) as storage:
+            start = time.perf_counter()
+            for result in results:
+                await storage.record(result)
+            while storage.statistics().committed < len(results):  # noqa: ASYNC110
+                await trio.sleep(0.001)  # polling costs < 1 ms; Storage has no event
+            elapsed = time.perf_counter() - start
+            stats = storage.statistics()
+        return BatchedRun(elapsed, stats, inside[0])
+
+    with patched(Store, "record", timed_record):
+        return trio.run(main)
+
+
+def run_per_row(path: Path, results: Sequence[ProbeResult], *, default_mode: bool) -> float:
+    """One ``Store.record`` transaction per observation."""
+    if default_mode:
+        store = open_store(path, synchronous="FULL")
+        # Store always opens in WAL; switch this connection back to SQLite's
+        # default rollback journal (bench-only use of the private connection).
+        mode = store._db.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+        synchronous = store._db.execute("PRAGMA synchronous").fetchone()[0]
+        if (mode, synchronous) != ("delete", 2):
+            raise RuntimeError(f"expected journal_mode=delete, synchronous=FULL; got {mode}, "
+                               f"{synchronous}")
+    else:
+        store = open_store(path)
+    try:
+        start = time.perf_counter()
+        for result in results:
+            store.record([result])
+        return time.perf_counter() - start
+    finally:
+        store.close()
+
+
+RAW_UPSERT = """
+    INSERT INTO observations (target_id, certificate_id, first_seen, last_seen, addresses)
+    VALUES (?1, ?2, ?3, ?3, ?4)
+    ON CONFLICT (target_id, certificate_id) DO UPDATE SET
+        first_seen = min(first_seen, excluded.first_seen),
+        last_seen = max(last_seen, excluded.last_seen),
+        addresses = excluded.addresses
+"""
+
+
+def run_raw_executemany(path: Path, results: Sequence[ProbeResult]) -> float:
+    open_store(path).close()  # the notary's schema
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA synchronous = {StoreConfig().synchronous}")
+        target_ids: dict[Target, int] = {}
+        certificate_ids: dict[bytes, int] = {}
+        rows = [
+            (target_ids.setdefault(r.target, len(target_ids) + 1),
+             certificate_ids.setdefault(r.leaf.sha256, len(certificate_ids) + 1),
+             r.observed_at, r.address)
+            for r in results
+        ]
+        batches = [rows[i:i + BATCH_ROWS] for i in range(0, len(rows), BATCH_ROWS)]
+        start = time.perf_counter()
+        for batch in batches:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(RAW_UPSERT, batch)
+            db.execute("COMMIT")
+        return time.perf_counter() - start
+    finally:
+        db.close()
+
+
+# ---------------------------------------------------------------------------
+# Diagnosis: where the batched writer's time goes
+# ---------------------------------------------------------------------------
+
+
+def statement_label(sql: str) -> str:
+    """``INSERT OR IGNORE INTO targets`` from the full statement."""
+    words = []
+    for word in sql.split():
+        if word in ("VALUES", "WHERE", "SET") or word.startswith("("):
+            break
+        words.append(word)
+    return " ".join(words)
+
+
+class TimedConnection:
+    """Stands in for a ``Store``'s connection: times each ``execute`` and
+    ``executemany`` call, by statement, and returns the real cursor (fetches
+    are not timed: for the store's one-row queries the row is read by
+    ``execute`` already)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self._labels: dict[str, str] = {}
+        self.seconds: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+
+    def _timed(self, method: Callable[..., sqlite3.Cursor], sql: str, parameters: Any,
+               prefix: str) -> sqlite3.Cursor:
+        start = time.perf_counter()
+        cursor = method(sql, parameters)
+        elapsed = time.perf_counter() - start
+        label = self._labels.get(sql)
+        if label is None:
+            label = self._labels[sql] = prefix + statement_label(sql)
+        self.seconds[label] += elapsed
+        self.calls[label] += 1
+        return cursor
+
+    def execute(self, sql: str, parameters: Any = ()) -> sqlite3.Cursor:
+        return self._timed(self._db.execute, sql, parameters, "")
+
+    def executemany(self, sql: str, parameters: Any) -> sqlite3.Cursor:
+        return self._timed(self._db.executemany, sql, parameters, "executemany: ")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def run_record_in_batches(path: Path, results: Sequence[ProbeResult], *,
+                          store_class: type[Store] = Store, timed: bool = False
+                          ) -> tuple[float, TimedConnection | None]:
+    """``record`` of ``store_class`` on 500-row batches, in this thread, no channel."""
+    store = open_store(path, store_class=store_class)
+    batches = [results[i:i + BATCH_ROWS] for i in range(0, len(results), BATCH_ROWS)]
+    proxy = None
+    if timed:
+        proxy = TimedConnection(store._db)
+        real_db, store._db = store._db, proxy  # type: ignore[assignment]
+    try:
+        start = time.perf_counter()
+        for batch in batches:
+            store.record(batch)
+        return time.perf_counter() - start, proxy
+    finally:
+        if proxy is not None:
+            store._db = real_db
+        store.close()
+
+
+def noop_record(self: Store, batch: Sequence[ProbeResult]) -> None:
+    return None
+
+
+async def draining_serve_writer(
+    self: Storage,
+    receive: trio.MemoryReceiveChannel[ProbeResult],
+    batch_rows: int,
+    batch_interval_s: float,
+) -> None:
+    """Prototype of ``Storage._serve_writer`` with the same flush rule (``batch_rows``
+    or ``batch_interval_s`` after the first observation, whichever first), taking
+    whatever is queued with ``receive_nowait`` and awaiting only when the queue
+    is empty: no scheduler pass per observation."""
+    async with receive:
+        while True:
+            try:
+                first = await receive.receive()
+            except trio.EndOfChannel:
+                return
+            batch = [first]
+            deadline = trio.current_time() + batch_interval_s
+            while len(batch) < batch_rows:
+                try:
+                    batch.append(receive.receive_nowait())
+                    continue
+                except trio.EndOfChannel:
+                    break
+                except trio.WouldBlock:
+                    pass
+                if trio.current_time() >= deadline:
+                    break
+                with trio.move_on_at(deadline):
+                    try:
+                        batch.append(await receive.receive())
+                    except trio.EndOfChannel:
+                        break
+            await self._commit(batch)
+
+
+#: Bound of each prototype id map (targets, certificates).
+PROTOTYPE_ID_CACHE_ENTRIES = 100_000
+
+
+class IdCachingStore(Store):
+    """Prototype: ``Store`` resolving target and certificate ids from memory.
+
+    Only ``_target_id`` and ``_certificate_id`` are replaced (the rest of
+    ``record`` is the real code): a known target or certificate costs a lookup
+    in a bounded LRU (``notary.cache.LRUCache``) instead of an ``INSERT OR
+    IGNORE`` and a ``SELECT``. Ids are never reused (rows are never deleted),
+    and only ids of committed rows enter the maps.
+    """
+
+    def __init__(self, path: Path, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self._target_ids = LRUCache(PROTOTYPE_ID_CACHE_ENTRIES, PROTOTYPE_ID_CACHE_ENTRIES)
+        self._certificate_ids = LRUCache(PROTOTYPE_ID_CACHE_ENTRIES, PROTOTYPE_ID_CACHE_ENTRIES)
+        self._pending: list[tuple[Any, object, int]] = []
+
+    def record(self, results: Sequence[ProbeResult]) -> None:
+        self._pending.clear()
+        super().record(results)  # raises on failure: nothing pending is kept
+        for ids, key, row_id in self._pending:
+            ids.put(key, row_id, 1)
+        self._pending.clear()
+
+    def _target_id(self, db: sqlite3.Connection, target: Target) -> int:  # type: ignore[override]
+        key = (target.host, target.port)
+        row_id = self._target_ids.get(key)
+        if row_id is None:
+            row_id = Store._target_id(db, target)
+            self._pending.append((self._target_ids, key, row_id))
+        return row_id
+
+    def _certificate_id(self, db: sqlite3.Connection, cert: Certificate  # type: ignore[override]
+                        ) -> int:
+        row_id = self._certificate_ids.get(cert.sha256)
+        if row_id is None:
+            row_id = Store._certificate_id(db, cert)
+            self._pending.append((self._certificate_ids, cert.sha256, row_id))
+        return row_id
+
+
+def database_dump(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of every table, in a fixed order."""
+    db = sqlite3.connect(path)
+    try:
+        dump = {}
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            width = len(db.execute(f"SELECT * FROM {table} LIMIT 0").description)
+            order = ", ".join(str(i) for i in range(1, width + 1))
+            dump[table] = db.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
+        return dump
+    finally:
+        db.close()
+
+
+# ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = common.argument_parser(__doc__.split("\n", 1)[0])
+    parser.add_argument("--no-diagnosis", action="store_true",
+                        help="measure the four modes of the goals only")
+    parser.add_argument("--tmp-dir", type=Path, default=common.ROOT / ".bench-tmp",
+                        help="parent of the temporary databases (default: <project>/.bench-tmp)")
+    args = parser.parse_args(argv)
+    repeat = common.repetitions(args, full=1)
+    n_batched = 5_000 if args.quick else 100_000
+    n_per_row_default = 100 if args.quick else 1_500
+    n_per_row_wal = 1_000 if args.quick else 20_000
+
+    common.header("Writer micro-benchmark",
+                  " ".join([".venv/bin/python bench/bench_writer.py", *argv]))
+    parent = args.tmp_dir
+    created_parent = not parent.exists()
+    parent.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(dir=parent, prefix="writer-"))
+    try:
+        print(f"databases in {directory} ({filesystem_of(directory)}); "
+              f"SQLite {sqlite3.sqlite_version}; StoreConfig defaults: {StoreConfig()}")
+        print()
+        run(directory, args, repeat, n_batched, n_per_row_default, n_per_row_wal)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+        if created_parent:
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+
+
+def run(directory: Path, args: Any, repeat: int, n_batched: int, n_per_row_default: int,
+        n_per_row_wal: int) -> None:
+    workload = observations(n_batched)
+    counter = iter(range(1_000_000))
+
+    def path(name: str) -> Path:
+        return fresh_path(directory, f"{name}-{next(counter)}")
+
+    batched_runs = [run_batched(path("batched"), workload) for _ in range(repeat)]
+    batched = min(batched_runs, key=lambda r: r.seconds)
+    per_row_default = common.best_seconds(
+        lambda: run_per_row(path("default"), observations(n_per_row_default), default_mode=True),
+        repeat)
+    per_row_wal = common.best_seconds(
+        lambda: run_per_row(path("wal"), observations(n_per_row_wal), default_mode=False), repeat)
+    raw = common.best_seconds(lambda: run_raw_executemany(path("raw"), workload), repeat)
+
+    rates = {
+        "batched": common.rate(n_batched, batched.seconds),
+        "default": common.rate(n_per_row_default, per_row_default),
+        "wal": common.rate(n_per_row_wal, per_row_wal),
+        "raw": common.rate(n_batched, raw),
+    }
+
+    def row(label: str, n: int, key: str) -> list[str]:
+        return [label, f"{n:,}", common.format_rate(rates[key]),
+                common.format_ratio(rates[key] / rates["default"]),
+                f"{rates[key] / rates['raw']:.1%}"]
+
+    print(f"## Observations committed per second (best of {repeat})")
+    print()
+    common.print_table(
+        ["mode", "observations", "rows/s", "vs per-row default", "vs raw executemany"],
+        [
+            row("a. batched writer (open_storage, StoreConfig defaults)", n_batched, "batched"),
+            row("b. one transaction per row, rollback journal, synchronous=FULL",
+                n_per_row_default, "default"),
+            row("c. one transaction per row, WAL, synchronous=NORMAL", n_per_row_wal, "wal"),
+            row(f"d. raw executemany, {BATCH_ROWS} rows per transaction, WAL (ceiling)",
+                n_batched, "raw"),
+        ],
+    )
+    stats = batched.statistics
+    print(f"Batched writer: {stats.batches} batches (mean {stats.committed / stats.batches:.0f} "
+          f"rows), {stats.producer_waits} producer waits, {stats.failed_batches} failed; "
+          f"{batched.record_seconds:.2f} s of its {batched.seconds:.2f} s inside Store.record "
+          f"(the writer thread).")
+    vs_default = rates["batched"] / rates["default"]
+    vs_raw = rates["batched"] / rates["raw"]
+    print(f"Goal: batched >= {GOAL_VS_PER_ROW_DEFAULT:.0f}x per-row default mode: "
+          f"{common.format_ratio(vs_default)}: "
+          f"{'met' if vs_default >= GOAL_VS_PER_ROW_DEFAULT else 'NOT met'}.")
+    print(f"Goal: batched >= {GOAL_VS_RAW:.0%} of raw executemany: {vs_raw:.1%}: "
+          f"{'met' if vs_raw >= GOAL_VS_RAW else 'NOT met'}.")
+    print()
+    if not args.no_diagnosis:
+        diagnose(path, workload, rates)
+
+
+def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
+             rates: dict[str, float]) -> None:
+    n = len(workload)
+    results: list[tuple[str, float]] = []
+
+    def pipeline(name: str) -> float:
+        return common.rate(n, run_batched(path(name), workload).seconds)
+
+    with patched(Store, "record", noop_record):
+        results.append(("1. open_storage pipeline, Store.record a no-op (channel + thread only)",
+                        pipeline("noop")))
+        with patched(Storage, "_serve_writer", draining_serve_writer):
+            results.append(("2. same, prototype writer loop draining with receive_nowait",
+                            pipeline("noop-drain")))
+    reference_path = path("record")
+    seconds, _ = run_record_in_batches(reference_path, workload)
+    results.append((f"3. Store.record alone, {BATCH_ROWS}-row batches, one thread, no channel",
+                    common.rate(n, seconds)))
+    prototype_path = path("ids")
+    seconds, _ = run_record_in_batches(prototype_path, workload, store_class=IdCachingStore)
+    results.append(("4. same, prototype Store with target and certificate ids from memory",
+                    common.rate(n, seconds)))
+    with (patched(storage_module, "Store", IdCachingStore),
+          patched(Storage, "_serve_writer", draining_serve_writer)):
+        results.append(("5. open_storage with both prototypes (2 + 4), end to end",
+                        pipeline("both")))
+    identical = database_dump(reference_path) == database_dump(prototype_path)
+    timed_seconds, proxy = run_record_in_batches(path("record-timed"), workload, timed=True)
+
+    print("## Diagnosis: where the batched writer's time goes")
+    print()
+    common.print_table(
+        ["variant", "rows/s", "vs raw executemany", "vs per-row default"],
+        [[label, common.format_rate(r), f"{r / rates['raw']:.1%}",
+          common.format_ratio(r / rates["default"])] for label, r in results],
+    )
+    print(f"The prototype Store leaves the same database as Store.record (every table "
+          f"compared row by row): {'yes' if identical else 'NO'}.")
+    print()
+    assert proxy is not None
+    in_sql = sum(proxy.seconds.values())
+    calls = sum(proxy.calls.values())
+    print(f"### Store.record on {BATCH_ROWS}-row batches: time per statement")
+    print()
+    print(f"{n:,} observations in one pass with a timing proxy around the store's "
+          f"connection, so the real Store.record runs: each execute or executemany call is "
+          f"timed. The pass took {timed_seconds * 1e6 / n:.1f} µs per observation, against "
+          f"{1e6 / results[2][1]:.1f} µs without the proxy (variant 3).")
+    print()
+    table = [[label, f"{proxy.calls[label]:,}", f"{seconds * 1e6 / n:.2f}",
+              f"{seconds / timed_seconds:.0%}"]
+             for label, seconds in proxy.seconds.most_common()]
+    outside = max(0.0, timed_seconds - in_sql)
+    table.append(["rest: Python of Store.record, fetches, the proxy's own calls", "",
+                  f"{outside * 1e6 / n:.2f}", f"{outside / timed_seconds:.0%}"])
+    table.append(["total", f"{calls:,}", f"{timed_seconds * 1e6 / n:.2f}", "100%"])
+    common.print_table(["statement", "calls", "µs per observation", "share"], table)
+
+
+if __name__ == "__main__":
+    main()
