@@ -154,39 +154,56 @@ def check_key_matches_certificate(key: rsa.RSAPrivateKey, cert: x509.Certificate
         raise UsageError("the key does not match the certificate")
 
 
-class ConvergenceSigner:
+def _verify_rsa(
+    public_key: object, data: object, signature_b64: object, algorithm: hashes.HashAlgorithm
+) -> bool:
+    """PKCS1-v1_5 verification that never raises: False for anything that is
+    not a key, bytes and a base64 signature of it."""
+    if not isinstance(public_key, rsa.RSAPublicKey) or not isinstance(data, bytes | bytearray):
+        return False
+    try:
+        signature = base64.b64decode(signature_b64, validate=True)  # type: ignore[arg-type]
+    except (binascii.Error, ValueError, TypeError):
+        return False
+    try:
+        public_key.verify(signature, bytes(data), padding.PKCS1v15(), algorithm)
+    except InvalidSignature:
+        return False
+    return True
+
+
+class _RsaSigner:
+    """PKCS1-v1_5 RSA signatures with one hash, base64; the key is parsed
+    once, and ``signatures_made`` counts (tests check "once per change")."""
+
+    __slots__ = ("_key", "signatures_made")
+    _algorithm: hashes.HashAlgorithm
+
+    def __init__(self, key: rsa.RSAPrivateKey) -> None:
+        self._key = key
+        self.signatures_made = 0
+
+    def sign(self, data: bytes) -> str:
+        signature = self._key.sign(data, padding.PKCS1v15(), self._algorithm)
+        self.signatures_made += 1
+        return base64.b64encode(signature).decode("ascii")
+
+
+class ConvergenceSigner(_RsaSigner):
     """Signs Convergence answers: RSASSA-PKCS1-v1_5 with SHA-1, base64.
 
     The key is parsed once, here; ``sign`` is called once per change of a
     target's list, never per request.
     """
 
-    __slots__ = ("_key", "signatures_made")
-
-    def __init__(self, key: rsa.RSAPrivateKey) -> None:
-        self._key = key
-        self.signatures_made = 0
-
-    def sign(self, payload: bytes) -> str:
-        signature = self._key.sign(payload, padding.PKCS1v15(), hashes.SHA1())
-        self.signatures_made += 1
-        return base64.b64encode(signature).decode("ascii")
+    __slots__ = ()
+    _algorithm = hashes.SHA1()
 
 
 def verify_convergence_signature(public_key: object, payload: bytes, signature_b64: str) -> bool:
     """True when ``signature_b64`` is a valid PKCS1-v1_5/SHA-1 RSA signature of
     ``payload`` by ``public_key``; False on any mismatch or malformed input."""
-    if not isinstance(public_key, rsa.RSAPublicKey):
-        return False
-    try:
-        signature = base64.b64decode(signature_b64, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    try:
-        public_key.verify(signature, payload, padding.PKCS1v15(), hashes.SHA1())
-    except InvalidSignature:
-        return False
-    return True
+    return _verify_rsa(public_key, payload, signature_b64, hashes.SHA1())
 
 
 # -- Perspectives (PROTOCOLS.md 2.3) ---------------------------------------------
@@ -220,40 +237,22 @@ def public_key_pem(key: rsa.RSAPrivateKey | rsa.RSAPublicKey) -> str:
     ).decode("ascii")
 
 
-class PerspectivesSigner:
+class PerspectivesSigner(_RsaSigner):
     """Signs Perspectives blobs: RSASSA-PKCS1-v1_5 with MD5, base64.
 
     The key is parsed once, here; ``sign`` is called once per change of a
     service's key histories, never per request.
     """
 
-    __slots__ = ("_key", "signatures_made")
-
-    def __init__(self, key: rsa.RSAPrivateKey) -> None:
-        self._key = key
-        self.signatures_made = 0
-
-    def sign(self, blob: bytes) -> str:
-        signature = self._key.sign(blob, padding.PKCS1v15(), hashes.MD5())
-        self.signatures_made += 1
-        return base64.b64encode(signature).decode("ascii")
+    __slots__ = ()
+    _algorithm = hashes.MD5()
 
 
 def verify_perspectives_signature(public_key: object, blob: bytes, signature_b64: str) -> bool:
     """True when ``signature_b64`` is a valid PKCS1-v1_5/MD5 RSA signature of
     ``blob`` by ``public_key``; False on any mismatch or malformed input
     (not a key, not base64, not text, wrong length)."""
-    if not isinstance(public_key, rsa.RSAPublicKey) or not isinstance(blob, bytes | bytearray):
-        return False
-    try:
-        signature = base64.b64decode(signature_b64, validate=True)
-    except (binascii.Error, ValueError, TypeError):
-        return False
-    try:
-        public_key.verify(signature, bytes(blob), padding.PKCS1v15(), hashes.MD5())
-    except InvalidSignature:
-        return False
-    return True
+    return _verify_rsa(public_key, blob, signature_b64, hashes.MD5())
 
 
 def unverified_client_context() -> ssl.SSLContext:

@@ -12,7 +12,6 @@ certificate, busy port) raise ``UsageError``/``StoreError`` before
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import signal
@@ -42,7 +41,7 @@ from notary.server.known_targets import KnownTargets
 from notary.server.query import QueryService
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.storage import Storage, open_storage
-from notary.server.websocket import WATCH_PATH, WebSocketLimits, WebSocketService
+from notary.server.websocket import WATCH_PATH, WebSocketService
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +352,7 @@ async def serve_notary(
                 if v2_signer is not None:
                     websocket = WebSocketService(
                         answer_query=service.answer_v2_bytes,
-                        limits=WebSocketLimits(**dataclasses.asdict(config.websocket)),
+                        limits=config.websocket,
                         max_batch=config.v2.max_batch,
                     )
                     service.watch_hub = websocket.hub

@@ -228,17 +228,9 @@ class QueryService:
     async def answer(self, target: Target, fingerprint: bytes | None) -> Answer:
         """The answer to ``GET`` (``fingerprint`` None) or ``POST`` for
         ``target``."""
-        key = target.key
-        if self.scheduler is not None:
-            self.scheduler.note_query(target, key)
-        record = self._cache.get(key)
-        if record is not None:
-            status = convergence.answer_status(
-                record.timeline, fingerprint, int(self._clock()), self._fresh_for_s,
-                self._reprobe_after_s,
-            )
-            if status is not None:
-                return Answer(status, record.convergence_body)
+        record, status = self._answer_at_once(target, fingerprint)
+        if record is not None and status is not None:
+            return Answer(status, record.convergence_body)
         return await self._answer_slowly(target, fingerprint, record)
 
     async def respond(
@@ -247,18 +239,27 @@ class QueryService:
         """``answer``, for the HTTP API: a cache hit answered at once returns
         the complete HTTP response (``keep_alive`` or ``Connection: close``)
         made with the record (invariant 5); anything else the ``Answer``."""
+        record, status = self._answer_at_once(target, fingerprint)
+        if record is not None and status is not None:
+            return record.http_responses[response_index(status, keep_alive)]
+        return await self._answer_slowly(target, fingerprint, record)
+
+    def _answer_at_once(
+        self, target: Target, fingerprint: bytes | None
+    ) -> tuple[TargetRecord | None, int | None]:
+        """Count the query; the cached record and, when it can answer without
+        a probe, the status (200 or 409): one lookup, one clock read."""
         key = target.key
         if self.scheduler is not None:
             self.scheduler.note_query(target, key)
         record = self._cache.get(key)
-        if record is not None:
-            status = convergence.answer_status(
-                record.timeline, fingerprint, int(self._clock()), self._fresh_for_s,
-                self._reprobe_after_s,
-            )
-            if status is not None:
-                return record.http_responses[(2 if status == 409 else 0) + keep_alive]
-        return await self._answer_slowly(target, fingerprint, record)
+        if record is None:
+            return None, None
+        status = convergence.answer_status(
+            record.timeline, fingerprint, int(self._clock()), self._fresh_for_s,
+            self._reprobe_after_s,
+        )
+        return record, status
 
     async def _answer_slowly(
         self, target: Target, fingerprint: bytes | None, record: TargetRecord | None

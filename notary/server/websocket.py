@@ -46,11 +46,11 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import trio
 import trio_websocket
 
+from notary.config import WebSocketConfig
 from notary.errors import PeerError
 from notary.protocol import v2
 from notary.protocol.http import Request
@@ -65,15 +65,8 @@ WATCH_PATH = b"/v2/ws"
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY = 1000, 1001, 1008
 
 
-@dataclass(frozen=True, slots=True)
-class WebSocketLimits:
-    max_message_bytes: int = 64 * 1024
-    max_watches: int = 100
-    max_connections_per_address: int = 16
-    send_queue_messages: int = 64
-    ping_interval_s: float = 30.0
-    ping_timeout_s: float = 10.0
-    idle_timeout_s: float = 300.0
+#: The limits of rule 1 and 2 are the ``[websocket]`` config section.
+WebSocketLimits = WebSocketConfig
 
 
 class WatchHub:
