@@ -29,7 +29,9 @@ from notary.observations import (
     Certificate,
     Observation,
     ProbeResult,
+    Run,
     Timeline,
+    add_sighting,
 )
 from notary.protocol.targets import Target
 
@@ -99,6 +101,15 @@ _LOAD_RUNS = """
 
 #: Entries of each id memo before it is cleared.
 ID_MEMO_ENTRIES = 100_000
+
+
+#: Pairs per ``IN (VALUES ...)`` read (SQLite allows 32766 parameters).
+PAIRS_PER_READ = 500
+
+
+def _chunks(pairs: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
+    for index in range(0, len(pairs), PAIRS_PER_READ):
+        yield pairs[index:index + PAIRS_PER_READ]
 
 
 def _remember(memo: dict, learnt: dict) -> None:
@@ -251,54 +262,96 @@ class Store:
         learnt_targets: dict[tuple[str, int], int] = {}
         learnt_certificates: dict[bytes, int] = {}
         with self._transaction() as db:
+            # Set-based: the batch's sightings grouped by (target, certificate)
+            # in recording order, then one read and one write per table.
+            sightings: dict[tuple[int, int], list[ProbeResult]] = {}
             for result in results:
-                target_id = self._target_id(db, result.target, learnt_targets)
-                certificate_id = self._certificate_id(db, result.leaf, learnt_certificates)
-                self._add_sighting(db, target_id, certificate_id, result.observed_at)
-                row = db.execute(
-                    "SELECT addresses FROM observations WHERE target_id = ? AND certificate_id = ?",
-                    (target_id, certificate_id),
-                ).fetchone()
-                if row is None:
-                    db.execute(
-                        "INSERT INTO observations VALUES (?, ?, ?, ?, ?)",
-                        (target_id, certificate_id, result.observed_at, result.observed_at,
-                         result.address),
-                    )
-                    continue
-                addresses = [result.address] + [
-                    a for a in row[0].split(",") if a and a != result.address
-                ]
-                db.execute(
-                    """UPDATE observations
-                       SET first_seen = min(first_seen, ?), last_seen = max(last_seen, ?),
-                           addresses = ?
-                       WHERE target_id = ? AND certificate_id = ?""",
-                    (result.observed_at, result.observed_at, ",".join(addresses[:MAX_ADDRESSES]),
-                     target_id, certificate_id),
+                pair = (
+                    self._target_id(db, result.target, learnt_targets),
+                    self._certificate_id(db, result.leaf, learnt_certificates),
                 )
+                sightings.setdefault(pair, []).append(result)
+            self._write_observations(db, sightings)
+            self._write_runs(db, sightings)
         _remember(self._target_ids, learnt_targets)
         _remember(self._certificate_ids, learnt_certificates)
 
-    def _add_sighting(
-        self, db: sqlite3.Connection, target_id: int, certificate_id: int, observed_at: int
+    @staticmethod
+    def _write_observations(
+        db: sqlite3.Connection, sightings: dict[tuple[int, int], list[ProbeResult]]
     ) -> None:
-        window = self.merge_window_s
-        pair = (target_id, certificate_id)
-        touching = db.execute(
-            """SELECT start, end FROM runs WHERE target_id = ? AND certificate_id = ?
-               AND end >= ? AND start <= ?""",
-            (*pair, observed_at - window, observed_at + window),
-        ).fetchall()
-        start = min([observed_at, *(run[0] for run in touching)])
-        end = max([observed_at, *(run[1] for run in touching)])
-        if touching == [(start, end)]:
-            return  # inside a run: nothing changes
+        existing: dict[tuple[int, int], tuple[int, int, str]] = {}
+        for chunk in _chunks(list(sightings)):
+            # A join with the batch, not ``IN (VALUES ...)``: SQLite plans the
+            # latter as a scan of the whole table.
+            rows = db.execute(
+                "WITH batch (t, c) AS (VALUES " + ",".join(["(?, ?)"] * len(chunk)) + ")"
+                " SELECT o.target_id, o.certificate_id, o.first_seen, o.last_seen, o.addresses"
+                " FROM batch b JOIN observations o"
+                " ON o.target_id = b.t AND o.certificate_id = b.c",
+                [value for pair in chunk for value in pair],
+            ).fetchall()
+            existing.update({(t, c): (first, last, text) for t, c, first, last, text in rows})
+        written = []
+        for pair, results in sightings.items():
+            first = last = None
+            addresses: list[str] = []
+            if pair in existing:
+                first, last, text = existing[pair]
+                addresses = [a for a in text.split(",") if a]
+            for result in results:
+                seen = result.observed_at
+                first = seen if first is None else min(first, seen)
+                last = seen if last is None else max(last, seen)
+                addresses = [result.address, *(a for a in addresses if a != result.address)]
+                addresses = addresses[:MAX_ADDRESSES]
+            written.append((*pair, first, last, ",".join(addresses)))
         db.executemany(
-            "DELETE FROM runs WHERE target_id = ? AND certificate_id = ? AND start = ?",
-            [(*pair, run[0]) for run in touching],
+            """INSERT INTO observations VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (target_id, certificate_id) DO UPDATE SET
+                   first_seen = excluded.first_seen, last_seen = excluded.last_seen,
+                   addresses = excluded.addresses""",
+            written,
         )
-        db.execute("INSERT INTO runs VALUES (?, ?, ?, ?)", (*pair, start, end))
+
+    def _write_runs(
+        self, db: sqlite3.Connection, sightings: dict[tuple[int, int], list[ProbeResult]]
+    ) -> None:
+        """Each pair's sightings join its runs (:func:`add_sighting`). Only
+        runs within the merge window of the batch's sightings are read: no
+        other run can change (stored runs are more than the window apart)."""
+        window = self.merge_window_s
+        bounds = {
+            pair: (
+                min(r.observed_at for r in results) - window,
+                max(r.observed_at for r in results) + window,
+            )
+            for pair, results in sightings.items()
+        }
+        touching: dict[tuple[int, int], list[Run]] = {pair: [] for pair in sightings}
+        for chunk in _chunks(list(sightings)):
+            rows = db.execute(
+                "WITH batch (t, c, low, high) AS (VALUES "
+                + ",".join(["(?, ?, ?, ?)"] * len(chunk))
+                + ") SELECT r.target_id, r.certificate_id, r.start, r.end FROM runs r"
+                " JOIN batch b ON r.target_id = b.t AND r.certificate_id = b.c"
+                " AND r.end >= b.low AND r.start <= b.high",
+                [value for pair in chunk for value in (*pair, *bounds[pair])],
+            ).fetchall()
+            for t, c, start, end in rows:
+                touching[(t, c)].append((start, end))
+        deleted, inserted = [], []
+        for pair, results in sightings.items():
+            before = tuple(sorted(touching[pair]))
+            after = before
+            for result in results:
+                after = add_sighting(after, result.observed_at, window)
+            deleted += [(*pair, start) for start, _ in set(before) - set(after)]
+            inserted += [(*pair, *run) for run in set(after) - set(before)]
+        db.executemany(
+            "DELETE FROM runs WHERE target_id = ? AND certificate_id = ? AND start = ?", deleted
+        )
+        db.executemany("INSERT INTO runs VALUES (?, ?, ?, ?)", inserted)
 
     def _target_id(
         self, db: sqlite3.Connection, target: Target, learnt: dict[tuple[str, int], int]
