@@ -238,3 +238,13 @@ async def test_watch_sees_exactly_one_signed_event_per_new_certificate(tmp_path:
     # The statement lists every certificate seen; the new one is among them
     # (times are whole seconds, so both may carry the same last_seen).
     assert hashlib.sha256(new_der).digest() in {o.sha256 for o in event.observations}
+
+
+async def test_405_names_the_allowed_methods(tmp_path: Path) -> None:
+    async with open_v2_notary(tmp_path, {}) as notary:
+        key = await send_raw(notary.port, b"DELETE /v2/key HTTP/1.0\r\n\r\n")
+        query = await send_raw(notary.port, b"GET /v2/query HTTP/1.0\r\n\r\n")
+        legacy = await send_raw(notary.port, b"PUT /target/a.example.test+443 HTTP/1.0\r\n\r\n")
+    assert (key.status, key.headers[b"allow"]) == (405, b"GET")
+    assert (query.status, query.headers[b"allow"]) == (405, b"POST")
+    assert (legacy.status, legacy.headers[b"allow"]) == (405, b"GET, POST")

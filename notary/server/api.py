@@ -23,7 +23,11 @@ MAX_TARGET_BYTES = 1024
 #: Most entries of the memo from a raw ``host+port`` path segment to its
 #: normalised target; the memo is emptied when it is full.
 TARGET_MEMO_ENTRIES = 4096
-_ALLOW = ((b"Allow", b"GET, POST"),)
+def _allowed_methods(path: bytes) -> bytes:
+    """The ``Allow`` header of a 405 for ``path``."""
+    if path.startswith(TARGET_PREFIX):
+        return b"GET, POST"
+    return b"POST" if path == V2_QUERY_PATH else b"GET"
 
 
 class ApiHandler:
@@ -71,7 +75,7 @@ class ApiHandler:
             status, body = exc.status, exc.message.encode("utf-8") + b"\n"
             content_type, extra = b"text/plain; charset=utf-8", ()
             if status == 405:
-                extra = _ALLOW
+                extra = ((b"Allow", _allowed_methods(request.target.partition(b"?")[0])),)
         if status >= 500:
             keep_alive = keep_alive and status == 503
         return (
