@@ -1,0 +1,413 @@
+"""The v2 API: cache-hit targets answered per second through ``POST
+/v2/query`` (batches of 1, 10 and 100 targets, HTTPS keep-alive, wrk) and
+query messages per second over one WebSocket (``wss://…/v2/ws``, a window of
+outstanding queries), against legacy ``POST /target/<host>+<port>`` (one
+target per request, fingerprint form, HTTPS keep-alive, wrk) in the same run.
+
+Set-up (loopback only): a fresh notary made by ``notary dev-init`` in a
+temporary directory, its config edited as ``bench_http.py`` does (plain_api
+added, relay off, log_level warning) plus extra HTTPS API listeners, so that
+the notary has ``--targets`` distinct TLS targets to be asked about: its own
+API ports ``127.0.0.1:P1 … Pk``, all serving the same certificate. Each is
+primed once (one probe), after which every answer is a cache hit: the legacy
+query asks about ``127.0.0.1+P1`` with its SHA-1 pin (answered 200), a v2
+batch of N names the k targets in turn with their SHA-256 (verdict
+``match``). The notary runs in its own process pinned to one core; wrk and
+the WebSocket client (trio-websocket, a subprocess) run on the other.
+
+Checks: wrk must see no socket error and no non-2xx answer; every WebSocket
+answer must carry its request id; one ``/v2/query`` answer and one WebSocket
+answer are verified with ``notary.protocol.v2.verify_answer`` (keys from
+``GET /v2/key``, nonce, targets in order, matches backed by statements).
+
+Each measurement runs ``--rounds`` times (interleaved), the best is kept.
+Ratios are targets per second against the legacy figure of the same run.
+
+    .venv/bin/python bench/bench_v2.py            # about 3 minutes
+    .venv/bin/python bench/bench_v2.py --quick    # 2 s per run, one round: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_http as common
+from bench_http import LOOPBACK, ROOT, BenchError, Processes
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from notary.protocol import v2
+
+BATCHES = (1, 10, 100)
+NONCE = "bench-v2"
+JSON_TYPE = "application/json"
+
+#: The WebSocket client, run as ``python -c CLIENT URL BATCH_FILE WINDOW SECONDS OUT``:
+#: one connection, ``WINDOW`` queries outstanding, the same targets in each;
+#: prints a JSON line with the counts, writes the first answer to OUT.
+WS_CLIENT = r"""
+import json, ssl, sys, time
+import trio, trio_websocket
+
+url, batch_file, window, seconds, out = sys.argv[1:6]
+window, seconds = int(window), float(seconds)
+targets = json.loads(open(batch_file).read())
+
+def message(n):
+    return json.dumps({"type": "query", "id": n, "targets": targets, "nonce": "bench-v2"})
+
+async def main():
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    async with trio_websocket.open_websocket_url(
+        url, context, max_message_size=16 << 20, receive_buffer_size=65536
+    ) as ws:
+        await ws.send_message(message(0))
+        first = await ws.get_message()
+        open(out, "w").write(first)
+        sent = received = 0
+        template = [message(n) for n in range(1, window + 1)]
+        for text in template:
+            await ws.send_message(text)
+            sent += 1
+        cpu0, t0 = time.process_time(), time.monotonic()
+        end = t0 + seconds
+        while True:
+            text = await ws.get_message()
+            received += 1
+            tail = ',"id":%d,"type":"answer"}' % received
+            if not text.endswith(tail):
+                print(json.dumps({"error": "unexpected message: " + text[:300]}))
+                return
+            now = time.monotonic()
+            if now < end:
+                sent += 1
+                await ws.send_message(message(sent))
+            elif received == sent:
+                break
+        elapsed = time.monotonic() - t0
+        print(json.dumps({"messages": received, "seconds": elapsed,
+                          "client_cpu_s": time.process_time() - cpu0}))
+
+trio.run(main)
+"""
+
+
+@dataclass(frozen=True)
+class Result:
+    requests_per_s: float
+    batch: int
+    server_cpu_us_per_request: float
+    server_core_use: float
+    client_core_use: float | None = None
+    latency: str = ""
+
+    @property
+    def targets_per_s(self) -> float:
+        return self.requests_per_s * self.batch
+
+
+# -- set-up ----------------------------------------------------------------------
+
+
+def add_api_ports(config: Path, extra: Sequence[int]) -> None:
+    """Append ``extra`` HTTPS API listeners to ``[server] api``."""
+    lines = config.read_text().splitlines()
+    for index, line in enumerate(lines):
+        if line.strip().startswith("api = ["):
+            more = ", ".join(f'"{LOOPBACK}:{port}"' for port in extra)
+            lines[index] = line.rstrip().removesuffix("]") + f", {more}]"
+            break
+    else:
+        raise BenchError("no [server] api line in the dev-init config")
+    config.write_text("\n".join(lines) + "\n")
+
+
+def https(port: int, method: str, path: str, body: str = "", content_type: str = JSON_TYPE,
+          timeout_s: float = 30.0) -> tuple[int, bytes]:
+    head = f"{method} {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
+    if method == "POST":
+        head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+    response = common.exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
+                               timeout_s=timeout_s)[0]
+    return common.status_of(response), response.split(b"\r\n\r\n", 1)[1]
+
+
+def batch_targets(ports: Sequence[int], sha256: str, size: int) -> list[dict[str, object]]:
+    return [{"host": LOOPBACK, "port": ports[i % len(ports)], "sha256": sha256}
+            for i in range(size)]
+
+
+def query_body(targets: list[dict[str, object]]) -> str:
+    return json.dumps({"targets": targets, "nonce": NONCE}, separators=(",", ":"))
+
+
+def verify(answer: bytes, body: str, keys: dict[str, object], label: str) -> str:
+    """Check ``answer`` (to the request ``body``) with ``verify_answer``; a summary."""
+    queries = v2.parse_query_request(body.encode(), max_batch=10_000, max_body_bytes=1 << 24)
+    parsed = v2.parse_answer_document(answer)
+    results = v2.verify_answer(parsed, keys, nonce=NONCE, now=int(time.time()),  # type: ignore[arg-type]
+                               queries=queries.targets, max_answer_age_s=300)
+    verdicts = {r.verdict for r in results}
+    if verdicts != {v2.VERDICT_MATCH}:
+        raise BenchError(f"{label}: verdicts {verdicts}, expected only match")
+    return f"{label}: {len(results)} results verified (envelope, statements, nonce, order, match)"
+
+
+# -- measurements ----------------------------------------------------------------
+
+
+def wrk_post_script(directory: Path, name: str, body: str, content_type: str) -> Path:
+    path = directory / f"{name}.lua"
+    if "]]" in body:
+        raise BenchError("body cannot be a Lua long string")
+    path.write_text(
+        f"wrk.method = \"POST\"\nwrk.body = [[{body}]]\n"
+        f"wrk.headers[\"Content-Type\"] = \"{content_type}\"\n"
+    )
+    return path
+
+
+def measure_wrk(wrk: str, processes: Processes, url: str, script: Path,
+                args: argparse.Namespace, client_cpu: int, notary_pid: int,
+                batch: int) -> Result:
+    result = common.run_wrk(wrk, processes, url, script, args, client_cpu, args.duration,
+                            server_pid=notary_pid)
+    return Result(result.requests_per_s, batch, result.cpu_us_per_request or 0.0,
+                  result.server_core_use or 0.0, latency=f"{result.latency_avg} / "
+                  f"{result.latency_p99}")
+
+
+def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
+               args: argparse.Namespace, client_cpu: int, notary_pid: int) -> tuple[Result, str]:
+    batch_file = directory / f"ws-batch-{len(targets)}.json"
+    batch_file.write_text(json.dumps(targets))
+    first = directory / f"ws-first-{len(targets)}.json"
+    argv = [sys.executable, "-c", WS_CLIENT, url, str(batch_file), str(args.window),
+            str(args.duration), str(first)]
+    cpu_before = common.cpu_seconds(notary_pid)
+    started = time.monotonic()
+    process = processes.start("ws client", argv, cpu=client_cpu)
+    try:
+        out, err = process.communicate(timeout=args.duration + 60)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"the WebSocket client did not finish ({url})") from None
+    finally:
+        processes.stop(process)
+    elapsed = time.monotonic() - started
+    server_cpu_s = common.cpu_seconds(notary_pid) - cpu_before
+    text = out.decode(errors="replace").strip()
+    if process.returncode != 0 or not text:
+        raise BenchError(f"WebSocket client exited {process.returncode}:\n{text}\n"
+                         f"{err.decode(errors='replace')[-3000:]}")
+    report = json.loads(text.splitlines()[-1])
+    if "error" in report:
+        raise BenchError(f"WebSocket client: {report['error']}")
+    messages = report["messages"]
+    # Server CPU over the whole client run (connect and first query included:
+    # a few ms against seconds).
+    return Result(
+        messages / report["seconds"], len(targets), server_cpu_s / messages * 1e6,
+        server_cpu_s / elapsed, client_core_use=report["client_cpu_s"] / report["seconds"],
+    ), first.read_text()
+
+
+# -- main ------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="2 s per run, one round: a smoke run, not a measurement")
+    parser.add_argument("--duration", type=int, default=None, help="seconds per run (default 10)")
+    parser.add_argument("--rounds", type=int, default=None, help="runs of each row (default 2)")
+    parser.add_argument("--connections", type=int, default=64, help="wrk -c (default 64)")
+    parser.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
+    parser.add_argument("--window", type=int, default=16,
+                        help="WebSocket queries outstanding (default 16; the send queue is 64)")
+    parser.add_argument("--targets", type=int, default=4,
+                        help="distinct cache-hit targets (the notary's API ports, default 4)")
+    parser.add_argument("--server-cpu", type=int, help="core for the notary (default: first)")
+    parser.add_argument("--client-cpu", type=int, help="core for the clients (default: second)")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                        help="first wait up to SECONDS for both cores to be idle (shared machines)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args(argv)
+    if args.duration is None:
+        args.duration = 2 if args.quick else 10
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 2
+    if args.targets < 2:
+        parser.error("--targets must be at least 2 (the dev config has two API ports)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, common._raise_on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    processes = Processes()
+    directory = Path(tempfile.mkdtemp(prefix="notary-bench-v2-"))
+    try:
+        return run(args, processes, directory)
+    except BenchError as exc:
+        print(f"bench_v2: FAILED: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench_v2: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        processes.stop_all()
+        if args.keep:
+            print(f"kept {directory}", file=sys.stderr)
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
+    wrk = common.ensure_wrk()
+    server_cpu, client_cpu = common.choose_cpus(args)
+    ports = common.free_ports(args.targets + 6)
+    api_ports, plain_port, spare = ports[:args.targets], ports[args.targets], ports[args.targets + 1:]
+    print("# v2 API: cache-hit targets per second, /v2/query and WebSocket vs legacy POST /target")
+    print(f"machine: {common.machine_line(wrk)}")
+    print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {common.notary_version()}")
+    print(f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s; WebSocket: one "
+          f"connection, window {args.window}; clients pinned to CPU {client_cpu}, notary to CPU "
+          f"{server_cpu}; {args.rounds} run(s) per row, best kept; {args.targets} distinct "
+          "targets in the batches")
+    if args.wait_quiet:
+        common.wait_quiet([server_cpu, client_cpu], args.wait_quiet)
+    print(common.describe_busy([server_cpu, client_cpu], "before the runs"), flush=True)
+
+    setup = common.make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
+    add_api_ports(setup.config, api_ports[2:])
+    log = directory / "notary.log"
+    notary = processes.start("notary", common.notary_argv(setup), cpu=server_cpu, log=log,
+                             cwd=setup.directory)
+    common.wait_listening(notary, [plain_port, *api_ports], "notary", log)
+
+    # Legacy: prime 127.0.0.1+P1 (its SHA-1 pin), answered 200 from the cache.
+    sha1_pin = common.served_sha1_pin(api_ports[0])
+    legacy_body = f"fingerprint={sha1_pin}"
+    legacy_answer = common.prime_notary(setup, legacy_body)
+    with common.connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
+        der = sock.getpeercert(binary_form=True)
+    sha256 = hashlib.sha256(der).hexdigest()
+
+    # v2: prime every target once, then check the answers are all cache-hit matches.
+    all_targets = batch_targets(api_ports, sha256, len(api_ports))
+    status, body = https(api_ports[0], "POST", "/v2/query", query_body(all_targets))
+    if status != 200:
+        raise BenchError(f"priming /v2/query answered {status}: {body[:300]!r}")
+    status, key_document = https(api_ports[0], "GET", "/v2/key")
+    if status != 200:
+        raise BenchError(f"GET /v2/key answered {status}")
+    keys = {k.key_id: k.public_key() for k in v2.parse_key_document(key_document)}
+    bodies = {n: query_body(batch_targets(api_ports, sha256, n)) for n in BATCHES}
+    checks = []
+    for n in BATCHES:
+        status, answer = https(api_ports[0], "POST", "/v2/query", bodies[n])
+        if status != 200:
+            raise BenchError(f"/v2/query batch {n} answered {status}: {answer[:300]!r}")
+        checks.append((n, len(bodies[n]), len(answer)))
+        if n == max(BATCHES):
+            print(verify(answer, bodies[n], keys, f"/v2/query batch {n}"))
+    print(f"legacy: POST {setup.path}, body {legacy_body}: {len(legacy_answer)} bytes answered")
+    for n, request_bytes, answer_bytes in checks:
+        print(f"v2 batch {n}: request body {request_bytes:,} bytes, answer {answer_bytes:,} bytes")
+    print(flush=True)
+
+    legacy_script = common.wrk_script(directory, legacy_body)
+    v2_scripts = {n: wrk_post_script(directory, f"v2-{n}", bodies[n], JSON_TYPE)
+                  for n in BATCHES}
+    base = f"https://{LOOPBACK}:{api_ports[0]}"
+    ws_url = f"wss://{LOOPBACK}:{api_ports[0]}/v2/ws"
+    rows: list[tuple[str, str, object]] = [("legacy", "legacy POST /target (1 target/request)",
+                                            None)]
+    rows += [(f"v2-{n}", f"POST /v2/query, batch {n}", n) for n in BATCHES]
+    rows += [(f"ws-{n}", f"WebSocket query, batch {n}", n) for n in BATCHES]
+    runs: dict[str, list[Result]] = {key: [] for key, _, _ in rows}
+    verified_ws = False
+    for round_number in range(args.rounds):
+        for key, label, n in rows:
+            if key == "legacy":
+                result = measure_wrk(wrk, processes, base + setup.path, legacy_script, args,
+                                     client_cpu, notary.pid, 1)
+            elif key.startswith("v2-"):
+                result = measure_wrk(wrk, processes, base + "/v2/query", v2_scripts[n], args,
+                                     client_cpu, notary.pid, n)
+            else:
+                targets = batch_targets(api_ports, sha256, n)
+                result, first = measure_ws(processes, directory, ws_url, targets, args,
+                                           client_cpu, notary.pid)
+                if not verified_ws and n == max(BATCHES):
+                    message = json.loads(first)
+                    if message.get("type") != "answer" or message.get("id") != 0:
+                        raise BenchError(f"first WebSocket message: {first[:300]}")
+                    answer = json.dumps(message["answer"]).encode()
+                    print("  " + verify(answer, query_body(targets), keys,
+                                        f"WebSocket batch {n}"))
+                    verified_ws = True
+            runs[key].append(result)
+            extra = (f", client {result.client_core_use:.0%} of its core"
+                     if result.client_core_use is not None else "")
+            print(f"  round {round_number + 1} {label}: {result.requests_per_s:,.0f} req/s, "
+                  f"{result.targets_per_s:,.0f} targets/s, server "
+                  f"{result.server_cpu_us_per_request:.0f} us CPU/req, "
+                  f"{result.server_core_use:.0%} of its core{extra}", flush=True)
+            if notary.poll() is not None:
+                raise BenchError(f"the notary exited ({notary.returncode}):\n{common.tail(log)}")
+    print()
+    report(rows, runs)
+    print(common.describe_busy([server_cpu, client_cpu], "after the runs (notary idle)"))
+    problems = common.tail(log)
+    if problems.strip():
+        print(f"notary log (warnings and errors):\n{problems}\n")
+    return 0
+
+
+def report(rows: Sequence[tuple[str, str, object]], runs: dict[str, list[Result]]) -> None:
+    best = {key: max(results, key=lambda r: r.targets_per_s) for key, results in runs.items()}
+    legacy = best["legacy"]
+    table = []
+    for key, label, _ in rows:
+        top = best[key]
+        per_target = top.server_cpu_us_per_request / top.batch
+        table.append([
+            label,
+            " / ".join(f"{r.requests_per_s:,.0f}" for r in runs[key]),
+            f"{top.requests_per_s:,.0f}",
+            f"{top.targets_per_s:,.0f}",
+            f"{top.targets_per_s / legacy.targets_per_s:.2f}",
+            f"{top.server_cpu_us_per_request:,.0f}",
+            f"{per_target:,.1f}",
+            f"{top.server_core_use:.0%}",
+            f"{top.client_core_use:.0%}" if top.client_core_use is not None else "wrk",
+        ])
+    common.print_table(
+        ["transport", "req/s per run", "best req/s", "targets/s", "targets/s vs legacy",
+         "server CPU us/req", "server CPU us/target", "server core use",
+         "client core use"],
+        table,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
