@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -800,18 +800,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    return run_benchmark("bench_http", parse_args(argv), run)
+
+
+def run_benchmark(
+    name: str,
+    args: argparse.Namespace,
+    run: Callable[[argparse.Namespace, Processes, Path], int],
+) -> int:
+    """Run ``run`` with a temporary directory and a process group it fills,
+    both cleaned up on every exit path (SIGTERM and Ctrl-C included); a
+    ``BenchError`` is one line and exit 1."""
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in background
     processes = Processes()
-    directory = Path(tempfile.mkdtemp(prefix="notary-bench-http-"))
+    directory = Path(tempfile.mkdtemp(prefix=f"notary-{name.replace('_', '-')}-"))
     try:
         return run(args, processes, directory)
     except BenchError as exc:
-        print(f"bench_http: FAILED: {exc}", file=sys.stderr)
+        print(f"{name}: FAILED: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("bench_http: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
     finally:
         processes.stop_all()

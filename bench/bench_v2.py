@@ -33,11 +33,8 @@ import argparse
 import hashlib
 import json
 import shlex
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -258,25 +255,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, common._raise_on_sigterm)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    processes = Processes()
-    directory = Path(tempfile.mkdtemp(prefix="notary-bench-v2-"))
-    try:
-        return run(args, processes, directory)
-    except BenchError as exc:
-        print(f"bench_v2: FAILED: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("bench_v2: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        processes.stop_all()
-        if args.keep:
-            print(f"kept {directory}", file=sys.stderr)
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
+    return common.run_benchmark("bench_v2", parse_args(argv), run)
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
