@@ -30,11 +30,8 @@ Then a diagnosis of where the batched writer's time goes (``--no-diagnosis``
 skips it): the same pipeline with ``Store.record`` replaced by a no-op, and
 ``Store.record`` alone on 500-row batches, with its time split by SQL
 statement (a timing proxy wrapped around the store's connection, so the real
-``Store.record`` code runs); and two prototypes of fixes, patched in for the
-run only (``notary/`` is not modified): a writer loop that takes whatever is
-queued without a scheduler pass per observation, and a ``Store`` subclass
-that resolves target and certificate ids from memory (the rest of ``record``
-unchanged), checked to leave exactly the same database as ``Store``.
+``Store.record`` code runs). (The two fixes this diagnosis first prototyped,
+a draining writer loop and ids from memory, are now in ``notary/``.)
 
 Workload: N observations over N/4 targets, each target with its own
 certificate (1,200 random bytes standing in for the DER, with its real
@@ -63,12 +60,10 @@ from typing import Any
 import common
 import trio
 
-from notary.cache import LRUCache
 from notary.config import StoreConfig
 from notary.observations import Certificate, ProbeResult
 from notary.protocol.targets import Target
-from notary.server import storage as storage_module
-from notary.server.storage import Storage, StorageStatistics, open_storage
+from notary.server.storage import StorageStatistics, open_storage
 from notary.store import Store
 
 BATCH_ROWS = StoreConfig().batch_rows
@@ -327,103 +322,6 @@ def noop_record(self: Store, batch: Sequence[ProbeResult]) -> None:
     return None
 
 
-async def draining_serve_writer(
-    self: Storage,
-    receive: trio.MemoryReceiveChannel[ProbeResult],
-    batch_rows: int,
-    batch_interval_s: float,
-) -> None:
-    """Prototype of ``Storage._serve_writer`` with the same flush rule (``batch_rows``
-    or ``batch_interval_s`` after the first observation, whichever first), taking
-    whatever is queued with ``receive_nowait`` and awaiting only when the queue
-    is empty: no scheduler pass per observation."""
-    async with receive:
-        while True:
-            try:
-                first = await receive.receive()
-            except trio.EndOfChannel:
-                return
-            batch = [first]
-            deadline = trio.current_time() + batch_interval_s
-            while len(batch) < batch_rows:
-                try:
-                    batch.append(receive.receive_nowait())
-                    continue
-                except trio.EndOfChannel:
-                    break
-                except trio.WouldBlock:
-                    pass
-                if trio.current_time() >= deadline:
-                    break
-                with trio.move_on_at(deadline):
-                    try:
-                        batch.append(await receive.receive())
-                    except trio.EndOfChannel:
-                        break
-            await self._commit(batch)
-
-
-#: Bound of each prototype id map (targets, certificates).
-PROTOTYPE_ID_CACHE_ENTRIES = 100_000
-
-
-class IdCachingStore(Store):
-    """Prototype: ``Store`` resolving target and certificate ids from memory.
-
-    Only ``_target_id`` and ``_certificate_id`` are replaced (the rest of
-    ``record`` is the real code): a known target or certificate costs a lookup
-    in a bounded LRU (``notary.cache.LRUCache``) instead of an ``INSERT OR
-    IGNORE`` and a ``SELECT``. Ids are never reused (rows are never deleted),
-    and only ids of committed rows enter the maps.
-    """
-
-    def __init__(self, path: Path, **kwargs: Any) -> None:
-        super().__init__(path, **kwargs)
-        self._target_ids = LRUCache(PROTOTYPE_ID_CACHE_ENTRIES, PROTOTYPE_ID_CACHE_ENTRIES)
-        self._certificate_ids = LRUCache(PROTOTYPE_ID_CACHE_ENTRIES, PROTOTYPE_ID_CACHE_ENTRIES)
-        self._pending: list[tuple[Any, object, int]] = []
-
-    def record(self, results: Sequence[ProbeResult]) -> None:
-        self._pending.clear()
-        super().record(results)  # raises on failure: nothing pending is kept
-        for ids, key, row_id in self._pending:
-            ids.put(key, row_id, 1)
-        self._pending.clear()
-
-    def _target_id(self, db: sqlite3.Connection, target: Target) -> int:  # type: ignore[override]
-        key = (target.host, target.port)
-        row_id = self._target_ids.get(key)
-        if row_id is None:
-            row_id = Store._target_id(db, target)
-            self._pending.append((self._target_ids, key, row_id))
-        return row_id
-
-    def _certificate_id(self, db: sqlite3.Connection, cert: Certificate  # type: ignore[override]
-                        ) -> int:
-        row_id = self._certificate_ids.get(cert.sha256)
-        if row_id is None:
-            row_id = Store._certificate_id(db, cert)
-            self._pending.append((self._certificate_ids, cert.sha256, row_id))
-        return row_id
-
-
-def database_dump(path: Path) -> dict[str, list[tuple[object, ...]]]:
-    """Every row of every table, in a fixed order."""
-    db = sqlite3.connect(path)
-    try:
-        dump = {}
-        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
-            width = len(db.execute(f"SELECT * FROM {table} LIMIT 0").description)
-            order = ", ".join(str(i) for i in range(1, width + 1))
-            dump[table] = db.execute(f"SELECT * FROM {table} ORDER BY {order}").fetchall()
-        return dump
-    finally:
-        db.close()
-
-
-# ---------------------------------------------------------------------------
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = common.argument_parser(__doc__.split("\n", 1)[0])
@@ -525,22 +423,9 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
     with patched(Store, "record", noop_record):
         results.append(("1. open_storage pipeline, Store.record a no-op (channel + thread only)",
                         pipeline("noop")))
-        with patched(Storage, "_serve_writer", draining_serve_writer):
-            results.append(("2. same, prototype writer loop draining with receive_nowait",
-                            pipeline("noop-drain")))
-    reference_path = path("record")
-    seconds, _ = run_record_in_batches(reference_path, workload)
-    results.append((f"3. Store.record alone, {BATCH_ROWS}-row batches, one thread, no channel",
+    seconds, _ = run_record_in_batches(path("record"), workload)
+    results.append((f"2. Store.record alone, {BATCH_ROWS}-row batches, one thread, no channel",
                     common.rate(n, seconds)))
-    prototype_path = path("ids")
-    seconds, _ = run_record_in_batches(prototype_path, workload, store_class=IdCachingStore)
-    results.append(("4. same, prototype Store with target and certificate ids from memory",
-                    common.rate(n, seconds)))
-    with (patched(storage_module, "Store", IdCachingStore),
-          patched(Storage, "_serve_writer", draining_serve_writer)):
-        results.append(("5. open_storage with both prototypes (2 + 4), end to end",
-                        pipeline("both")))
-    identical = database_dump(reference_path) == database_dump(prototype_path)
     timed_seconds, proxy = run_record_in_batches(path("record-timed"), workload, timed=True)
 
     print("## Diagnosis: where the batched writer's time goes")
@@ -550,9 +435,6 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
         [[label, common.format_rate(r), f"{r / rates['raw']:.1%}",
           common.format_ratio(r / rates["default"])] for label, r in results],
     )
-    print(f"The prototype Store leaves the same database as Store.record (every table "
-          f"compared row by row): {'yes' if identical else 'NO'}.")
-    print()
     assert proxy is not None
     in_sql = sum(proxy.seconds.values())
     calls = sum(proxy.calls.values())
@@ -561,7 +443,7 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
     print(f"{n:,} observations in one pass with a timing proxy around the store's "
           f"connection, so the real Store.record runs: each execute or executemany call is "
           f"timed. The pass took {timed_seconds * 1e6 / n:.1f} µs per observation, against "
-          f"{1e6 / results[2][1]:.1f} µs without the proxy (variant 3).")
+          f"{1e6 / results[1][1]:.1f} µs without the proxy (variant 2).")
     print()
     table = [[label, f"{proxy.calls[label]:,}", f"{seconds * 1e6 / n:.2f}",
               f"{seconds / timed_seconds:.0%}"]

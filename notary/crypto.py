@@ -10,6 +10,7 @@ import base64
 import binascii
 import contextlib
 import datetime
+import hashlib
 import ipaddress
 import os
 import ssl
@@ -17,9 +18,9 @@ import tempfile
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ed25519, padding, rsa
 from cryptography.x509.oid import NameOID
 
 from notary.errors import UsageError
@@ -118,16 +119,23 @@ def write_new_file(path: Path, data: bytes, *, mode: int, force: bool = False) -
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def load_private_key(path: Path) -> rsa.RSAPrivateKey:
-    """Load an unencrypted PEM RSA key; ``UsageError`` if unreadable or not RSA."""
+def _load_pem_private_key(path: Path) -> object:
+    """Any unencrypted PEM private key; ``UsageError`` if unreadable or not one."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read key {path}: {exc.strerror}") from None
     try:
-        key = serialization.load_pem_private_key(data, password=None)
+        return serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{path} is not an unencrypted PEM private key ({exc})") from None
+    except UnsupportedAlgorithm:
+        raise UsageError(f"{path} holds a key of an unsupported algorithm") from None
+
+
+def load_private_key(path: Path) -> rsa.RSAPrivateKey:
+    """Load an unencrypted PEM RSA key; ``UsageError`` if unreadable or not RSA."""
+    key = _load_pem_private_key(path)
     if not isinstance(key, rsa.RSAPrivateKey):
         raise UsageError(f"{path} is not an RSA key (Convergence answers are signed with RSA)")
     return key
@@ -270,10 +278,7 @@ def unverified_client_context() -> ssl.SSLContext:
 # Imported here rather than at the top so this section is a pure append to the
 # module (others edit the code above concurrently).
 
-import hashlib  # noqa: E402
 
-from cryptography.exceptions import UnsupportedAlgorithm  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
 
 #: Length of an Ed25519 key id in hex characters (``notary.protocol.v2``, S4).
 ED25519_KEY_ID_CHARS = 16
@@ -377,16 +382,7 @@ def write_ed25519_private_key(
 def load_ed25519_private_key(path: Path) -> ed25519.Ed25519PrivateKey:
     """Load an unencrypted PEM Ed25519 key; ``UsageError`` if unreadable, not
     PEM, encrypted, or another kind of key."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read key {path}: {exc.strerror}") from None
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"{path} is not an unencrypted PEM private key ({exc})") from None
-    except UnsupportedAlgorithm:
-        raise UsageError(f"{path} holds a key of an unsupported algorithm") from None
+    key = _load_pem_private_key(path)
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise UsageError(f"{path} is not an Ed25519 key (v2 answers are signed with Ed25519)")
     return key

@@ -162,35 +162,26 @@ class QueryService:
         )
         return v2.sign_statement(made, signer.sign)
 
-    async def _lookup(self, target: Target) -> TargetRecord | None:
-        try:
-            return await self._lookup_or_raise(target)
-        except StoreError as exc:
-            log.error("store read failed, answering from probes: %s", exc)
-            return None
-
-    async def _lookup_or_raise(self, target: Target) -> TargetRecord | None:
-        """The cached or stored record of ``target``; ``StoreError`` when the
-        store cannot be read."""
+    async def _lookup(self, target: Target, *, strict: bool = False) -> TargetRecord | None:
+        """The cached or stored record of ``target`` (None: never observed).
+        A store read failure is logged and treated as "nothing known", or
+        raised as ``StoreError`` when ``strict``."""
         record = self._cache.get(target.key)
         if record is not None:
             return record
-        return await self._load_or_raise(target)
+        return await self._load(target, strict=strict)
 
-    async def _load(self, target: Target) -> TargetRecord | None:
-        """``_lookup`` after a cache miss."""
-        try:
-            return await self._load_or_raise(target)
-        except StoreError as exc:
-            log.error("store read failed, answering from probes: %s", exc)
-            return None
-
-    async def _load_or_raise(self, target: Target) -> TargetRecord | None:
-        """The stored record of ``target`` (cached on the way), after a cache
-        miss; ``StoreError`` when the store cannot be read."""
+    async def _load(self, target: Target, *, strict: bool = False) -> TargetRecord | None:
+        """``_lookup`` after a cache miss: the stored record, cached on the way."""
         if not self._known.may_contain(target.key):
             return None
-        timeline = await self._storage.load_timeline(target)
+        try:
+            timeline = await self._storage.load_timeline(target)
+        except StoreError as exc:
+            if strict:
+                raise
+            log.error("store read failed, answering from probes: %s", exc)
+            return None
         if not timeline.observations:
             return None
         cached = self._cache.peek(target.key)
@@ -303,7 +294,7 @@ class QueryService:
         if self.scheduler is not None:
             self.scheduler.note_query(target)
         try:
-            record = await self._lookup_or_raise(target)
+            record = await self._lookup(target, strict=True)
         except StoreError as exc:
             log.error("store read failed for a Perspectives query: %s", exc)
             return Answer(503, b"observation store unavailable\n", b"text/plain")
