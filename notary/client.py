@@ -32,6 +32,7 @@ certificate cannot be fetched; every failure of a notary becomes its
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -607,7 +608,13 @@ async def watch(
                 ws = await trio_websocket.wrap_client_stream(
                     nursery, stream, host.host, "/v2/ws"
                 )
-                await _watch_loop(ws, bundle, targets, keys, on_event, on_watching)
+                lost: list[str] = []
+                watching = trio.CancelScope()
+                nursery.start_soon(_keep_alive, ws, timeout_s, watching, lost)
+                with watching:
+                    await _watch_loop(ws, bundle, targets, keys, on_event, on_watching)
+                if lost:
+                    failure = WatchFailed(f"{bundle.name}: no answer to a ping")
             except WatchFailed as exc:
                 failure = exc
             except trio_websocket.ConnectionClosed as closed:
@@ -621,6 +628,29 @@ async def watch(
         await trio.aclose_forcefully(stream)
     if failure is not None:
         raise failure
+
+
+#: A watch pings the notary this often; no pong within the connect timeout
+#: ends it (a notary that vanished without closing is noticed).
+WATCH_PING_INTERVAL_S = 60.0
+
+
+async def _keep_alive(
+    ws: trio_websocket.WebSocketConnection,
+    timeout_s: float,
+    watch_scope: trio.CancelScope,
+    lost: list[str],
+) -> None:
+    """Ping the notary; without a pong in time, end the watch (``lost``)."""
+    with contextlib.suppress(trio_websocket.ConnectionClosed):
+        while True:
+            await trio.sleep(WATCH_PING_INTERVAL_S)
+            with trio.move_on_after(timeout_s) as scope:
+                await ws.ping()
+            if scope.cancelled_caught:
+                lost.append("no pong")
+                watch_scope.cancel()
+                return
 
 
 async def _watch_loop(

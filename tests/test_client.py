@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from notary import client, crypto
@@ -475,3 +476,21 @@ async def test_the_relay_alone_is_a_usage_error() -> None:
     only = dead_bundle("Only", _some_pem())
     with pytest.raises(UsageError, match="only notary given is the relay"):
         await client.check(Target("127.0.0.1", 443), [only], fingerprint=b"\0" * 20, relay=only)
+
+
+async def test_a_watch_ends_when_the_notary_stops_answering_pings(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keep-alive of `notary watch`: no pong in time ends the watch."""
+    class Silent:
+        async def ping(self) -> None:
+            await trio.sleep_forever()
+
+    watching = trio.CancelScope()
+    lost: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client._keep_alive, Silent(), 10.0, watching, lost)
+        with watching:
+            await trio.sleep_forever()
+    assert lost == ["no pong"]
+    assert trio.current_time() == pytest.approx(client.WATCH_PING_INTERVAL_S + 10.0)
