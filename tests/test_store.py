@@ -292,19 +292,14 @@ def test_ipv6_target(store: Store) -> None:
     assert len(store.load_timeline(target).observations) == 1
 
 
-def test_batch_is_one_transaction(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch that fails part-way leaves nothing behind, not even in the
-    store's memo of row ids (the retry below would break on a stale id)."""
-    real = Store._certificate_id
-    calls = []
-
-    def failing_second_time(self: Store, db: sqlite3.Connection, cert: object, learnt: dict) -> int:
-        calls.append(cert)
-        if len(calls) == 2:
-            raise sqlite3.OperationalError("disk I/O error")
-        return real(self, db, cert, learnt)
-
-    monkeypatch.setattr(Store, "_certificate_id", failing_second_time)
+def test_batch_is_one_transaction(store: Store) -> None:
+    """A batch that fails part-way (its targets and certificates inserted,
+    their ids learnt) leaves nothing behind, not even in the store's memo of
+    row ids (the retry below would break on a stale id)."""
+    store._db.execute(
+        "CREATE TEMP TRIGGER failing BEFORE INSERT ON main.observations"
+        " BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+    )
     batch = [probe_result(at=T0), probe_result(host="b.example.test", at=T0)]
     with pytest.raises(StoreError, match="disk I/O error"):
         store.record(batch)
@@ -312,6 +307,7 @@ def test_batch_is_one_transaction(store: Store, monkeypatch: pytest.MonkeyPatch)
     assert (stats.targets, stats.certificates, stats.observations) == (0, 0, 0)
     # SQLite would hand out the same row ids again, so check the memo itself.
     assert not store._target_ids and not store._certificate_ids
+    store._db.execute("DROP TRIGGER failing")
     store.record(batch)  # the store is usable afterwards: no transaction left open
     assert store.statistics().observations == 2
 
