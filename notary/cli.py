@@ -13,9 +13,10 @@ import dataclasses
 import json
 import logging
 import re
-import signal
 import sys
 import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -129,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="relay listener (repeatable; replaces [relay] listen)",
     )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-format", choices=["text", "json", "logfmt"])
+    serve.add_argument(
+        "--workers", type=int, metavar="N",
+        help="worker processes (default: [node] workers, 0 = one per CPU)",
+    )
 
     watch = commands.add_parser(
         "watch", help="print certificate changes of sites as a notary sees them (v2 WebSocket)"
@@ -155,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        #: The command line, for the supervisor to start its workers with.
+        args.argv = list(argv) if argv is not None else sys.argv[1:]
         return _COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"notary: error: {exc}", file=sys.stderr)
@@ -501,7 +509,8 @@ def cmd_db(args: argparse.Namespace) -> int:
 def config_from_args(args: argparse.Namespace) -> Config:
     server: dict[str, Any] = {}
     for flag, key in (("key", "key_file"), ("cert", "cert_file"), ("db", "db_file"),
-                      ("bundle", "bundle_file"), ("log_level", "log_level")):
+                      ("bundle", "bundle_file"), ("log_level", "log_level"),
+                      ("log_format", "log_format")):
         value = getattr(args, flag)
         if value is not None:
             server[key] = value
@@ -523,24 +532,43 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    if args.check_config:
-        from notary.dialer import system_resolver
-        from notary.server.app import make_relay_handler, make_server_ssl_context
+    if args.workers is not None:
+        config = replace(config, node=replace(config.node, workers=args.workers))
+    from notary.server.app import check_config
 
-        make_server_ssl_context(config)  # key and certificate load and match
-        make_relay_handler(config, resolver=system_resolver, notary_name=None)  # bundles read
+    if args.check_config:
+        check_config(config)
         print("configuration OK")
         return 0
-    logging.basicConfig(
-        level=config.server.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from notary.logs import configure_logging, set_worker
+    from notary.server.privileges import drop_privileges
+    from notary.server.sockets import bind_sockets, check_roles, inherited_sockets
+    from notary.server.supervisor import default_workers, supervise, worker_index
+    from notary.server.systemd import listen_fds
+
+    index = worker_index()
+    set_worker(index)
+    configure_logging(config.server.log_level, config.server.log_format)
+    sockets = inherited_sockets()
+    if sockets is None:  # the node's first process: open the sockets, then drop root
+        taken = listen_fds()
+        check_roles(taken)
+        sockets = bind_sockets(config, taken=taken)
+        drop_privileges(config.node.user, config.node.group)
+    if index:  # only worker 0 rescans
+        config = replace(config, rescan=replace(config.rescan, enabled=False))
+    workers = config.node.workers or default_workers()
+    if index is None and workers > 1:
+        check_config(config)  # once here, rather than a failed start per worker
+        log.info("notary %s: starting %d workers", __version__, workers)
+        return trio.run(supervise, config, sockets, workers, args.argv)
+    from notary.server.lifecycle import run_serving_process
+
     try:
-        trio.run(_serve_until_signal, config)
+        trio.run(run_serving_process, config, sockets, partial(config_from_args, args))
     except BaseExceptionGroup as group:
-        # Nurseries wrap a start-up error (port in use, unreadable bundle,
-        # ...) in exception groups: report it on one line like any other.
+        # Nurseries wrap a start-up error (unreadable bundle, ...) in
+        # exception groups: report it on one line like any other.
         errors, others = group.split(NotaryError)
         if errors is None or others is not None:
             raise
@@ -549,18 +577,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
             error = error.exceptions[0]
         raise error from None
     return 0
-
-
-async def _serve_until_signal(config: Config) -> None:
-    from notary.server.app import serve_notary
-
-    async with trio.open_nursery() as nursery:
-        running = await nursery.start(serve_notary, config)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                log.info("received %s, stopping", signal.Signals(signum).name)
-                running.stop()
-                break
 
 
 # -- perspectives-entry ---------------------------------------------------------

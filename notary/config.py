@@ -85,6 +85,8 @@ class ServerConfig:
     #: The bundle served at ``/<name>.notary`` (optional).
     bundle_file: Path | None = None
     log_level: str = "info"
+    #: ``text`` (human), ``json`` (one object per line) or ``logfmt``.
+    log_format: str = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +253,40 @@ class WebSocketConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """The process model: workers under a supervisor, and their lifecycle."""
+
+    #: Worker processes; 0 means one per CPU the process may run on.
+    workers: int = 0
+    #: On SIGTERM/SIGINT: how long in-flight requests and tunnels may take
+    #: to finish, and the writer to flush, before the worker is killed.
+    graceful_timeout_s: float = 30.0
+    #: A worker that dies is restarted after this delay, doubled for each
+    #: death within a minute of its start, up to ``restart_max_delay_s``.
+    restart_delay_s: float = 1.0
+    restart_max_delay_s: float = 60.0
+    #: A worker that sends no heartbeat for this long (its loop or its
+    #: writer stuck) is killed and restarted.
+    worker_timeout_s: float = 30.0
+    #: Started as root: drop to this user and group once the listeners are
+    #: bound ("" = stay as started). Ignored when not root.
+    user: str = ""
+    group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    """The admin listener: ``/metrics``, ``/healthz``, ``/readyz`` (plain
+    HTTP; keep it on loopback or a management network)."""
+
+    listen: tuple[Endpoint, ...] = (Endpoint("127.0.0.1", 9142),)
+    #: ``/readyz`` fails while more observations than this wait for the writer.
+    max_writer_lag_rows: int = 5000
+    #: How often each worker folds its counters into the exported metrics.
+    metrics_interval_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -263,6 +299,8 @@ class Config:
     rescan: RescanConfig = field(default_factory=RescanConfig)
     v2: V2Config = field(default_factory=V2Config)
     websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
+    node: NodeConfig = field(default_factory=NodeConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
 
 
 _SECTIONS = {
@@ -277,8 +315,11 @@ _SECTIONS = {
     "rescan": RescanConfig,
     "v2": V2Config,
     "websocket": WebSocketConfig,
+    "node": NodeConfig,
+    "admin": AdminConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
+_LOG_FORMATS = ("text", "json", "logfmt")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _RELAY_MODES = tuple(mode.value for mode in RelayMode)
 
@@ -407,6 +448,10 @@ def _validate(config: Config) -> None:
         "rescan": tuple(
             f.name for f in dataclasses.fields(RescanConfig) if f.name != "enabled"
         ),
+        "node": (
+            "graceful_timeout_s", "restart_delay_s", "restart_max_delay_s", "worker_timeout_s",
+        ),
+        "admin": ("max_writer_lag_rows", "metrics_interval_s"),
         "relay": (
             "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
             "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",
@@ -421,6 +466,12 @@ def _validate(config: Config) -> None:
         raise ConfigError("[answers] reprobe_after_s must be 0 or more")
     if config.server.log_level.lower() not in _LOG_LEVELS:
         raise ConfigError(f"[server] log_level must be one of {', '.join(_LOG_LEVELS)}")
+    if config.server.log_format not in _LOG_FORMATS:
+        raise ConfigError(f"[server] log_format must be one of {', '.join(_LOG_FORMATS)}")
+    if config.node.workers < 0:
+        raise ConfigError("[node] workers must be 0 (one per CPU) or more")
+    if config.node.restart_max_delay_s < config.node.restart_delay_s:
+        raise ConfigError("[node] restart_max_delay_s must be at least restart_delay_s")
     if config.store.synchronous.upper() not in _SYNCHRONOUS:
         raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
     if not config.server.api:

@@ -20,6 +20,8 @@ DEV_RELAY_PORT = 8280
 
 #: The dev Perspectives port (the protocol's historic 8080).
 DEV_PERSPECTIVES_PORT = 8080
+#: The admin listener's port (the ``[admin] listen`` default).
+DEV_ADMIN_PORT = 9142
 
 #: First line of a config file this module wrote; a file that starts with it
 #: but lacks one of the current template's sections was written by an older
@@ -63,6 +65,14 @@ listen = ["{host}:{perspectives_port}"]
 [v2]
 # POST https://{host}:{api_port}/v2/query, GET /v2/key
 key_file = "v2.key"
+
+[admin]
+# GET http://{host}:{admin_port}/metrics, /healthz, /readyz
+listen = ["{host}:{admin_port}"]
+
+[node]
+# One process for `make run`; production: 0 = one worker per CPU.
+workers = 1
 """
 
 
@@ -118,6 +128,7 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
                 relay_api_port=relay_api_port,
                 relay_port=DEV_RELAY_PORT,
                 perspectives_port=DEV_PERSPECTIVES_PORT,
+                admin_port=DEV_ADMIN_PORT,
             )
         )
         print(f"made {config_path}")
@@ -136,6 +147,9 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
         "Ask as a Perspectives client (404 the first time: it probes, ask again):\n"
         f"  curl -s 'http://{DEV_HOST}:{DEV_PERSPECTIVES_PORT}/?host={DEV_HOST}&port={api_port}"
         "&service_type=2'\n"
+        "The notary's own figures (Prometheus), liveness and readiness:\n"
+        f"  curl -s http://{DEV_HOST}:{DEV_ADMIN_PORT}/metrics\n"
+        f"  curl -s http://{DEV_HOST}:{DEV_ADMIN_PORT}/readyz\n"
     )
 
 
@@ -144,7 +158,7 @@ def _config_is_missing_or_outdated(path: Path) -> bool:
         text = path.read_text()
     except FileNotFoundError:
         return True
-    sections = ("\n[relay]\n", "\n[perspectives]\n", "\n[v2]\n")
+    sections = ("\n[relay]\n", "\n[perspectives]\n", "\n[v2]\n", "\n[admin]\n", "\n[node]\n")
     return text.startswith(CONFIG_HEADER) and not all(s in text for s in sections)
 
 

@@ -200,7 +200,8 @@ class Prober:
         on_result: ResultHook | None = None,
     ) -> None:
         self._nursery = nursery
-        self._policy = policy
+        #: Which addresses may be connected to; replaced on reload (SIGHUP).
+        self.policy = policy
         self._timeout_s = timeout_s
         self._limiter = trio.CapacityLimiter(max_concurrent)
         self._max_flights = BACKGROUND_FLIGHTS_PER_SLOT * max_concurrent
@@ -214,6 +215,10 @@ class Prober:
         self._succeeded = 0
         self._coalesced = 0
         self._failures: Counter[str] = Counter()
+        #: Called when a probe ends with its seconds (queueing for a slot
+        #: included) and its failure reason, None for a success (metrics);
+        #: must not raise. Probes cancelled at shutdown are not reported.
+        self.on_probe_done: Callable[[float, str | None], None] | None = None
 
     async def probe(self, target: Target) -> ProbeResult:
         """Observe the certificate ``target`` presents now.
@@ -275,10 +280,13 @@ class Prober:
         )
 
     async def _run(self, target: Target, flight: _Flight) -> None:
+        started = trio.current_time()
         try:
             result = await self._probe_once(target)
             self._succeeded += 1
             flight.result = result
+            if self.on_probe_done is not None:
+                self.on_probe_done(trio.current_time() - started, None)
             if self._on_result is not None:
                 try:
                     await self._on_result(result)
@@ -288,10 +296,14 @@ class Prober:
             logger.debug("probe of %s failed: %s", target, exc.message)
             flight.error = exc
             self._failures[exc.reason] += 1
+            if self.on_probe_done is not None:
+                self.on_probe_done(trio.current_time() - started, exc.reason)
         except Exception:
             logger.exception("probe of %s failed unexpectedly", target)
             flight.error = ProbeError("probe failed")
             self._failures[flight.error.reason] += 1
+            if self.on_probe_done is not None:
+                self.on_probe_done(trio.current_time() - started, flight.error.reason)
         finally:
             if flight.result is None and flight.error is None:  # cancelled: prober closing
                 flight.error = ProbeError("notary is shutting down")
@@ -308,7 +320,7 @@ class Prober:
                 async with self._limiter:
                     queued = False
                     stream, address = await dial(
-                        target.host, target.port, policy=self._policy, resolver=self._resolver
+                        target.host, target.port, policy=self.policy, resolver=self._resolver
                     )
                     try:
                         await self._handshake(stream, target, capture)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -107,13 +108,17 @@ def test_record_responses_are_what_the_handler_would_build() -> None:
 
 
 class FakeService:
+    """Answers GET at once (prepared bytes) and POST only when awaited."""
+
     def __init__(self) -> None:
         self.targets: list[Target] = []
 
-    async def respond(self, target: Target, fingerprint, keep_alive: bool) -> bytes | Answer:
+    def respond_at_once(self, target: Target, fingerprint, keep_alive: bool) -> bytes | None:
         self.targets.append(target)
-        if fingerprint is None:
-            return b"prepared"
+        return b"prepared" if fingerprint is None else None
+
+    async def answer(self, target: Target, fingerprint) -> Answer:
+        self.targets.append(target)
         return Answer(409, b"body")
 
 
@@ -121,34 +126,56 @@ def get(path: bytes, *, keep_alive: bool = True) -> http.Request:
     return http.Request(b"GET", path, "1.1", (), b"", keep_alive)
 
 
-async def test_prepared_responses_are_sent_as_they_are() -> None:
+def answer(handler: ApiHandler, request: http.Request) -> tuple[bytes, bool]:
+    """What the connection loop does: the fast path, else the handler."""
+    return handler.answer_now(request) or trio.run(handler, request)
+
+
+def test_prepared_responses_are_sent_as_they_are() -> None:
     service = FakeService()
     handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]
-    assert await handler(get(b"/target/Example.COM.+443")) == (b"prepared", True)
+    assert handler.answer_now(get(b"/target/Example.COM.+443")) == (b"prepared", True)
     request = http.Request(b"POST", b"/target/example.com+443", "1.1", (), b"fingerprint=" +
                            convergence.format_fingerprint(bytes(20)).encode(), False)
-    response, keep_alive = await handler(request)
+    assert handler.answer_now(request) is None
+    response, keep_alive = answer(handler, request)
     assert keep_alive is False
     assert response == http.response(
         409, b"body", content_type=convergence.CONTENT_TYPE, keep_alive=False
     )
 
 
-async def test_the_target_memo_is_exact_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fast_path_leaves_errors_to_the_handler() -> None:
     service = FakeService()
     handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]
-    await handler(get(b"/target/Example.COM.+443/192.0.2.1"))
-    await handler(get(b"/target/Example.COM.+443"))
-    await handler(get(b"/target/example.com+0443"))
+    for request in (
+        get(b"/target/example.com+0"),
+        get(b"/target/" + b"a" * 2000 + b"+443"),
+        http.Request(b"PUT", b"/target/example.com+443", "1.1", (), b"", True),
+        http.Request(b"POST", b"/target/example.com+443", "1.1", (), b"fingerprint=zz", True),
+        get(b"/"),
+    ):
+        assert handler.answer_now(request) is None
+        response, _ = answer(handler, request)
+        assert response.startswith(b"HTTP/1.1 4") or request.target == b"/"
+    assert service.targets == []
+
+
+def test_the_target_memo_is_exact_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    service = FakeService()
+    handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]
+    answer(handler, get(b"/target/Example.COM.+443/192.0.2.1"))
+    answer(handler, get(b"/target/Example.COM.+443"))
+    answer(handler, get(b"/target/example.com+0443"))
     assert service.targets == [TARGET] * 3
     assert service.targets[0] is service.targets[1]  # memoised
     # Errors are answered every time and never stored.
     for _ in range(2):
-        response, _ = await handler(get(b"/target/example.com+0"))
+        response, _ = answer(handler, get(b"/target/example.com+0"))
         assert response.startswith(b"HTTP/1.1 400 ")
     assert b"example.com+0" not in handler._targets
     monkeypatch.setattr(api, "TARGET_MEMO_ENTRIES", 4)
     for port in range(1, 10):
-        await handler(get(b"/target/example.com+%d" % port))
+        answer(handler, get(b"/target/example.com+%d" % port))
         assert len(handler._targets) <= 4
     assert service.targets[-1] == Target("example.com", 9)

@@ -8,13 +8,14 @@ status; nothing here raises to the connection handler.
 
 from __future__ import annotations
 
+from collections import Counter
 from urllib.parse import unquote
 
 from notary.errors import ProtocolError
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.http import Request
 from notary.protocol.targets import Target, parse_convergence_target
-from notary.server.query import Answer, QueryService
+from notary.server.query import QueryService
 
 TARGET_PREFIX = b"/target/"
 V2_QUERY_PATH = b"/v2/query"
@@ -53,19 +54,42 @@ class ApiHandler:
         self._v2_max_body_bytes = v2_max_body_bytes
         self._index = index_text.encode("utf-8")
         self._bundle_path = bundle_path.encode("ascii") if bundle_path else None
-        self._bundle_bytes = bundle_bytes
+        #: The served bundle; replaced on reload (SIGHUP).
+        self.bundle_bytes = bundle_bytes
         #: Raw target path segment -> its Target. Normalisation is pure, so
         #: a memo is exact; errors are never stored. Bounded by clearing.
         self._targets: dict[bytes, Target] = {}
+        #: Queries refused before the service saw them: (protocol, status)
+        #: -> count (the service counts the ones it answers).
+        self.rejected: Counter[tuple[str, int]] = Counter()
+
+    def answer_now(self, request: Request) -> tuple[bytes, bool] | None:
+        """The fast path: the prepared response to a Convergence query the
+        cache answers at once, without awaiting; None for anything else
+        (including every error), which ``__call__`` then answers."""
+        target = request.target
+        if not target.startswith(TARGET_PREFIX):
+            return None
+        method = request.method
+        if method != b"POST" and method != b"GET":
+            return None
+        try:
+            query = self._convergence_query(request, target.partition(b"?")[0])
+        except ProtocolError:
+            return None
+        response = self._service.respond_at_once(*query, request.keep_alive)
+        if response is None:
+            return None
+        return response, request.keep_alive
 
     async def __call__(self, request: Request) -> tuple[bytes, bool]:
         keep_alive = request.keep_alive
         try:
             path, _, query = request.target.partition(b"?")
             if path.startswith(TARGET_PREFIX):
-                answer = await self._target(request, path[len(TARGET_PREFIX):])
-                if answer.__class__ is bytes:  # a complete prepared response
-                    return answer, keep_alive
+                if request.method != b"POST" and request.method != b"GET":
+                    raise ProtocolError("method not allowed", status=405)
+                answer = await self._service.answer(*self._convergence_query(request, path))
                 status, body, content_type, extra = (
                     answer.status, answer.body, answer.content_type, ()
                 )
@@ -74,8 +98,12 @@ class ApiHandler:
         except ProtocolError as exc:
             status, body = exc.status, exc.message.encode("utf-8") + b"\n"
             content_type, extra = b"text/plain; charset=utf-8", ()
+            path, _, query = request.target.partition(b"?")
+            protocol = self._query_protocol(path, query)
+            if protocol is not None:
+                self.rejected[protocol, status] += 1
             if status == 405:
-                extra = ((b"Allow", _allowed_methods(request.target.partition(b"?")[0])),)
+                extra = ((b"Allow", _allowed_methods(path)),)
         if status >= 500:
             keep_alive = keep_alive and status == 503
         return (
@@ -85,6 +113,17 @@ class ApiHandler:
             ),
             keep_alive,
         )
+
+    def _query_protocol(self, path: bytes, query: bytes) -> str | None:
+        """The protocol of a rejected request that asked a query (counted
+        with the answered ones), None for other paths."""
+        if path.startswith(TARGET_PREFIX):
+            return "convergence"
+        if path == V2_QUERY_PATH and self._v2_key_document is not None:
+            return "v2"
+        if path == b"/" and query and self._perspectives:
+            return "perspectives"
+        return None
 
     async def _route(
         self, request: Request, path: bytes, query: bytes
@@ -101,7 +140,7 @@ class ApiHandler:
                     return answer.status, answer.body, answer.content_type, ()
             return 200, self._index, b"text/plain; charset=utf-8", ()
         if self._bundle_path is not None and path == self._bundle_path:
-            return 200, self._bundle_bytes, b"application/octet-stream", (
+            return 200, self.bundle_bytes, b"application/octet-stream", (
                 (b"Content-Disposition", b'attachment; filename="' + path[1:] + b'"'),
             )
         raise ProtocolError("not found", status=404)
@@ -120,12 +159,10 @@ class ApiHandler:
         answer = await self._service.answer_v2(query)
         return answer.status, answer.body, answer.content_type, ()
 
-    async def _target(self, request: Request, rest: bytes) -> bytes | Answer:
-        """A Convergence query: the complete response prepared for a cache
-        hit, else the ``Answer`` to wrap."""
-        method = request.method
-        if method != b"POST" and method != b"GET":
-            raise ProtocolError("method not allowed", status=405)
+    def _convergence_query(self, request: Request, path: bytes) -> tuple[Target, bytes | None]:
+        """The target and fingerprint (None for ``GET``) of a ``/target/``
+        query; ``ProtocolError`` for a bad one."""
+        rest = path[len(TARGET_PREFIX):]
         if len(rest) > MAX_TARGET_BYTES:
             raise ProtocolError("target too long", status=414)
         # /target/<host>+<port>[/<ip the client connected to>]: the IP is
@@ -137,10 +174,9 @@ class ApiHandler:
             if len(self._targets) >= TARGET_MEMO_ENTRIES:
                 self._targets.clear()
             self._targets[segment] = target
-        fingerprint = None
-        if method == b"POST":
-            fingerprint = convergence.parse_fingerprint_form(request.body)
-        return await self._service.respond(target, fingerprint, request.keep_alive)
+        if request.method == b"POST":
+            return target, convergence.parse_fingerprint_form(request.body)
+        return target, None
 
 
 def _parse_target(segment: bytes) -> Target:
@@ -160,6 +196,8 @@ class PerspectivesHandler:
     def __init__(self, service: QueryService, *, index_page: bytes) -> None:
         self._service = service
         self._index_page = index_page
+        #: As ``ApiHandler.rejected``.
+        self.rejected: Counter[tuple[str, int]] = Counter()
 
     async def __call__(self, request: Request) -> tuple[bytes, bool]:
         keep_alive = request.keep_alive
@@ -174,6 +212,8 @@ class PerspectivesHandler:
                 return self._index_page, False
             answer = await self._service.answer_perspectives(target)
         except ProtocolError as exc:
+            if request.target.startswith(b"/?"):
+                self.rejected["perspectives", exc.status] += 1
             extra = ((b"Allow", b"GET"),) if exc.status == 405 else ()
             return http.error_response(
                 exc.status, exc.message, keep_alive=keep_alive, extra_headers=extra

@@ -12,15 +12,16 @@ certificate, busy port) raise ``UsageError``/``StoreError`` before
 
 from __future__ import annotations
 
-import errno
 import logging
 import signal
+import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import trio
 
@@ -29,22 +30,27 @@ from notary.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
 from notary.cache import LRUCache
 from notary.config import Config, Endpoint
 from notary.dialer import Resolver, system_resolver
-from notary.errors import UsageError
+from notary.errors import NotaryError, UsageError
 from notary.policy import AddressPolicy
 from notary.probe import Prober, open_prober
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
 from notary.scheduler import RescanScheduler
+from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
-from notary.server.connection import ConnectionLimits, serve_http_connection
+from notary.server.connection import ConnectionLimits, Drain, serve_http_connection
 from notary.server.known_targets import KnownTargets
+from notary.server.metrics import NotaryMetrics
 from notary.server.query import QueryService
 from notary.server.relay import RelayHandler, TrustedDestinations
+from notary.server.sockets import Sockets, bind_sockets, close_all
 from notary.server.storage import Storage, open_storage
 from notary.server.websocket import WATCH_PATH, WebSocketService
 
 log = logging.getLogger(__name__)
 
+#: How often a graceful stop checks whether every connection has finished.
+DRAIN_POLL_S = 0.05
 #: Room per target in a ``/v2/query`` body (host, port, both hashes, JSON).
 V2_BYTES_PER_TARGET = 400
 
@@ -67,6 +73,11 @@ class RunningNotary:
     #: Stop serving: close the listeners, end probes and connections, then
     #: let the writer commit everything queued and return.
     stop: Callable[[], None]
+    #: Stop accepting, close idle connections, let the others finish their
+    #: request (tunnels: their traffic) for up to ``timeout_s``, then ``stop``.
+    stop_gracefully: Callable[[float], Awaitable[None]]
+    admin: tuple[Endpoint, ...] = ()  # the admin listeners (/metrics, /healthz, /readyz)
+    metrics: NotaryMetrics | None = None
 
 
 def make_server_ssl_context(config: Config) -> ssl.SSLContext:
@@ -81,22 +92,9 @@ def make_server_ssl_context(config: Config) -> ssl.SSLContext:
     return context
 
 
-async def open_listeners(endpoints: Sequence[Endpoint]) -> list[trio.SocketListener]:
-    listeners: list[trio.SocketListener] = []
-    try:
-        for endpoint in endpoints:
-            try:
-                listeners += await trio.open_tcp_listeners(endpoint.port, host=endpoint.host)
-            except OSError as exc:
-                hint = " (ports below 1024 need root or socket activation)" if (
-                    exc.errno == errno.EACCES
-                ) else ""
-                raise UsageError(f"cannot listen on {endpoint}: {exc.strerror}{hint}") from None
-    except BaseException:
-        for listener in listeners:
-            await listener.aclose()
-        raise
-    return listeners
+def wrap_listeners(sockets: Sequence[socket.socket]) -> list[trio.SocketListener]:
+    """Trio listeners over listening ``sockets`` (which they then own)."""
+    return [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in sockets]
 
 
 def bound_endpoint(listener: trio.SocketListener) -> Endpoint:
@@ -133,6 +131,9 @@ class ConnectionHandler:
             max_body_bytes=max_body_bytes or http.max_body_bytes,
         )
         self._websocket = websocket
+        self._answer_now = handler.answer_now if isinstance(handler, ApiHandler) else None
+        #: Set by ``serve_notary``: the graceful stop of its connections.
+        self.drain: Drain | None = None
         self.open_connections = 0
         self.refused_connections = 0
 
@@ -151,7 +152,9 @@ class ConnectionHandler:
             upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer)}
         try:
             if self._context is None:
-                await serve_http_connection(tcp, self._handler, self._limits, upgrades)
+                await serve_http_connection(
+                    tcp, self._handler, self._limits, upgrades, self._answer_now, self.drain
+                )
                 return
             stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
             with trio.move_on_after(self._handshake_timeout_s) as scope:
@@ -163,7 +166,9 @@ class ConnectionHandler:
             if scope.cancelled_caught:
                 await trio.aclose_forcefully(tcp)
                 return
-            await serve_http_connection(stream, self._handler, self._limits, upgrades)
+            await serve_http_connection(
+                stream, self._handler, self._limits, upgrades, self._answer_now, self.drain
+            )
         finally:
             self.open_connections -= 1
 
@@ -245,14 +250,133 @@ def make_relay_handler(
     return RelayHandler(relay, trusted=trusted, resolver=resolver, notary_name=notary_name)
 
 
-async def reload_on_sighup(trusted: TrustedDestinations) -> None:
-    """Re-read the relay's trusted bundles on every SIGHUP (main thread only:
-    elsewhere Trio cannot receive signals, and this returns at once)."""
+@dataclass(frozen=True, slots=True)
+class _Reloaded:
+    target_policy: AddressPolicy
+    relay_policy: AddressPolicy
+    bundle_bytes: bytes | None
+
+
+class Reloader:
+    """What SIGHUP changes without dropping a connection: the configuration
+    is read again (``load``, None: not from a file) for the target policy
+    (``[server] allow_targets``), the relay's destination policy (``[relay]
+    allow_addresses``) and the served bundle (``[server] bundle_file``,
+    the same path); the relay's trusted bundles are read again. Any other
+    change takes a restart.
+
+    Error handling: a file that cannot be read or does not validate is
+    logged and nothing of it is applied: the notary keeps its settings."""
+
+    def __init__(
+        self,
+        load: Callable[[], Config] | None,
+        *,
+        prober: Prober,
+        relay: RelayHandler,
+        api: ApiHandler,
+        bundle_file: Path | None,
+    ) -> None:
+        self._load = load
+        self._prober = prober
+        self._relay = relay
+        self._api = api
+        self._bundle_file = bundle_file
+
+    def read(self) -> _Reloaded | None:
+        """The new settings (blocking file reads: run it in a thread)."""
+        if self._relay.trusted is not None:
+            self._relay.trusted.reload()
+        if self._load is None:
+            return None
+        try:
+            config = self._load()
+            bundle = None
+            if self._bundle_file is not None:
+                bundle = read_served_bundle(self._bundle_file)[0]
+        except NotaryError as exc:
+            log.error("reload: kept the previous settings: %s", exc)
+            return None
+        return _Reloaded(
+            AddressPolicy.from_cidrs(config.server.allow_targets),
+            AddressPolicy.from_cidrs(config.relay.allow_addresses),
+            bundle,
+        )
+
+    def apply(self, reloaded: _Reloaded) -> None:
+        self._prober.policy = reloaded.target_policy
+        self._relay.policy = reloaded.relay_policy
+        if reloaded.bundle_bytes is not None:
+            self._api.bundle_bytes = reloaded.bundle_bytes
+        log.info("reloaded: target policy, relay policy and served bundle")
+
+
+async def reload_on_sighup(reloader: Reloader) -> None:
+    """``reloader`` on every SIGHUP (main thread only: elsewhere Trio cannot
+    receive signals, and this returns at once)."""
     if threading.current_thread() is not threading.main_thread():
         return
     with trio.open_signal_receiver(signal.SIGHUP) as signals:
         async for _ in signals:
-            await trio.to_thread.run_sync(trusted.reload)
+            reloaded = await trio.to_thread.run_sync(reloader.read)
+            if reloaded is not None:
+                reloader.apply(reloaded)
+
+
+@dataclass(slots=True)
+class _Connections:
+    nursery: trio.Nursery  # a task per connection
+    accepting: trio.CancelScope  # the accept loops
+
+
+async def run_connections(
+    servers: Sequence[tuple[Callable[[trio.SocketStream], Awaitable[None]],
+                            list[trio.SocketListener]]],
+    done: trio.Event,
+    task_status: trio.TaskStatus[_Connections] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept on every listener, each connection a task of a nursery owned
+    here, until the ``accepting`` scope handed to ``task_status`` is
+    cancelled (the listeners are closed then); return, setting ``done``, once
+    every connection has ended too."""
+    async with trio.open_nursery() as connections:
+        with trio.CancelScope() as accepting:
+            async with trio.open_nursery() as acceptors:
+                for handler, listeners in servers:
+                    if listeners:
+                        acceptors.start_soon(
+                            partial(trio.serve_listeners, handler, listeners,
+                                    handler_nursery=connections)
+                        )
+                task_status.started(_Connections(connections, accepting))
+    done.set()
+
+
+def read_served_bundle(path: Path) -> tuple[bytes, str]:
+    """The bytes of the bundle served at ``/<name>.notary``, and its notary
+    name; ``UsageError`` when it cannot be read or parsed."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read bundle {path}: {exc.strerror}") from None
+    return data, parse_bundle(data).name
+
+
+def check_config(config: Config) -> None:
+    """Read what ``serve_notary`` reads at start (the key and certificate,
+    which must match, the served bundle, the relay's bundles, the
+    Perspectives and v2 keys), so that a supervisor or ``serve
+    --check-config`` learns of a problem before serving: the first one
+    raises ``UsageError`` (or ``NotaryError``) naming the file."""
+    make_server_ssl_context(config)
+    notary_name = None
+    if config.server.bundle_file is not None:
+        notary_name = read_served_bundle(config.server.bundle_file)[1]
+    make_relay_handler(config, resolver=system_resolver, notary_name=notary_name)
+    if config.perspectives.key_file is not None:
+        crypto.load_private_key(config.perspectives.key_file)
+    if config.v2.key_file is not None:
+        crypto.load_ed25519_private_key(config.v2.key_file)
 
 
 async def serve_notary(
@@ -260,21 +384,38 @@ async def serve_notary(
     *,
     resolver: Resolver = system_resolver,
     clock: Callable[[], float] = time.time,
+    sockets: Sockets | None = None,
+    reload_config: Callable[[], Config] | None = None,
     task_status: trio.TaskStatus[RunningNotary] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run a notary until cancelled."""
+    """Run a notary until cancelled (or stopped through ``RunningNotary``).
+
+    ``sockets``: the listening sockets by role (``notary.server.sockets``),
+    bound or inherited by the caller; they are bound here from the config
+    when None. Either way they are closed when this returns.
+    ``reload_config``: reads the configuration again on SIGHUP (``Reloader``)."""
+    if sockets is None:
+        sockets = bind_sockets(config)
+    try:
+        await _serve_notary(config, resolver, clock, sockets, reload_config, task_status)
+    finally:
+        close_all(sockets)
+
+
+async def _serve_notary(
+    config: Config,
+    resolver: Resolver,
+    clock: Callable[[], float],
+    sockets: Sockets,
+    reload_config: Callable[[], Config] | None,
+    task_status: trio.TaskStatus[RunningNotary],
+) -> None:
     context = make_server_ssl_context(config)
     signer = crypto.ConvergenceSigner(crypto.load_private_key(config.server.key_file))
     policy = AddressPolicy.from_cidrs(config.server.allow_targets)
     bundle_path = bundle_bytes = notary_name = None
     if config.server.bundle_file is not None:
-        try:
-            bundle_bytes = config.server.bundle_file.read_bytes()
-        except OSError as exc:
-            raise UsageError(
-                f"cannot read bundle {config.server.bundle_file}: {exc.strerror}"
-            ) from None
-        notary_name = parse_bundle(bundle_bytes).name
+        bundle_bytes, notary_name = read_served_bundle(config.server.bundle_file)
         bundle_path = "/" + config.server.bundle_file.name
     relay_handler = make_relay_handler(config, resolver=resolver, notary_name=notary_name)
     perspectives_signer = None
@@ -341,12 +482,10 @@ async def serve_notary(
                     v2_max_batch=config.v2.max_batch,
                     v2_max_body_bytes=api_body_bytes,
                 )
-                listeners = await open_listeners(config.server.api)
-                plain_listeners = await open_listeners(config.server.plain_api)
-                perspectives_listeners: list[trio.SocketListener] = []
-                if perspectives_signer is not None:
-                    perspectives_listeners = await open_listeners(config.perspectives.listen)
-                relay_listeners = await open_listeners(config.relay.listen)
+                listeners = wrap_listeners(sockets["api"])
+                plain_listeners = wrap_listeners(sockets["plain_api"])
+                perspectives_listeners = wrap_listeners(sockets["perspectives"])
+                relay_listeners = wrap_listeners(sockets["relay"])
                 body_limit = api_body_bytes if v2_signer is not None else None
                 websocket = None
                 if v2_signer is not None:
@@ -388,32 +527,91 @@ async def serve_notary(
                         "relay on %s (destinations: %s)",
                         ", ".join(map(str, relay_endpoints)), relay_handler.mode,
                     )
+                metrics = NotaryMetrics(
+                    service=service, cache=cache, known=known, storage=storage, prober=prober,
+                    relay=relay_handler if relay_listeners else None,
+                    scheduler=scheduler, websocket=websocket,
+                    signers={
+                        kind: kind_signer for kind, kind_signer in (
+                            ("convergence", signer), ("perspectives", perspectives_signer),
+                            ("v2", v2_signer),
+                        ) if kind_signer is not None
+                    },
+                )
+                metrics.watch_listener("api", connections)
+                if plain_listeners:
+                    metrics.watch_listener("plain_api", plain_connections)
+                metrics.watch_rejections(handler.rejected)
+                drain = Drain()
+                connections.drain = plain_connections.drain = drain
+                servers: list[tuple[Callable[[trio.SocketStream], Awaitable[None]],
+                                    list[trio.SocketListener]]] = [
+                    (connections, listeners), (plain_connections, plain_listeners),
+                    (relay_handler, relay_listeners),
+                ]
+                if perspectives_listeners:
+                    perspectives_handler = PerspectivesHandler(
+                        service, index_page=perspectives_index(config)
+                    )
+                    perspectives_connections = ConnectionHandler(
+                        None, perspectives_handler, config
+                    )
+                    metrics.watch_listener("perspectives", perspectives_connections)
+                    metrics.watch_rejections(perspectives_handler.rejected)
+                    perspectives_connections.drain = drain
+                    servers.append((perspectives_connections, perspectives_listeners))
+
+                # The admin listener is not among ``servers``: it keeps
+                # answering (/readyz: 503) while a graceful stop drains.
+                admin = AdminServer(config, metrics=metrics, storage=storage)
+                metrics.watch_listener("admin", admin)
+                admin_listeners = wrap_listeners(sockets["admin"])
+                admin_endpoints = tuple(bound_endpoint(listener) for listener in admin_listeners)
+                if admin_endpoints:
+                    log.info(
+                        "admin (/metrics, /healthz, /readyz) on %s",
+                        ", ".join(map(str, admin_endpoints)),
+                    )
+
+                connections_done = trio.Event()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(known.load, storage)
+                    nursery.start_soon(metrics.serve_folding, config.admin.metrics_interval_s)
+                    if admin_listeners:
+                        nursery.start_soon(trio.serve_listeners, admin, admin_listeners)
                     if scheduler is not None:
                         await nursery.start(scheduler.serve)
-                    nursery.start_soon(trio.serve_listeners, connections, listeners)
-                    if plain_listeners:
-                        nursery.start_soon(
-                            trio.serve_listeners, plain_connections, plain_listeners
-                        )
-                    if perspectives_listeners:
-                        perspectives_connections = ConnectionHandler(
-                            None,
-                            PerspectivesHandler(service, index_page=perspectives_index(config)),
-                            config,
-                        )
-                        nursery.start_soon(
-                            trio.serve_listeners, perspectives_connections, perspectives_listeners
-                        )
-                    if relay_listeners:
-                        nursery.start_soon(trio.serve_listeners, relay_handler, relay_listeners)
-                    if relay_handler.trusted is not None:
-                        nursery.start_soon(reload_on_sighup, relay_handler.trusted)
+                    reloader = Reloader(
+                        reload_config, prober=prober, relay=relay_handler, api=handler,
+                        bundle_file=config.server.bundle_file,
+                    )
+                    nursery.start_soon(reload_on_sighup, reloader)
+                    # The accept loops run in a scope of their own, so that a
+                    # graceful stop can end them (closing the listeners) and
+                    # let the connections finish.
+                    running_connections = await nursery.start(
+                        run_connections, servers, connections_done
+                    )
+
+                    async def stop_gracefully(timeout_s: float) -> None:
+                        admin.serving = False
+                        running_connections.accepting.cancel()
+                        drain.stop()
+                        with trio.move_on_after(timeout_s):
+                            await connections_done.wait()
+                        if not connections_done.is_set():
+                            log.warning(
+                                "graceful stop: %d connections cut after %gs",
+                                len(running_connections.nursery.child_tasks), timeout_s,
+                            )
+                        serving.cancel()
+
+                    admin.serving = True
                     task_status.started(
                         RunningNotary(
                             endpoints, plain_endpoints, perspectives_endpoints,
                             relay_endpoints, relay_handler,
                             service, known, storage, prober, scheduler, cache, serving.cancel,
+                            stop_gracefully, admin=admin_endpoints, metrics=metrics,
                         )
                     )

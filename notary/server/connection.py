@@ -23,6 +23,10 @@ Timeouts (``ConnectionLimits``, every one exact on Trio's clock):
 * the handler (the application) runs without a connection deadline: it keeps
   its own (the query deadline).
 
+Graceful stop (``Drain``, shared by every connection of a notary): once
+``Drain.stop`` is called, a connection waiting for its next request closes at
+once, and one in the middle of a request answers it and then closes.
+
 Mechanism: one ``trio.CancelScope`` per connection, whose ``deadline`` is
 moved at each phase (receive, handler, send) rather than a new scope entered
 per wait: assigning a deadline costs far less than entering and leaving a
@@ -31,7 +35,8 @@ scope, and this loop runs once per request.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from math import inf
 
@@ -45,10 +50,44 @@ CLOSE_TIMEOUT_S = 1.0
 
 #: The application: a request in, (response bytes, keep the connection) out.
 Handler = Callable[[Request], Awaitable[tuple[bytes, bool]]]
+#: The application's synchronous fast path: the same answer when it is ready
+#: without awaiting (a cache hit), else None and ``Handler`` is awaited.
+FastHandler = Callable[[Request], "tuple[bytes, bool] | None"]
 #: Takes over a connection after an upgrade request (``GET`` with
 #: ``Upgrade:``) for its path: the stream, the request, the bytes after it.
 #: It owns the stream from then on.
 UpgradeHandler = Callable[[trio.abc.Stream, Request, bytes], Awaitable[None]]
+
+
+class Drain:
+    """The graceful stop of a notary's connections; ``serve_notary`` owns
+    it. ``stop`` cancels the connections that wait for a request (and the
+    scopes entered with ``cancel_on_stop``); the others see ``stopping``
+    after their current request and close."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        #: Cancel scopes to cancel on stop: idle connections, upgraded ones.
+        self.idle: set[trio.CancelScope] = set()
+
+    def stop(self) -> None:
+        self.stopping = True
+        for scope in self.idle:
+            scope.cancel()
+        self.idle.clear()
+
+    @contextmanager
+    def cancel_on_stop(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope cancelled by ``stop`` (at once if already
+        stopping): for connections that never become idle, e.g. WebSockets."""
+        with trio.CancelScope() as scope:
+            if self.stopping:
+                scope.cancel()
+            self.idle.add(scope)
+            try:
+                yield scope
+            finally:
+                self.idle.discard(scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +105,20 @@ async def serve_http_connection(
     handler: Handler,
     limits: ConnectionLimits,
     upgrades: Mapping[bytes, UpgradeHandler] | None = None,
+    answer_now: FastHandler | None = None,
+    drain: Drain | None = None,
 ) -> None:
-    """Serve HTTP/1.x on ``stream`` until the peer is done; an upgrade
-    request to a path of ``upgrades`` hands the connection over (outside this
-    loop's deadlines: the new protocol keeps its own)."""
+    """Serve HTTP/1.x on ``stream`` until the peer is done or ``drain``
+    stops; an upgrade request to a path of ``upgrades`` hands the connection
+    over (outside this loop's deadlines: the new protocol keeps its own).
+    ``answer_now``, when given, is tried first for each request."""
+    drain = drain or Drain()
     try:
-        handoff = await _serve(stream, handler, limits, upgrades or {})
+        handoff = await _serve(stream, handler, limits, upgrades or {}, answer_now, drain)
         if handoff is not None:
             take_over, request, leftover = handoff
-            await take_over(stream, request, leftover)
+            with drain.cancel_on_stop():
+                await take_over(stream, request, leftover)
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
         pass
     finally:
@@ -88,6 +132,8 @@ async def _serve(
     handler: Handler,
     limits: ConnectionLimits,
     upgrades: Mapping[bytes, UpgradeHandler],
+    answer_now: FastHandler | None,
+    drain: Drain,
 ) -> tuple[UpgradeHandler, Request, bytes] | None:
     reader = RequestReader(
         max_header_bytes=limits.max_header_bytes,
@@ -109,16 +155,27 @@ async def _serve(
     # first byte (or of the connection's start): a client dripping bytes
     # cannot hold the connection open. Between requests, keepalive_timeout_s.
     head_deadline: float | None = current_time() + header_timeout_s
+    idle_scopes = drain.idle
     with scope:
         while True:
             if head_deadline is None and reader.in_request:
                 head_deadline = current_time() + header_timeout_s
+            idle = not reader.in_request
+            if idle:
+                # Between requests: a graceful stop closes the connection now.
+                if drain.stopping:
+                    return None
+                idle_scopes.add(scope)
             receiving = True
             if head_deadline is not None:
                 scope.deadline = head_deadline
             else:
                 scope.deadline = current_time() + keepalive_timeout_s
-            data = await receive_some(RECEIVE_BYTES)
+            try:
+                data = await receive_some(RECEIVE_BYTES)
+            finally:
+                if idle:
+                    idle_scopes.discard(scope)
             receiving = False
             if not data:
                 return None
@@ -133,11 +190,14 @@ async def _serve(
                     take_over = upgrades.get(request.target.partition(b"?")[0])
                     if take_over is not None:
                         return take_over, request, reader.leftover
-                scope.deadline = inf  # the handler keeps its own deadlines
-                response, keep_alive = await handler(request)
+                answered = answer_now(request) if answer_now is not None else None
+                if answered is None:
+                    scope.deadline = inf  # the handler keeps its own deadlines
+                    answered = await handler(request)
+                response, keep_alive = answered
                 scope.deadline = current_time() + send_timeout_s
                 await send_all(response)
-                if not keep_alive:
+                if not keep_alive or drain.stopping:
                     return None
             if reader.finished:
                 return None

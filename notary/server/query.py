@@ -12,7 +12,7 @@ Invariants
    no database: the store cannot hold it (see ``notary.server.known_targets``).
 5. A cache hit that can be answered at once (``convergence.answer_status``)
    is decided with one cache lookup and one clock read, without awaiting,
-   and ``respond`` returns the complete HTTP response made with the record
+   and ``respond_at_once`` returns the complete HTTP response made with the record
    (``TargetRecord.http_responses``): no response bytes are built per query.
 """
 
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Rough per-record bytes beyond the body and certificates (objects, hashes).
 RECORD_OVERHEAD_BYTES = 512
+#: The protocols queries are counted by (``QueryService.answered``).
+QUERY_PROTOCOLS = ("convergence", "perspectives", "v2", "websocket")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,17 @@ class QueryService:
         #: Told of every new certificate seen, when v2 watches are served.
         self.watch_hub: WatchHub | None = None
         self.prober: Prober | None = None
+        #: Queries answered, by protocol (``QUERY_PROTOCOLS``) then HTTP
+        #: status, cumulative (requests refused before reaching the service
+        #: are counted by the handlers). Plain counters on the query path;
+        #: ``notary.server.metrics`` reads them. Plain dicts: a
+        #: ``collections.Counter`` increment costs about three times more.
+        self.answered: dict[str, dict[int, int]] = {name: {} for name in QUERY_PROTOCOLS}
+        self._convergence_answered = self.answered["convergence"]
+
+    def _count(self, protocol: str, status: int) -> None:
+        answered = self.answered[protocol]
+        answered[status] = answered.get(status, 0) + 1
 
     def _make_record(self, timeline: Timeline) -> TargetRecord:
         payload = convergence.signed_payload(convergence.entries_of(timeline))
@@ -221,19 +234,35 @@ class QueryService:
         ``target``."""
         record, status = self._answer_at_once(target, fingerprint)
         if record is not None and status is not None:
+            self._count("convergence", status)
             return Answer(status, record.convergence_body)
-        return await self._answer_slowly(target, fingerprint, record)
+        answer = await self._answer_slowly(target, fingerprint, record)
+        self._count("convergence", answer.status)
+        return answer
 
-    async def respond(
+    def respond_at_once(
         self, target: Target, fingerprint: bytes | None, keep_alive: bool
-    ) -> bytes | Answer:
-        """``answer``, for the HTTP API: a cache hit answered at once returns
-        the complete HTTP response (``keep_alive`` or ``Connection: close``)
-        made with the record (invariant 5); anything else the ``Answer``."""
-        record, status = self._answer_at_once(target, fingerprint)
-        if record is not None and status is not None:
-            return record.http_responses[response_index(status, keep_alive)]
-        return await self._answer_slowly(target, fingerprint, record)
+    ) -> bytes | None:
+        """The complete HTTP response (``keep_alive`` or ``Connection:
+        close``) made with the cached record when the cache alone answers
+        (invariant 5), the query counted; else None, the query not counted:
+        the caller then awaits ``answer``. Synchronous, for the connection
+        loop's fast path."""
+        key = target.key
+        record = self._cache.get(key)
+        if record is None:
+            return None
+        status = convergence.answer_status(
+            record.timeline, fingerprint, int(self._clock()), self._fresh_for_s,
+            self._reprobe_after_s,
+        )
+        if status is None:
+            return None
+        if self.scheduler is not None:
+            self.scheduler.note_query(target, key)
+        answered = self._convergence_answered
+        answered[status] = answered.get(status, 0) + 1
+        return record.http_responses[response_index(status, keep_alive)]
 
     def _answer_at_once(
         self, target: Target, fingerprint: bytes | None
@@ -297,6 +326,7 @@ class QueryService:
             record = await self._lookup(target, strict=True)
         except StoreError as exc:
             log.error("store read failed for a Perspectives query: %s", exc)
+            self._count("perspectives", 503)
             return Answer(503, b"observation store unavailable\n", b"text/plain")
         if record is None or record.perspectives_body is None:
             assert self.prober is not None, "QueryService.prober was never set"
@@ -304,17 +334,26 @@ class QueryService:
             message = b"unknown service; probing it now, ask again\n" if started else (
                 b"unknown service; too many probes in progress, ask again later\n"
             )
+            self._count("perspectives", 404)
             return Answer(404, message, b"text/plain")
+        self._count("perspectives", 200)
         return Answer(200, record.perspectives_body, perspectives.CONTENT_TYPE)
 
     async def answer_v2_bytes(self, request: v2.QueryRequest) -> bytes:
         """The ``/v2/query`` answer document (for WebSocket ``query``)."""
-        return (await self.answer_v2(request)).body
+        answer = await self._answer_v2(request)
+        self._count("websocket", answer.status)
+        return answer.body
 
     async def answer_v2(self, request: v2.QueryRequest) -> Answer:
         """The signed ``/v2/query`` answer: every entry looked up (and probed
         if need be) concurrently, each under the query deadline; one
         envelope signature for the whole request (see ``notary.protocol.v2``)."""
+        answer = await self._answer_v2(request)
+        self._count("v2", answer.status)
+        return answer
+
+    async def _answer_v2(self, request: v2.QueryRequest) -> Answer:
         signer = self._v2_signer
         assert signer is not None, "v2 is not configured"
         results: list[v2.QueryResult | None] = [None] * len(request.targets)

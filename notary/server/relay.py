@@ -161,7 +161,8 @@ class RelayHandler:
         if (self._mode is RelayMode.BUNDLES) != (trusted is not None):
             raise ValueError("trusted destinations go with bundles mode, and only with it")
         self._trusted = trusted
-        self._policy = AddressPolicy.from_cidrs(config.allow_addresses)
+        #: Which destination addresses may be connected to; replaced on reload.
+        self.policy = AddressPolicy.from_cidrs(config.allow_addresses)
         self._resolver = resolver
         self._notary_name = notary_name
         self._connections = 0
@@ -292,7 +293,7 @@ class RelayHandler:
         with trio.move_on_after(self._config.connect_timeout_s):
             try:
                 stream, index = await dial_first(
-                    [(host, port) for host in hosts], policy=self._policy, resolver=self._resolver
+                    [(host, port) for host in hosts], policy=self.policy, resolver=self._resolver
                 )
             except ProbeRefused:
                 self._refused["policy"] += 1

@@ -40,11 +40,17 @@ MAX_RETRY_DELAY_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class StorageStatistics:
+    """``queued``: observations waiting for the writer; ``committed``,
+    ``batches``, ``failed_batches`` (attempts that raised), ``producer_waits``
+    (``record`` calls that found the queue full): cumulative; ``failing``: the
+    batch in hand failed its last attempt and waits to be retried."""
+
     queued: int
     committed: int
     batches: int
     failed_batches: int
     producer_waits: int
+    failing: bool = False
 
 
 class Storage:
@@ -66,6 +72,10 @@ class Storage:
         self._batches = 0
         self._failed_batches = 0
         self._producer_waits = 0
+        self._failing = False
+        #: Called after each committed batch with its rows and the seconds
+        #: its successful write took (metrics); must not raise.
+        self.on_batch: Callable[[int, float], None] | None = None
 
     async def load_timeline(self, target: Target) -> Timeline:
         """The stored timeline of ``target``; raises ``StoreError``."""
@@ -113,6 +123,7 @@ class Storage:
             batches=self._batches,
             failed_batches=self._failed_batches,
             producer_waits=self._producer_waits,
+            failing=self._failing,
         )
 
     async def _serve_writer(
@@ -153,6 +164,7 @@ class Storage:
     async def _commit(self, batch: list[ProbeResult]) -> None:
         delay = FIRST_RETRY_DELAY_S
         while True:
+            started = trio.current_time()
             try:
                 # Shielded: a batch taken from the queue is committed even
                 # while the notary shuts down.
@@ -162,12 +174,16 @@ class Storage:
                     )
             except StoreError as exc:
                 self._failed_batches += 1
+                self._failing = True
                 log.error("store write of %d observations failed, retrying: %s", len(batch), exc)
                 await trio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY_S)
                 continue
             self._committed += len(batch)
             self._batches += 1
+            self._failing = False
+            if self.on_batch is not None:
+                self.on_batch(len(batch), trio.current_time() - started)
             return
 
 

@@ -45,7 +45,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 import trio
 import trio_websocket
@@ -56,7 +57,9 @@ from notary.protocol import v2
 from notary.protocol.http import Request
 from notary.protocol.targets import Target, make_target
 
-__all__ = ["WATCH_PATH", "WatchHub", "WebSocketLimits", "WebSocketService"]
+__all__ = [
+    "WATCH_PATH", "WatchHub", "WebSocketLimits", "WebSocketService", "WebSocketStatistics",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +157,20 @@ class _ReplayStream(trio.abc.Stream):
         await self._stream.aclose()
 
 
+@dataclass(frozen=True, slots=True)
+class WebSocketStatistics:
+    """A snapshot of a :class:`WebSocketService`: ``connections`` and
+    ``watches`` open now; ``events_published`` (observations pushed to
+    watchers, once per change however many watch) and ``rejected_queries``
+    (``query`` messages answered with an error, by status): cumulative.
+    Answered queries are counted by the query service."""
+
+    connections: int
+    watches: int
+    events_published: int
+    rejected_queries: Mapping[int, int]
+
+
 class WebSocketService:
     """Serves ``/v2/ws`` connections for one notary: the watch hub, the
     per-address connection counts and the query answerer they share."""
@@ -170,10 +187,19 @@ class WebSocketService:
         self._limits = limits
         self._max_batch = max_batch
         self._by_address: Counter[str] = Counter()
+        self._rejected_queries: Counter[int] = Counter()
 
     @property
     def connections(self) -> int:
         return sum(self._by_address.values())
+
+    def statistics(self) -> WebSocketStatistics:
+        return WebSocketStatistics(
+            connections=self.connections,
+            watches=self.hub.watcher_count(),
+            events_published=self.hub.events_published,
+            rejected_queries=dict(self._rejected_queries),
+        )
 
     async def serve(
         self, stream: trio.abc.Stream, request: Request, leftover: bytes, *, peer: str
@@ -199,7 +225,8 @@ class WebSocketService:
                     )
                     ws = await ws_request.accept()
                     await _serve(
-                        ws, nursery, self._answer_query, self.hub, limits, self._max_batch
+                        ws, nursery, self._answer_query, self.hub, limits, self._max_batch,
+                        self._rejected_queries,
                     )
                     nursery.cancel_scope.cancel()
             finally:
@@ -223,6 +250,7 @@ async def _serve(
     hub: WatchHub,
     limits: WebSocketLimits,
     max_batch: int,
+    rejected_queries: Counter[int],
 ) -> None:
     connection = _Connection(limits)
     done = trio.Event()
@@ -256,7 +284,9 @@ async def _serve(
                 with trio.move_on_after(limits.ping_timeout_s):
                     await ws.aclose(CLOSE_NORMAL, "idle")
                 return
-            await _handle(message, connection, answer_query, hub, limits, max_batch)
+            await _handle(
+                message, connection, answer_query, hub, limits, max_batch, rejected_queries
+            )
 
     async def guarded(task: Callable[[], Awaitable[None]]) -> None:
         # Each task ends the connection when the peer goes away; none may
@@ -286,8 +316,10 @@ async def _handle(
     hub: WatchHub,
     limits: WebSocketLimits,
     max_batch: int,
+    rejected_queries: Counter[int],
 ) -> None:
     request_id: object = None
+    kind: object = None
     try:
         raw = message.encode("utf-8") if isinstance(message, str) else message
         try:
@@ -336,6 +368,8 @@ async def _handle(
             return
         raise PeerError("type must be query, watch or unwatch")
     except PeerError as exc:
+        if kind == "query":
+            rejected_queries[exc.status] += 1
         connection.push(json.dumps(
             {"id": request_id, "message": exc.message, "status": exc.status, "type": "error"},
             sort_keys=True,

@@ -25,6 +25,7 @@ from notary import crypto
 from notary.config import Config, Endpoint, load_config
 from notary.protocol.bundle import BundleHost, make_bundle
 from notary.server.app import RunningNotary, serve_notary
+from notary.server.sockets import Sockets
 from tests.support.tls_targets import static_resolver
 
 LOCALHOST = "127.0.0.1"
@@ -85,6 +86,7 @@ async def open_notary(
     relay: Mapping[str, object] | None = None,
     server: Mapping[str, object] | None = None,
     serve_bundle: bool = False,
+    sockets: Sockets | None = None,
     **sections: dict,
 ) -> AsyncIterator[NotaryUnderTest]:
     """Serve a notary on ``host`` (API and relay on port 0) until the block
@@ -92,7 +94,8 @@ async def open_notary(
     ``server`` and ``relay`` override keys of those sections (``relay`` by default:
     bundles mode, no trusted bundle, loopback destinations allowed); ``sections``
     override other config sections, e.g. ``probe={"timeout_s": 0.5}``.
-    ``serve_bundle``: serve ``/test.notary``, a bundle pinning this notary."""
+    ``serve_bundle``: serve ``/test.notary``, a bundle pinning this notary.
+    ``sockets``: listening sockets to serve on instead of binding the config's."""
     key_path, cert_path, cert = make_notary_files(directory, host)
     if serve_bundle:
         bundle = make_bundle(
@@ -118,6 +121,7 @@ async def open_notary(
         },
         **sections,
     }
+    overrides.setdefault("admin", {"listen": (Endpoint(host, 0),)})
     config = load_config(None, overrides)
     clock = FakeClock()
     async with trio.open_nursery() as nursery:
@@ -126,6 +130,7 @@ async def open_notary(
                 config,
                 resolver=static_resolver(names or {}),
                 clock=clock,
+                sockets=sockets,
                 task_status=task_status,
             )
         )

@@ -1,0 +1,138 @@
+"""The admin listener: plain HTTP for operators and their tools, on loopback
+by default (``[admin] listen``; an empty list serves none).
+
+* ``GET /metrics``: the Prometheus text format (``notary.server.metrics``).
+* ``GET /healthz``: liveness, ``200 ok`` whenever the event loop runs.
+* ``GET /readyz``: readiness, ``200 ready`` when the listeners are serving,
+  the store is writable (the writer's batch in hand has not failed) and at
+  most ``[admin] max_writer_lag_rows`` observations wait for the writer;
+  else ``503`` with one failing reason per line.
+
+Any other path is 404, any other method on these paths 405 (with ``Allow:
+GET``). In a node of several workers every worker accepts on the admin
+socket: ``/metrics`` is the node's aggregate, ``/healthz`` and ``/readyz``
+speak for the worker that took the connection.
+
+Resource handling: :class:`AdminServer` serves one accepted TCP stream per
+call, through the project's HTTP loop (``serve_http_connection``, the
+``[http]`` timeouts and size limits), and owns that stream; at most
+``ADMIN_MAX_CONNECTIONS`` at once, the others are closed at once.
+
+Error handling: nothing raises to the listener. A scrape that fails to
+render (a bug, or unreadable multiprocess files) is logged with its traceback
+and answered 500: the notary keeps serving queries.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from notary.config import Config
+from notary.protocol import http
+from notary.protocol.http import Request
+from notary.server.connection import ConnectionLimits, serve_http_connection
+from notary.server.metrics import CONTENT_TYPE, NotaryMetrics
+from notary.server.storage import Storage, StorageStatistics
+
+__all__ = ["ADMIN_MAX_CONNECTIONS", "AdminServer", "readiness_problems"]
+
+log = logging.getLogger(__name__)
+
+#: Admin connections at once (scrapers and probes of an orchestrator).
+ADMIN_MAX_CONNECTIONS = 64
+METRICS_PATH = b"/metrics"
+HEALTH_PATH = b"/healthz"
+READY_PATH = b"/readyz"
+_PATHS = (METRICS_PATH, HEALTH_PATH, READY_PATH)
+
+
+def readiness_problems(
+    *, serving: bool, writer: StorageStatistics, max_writer_lag_rows: int
+) -> list[str]:
+    """Why a worker is not ready (empty: it is)."""
+    problems = []
+    if not serving:
+        problems.append("listeners not serving (starting or stopping)")
+    if writer.failing:
+        problems.append("store not writable: the last batch write failed and is being retried")
+    if writer.queued > max_writer_lag_rows:
+        problems.append(
+            f"writer lagging: {writer.queued} observations queued, more than "
+            f"{max_writer_lag_rows} ([admin] max_writer_lag_rows)"
+        )
+    return problems
+
+
+class AdminServer:
+    """The handler of the admin listeners (``trio.serve_listeners``).
+
+    ``serving`` is False until the notary's listeners are all up, and should
+    be set False again when it starts to stop; ``/readyz`` reports it.
+    """
+
+    def __init__(self, config: Config, *, metrics: NotaryMetrics, storage: Storage) -> None:
+        self._metrics = metrics
+        self._storage = storage
+        self._max_writer_lag_rows = config.admin.max_writer_lag_rows
+        limits = config.http
+        self._limits = ConnectionLimits(
+            header_timeout_s=limits.header_timeout_s,
+            keepalive_timeout_s=limits.keepalive_timeout_s,
+            send_timeout_s=limits.send_timeout_s,
+            max_header_bytes=limits.max_header_bytes,
+            max_headers=limits.max_headers,
+            max_body_bytes=limits.max_body_bytes,
+        )
+        self.serving = False
+        self.open_connections = 0
+        self.refused_connections = 0
+
+    async def __call__(self, tcp: trio.SocketStream) -> None:
+        if self.open_connections >= ADMIN_MAX_CONNECTIONS:
+            self.refused_connections += 1
+            await trio.aclose_forcefully(tcp)
+            return
+        self.open_connections += 1
+        try:
+            await serve_http_connection(tcp, self.handle, self._limits)
+        finally:
+            self.open_connections -= 1
+
+    def readiness_problems(self) -> list[str]:
+        return readiness_problems(
+            serving=self.serving,
+            writer=self._storage.statistics(),
+            max_writer_lag_rows=self._max_writer_lag_rows,
+        )
+
+    async def handle(self, request: Request) -> tuple[bytes, bool]:
+        """One request: the ``Handler`` of ``serve_http_connection``."""
+        keep_alive = request.keep_alive
+        path = request.target.partition(b"?")[0]
+        if path not in _PATHS:
+            return http.error_response(404, "not found", keep_alive=keep_alive), keep_alive
+        if request.method != b"GET":
+            return http.error_response(
+                405, "method not allowed", keep_alive=keep_alive,
+                extra_headers=((b"Allow", b"GET"),),
+            ), keep_alive
+        if path == METRICS_PATH:
+            try:
+                body = await self._metrics.render()
+            except Exception:
+                log.exception("rendering /metrics failed")
+                return http.error_response(
+                    500, "metrics unavailable", keep_alive=keep_alive
+                ), keep_alive
+            return http.response(
+                200, body, content_type=CONTENT_TYPE, keep_alive=keep_alive
+            ), keep_alive
+        if path == HEALTH_PATH:
+            return http.response(200, b"ok\n", keep_alive=keep_alive), keep_alive
+        problems = self.readiness_problems()
+        if problems:
+            body = "".join(f"{problem}\n" for problem in problems).encode("utf-8")
+            return http.response(503, body, keep_alive=keep_alive), keep_alive
+        return http.response(200, b"ready\n", keep_alive=keep_alive), keep_alive

@@ -1,0 +1,227 @@
+"""A multi-worker node as an operator runs it: ``notary serve --workers 2``
+in a subprocess (loopback only). A worker killed with SIGKILL under load is
+restarted while the other keeps answering; SIGTERM under load answers or
+cleanly refuses every request and loses no observation."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import ssl
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+import trustme
+
+from notary.protocol.targets import Target
+from notary.store import Store
+from tests.support.notaries import LOCALHOST, make_notary_files
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Node:
+    process: trio.Process
+    log: list[str] = field(default_factory=list)
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    async def wait_for(self, pattern: str, *, after: int = 0, timeout_s: float = 30.0) -> re.Match:
+        """The first log line (from index ``after``) matching ``pattern``."""
+        with trio.fail_after(timeout_s):
+            while True:
+                for line in self.log[after:]:
+                    match = re.search(pattern, line)
+                    if match:
+                        return match
+                self.changed = trio.Event()
+                await self.changed.wait()
+
+
+@asynccontextmanager
+async def run_node(directory: Path, *, workers: int = 2) -> AsyncIterator[Node]:
+    key, cert, _ = make_notary_files(directory)
+    config = directory / "notary.toml"
+    config.write_text(
+        f'[server]\nkey_file = "{key}"\ncert_file = "{cert}"\ndb_file = "notary.db"\n'
+        f'api = ["{LOCALHOST}:0"]\nplain_api = ["{LOCALHOST}:0"]\n'
+        f'allow_targets = ["127.0.0.0/8"]\n'
+        f'[relay]\nlisten = []\n[admin]\nlisten = []\n'
+        f'[probe]\ntimeout_s = 5.0\n'
+        f'[node]\nworkers = {workers}\ngraceful_timeout_s = 10.0\nrestart_delay_s = 0.2\n'
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "notary", "serve", "--config", str(config)],
+        stderr=subprocess.PIPE, env=env, cwd=directory,
+    )
+    node = Node(process)
+
+    async def collect() -> None:
+        buffer = b""
+        async for chunk in process.stderr:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            node.log += [line.decode() for line in lines]
+            node.changed.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(collect)
+        try:
+            yield node
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+            with trio.move_on_after(20):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+            nursery.cancel_scope.cancel()
+
+
+async def plain_port(node: Node) -> int:
+    match = await node.wait_for(r"plain-HTTP API .* on 127\.0\.0\.1:(\d+)")
+    await node.wait_for(r"node ready: 2 workers serving")
+    return int(match.group(1))
+
+
+async def get(port: int, path: str) -> tuple[str, int]:
+    """One HTTP/1.0 request on a new connection: ("answered", status),
+    ("refused", 0) when the node did not take it (connection refused, or
+    closed before any byte of an answer), ("broken", 0) otherwise."""
+    try:
+        stream = await trio.open_tcp_stream(LOCALHOST, port)
+    except OSError:
+        return "refused", 0
+    data = b""
+    try:
+        async with stream:
+            await stream.send_all(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+    except (trio.BrokenResourceError, OSError):
+        if not data:
+            return "refused", 0
+        return "broken", 0
+    if not data:
+        return "refused", 0
+    head, _, body = data.partition(b"\r\n\r\n")
+    match = re.match(rb"HTTP/1\.1 (\d{3}) ", head)
+    length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+    if not match or not length or int(length.group(1)) != len(body):
+        return "broken", 0
+    return "answered", int(match.group(1))
+
+
+@asynccontextmanager
+async def tls_targets(count: int) -> AsyncIterator[list[int]]:
+    """``count`` TLS servers on 127.0.0.1 (one per port): probe targets."""
+    authority = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    authority.issue_cert(LOCALHOST).configure_cert(context)
+
+    async def serve(tcp: trio.SocketStream) -> None:
+        stream = trio.SSLStream(tcp, context, server_side=True)
+        with trio.move_on_after(10):
+            try:
+                await stream.do_handshake()
+                await stream.receive_some(1)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    listeners = [(await trio.open_tcp_listeners(0, host=LOCALHOST))[0] for _ in range(count)]
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(trio.serve_listeners, serve, [listener])
+        yield [listener.socket.getsockname()[1] for listener in listeners]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_killed_worker_is_restarted_and_the_other_keeps_answering(
+    tmp_path: Path,
+) -> None:
+    async with tls_targets(1) as ports, run_node(tmp_path) as node:
+        port = await plain_port(node)
+        path = f"/target/127.0.0.1+{ports[0]}"
+        assert await get(port, path) == ("answered", 200)  # probed once, cached
+        pids = {
+            int(m.group(1)): int(m.group(2))
+            for line in node.log if (m := re.search(r"worker (\d) started \(pid (\d+)\)", line))
+        }
+        mark = len(node.log)
+        os.kill(pids[0], signal.SIGKILL)
+        outcomes = []
+        with trio.move_on_after(1.0):  # the other worker answers meanwhile
+            while True:
+                outcomes.append(await get(port, path))
+        restarted = await node.wait_for(r"worker 0 started \(pid (\d+)\)", after=mark)
+        await node.wait_for(r"worker 0 \(pid \d+\) ready", after=mark)
+        for _ in range(20):
+            outcomes.append(await get(port, path))
+    assert int(restarted.group(1)) != pids[0]
+    assert any("worker 0" in line and "SIGKILL" in line for line in node.log[mark:])
+    answered = [o for o in outcomes if o[0] == "answered"]
+    # Only requests caught on the killed worker's connections may fail.
+    assert len(answered) >= len(outcomes) - 2 and len(answered) > 20
+    assert all(status in (200, 409) for _, status in answered)
+
+
+async def test_sigterm_under_load_answers_or_refuses_and_loses_no_observation(
+    tmp_path: Path,
+) -> None:
+    async with tls_targets(60) as ports, run_node(tmp_path) as node:
+        port = await plain_port(node)
+        outcomes: dict[int, tuple[str, int]] = {}
+        first_answers = trio.Event()
+
+        async def client(targets: list[int]) -> None:
+            for target_port in targets:
+                outcomes[target_port] = await get(port, f"/target/127.0.0.1+{target_port}")
+                if sum(o == ("answered", 200) for o in outcomes.values()) >= 10:
+                    first_answers.set()
+
+        async with trio.open_nursery() as nursery:
+            for start in range(4):  # four clients, each over its own targets
+                nursery.start_soon(client, ports[start::4])
+            await first_answers.wait()
+            node.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            status = await node.process.wait()
+    assert status == 0
+    assert "broken" not in {kind for kind, _ in outcomes.values()}, outcomes
+    answered = [p for p, outcome in outcomes.items() if outcome == ("answered", 200)]
+    assert len(answered) >= 10
+    with Store(tmp_path / "notary.db", create=False) as store:
+        for target_port in answered:  # every answer's observation was committed
+            timeline = store.load_timeline(Target(LOCALHOST, target_port))
+            assert timeline.observations, target_port
+
+
+async def test_sighup_reloads_the_target_policy_in_every_worker(tmp_path: Path) -> None:
+    async with tls_targets(2) as ports, run_node(tmp_path) as node:
+        port = await plain_port(node)
+        assert await get(port, f"/target/127.0.0.1+{ports[0]}") == ("answered", 200)
+        config = tmp_path / "notary.toml"
+        config.write_text(config.read_text().replace(
+            'allow_targets = ["127.0.0.0/8"]', "allow_targets = []"
+        ))
+        mark = len(node.log)
+        node.process.send_signal(signal.SIGHUP)
+        for _ in range(2):  # both workers
+            await node.wait_for(r"reloaded: target policy", after=mark)
+            mark = next(i for i in range(mark, len(node.log)) if "reloaded" in node.log[i]) + 1
+        # Loopback is now refused for new probes, whichever worker answers.
+        for _ in range(6):
+            assert await get(port, f"/target/127.0.0.1+{ports[1]}") == ("answered", 403)
+        # A config that does not validate is not applied.
+        config.write_text(config.read_text().replace("allow_targets = []", "allow_targets = 7"))
+        mark = len(node.log)
+        node.process.send_signal(signal.SIGHUP)
+        await node.wait_for(r"reload: kept the previous settings: .*allow_targets", after=mark)
+        assert await get(port, f"/target/127.0.0.1+{ports[1]}") == ("answered", 403)
