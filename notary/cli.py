@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, metavar="N",
         help="worker processes (default: [node] workers, 0 = one per CPU)",
     )
+    serve.add_argument("--user", help="started as root: serve as this user ([node] user)")
+    serve.add_argument("--group", help="and this group ([node] group)")
 
     watch = commands.add_parser(
         "watch", help="print certificate changes of sites as a notary sees them (v2 WebSocket)"
@@ -532,8 +534,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    if args.workers is not None:
-        config = replace(config, node=replace(config.node, workers=args.workers))
+    node = {key: value for key in ("workers", "user", "group")
+            if (value := getattr(args, key)) is not None}
+    if node:
+        config = replace(config, node=replace(config.node, **node))
     from notary.server.app import check_config
 
     if args.check_config:

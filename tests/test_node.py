@@ -6,16 +6,20 @@ cleanly refuses every request and loses no observation."""
 from __future__ import annotations
 
 import os
+import pwd
 import re
+import shutil
 import signal
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import trio
 import trustme
 
@@ -45,8 +49,12 @@ class Node:
 
 
 @asynccontextmanager
-async def run_node(directory: Path, *, workers: int = 2) -> AsyncIterator[Node]:
+async def run_node(
+    directory: Path, *, workers: int = 2, extra: Sequence[str] = ()
+) -> AsyncIterator[Node]:
     key, cert, _ = make_notary_files(directory)
+    for path in (key, cert):
+        path.chmod(0o644)  # readable after a privilege drop
     config = directory / "notary.toml"
     config.write_text(
         f'[server]\nkey_file = "{key}"\ncert_file = "{cert}"\ndb_file = "notary.db"\n'
@@ -58,7 +66,7 @@ async def run_node(directory: Path, *, workers: int = 2) -> AsyncIterator[Node]:
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "notary", "serve", "--config", str(config)],
+        [sys.executable, "-m", "notary", "serve", "--config", str(config), *extra],
         stderr=subprocess.PIPE, env=env, cwd=directory,
     )
     node = Node(process)
@@ -225,3 +233,22 @@ async def test_sighup_reloads_the_target_policy_in_every_worker(tmp_path: Path) 
         node.process.send_signal(signal.SIGHUP)
         await node.wait_for(r"reload: kept the previous settings: .*allow_targets", after=mark)
         assert await get(port, f"/target/127.0.0.1+{ports[1]}") == ("answered", 403)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+async def test_started_as_root_it_serves_as_the_configured_user() -> None:
+    nobody = pwd.getpwnam("nobody")
+    # Not under pytest's tmp_path: its parents are private to root.
+    directory = Path(tempfile.mkdtemp(prefix="notary-drop-"))
+    try:
+        os.chmod(directory, 0o777)  # the database is created there as nobody
+        async with run_node(directory, workers=1, extra=["--user", "nobody"]) as node:
+            await node.wait_for(r"dropped privileges to nobody")
+            match = await node.wait_for(r"plain-HTTP API .* on 127\.0\.0\.1:(\d+)")
+            assert await get(int(match.group(1)), "/") == ("answered", 200)
+            status = await trio.Path(f"/proc/{node.process.pid}/status").read_text()
+            uids = re.search(r"^Uid:\s+(\d+)\s+(\d+)\s+(\d+)", status, re.M)
+            assert uids is not None
+            assert {int(uid) for uid in uids.groups()} == {nobody.pw_uid}
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

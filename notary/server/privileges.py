@@ -1,7 +1,8 @@
 """Dropping root after binding: a node started as root (to bind ports below
-1024 without socket activation) switches to ``[node] user``/``group`` before
-it reads a request, a key file excepted (keys are read at start, as root, so
-they may stay readable by root only).
+1024 without socket activation) switches to ``[node] user``/``group`` (or
+``--user``/``--group``) once its sockets are bound, before it starts a
+worker or reads a file: the keys, certificate, bundles and database must be
+readable (the database writable) by that user.
 
 Error handling: an unknown user or group, or a switch that does not take, is
 a ``UsageError``; the process must not go on serving as root.
