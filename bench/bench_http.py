@@ -466,7 +466,8 @@ def notary_version() -> str:
 
 
 def notary_argv(setup: NotarySetup, profile_out: Path | None = None) -> list[str]:
-    serve = ["serve", "--config", str(setup.config)]
+    # One process, pinned: explicit, whatever dev-init's [node] workers says.
+    serve = ["serve", "--config", str(setup.config), "--workers", "1"]
     if profile_out is None:
         return [sys.executable, "-m", "notary", *serve]
     return [sys.executable, "-c", PROFILE_WRAPPER, str(profile_out), *serve]

@@ -32,7 +32,7 @@ import trio
 from notary.config import Config
 from notary.protocol import http
 from notary.protocol.http import Request
-from notary.server.connection import ConnectionLimits, serve_http_connection
+from notary.server.connection import limits_from, serve_http_connection
 from notary.server.metrics import CONTENT_TYPE, NotaryMetrics
 from notary.server.storage import Storage, StorageStatistics
 
@@ -76,15 +76,7 @@ class AdminServer:
         self._metrics = metrics
         self._storage = storage
         self._max_writer_lag_rows = config.admin.max_writer_lag_rows
-        limits = config.http
-        self._limits = ConnectionLimits(
-            header_timeout_s=limits.header_timeout_s,
-            keepalive_timeout_s=limits.keepalive_timeout_s,
-            send_timeout_s=limits.send_timeout_s,
-            max_header_bytes=limits.max_header_bytes,
-            max_headers=limits.max_headers,
-            max_body_bytes=limits.max_body_bytes,
-        )
+        self._limits = limits_from(config.http)
         self.serving = False
         self.open_connections = 0
         self.refused_connections = 0

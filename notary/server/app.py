@@ -38,7 +38,7 @@ from notary.protocol.bundle import parse_bundle
 from notary.scheduler import RescanScheduler
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
-from notary.server.connection import ConnectionLimits, Drain, serve_http_connection
+from notary.server.connection import Drain, limits_from, serve_http_connection
 from notary.server.known_targets import KnownTargets
 from notary.server.metrics import NotaryMetrics
 from notary.server.query import QueryService
@@ -121,15 +121,7 @@ class ConnectionHandler:
         self._handler = handler
         self._handshake_timeout_s = config.http.tls_handshake_timeout_s
         self._max_connections = config.http.max_connections
-        http = config.http
-        self._limits = ConnectionLimits(
-            header_timeout_s=http.header_timeout_s,
-            keepalive_timeout_s=http.keepalive_timeout_s,
-            send_timeout_s=http.send_timeout_s,
-            max_header_bytes=http.max_header_bytes,
-            max_headers=http.max_headers,
-            max_body_bytes=max_body_bytes or http.max_body_bytes,
-        )
+        self._limits = limits_from(config.http, max_body_bytes=max_body_bytes)
         self._websocket = websocket
         self._answer_now = handler.answer_now if isinstance(handler, ApiHandler) else None
         #: Set by ``serve_notary``: the graceful stop of its connections.

@@ -42,6 +42,7 @@ from math import inf
 
 import trio
 
+from notary.config import HttpConfig
 from notary.errors import ProtocolError
 from notary.protocol.http import Request, RequestReader, error_response
 
@@ -98,6 +99,18 @@ class ConnectionLimits:
     max_header_bytes: int = 8 * 1024
     max_headers: int = 64
     max_body_bytes: int = 4 * 1024
+
+
+def limits_from(http: HttpConfig, *, max_body_bytes: int | None = None) -> ConnectionLimits:
+    """The ``[http]`` limits (``max_body_bytes`` overrides the configured one)."""
+    return ConnectionLimits(
+        header_timeout_s=http.header_timeout_s,
+        keepalive_timeout_s=http.keepalive_timeout_s,
+        send_timeout_s=http.send_timeout_s,
+        max_header_bytes=http.max_header_bytes,
+        max_headers=http.max_headers,
+        max_body_bytes=max_body_bytes or http.max_body_bytes,
+    )
 
 
 async def serve_http_connection(

@@ -1,0 +1,593 @@
+"""Worker scaling: cache-hit Convergence ``POST /target/<host>+<port>``
+requests per second, measured with wrk over HTTP/1.1 keep-alive (plain HTTP
+and HTTPS), against ``notary serve --workers 1`` and ``--workers 2`` in the
+same run: the 1-worker figure is the baseline.
+
+The query and set-up are ``bench_http.py``'s (its functions are imported, not
+copied): a fresh ``notary dev-init`` notary in a temporary directory, its
+config edited (plain_api added, relay off, log_level warning, every other
+``listen``, ``[admin]`` included, moved off dev-init's fixed ports), asked
+about itself (``127.0.0.1+<its HTTPS port>``) with its own SHA-1 pin, primed
+once so that every query is a cache hit answered 200. ``--workers N`` is
+given on the command line (dev-init writes ``[node] workers = 1``).
+
+Rows (one node each, all started at once, runs interleaved; loopback only):
+
+- ``1 worker, pinned``: ``bench_http.py``'s set-up, the notary pinned to one
+  core and wrk (``-t1``) to the other. A reference, to compare with
+  ``bench_http.py``'s figures.
+- ``1 worker``: nothing pinned, wrk ``-t2`` (``--threads``): the baseline.
+- ``2 workers``: nothing pinned, wrk ``-t2``: a supervisor and two worker
+  processes accepting on the same inherited sockets.
+
+Why nothing is pinned in the compared rows: wrk needs cores too. On this
+2-core VM two busy workers leave no core for wrk, so wrk shares the cores
+with the workers whatever is pinned; pinning the workers one per core would
+only stop the kernel from moving wrk's threads and the workers around the
+cores that happen to be free. wrk gets two threads so that it can run on
+whichever core is free, and the 1-worker baseline uses the same client, so
+the ratio reflects the workers alone. The script prints the CPU time per
+request of the notary (supervisor + workers, summed) and of wrk, the share
+of each core each took, and the other load measured during each run: with
+C cores the rate cannot exceed C / (notary + wrk CPU per request), which is
+printed as "CPU ceiling".
+
+Checks: the config listens on the chosen free ports only; a ``--workers 2``
+node has exactly 2 worker children (``/proc``, ``NOTARY_WORKER_INDEX`` 0
+and 1), and both take a share of a warm-up run's load (their CPU time
+grows) before anything is measured; the worker pids do not change during
+the run (no restart); every worker answers the same bytes; wrk sees no
+socket error and no non-2xx answer; the node's ``/metrics`` shows no cache
+miss and no probe during a measured run.
+
+    .venv/bin/python bench/bench_workers.py --wait-quiet 120   # about 5 minutes
+    .venv/bin/python bench/bench_workers.py --quick            # 2 s per run: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_http as common
+from bench_http import LOOPBACK, ROOT, BenchError, Processes
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from notary.config import load_config
+from notary.devsetup import DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT
+
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+WARM_UP_S = 1
+#: In a warm-up run, each worker must take at least this share of the workers' CPU.
+MIN_WORKER_SHARE = 0.10
+#: A measured run where a worker takes less than this share is flagged as uneven.
+UNEVEN_SHARE = 0.35
+#: Graceful stop of a node (idle: well under a second per worker), then SIGKILL.
+NODE_STOP_TIMEOUT_S = 15.0
+TRANSPORTS = ("plain", "https")
+
+
+@dataclass(frozen=True)
+class Variant:
+    key: str
+    label: str
+    workers: int
+    pinned: bool  # notary on the server core, wrk on the client core (bench_http's set-up)
+    wrk_threads: int
+
+
+@dataclass
+class Node:
+    variant: Variant
+    setup: common.NotarySetup
+    process: subprocess.Popen[bytes]
+    log: Path
+    admin_port: int
+    #: The serving processes: the notary itself (1 worker), or the supervisor's children.
+    workers: list[int]
+    body: str = ""
+    answer: bytes = b""
+    script: Path | None = None
+
+    def url(self, transport: str) -> str:
+        if transport == "plain":
+            return f"http://{LOOPBACK}:{self.setup.plain_port}{self.setup.path}"
+        return f"https://{LOOPBACK}:{self.setup.api_port}{self.setup.path}"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    wrk: common.WrkResult
+    elapsed_s: float
+    server_cpu_s: float  # the node's processes, summed
+    worker_cpu_s: tuple[float, ...]  # per worker (the supervisor left out)
+    wrk_cpu_s: float
+    machine_busy_s: float  # every core, every process
+    cores: int
+    queries: float  # Convergence queries the node counted (/metrics)
+    misses: float
+    probes: float
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.wrk.requests_per_s
+
+    @property
+    def server_us(self) -> float:
+        return self.server_cpu_s / self.wrk.requests * 1e6
+
+    @property
+    def wrk_us(self) -> float:
+        return self.wrk_cpu_s / self.wrk.requests * 1e6
+
+    @property
+    def other_cores(self) -> float:
+        """Cores busy with everything else (other benchmarks, the idle nodes)."""
+        return max(0.0, self.machine_busy_s - self.server_cpu_s - self.wrk_cpu_s) / self.elapsed_s
+
+    @property
+    def ceiling(self) -> float:
+        """The rate at which notary + wrk would fill every core, or each
+        worker its own core, whichever comes first (no other load)."""
+        return min(self.cores * 1e6 / (self.server_us + self.wrk_us),
+                   len(self.worker_cpu_s) * 1e6 / self.server_us)
+
+    @property
+    def supervisor_cpu_s(self) -> float:
+        return self.server_cpu_s - sum(self.worker_cpu_s)
+
+    def split(self) -> str:
+        total = sum(self.worker_cpu_s)
+        if len(self.worker_cpu_s) < 2 or not total:
+            return "-"
+        text = " / ".join(f"{s / total:.0%}" for s in self.worker_cpu_s)
+        return text + (" UNEVEN" if min(self.worker_cpu_s) / total < UNEVEN_SHARE else "")
+
+    def warnings(self) -> list[str]:
+        found = []
+        if self.misses or self.probes:
+            found.append(f"{self.misses:.0f} cache misses, {self.probes:.0f} probes during the run")
+        if self.queries < self.wrk.requests:
+            found.append(f"/metrics counted {self.queries:.0f} queries, wrk {self.wrk.requests}")
+        return found
+
+
+# -- processes of a node ---------------------------------------------------------
+
+
+def parent_pids() -> dict[int, int]:
+    """pid -> ppid of every process (``/proc/<pid>/task/*/children`` is not
+    in every kernel: this VM has no CONFIG_PROC_CHILDREN)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError), open(
+                f"/proc/{entry}/stat", encoding="ascii", errors="replace"
+            ) as stat:
+                parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def descendants(pid: int) -> list[int]:
+    parents = parent_pids()
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def tree_cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
+    """User + system CPU seconds of each process (all its threads); a process
+    gone is a worker that died: the figure would be wrong."""
+    times = {}
+    for pid in pids:
+        try:
+            times[pid] = common.cpu_seconds(pid)
+        except OSError:
+            raise BenchError(f"process {pid} of the node vanished during the run") from None
+    return times
+
+
+def machine_busy_seconds() -> float:
+    """Busy CPU seconds of every core since boot (a thin wrapper around
+    ``bench_http._cpu_times``, which is private)."""
+    cpus = range(os.cpu_count() or 1)
+    return sum(busy for busy, _ in common._cpu_times(cpus).values()) / CLOCK_TICK
+
+
+def worker_index_of(pid: int) -> str | None:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as environ:
+        for item in environ.read().split(b"\0"):
+            if item.startswith(b"NOTARY_WORKER_INDEX="):
+                return item.split(b"=", 1)[1].decode()
+    return None
+
+
+def cmdline_of(pid: int) -> list[str]:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return [part.decode(errors="replace") for part in cmdline.read().split(b"\0") if part]
+    return []
+
+
+def wait_for_workers(node_process: subprocess.Popen[bytes], workers: int, log: Path) -> list[int]:
+    """The pids serving: the node itself for 1 worker (no supervisor, no
+    child); for N > 1 its N children, each a ``notary serve`` worker with its
+    own ``NOTARY_WORKER_INDEX``."""
+    deadline = time.monotonic() + common.READY_TIMEOUT_S
+    while True:
+        if node_process.poll() is not None:
+            raise BenchError(f"the node exited with {node_process.returncode}:\n{common.tail(log)}")
+        children = descendants(node_process.pid)
+        if workers == 1:
+            if children:
+                raise BenchError(f"--workers 1 started child processes {children}: a supervisor?")
+            return [node_process.pid]
+        if len(children) == workers:
+            break
+        if len(children) > workers or time.monotonic() > deadline:
+            raise BenchError(f"--workers {workers} node has children {children}:\n"
+                             f"{common.tail(log)}")
+        time.sleep(0.1)
+    indexes = sorted(worker_index_of(pid) or "?" for pid in children)
+    commands = [cmdline_of(pid) for pid in children]
+    if indexes != [str(i) for i in range(workers)] or not all(
+        "notary" in argv and "serve" in argv for argv in commands
+    ):
+        raise BenchError(f"the node's children are not its workers: indexes {indexes}, "
+                         f"commands {commands}")
+    return sorted(children)
+
+
+# -- set-up ----------------------------------------------------------------------
+
+
+def check_listeners(setup: common.NotarySetup, chosen: Sequence[int]) -> int:
+    """Every listener of the edited config is on a port chosen here (none on
+    dev-init's fixed ports: admin 9142, Perspectives 8080, relay 8280);
+    return the admin port."""
+    raw = tomllib.loads(setup.config.read_text())
+    addresses = [
+        *raw.get("server", {}).get("api", []), *raw.get("server", {}).get("plain_api", []),
+        *(address for section in raw.values() if isinstance(section, dict)
+          for address in section.get("listen", [])),
+    ]
+    ports = [int(address.rsplit(":", 1)[1]) for address in addresses]
+    hosts = {address.rsplit(":", 1)[0] for address in addresses}
+    fixed = {DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT}
+    admin = raw.get("admin", {}).get("listen", [])
+    if hosts != {LOOPBACK} or not set(ports) <= set(chosen) or set(ports) & fixed or len(admin) != 1:
+        raise BenchError(f"the edited config listens on {addresses} (chosen ports {list(chosen)}, "
+                         f"admin {admin}):\n{setup.config.read_text()}")
+    return int(admin[0].rsplit(":", 1)[1])
+
+
+def start_node(processes: Processes, directory: Path, variant: Variant, server_cpu: int) -> Node:
+    api_port, relay_api_port, plain_port, *spare = common.free_ports(7)
+    setup = common.make_notary(directory / variant.key, api_port, relay_api_port, plain_port,
+                               spare)
+    admin_port = check_listeners(setup, [api_port, relay_api_port, plain_port, *spare])
+    log = directory / f"{variant.key}.log"
+    argv = [*common.notary_argv(setup), "--workers", str(variant.workers)]
+    process = processes.start(f"notary {variant.key}", argv,
+                              cpu=server_cpu if variant.pinned else None, log=log,
+                              cwd=setup.directory)
+    common.wait_listening(process, [plain_port, api_port], f"notary {variant.key}", log)
+    workers = wait_for_workers(process, variant.workers, log)
+    return Node(variant, setup, process, log, admin_port, workers)
+
+
+def prime(node: Node) -> None:
+    """Cache hit in every worker, and the same bytes from each: the first
+    POST probes (one worker); the others load the stored answer."""
+    node.body = f"fingerprint={common.served_sha1_pin(node.setup.api_port)}"
+    node.answer = common.prime_notary(node.setup, node.body)
+    node.script = common.wrk_script(node.setup.directory, node.body)
+    for port, tls in ((node.setup.plain_port, False), (node.setup.api_port, True)):
+        request = common.post_request(port, node.setup.path, node.body)
+        with contextlib.ExitStack() as stack:
+            # Several connections open at once, so that the kernel hands them
+            # to different workers.
+            socks = [stack.enter_context(common.connect(port, tls=tls, timeout_s=30.0))
+                     for _ in range(4 * node.variant.workers)]
+            for sock in socks:
+                buffer = bytearray()
+                for _ in range(2):
+                    sock.sendall(request)
+                    if common.read_response(sock, buffer) != node.answer:
+                        raise BenchError(f"notary {node.variant.key}: a worker answers "
+                                         "different bytes")
+
+
+def scrape(node: Node) -> dict[str, float]:
+    """Node totals from ``/metrics`` (summed over the workers, each as of its
+    last fold, at most ``[admin] metrics_interval_s`` old)."""
+    request = f"GET /metrics HTTP/1.1\r\nHost: {LOOPBACK}:{node.admin_port}\r\n\r\n".encode()
+    response = common.exchange(node.admin_port, request, tls=False)[0]
+    if common.status_of(response) != 200:
+        raise BenchError(f"GET /metrics answered {response[:200]!r}")
+    totals = {"queries": 0.0, "misses": 0.0, "probes": 0.0}
+    for line in response.split(b"\r\n\r\n", 1)[1].decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith("notary_queries_total{") and 'protocol="convergence"' in name:
+            totals["queries"] += float(value)
+        elif name == "notary_cache_misses_total":
+            totals["misses"] += float(value)
+        elif name.startswith("notary_probes_total{"):
+            totals["probes"] += float(value)
+    return totals
+
+
+def stop_node(node: Node, processes: Processes) -> None:
+    """SIGTERM to the node (a supervisor stops its workers), then SIGKILL to
+    its whole process group: ``Processes.stop`` kills the parent only, which
+    would leave workers behind."""
+    process = node.process
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(NODE_STOP_TIMEOUT_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # its own session: pgid == pid
+    for pid in node.workers:
+        if pid != process.pid and cmdline_of(pid)[-4:] == process.args[-4:]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    processes.stop(process)
+
+
+# -- measurement -----------------------------------------------------------------
+
+
+def wrk_args(args: argparse.Namespace, threads: int) -> argparse.Namespace:
+    """``bench_http.run_wrk`` takes wrk's thread count from ``args.threads``."""
+    return argparse.Namespace(**{**vars(args), "threads": threads})
+
+
+def measure(wrk: str, processes: Processes, node: Node, transport: str,
+            args: argparse.Namespace, client_cpu: int, seconds: int,
+            settle_s: float) -> Measurement:
+    """One wrk run against ``node``, with the CPU time of the node's
+    processes (summed), of each worker, of wrk (the only child reaped
+    meanwhile) and of the whole machine."""
+    if node.process.poll() is not None:
+        raise BenchError(f"notary {node.variant.key} exited ({node.process.returncode}):\n"
+                         f"{common.tail(node.log)}")
+    children = sorted(descendants(node.process.pid))
+    pids = [node.process.pid, *children]
+    if (children or [node.process.pid]) != node.workers:
+        raise BenchError(f"notary {node.variant.key}: workers {node.workers} became {pids}: "
+                         f"a worker restarted\n{common.tail(node.log)}")
+    before_metrics = scrape(node)
+    before = tree_cpu_seconds(pids)
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy_before = machine_busy_seconds()
+    started = time.monotonic()
+    result = common.run_wrk(wrk, processes, node.url(transport), node.script, wrk_args(
+        args, node.variant.wrk_threads), client_cpu if node.variant.pinned else None, seconds)
+    elapsed = time.monotonic() - started
+    busy = machine_busy_seconds() - busy_before
+    after = tree_cpu_seconds(pids)
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    time.sleep(settle_s)  # every worker folds its counters into /metrics
+    after_metrics = scrape(node)
+    used = {pid: after[pid] - before[pid] for pid in pids}
+    return Measurement(
+        result, elapsed, sum(used.values()), tuple(used[pid] for pid in node.workers),
+        (children_after.ru_utime + children_after.ru_stime)
+        - (children_before.ru_utime + children_before.ru_stime),
+        busy, os.cpu_count() or 1,
+        **{key: after_metrics[key] - before_metrics[key] for key in before_metrics},
+    )
+
+
+def warm_up(wrk: str, processes: Processes, node: Node, args: argparse.Namespace,
+            client_cpu: int, settle_s: float) -> None:
+    """A short run per transport (TLS sessions, caches, every worker's first
+    hit); with several workers, each must take a share of the load."""
+    for transport in TRANSPORTS:
+        run = measure(wrk, processes, node, transport, args, client_cpu, WARM_UP_S, settle_s)
+        total = sum(run.worker_cpu_s)
+        shares = [s / total for s in run.worker_cpu_s] if total else [0.0]
+        print(f"  warm-up {node.variant.label}, {transport}: {run.requests_per_s:,.0f} req/s; "
+              f"worker pids {node.workers}, CPU {' / '.join(f'{s:.2f}' for s in run.worker_cpu_s)}"
+              " s", flush=True)
+        if len(shares) > 1 and min(shares) < MIN_WORKER_SHARE:
+            raise BenchError(f"notary {node.variant.key}: a worker took {min(shares):.0%} of the "
+                             f"workers' CPU in the warm-up ({transport}): not all workers answer")
+
+
+# -- report ----------------------------------------------------------------------
+
+
+def best(results: Sequence[Measurement]) -> Measurement:
+    return max(results, key=lambda m: m.requests_per_s)
+
+
+def least(results: Sequence[Measurement], key: str) -> float:
+    return min(getattr(m, key) for m in results)
+
+
+def report(variants: Sequence[Variant], runs: dict[tuple[str, str], list[Measurement]],
+           base_key: str) -> None:
+    base = {t: best(runs[base_key, t]).requests_per_s for t in TRANSPORTS}
+    rows = []
+    for variant in variants:
+        plain, https = runs[variant.key, "plain"], runs[variant.key, "https"]
+        top = {t: best(runs[variant.key, t]) for t in TRANSPORTS}
+        rows.append([
+            variant.label,
+            f"{top['plain'].requests_per_s:,.0f} ({' / '.join(f'{m.requests_per_s:,.0f}' for m in plain)})",
+            f"{top['plain'].requests_per_s / base['plain']:.2f}x",
+            f"{top['https'].requests_per_s:,.0f} ({' / '.join(f'{m.requests_per_s:,.0f}' for m in https)})",
+            f"{top['https'].requests_per_s / base['https']:.2f}x",
+            f"{least(plain, 'server_us'):.1f} / {least(https, 'server_us'):.1f}",
+            f"{least(plain, 'wrk_us'):.1f} / {least(https, 'wrk_us'):.1f}",
+            " / ".join(
+                f"{m.server_cpu_s / m.elapsed_s:.2f} + {m.wrk_cpu_s / m.elapsed_s:.2f} + "
+                f"{m.other_cores:.2f}" for m in (top["plain"], top["https"])),
+            f"{top['plain'].ceiling:,.0f} / {top['https'].ceiling:,.0f}",
+            f"{top['plain'].split()} ; {top['https'].split()}",
+        ])
+    common.print_table(
+        ["notary (wrk)", "plain req/s best (runs)", "plain vs 1 worker",
+         "HTTPS req/s best (runs)", "HTTPS vs 1 worker", "notary CPU us/req plain / HTTPS",
+         "wrk CPU us/req plain / HTTPS",
+         "cores used, notary + wrk + other (best plain / best HTTPS)",
+         "CPU ceiling req/s plain / HTTPS", "worker CPU split plain ; HTTPS"],
+        rows,
+    )
+
+
+# -- main ------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="2 s per run, one round: a smoke run, not a measurement")
+    parser.add_argument("--duration", type=int, default=None, help="seconds per wrk run (10)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="runs of each row and transport, interleaved (default 3)")
+    parser.add_argument("--connections", type=int, default=64, help="wrk -c (default 64)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="wrk -t of the unpinned rows (default 2; the pinned row uses 1)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="workers of the scaled node (default 2)")
+    parser.add_argument("--no-pinned-row", action="store_true",
+                        help="skip the 1-worker row pinned like bench_http.py")
+    parser.add_argument("--server-cpu", type=int, help="pinned row: core for the notary")
+    parser.add_argument("--client-cpu", type=int, help="pinned row: core for wrk")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                        help="first wait up to SECONDS for every core to be idle (shared machines), "
+                        "and up to min(SECONDS, 30) before each further round")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args(argv)
+    if args.duration is None:
+        args.duration = 2 if args.quick else 10
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    if args.workers < 2:
+        parser.error("--workers must be 2 or more (the baseline is 1)")
+    if args.connections < max(args.threads, 1) or args.duration < 1:
+        parser.error("--connections must be >= --threads, --duration >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return common.run_benchmark("bench_workers", parse_args(argv), run)
+
+
+def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
+    wrk = common.ensure_wrk()
+    server_cpu, client_cpu = common.choose_cpus(args)
+    cores = sorted(os.sched_getaffinity(0))
+    variants = [
+        Variant("w1", f"1 worker (-t{args.threads}, nothing pinned)", 1, False, args.threads),
+        Variant(f"w{args.workers}", f"{args.workers} workers (-t{args.threads}, nothing pinned)",
+                args.workers, False, args.threads),
+    ]
+    if not args.no_pinned_row:
+        variants.insert(0, Variant("w1-pinned", f"1 worker pinned to CPU {server_cpu} "
+                                   f"(-t1 on CPU {client_cpu}, bench_http)", 1, True, 1))
+    print("# Worker scaling: cache-hit POST /target requests per second (wrk), "
+          f"notary serve --workers 1 vs {args.workers}")
+    print(f"machine: {common.machine_line(wrk)}")
+    print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {common.notary_version()}")
+    print(f"wrk: -c{args.connections} -d{args.duration}s, -t{args.threads} in the unpinned rows; "
+          f"{args.rounds} run(s) per row and transport, interleaved, best kept; loopback only")
+    print(f"note: {len(cores)} usable cores, and wrk needs cores too. With {args.workers} workers "
+          f"on {len(cores)} cores, wrk's threads share the cores with the workers (nothing is "
+          "pinned in the compared rows), so the scaled figure is bounded by the cores left to the "
+          "notary, not by the workers: see 'cores used' and 'CPU ceiling' (cores / (notary + wrk "
+          "CPU per request)). On a machine with C cores, run N workers with N + wrk's cores <= C.")
+    if args.wait_quiet:
+        common.wait_quiet(cores, args.wait_quiet)
+    print(common.describe_busy(cores, "before the runs"), flush=True)
+
+    nodes: list[Node] = []
+    try:
+        for variant in variants:
+            node = start_node(processes, directory, variant, server_cpu)
+            nodes.append(node)
+            prime(node)
+            print(f"{variant.label}: pid {node.process.pid}, serving pids {node.workers}; "
+                  f"answer {len(node.answer)} bytes, {node.answer.split(b' ', 2)[1].decode()}")
+        settle_s = load_config(nodes[0].setup.config).admin.metrics_interval_s + 0.5
+        print(f"query: POST /target/{LOOPBACK}+<the node's own HTTPS port>, body "
+              "fingerprint=<its SHA-1 pin> (each node is its own target)")
+        for node in nodes:
+            warm_up(wrk, processes, node, args, client_cpu, settle_s)
+        print()
+        runs: dict[tuple[str, str], list[Measurement]] = {
+            (v.key, t): [] for v in variants for t in TRANSPORTS}
+        problems = []
+        for round_number in range(args.rounds):
+            if args.wait_quiet and round_number:
+                # Other work may have started meanwhile: each round waits too
+                # (a shorter while; the nodes are idle).
+                common.wait_quiet(cores, min(args.wait_quiet, 30.0))
+            for node in nodes:
+                for transport in TRANSPORTS:
+                    m = measure(wrk, processes, node, transport, args, client_cpu, args.duration,
+                                settle_s)
+                    runs[node.variant.key, transport].append(m)
+                    warnings = m.warnings()
+                    problems += [f"{node.variant.label}, {transport}: {w}" for w in warnings]
+                    print(f"  round {round_number + 1} {node.variant.label}, {transport}: "
+                          f"{m.requests_per_s:,.0f} req/s, notary {m.server_us:.1f} us CPU/req "
+                          f"({m.server_cpu_s / m.elapsed_s:.2f} cores, split {m.split()}, supervisor "
+                          f"{m.supervisor_cpu_s * 1e3:.0f} ms), wrk "
+                          f"{m.wrk_us:.1f} us/req ({m.wrk_cpu_s / m.elapsed_s:.2f} cores), other "
+                          f"load {m.other_cores:.2f} cores; latency {m.wrk.latency_avg} / p99 "
+                          f"{m.wrk.latency_p99}" + "".join(f"  WARNING: {w}" for w in warnings),
+                          flush=True)
+        print()
+        report(variants, runs, "w1")
+        scaled = f"w{args.workers}"
+        for transport in TRANSPORTS:
+            top = best(runs[scaled, transport]).requests_per_s
+            line = (f"{transport}: {args.workers} workers / 1 worker = "
+                    f"{top / best(runs['w1', transport]).requests_per_s:.2f}x")
+            if not args.no_pinned_row:
+                line += (f"; / 1 worker pinned (bench_http set-up) = "
+                         f"{top / best(runs['w1-pinned', transport]).requests_per_s:.2f}x")
+            print(line)
+        print("cores used: CPU time / wall time of the run, in cores (other = the rest of the "
+              "machine's busy time: other benchmarks, the idle nodes, and the loopback traffic's "
+              "softirq time, which no process is charged with); CPU ceiling: min(cores / (notary "
+              "+ wrk CPU per request), workers / notary CPU per request), the rate of this run's "
+              f"costs on an otherwise idle machine; 'UNEVEN': a worker took less than "
+              f"{UNEVEN_SHARE:.0%} of the workers' CPU")
+        for problem in problems:
+            print(f"WARNING: {problem}")
+        print(common.describe_busy(cores, "after the runs (nodes idle)"))
+        for node in nodes:
+            text = common.tail(node.log)
+            if text.strip():
+                print(f"notary {node.variant.key} log (warnings and errors):\n{text}\n")
+    finally:
+        for node in reversed(nodes):
+            with contextlib.suppress(Exception):
+                stop_node(node, processes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
