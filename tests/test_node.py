@@ -10,6 +10,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -23,7 +24,9 @@ import pytest
 import trio
 import trustme
 
+from notary.config import Endpoint
 from notary.protocol.targets import Target
+from notary.server.sockets import bind_endpoint
 from notary.store import Store
 from tests.support.notaries import LOCALHOST, make_notary_files
 
@@ -252,3 +255,68 @@ async def test_started_as_root_it_serves_as_the_configured_user() -> None:
             assert {int(uid) for uid in uids.groups()} == {nobody.pw_uid}
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+ACTIVATED = """
+import os, sys
+# What systemd does between fork and exec: the passed sockets at fds 3, 4, ...
+# and LISTEN_PID naming this very process.
+for number, fd in enumerate(int(fd) for fd in sys.argv[1].split(",")):
+    os.dup2(fd, 3 + number)
+    os.close(fd)
+os.environ["LISTEN_PID"] = str(os.getpid())
+from notary.cli import main
+raise SystemExit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_under_a_service_manager_it_serves_the_passed_sockets_and_reports(
+    tmp_path: Path, workers: int
+) -> None:
+    """A fake systemd: a notification socket, socket activation (the
+    config's own addresses are never bound), a watchdog period; the node
+    reports READY=1, then WATCHDOG=1 beats, then STOPPING=1 on SIGTERM."""
+    key, cert, _ = make_notary_files(tmp_path)
+    config = tmp_path / "notary.toml"
+    config.write_text(
+        f'[server]\nkey_file = "{key}"\ncert_file = "{cert}"\ndb_file = "notary.db"\n'
+        f'api = ["{LOCALHOST}:0"]\nplain_api = ["{LOCALHOST}:0"]\n'
+        f'[relay]\nlisten = []\n[admin]\nlisten = []\n[node]\nworkers = {workers}\n'
+    )
+    manager = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    await manager.bind(str(tmp_path / "notify"))
+    passed = [bind_endpoint(Endpoint(LOCALHOST, 0))[0] for _ in range(2)]
+    plain = passed[1].getsockname()[1]
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), NOTIFY_SOCKET=str(tmp_path / "notify"),
+        WATCHDOG_USEC="600000", LISTEN_FDS="2", LISTEN_FDNAMES="api:plain_api",
+    )
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-c", ACTIVATED, ",".join(str(s.fileno()) for s in passed),
+         "serve", "--config", str(config)],
+        env=env, cwd=tmp_path, pass_fds=[s.fileno() for s in passed],
+        stderr=subprocess.DEVNULL,
+    )
+    for sock in passed:
+        sock.close()  # the node holds them now
+    messages: list[str] = []
+    try:
+        with trio.fail_after(30):
+            while not any("READY=1" in m for m in messages):
+                messages.append((await manager.recv(4096)).decode())
+            assert await get(plain, "/") == ("answered", 200)
+            while sum("WATCHDOG=1" in m for m in messages) < 2:
+                messages.append((await manager.recv(4096)).decode())
+            process.send_signal(signal.SIGTERM)
+            while not any("STOPPING=1" in m for m in messages):
+                messages.append((await manager.recv(4096)).decode())
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+        manager.close()
+    kinds = [next(s for s in ("READY", "WATCHDOG", "STOPPING", "STATUS") if s in m)
+             for m in messages]
+    assert kinds.index("READY") < kinds.index("WATCHDOG") < kinds.index("STOPPING")
+    assert all(m.startswith(("READY=1", "WATCHDOG=1", "STOPPING=1", "STATUS=")) for m in messages)

@@ -30,6 +30,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+import trio
+
 from notary._cachecommon import bloom_parameters
 from notary.cache import BloomFilter, BloomStatistics, bloom_digest
 from notary.errors import StoreError
@@ -67,6 +69,8 @@ class KnownTargets:
         self._added_while_loading: list[bytes] = []
         self._keys_loaded = 0
         self._skipped_reads = 0
+        #: Set once ``load`` has finished, loaded or failed (readiness waits).
+        self.settled = trio.Event()
 
     def add(self, key: str) -> None:
         """Record that ``key`` is (or is about to be) in the store."""
@@ -111,6 +115,7 @@ class KnownTargets:
             await storage.scan_target_keys(consume)
         except StoreError as exc:
             logger.error("known targets: load failed, every lookup reads the store: %s", exc)
+            self.settled.set()
             return
         for digest in self._added_while_loading:
             bloom.add(digest)
@@ -127,3 +132,4 @@ class KnownTargets:
             "known targets: %d loaded from the store in %.1f s",
             loaded, time.monotonic() - started,
         )
+        self.settled.set()

@@ -3,9 +3,9 @@ systemd, or one worker under the supervisor (``notary.server.supervisor``).
 Both report to ``$NOTIFY_SOCKET`` the same way; for a worker it is the
 supervisor's socket, not systemd's.
 
-* ``READY=1`` once every listener accepts (``serve_notary`` started; the
-  known-targets filter then loads in the background, answering "maybe" until
-  it has);
+* ``READY=1`` once every listener accepts and the known-targets filter is
+  loaded from the store (the listeners already serve while it loads: it
+  answers "maybe" until then, which only costs store reads);
 * ``WATCHDOG=1`` and ``STATUS=<figures>`` every ``watchdog_interval_s()``
   (half of ``$WATCHDOG_USEC``), but only while the writer is healthy: a
   writer with rows queued that committed nothing since the previous beat
@@ -48,6 +48,9 @@ async def run_serving_process(
             running: RunningNotary = await nursery.start(
                 partial(serve_notary, config, sockets=sockets, reload_config=reload_config)
             )
+            # Ready once the known-targets filter is loaded too (it answers
+            # "maybe" until then: store reads for every miss).
+            await running.known.settled.wait()
             notifier.notify("READY=1", f"STATUS={status_line(running)}")
             # Its own nursery: cancelling the heartbeat must not cancel
             # serve_notary, whose writer still has to drain.

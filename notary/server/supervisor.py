@@ -230,7 +230,9 @@ class _Node:
                 log.error("worker %d (pid %d) sent no heartbeat for %gs: killed",
                           worker.index, worker.process.pid, timeout_s)
                 worker.process.kill()
-            if systemd_every_s is not None and not overdue and not self._stopping:
+            # Beats from READY on (systemd's start timeout covers the start).
+            healthy = not overdue and not self._stopping and self._announced_ready
+            if systemd_every_s is not None and healthy:
                 self._systemd.notify("WATCHDOG=1")
 
     async def _receive_notifications(self, receiver: trio.socket.SocketType) -> None:
