@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 VAR    := var
 CONFIG := $(VAR)/notary.toml
 
-.PHONY: run test test-compiled test-pure lint setup var clean distclean
+.PHONY: run test test-compiled test-pure lint setup var bench bench-quick clean distclean
 
 setup: $(STAMP)
 
@@ -35,6 +35,16 @@ test-compiled: $(STAMP)
 
 test-pure: $(STAMP)
 	NOTARY_NO_EXTENSIONS=1 $(PY) -m pytest -q
+
+# The operator's load benchmark (bench/run.py): installs its tools (wrk,
+# nginx, h2load, socat, openssl) first. Loopback only; about half an hour.
+bench: $(STAMP)
+	.ci/install-tools bench
+	$(PY) bench/run.py
+
+bench-quick: $(STAMP)
+	.ci/install-tools bench
+	$(PY) bench/run.py --quick
 
 lint: $(STAMP)
 	$(PY) -m ruff check notary tests bench

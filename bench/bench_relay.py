@@ -1,16 +1,23 @@
 """Bounce relay throughput: MB/s through one tunnel, tunnels opened per second.
 
-    .venv/bin/python bench/bench_relay.py            # full run (about a minute)
-    .venv/bin/python bench/bench_relay.py --quick    # smoke run (about 10 s)
+    .venv/bin/python bench/bench_relay.py            # full run (about two minutes)
+    .venv/bin/python bench/bench_relay.py --quick    # smoke run (about 15 s)
     .venv/bin/python bench/bench_relay.py --profile-relay relay.prof   # + cProfile of the relay
 
-Three processes, loopback only (127.0.0.1; no name is ever resolved):
+Four processes, loopback only (127.0.0.1; no name is ever resolved):
 
 - the **relay**: the real :class:`notary.server.relay.RelayHandler` served by
   ``trio.serve_listeners`` on ``127.0.0.1:0``, configured ``destinations =
   "public"``, ``allow_addresses = ["127.0.0.0/8"]``, ``dial_port`` = the
   sink's port, ``max_tunnels`` raised to fit the test, every other setting
   (``buffer_bytes`` included) at its default. Its resolver refuses every name.
+- **socat**, the baseline forwarder: ``socat TCP-LISTEN:<port>,bind=127.0.0.1,
+  reuseaddr,fork,backlog=1024 TCP:127.0.0.1:<sink port>`` (read size
+  ``-b``: socat's default, 8192 bytes, unless ``--socat-buffer``). No CONNECT:
+  a client connection is forwarded to the sink as it is. socat forks one
+  process per connection (accept, fork, the child forwards and exits), a
+  cost the relay (one process, one Trio task per tunnel) does not have. It
+  is installed by ``.ci/install-tools bench`` (run if socat is missing).
 - the **sink**: plain blocking sockets, a fixed pool of threads each
   accepting and serving one connection at a time (no thread is started per
   connection). The first byte of a connection says what to do:
@@ -20,41 +27,51 @@ Three processes, loopback only (127.0.0.1; no name is ever resolved):
 - the **client**: this process, plain blocking sockets, 256 KiB chunks
   (``sendall`` of a memoryview, ``recv_into`` a preallocated buffer).
 
-With two or more usable cores the relay is pinned to the first one and the
-sink and client to the others, so that the relay's core is what the "via
-relay" figures measure; the CPU columns say how busy each side was (100% =
-one core), so a client/sink bottleneck shows, and how long the relay waited
-for its core while another process had it (``/proc/<pid>/task/*/schedstat``:
-noise on a shared machine). "Relay CPU cost" (the relay's CPU time per MB or
-per tunnel) is the figure to compare between runs on a noisy machine. The
-relay is idle during the direct baselines.
+With two or more usable cores the relay and socat (and socat's forked
+children: affinity is inherited) are pinned to the first one and the sink
+and client to the others, so that this core is what the "via relay" and "via
+socat" figures measure; the relay is idle while socat is measured and the
+other way round. The CPU columns say how busy each side was (100% = one
+core), so a client/sink bottleneck shows, and how long the relay waited for
+its core while another process had it (``/proc/<pid>/task/*/schedstat``:
+noise on a shared machine). socat's CPU is its whole process group: the
+parent's run time, its reaped children's (``cutime + cstime`` of
+``/proc/<pid>/stat``, 10 ms resolution) and the run time of children still
+alive; its waiting time is not known (it goes with each child). "CPU cost"
+(the forwarder's CPU time per MB or per tunnel) is the figure to compare
+between runs on a noisy machine.
 
-Measurements, each the best of ``--repeat`` runs, direct and relayed runs
-interleaved (noise on a shared machine only ever makes a run slower):
+Measurements, each the best of ``--repeat`` runs, direct, relayed and socat
+runs interleaved (noise on a shared machine only ever makes a run slower):
 
 1. Upload (client -> destination) and download (destination -> client) of
    ``--mb`` MB (10^6 bytes) through one tunnel, timed from the first byte
    sent to the last byte (or the byte-count answer) received, the tunnel
-   being already established. Baseline: the same transfer over a direct
-   loopback TCP connection to the sink.
+   being already established. Baselines: the same transfer over a direct
+   loopback TCP connection to the sink, and through socat.
 2. Tunnels per second: ``--tunnels`` tunnels by ``--concurrency`` client
    threads, each ``CONNECT 127.0.0.1:4242``, waiting for ``HTTP/1.0 200
-   Connection Established``, a 16-byte echo with the sink, close. Baseline:
-   direct TCP connections to the sink doing the same echo.
+   Connection Established``, a 16-byte echo with the sink, close. Baselines:
+   direct TCP connections to the sink doing the same echo, and connections
+   through socat doing the same echo (no CONNECT).
+
+The whole run holds the benchmarks' machine lock (``harness.machine_lock``):
+two benchmarks on this machine do not measure each other.
 
 Exit status: 0 after printing the tables; 1 with a message on stderr when
 anything fails (a child does not start, the relay refuses a tunnel, a byte
 count is wrong, a timeout); 130 on Ctrl-C. The child processes are ended on
-every exit path (they also exit by themselves when this process dies, as
-their stdin closes).
+every exit path (the Python ones also exit by themselves when this process
+dies, as their stdin closes; socat gets SIGKILL then, by ``PR_SET_PDEATHSIG``,
+and its per-connection children end with their connections).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
-import platform
 import resource
 import select
 import signal
@@ -62,8 +79,10 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +91,8 @@ from types import FrameType
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+import common  # noqa: E402  (bench/ is on sys.path: this script's directory)
 
 from notary.config import RelayConfig  # noqa: E402  (after the path set-up)
 
@@ -360,6 +381,178 @@ def stop_child(child: Child, *, gracefully: bool = False) -> str:
     return output.decode(errors="replace")
 
 
+#: socat's own read size (``-b``) when not given: what a plain socat uses.
+SOCAT_DEFAULT_BUFFER = 8192
+#: Time allowed to socat's forked children to exit after a measurement.
+SETTLE_TIMEOUT_S = 10.0
+PR_SET_PDEATHSIG = 1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name: [0] is the
+    state (field 3 of proc(5)), [2] the process group, [11] utime, [12] stime,
+    [13] cutime, [14] cstime (clock ticks)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
+        return file.read().rsplit(")", 1)[1].split()
+
+
+def run_time(pid: int) -> float:
+    """Seconds process ``pid`` (its main thread: socat has no other) has run."""
+    with open(f"/proc/{pid}/schedstat", encoding="ascii") as file:
+        return int(file.read().split()[0]) / 1e9
+
+
+@dataclass
+class Socat:
+    """socat in its own process group (pgid = pid), children included."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: typing.IO[bytes]
+
+    def members(self) -> list[int]:
+        """The live processes of socat's group other than the parent: its
+        per-connection children (zombies included until socat reaps them)."""
+        pgid = str(self.process.pid)
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != self.process.pid:
+                with contextlib.suppress(OSError, IndexError):
+                    if proc_stat(int(entry))[2] == pgid:
+                        found.append(int(entry))
+        return found
+
+    def cpu_seconds(self) -> tuple[float, float]:
+        """(run time of the whole group so far, NaN: waiting is not known).
+        A child reaped between the two reads below is missed or counted
+        twice: measurements start and end with no child alive (settle)."""
+        try:
+            fields = proc_stat(self.process.pid)
+            total = run_time(self.process.pid) + (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return float("nan"), float("nan")
+        for pid in self.members():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += run_time(pid)
+        return total, float("nan")
+
+    def settle(self) -> None:
+        """Wait (bounded) until the forked children of the last connections
+        have exited and been reaped, so that their CPU is in the parent's
+        cutime/cstime and not counted in the next measurement."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while self.members() and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    def error_output(self) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            self.log.seek(0)
+            return self.log.read()[-2000:].decode(errors="replace").strip()
+        return ""
+
+
+def socat_version(executable: str) -> str:
+    result = subprocess.run(
+        [executable, "-V"], capture_output=True, text=True, check=False, timeout=10
+    )
+    for line in result.stdout.splitlines():
+        if line.startswith("socat version"):
+            return " ".join(line.split()[:3])
+    return "socat (unknown version)"
+
+
+def socat_command(executable: str, port: int, sink_port: int, buffer: int) -> list[str]:
+    return [
+        executable,
+        "-b",
+        str(buffer),
+        f"TCP-LISTEN:{port},bind={LOOPBACK},reuseaddr,fork,backlog=1024",
+        f"TCP:{LOOPBACK}:{sink_port}",
+    ]
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (socat cannot report the one it binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:port (``/proc/net/tcp``: no
+    connection is made, so socat forks nothing)."""
+    local = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        next(table)
+        return any(
+            fields[1] == local and fields[3] == "0A" for fields in (line.split() for line in table)
+        )
+
+
+def start_socat(executable: str, sink_port: int, buffer: int, cpus: str) -> Socat:
+    def prepare() -> None:  # in the child, between fork and exec; no thread runs yet
+        pin(cpus)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    for _attempt in range(3):  # the free port may be taken in between: retry
+        port = free_port()
+        log = tempfile.TemporaryFile()  # noqa: SIM115  (closed with the Socat)
+        process = subprocess.Popen(
+            socat_command(executable, port, sink_port, buffer),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,  # its own process group, children included
+            preexec_fn=prepare,
+        )
+        socat = Socat("socat", process, port, log)
+        ready = False
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while process.poll() is None and time.monotonic() < deadline:
+                if listening(port):
+                    ready = True
+                    return socat
+                time.sleep(0.01)
+            exited = process.poll() is not None  # by itself (else: timed out)
+        finally:
+            if not ready:  # failed, timed out or interrupted (Ctrl-C): no socat left
+                stop_socat(socat)
+        message = socat.error_output() or "no message"
+        log.close()
+        if exited and "Address already in use" in message:
+            continue
+        status = f"exited with status {process.returncode}" if exited else "timed out"
+        raise BenchError(f"socat did not start listening on port {port} ({status}): {message}")
+    raise BenchError("socat: no free port found in 3 attempts")
+
+
+def stop_socat(socat: Socat) -> None:
+    """End socat's whole process group: SIGTERM, then SIGKILL."""
+    process = socat.process
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    # Children left (they got the SIGTERM too): the group still exists while
+    # one lives, so its id cannot have been reused.
+    deadline = time.monotonic() + 5
+    while socat.members():
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+
+
 # ---------------------------------------------------------------------------
 # The client's measurements
 # ---------------------------------------------------------------------------
@@ -367,40 +560,61 @@ def stop_child(child: Child, *, gracefully: bool = False) -> str:
 
 @dataclass
 class Sample:
-    """One timed run: the rate, and the CPU each side used (in cores)."""
+    """One timed run: the rate, and the CPU each side used (in cores): the
+    forwarder measured (relay or socat; NaN for a direct run), the time it
+    waited for its CPU (NaN when not known), the sink and this client."""
 
     rate: float
-    relay_cpu: float
-    relay_waiting: float
+    forwarder_cpu: float
+    forwarder_waiting: float
     client_sink_cpu: float
 
 
+@dataclass(frozen=True)
+class Route:
+    """How the client reaches the sink: ``direct``, ``relay`` or ``socat``."""
+
+    name: str
+    port: int
+    #: Through the relay: a CONNECT first.
+    connect: bool
+    #: The process forwarding the bytes, whose CPU is measured (None: direct).
+    forwarder: Child | Socat | None
+
+
 class CpuMeter:
-    def __init__(self, relay: Child, sink: Child) -> None:
-        self._relay = relay
+    def __init__(self, sink: Child) -> None:
         self._sink = sink
 
-    def snapshot(self) -> tuple[float, float, float, float]:
-        """(wall clock, relay run time, relay time waiting for a CPU, sink +
-        client run time), in seconds."""
+    def client_sink_seconds(self) -> float:
         # getrusage, not os.times: its total is exact (os.times counts 10 ms ticks),
         # and it includes the client threads that have ended.
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        relay_run, relay_wait = self._relay.cpu_seconds()
-        return (
-            time.perf_counter(),
-            relay_run,
-            relay_wait,
-            self._sink.cpu_seconds()[0] + usage.ru_utime + usage.ru_stime,
-        )
+        return self._sink.cpu_seconds()[0] + usage.ru_utime + usage.ru_stime
 
-    def measure(self, amount: float, run: Callable[[], None]) -> Sample:
-        start = self.snapshot()
+    @staticmethod
+    def forwarder_seconds(route: Route) -> tuple[float, float]:
+        """(run time, time waiting for a CPU) of the route's forwarder."""
+        if route.forwarder is None:
+            return float("nan"), float("nan")
+        if isinstance(route.forwarder, Socat):
+            route.forwarder.settle()
+        return route.forwarder.cpu_seconds()
+
+    def measure(self, amount: float, route: Route, run: Callable[[], None]) -> Sample:
+        forwarder_before = self.forwarder_seconds(route)
+        client_sink_before = self.client_sink_seconds()
+        start = time.perf_counter()
         run()
-        end = self.snapshot()
-        wall = end[0] - start[0]
-        busy = [(after - before) / wall for before, after in zip(start[1:], end[1:], strict=True)]
-        return Sample(amount / wall, *busy)
+        wall = time.perf_counter() - start
+        client_sink_after = self.client_sink_seconds()  # before the settling wait
+        forwarder_after = self.forwarder_seconds(route)
+        return Sample(
+            amount / wall,
+            (forwarder_after[0] - forwarder_before[0]) / wall,
+            (forwarder_after[1] - forwarder_before[1]) / wall,
+            (client_sink_after - client_sink_before) / wall,
+        )
 
 
 def upload(sock: socket.socket, size: int) -> None:
@@ -424,11 +638,11 @@ def download(sock: socket.socket, size: int) -> None:
         raise BenchError(f"download: received {received} bytes of {size}")
 
 
-def transfer(meter: CpuMeter, port: int, relayed: bool, direction: str, size: int) -> Sample:
-    sock = open_tunnel(port) if relayed else tcp_connect(port)
+def transfer(meter: CpuMeter, route: Route, direction: str, size: int) -> Sample:
+    sock = open_tunnel(route.port) if route.connect else tcp_connect(route.port)
     try:
         move = upload if direction == "upload" else download
-        return meter.measure(size / MB, lambda: move(sock, size))
+        return meter.measure(size / MB, route, lambda: move(sock, size))
     finally:
         sock.close()
 
@@ -483,41 +697,6 @@ def open_many(port: int, relayed: bool, total: int, concurrency: int) -> None:
 # ---------------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
-def machine_line() -> str:
-    cores = os.cpu_count() or 0
-    usable = len(os.sched_getaffinity(0))
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (
-        f"{cpu_model()}, {cores} cores ({usable} usable), "
-        f"{platform.system()} {platform.release()} {platform.machine()}, "
-        f"{platform.python_implementation()} {platform.python_version()}, "
-        f"load average {load}"
-    )
-
-
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    cells = [list(headers), *[list(row) for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row: Sequence[str]) -> str:
-        padded = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        return "| " + " | ".join(padded) + " |"
-
-    print(line(cells[0]))
-    print("| " + " | ".join("-" * width for width in widths) + " |")
-    for row in cells[1:]:
-        print(line(row))
-    print()
-
-
 def figure(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
@@ -526,28 +705,48 @@ def percent(value: float) -> str:
     return f"{100 * value:.0f}%"
 
 
+ROUTES = ("direct", "relay", "socat")
+
+
 @dataclass
 class Result:
     what: str
     unit: str
-    #: What one unit of the rate is, for the relay's CPU cost ("MB", "tunnel").
+    #: What one unit of the rate is, for the forwarders' CPU cost ("MB", "tunnel").
     item: str
-    direct: list[Sample]
-    relayed: list[Sample]
+    #: The samples of each route (``ROUTES``), in the order they were taken.
+    runs: dict[str, list[Sample]]
 
-    def row(self) -> list[str]:
-        direct = max(self.direct, key=lambda s: s.rate)
-        relayed = max(self.relayed, key=lambda s: s.rate)
+    def best(self, route: str) -> Sample:
+        return max(self.runs[route], key=lambda s: s.rate)
+
+    def cost(self, route: str) -> float:
+        """The forwarder's CPU seconds per unit (MB, tunnel) in the best run."""
+        best = self.best(route)
+        return best.forwarder_cpu / best.rate
+
+    def rate_row(self) -> list[str]:
+        direct, relay, socat = (self.best(route) for route in ROUTES)
         return [
             f"{self.what} ({self.unit})",
             figure(direct.rate),
-            figure(relayed.rate),
-            f"{relayed.rate / direct.rate:.2f}",
-            f"{percent(relayed.relay_cpu)} (+{percent(relayed.relay_waiting)})",
-            f"{1e6 * relayed.relay_cpu / relayed.rate:,.0f} us/{self.item}",
-            f"{percent(direct.client_sink_cpu)} / {percent(relayed.client_sink_cpu)}",
-            " ".join(figure(s.rate) for s in self.direct),
-            " ".join(figure(s.rate) for s in self.relayed),
+            figure(relay.rate),
+            figure(socat.rate),
+            f"{relay.rate / direct.rate:.2f}",
+            f"{relay.rate / socat.rate:.2f}",
+            *(" ".join(figure(s.rate) for s in self.runs[route]) for route in ROUTES),
+        ]
+
+    def cpu_row(self) -> list[str]:
+        direct, relay, socat = (self.best(route) for route in ROUTES)
+        return [
+            f"{self.what}",
+            f"{percent(relay.forwarder_cpu)} (+{percent(relay.forwarder_waiting)})",
+            f"{1e6 * self.cost('relay'):,.0f} us/{self.item}",
+            percent(socat.forwarder_cpu),
+            f"{1e6 * self.cost('socat'):,.0f} us/{self.item}",
+            f"{self.cost('relay') / self.cost('socat'):.2f}",
+            " / ".join(percent(s.client_sink_cpu) for s in (direct, relay, socat)),
         ]
 
 
@@ -559,12 +758,12 @@ class Result:
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Bounce relay throughput (MB/s through one tunnel, tunnels/s) "
-        "against direct loopback TCP, measured in the same run."
+        "against direct loopback TCP and socat, measured in the same run."
     )
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="20 MB, 500 tunnels, one repetition: a smoke run of ~10 s",
+        help="20 MB, 500 tunnels, one repetition: a smoke run of ~15 s",
     )
     parser.add_argument(
         "--mb",
@@ -595,6 +794,14 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "the top functions (the profiler slows the relay: figures are not "
         "comparable with an unprofiled run)",
     )
+    parser.add_argument(
+        "--socat-buffer",
+        type=int,
+        default=SOCAT_DEFAULT_BUFFER,
+        metavar="BYTES",
+        help=f"socat's read size, -b (default {SOCAT_DEFAULT_BUFFER}, socat's own default; "
+        f"the relay reads up to {RelayConfig().buffer_bytes} bytes)",
+    )
     # Internal: the child processes.
     parser.add_argument("--role", choices=("relay", "sink"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--cpus", default="", help=argparse.SUPPRESS)
@@ -609,9 +816,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         args.tunnels = 500 if args.quick else 4000
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
-    for name in ("mb", "tunnels", "concurrency", "repeat"):
+    for name in ("mb", "tunnels", "concurrency", "repeat", "socat_buffer"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
 
 
@@ -626,20 +833,20 @@ def cpu_plan() -> tuple[str, str, str]:
         relay,
         others,
         (
-            f"relay process pinned to CPU {relay}; sink process and client (this process) "
-            f"pinned to CPU {others}"
+            f"relay process, and socat with its children, pinned to CPU {relay}; sink "
+            f"process and client (this process) pinned to CPU {others}"
         ),
     )
 
 
 @contextlib.contextmanager
 def children(
-    args: argparse.Namespace, relay_cpus: str, other_cpus: str
-) -> Iterator[tuple[Child, Child, list[str]]]:
-    """The sink and the relay, ended on the way out whatever happens; the
-    list receives the relay's closing report (statistics) when it exits."""
+    args: argparse.Namespace, socat_executable: str, relay_cpus: str, other_cpus: str
+) -> Iterator[tuple[Child, Child, Socat, list[str]]]:
+    """The sink, the relay and socat, ended on the way out whatever happens;
+    the list receives the relay's closing report (statistics) when it exits."""
     report: list[str] = []
-    started: list[Child] = []
+    started: list[Child | Socat] = []
     try:
         sink = start_child(
             "sink",
@@ -663,10 +870,17 @@ def children(
             relay_arguments += ["--profile", os.path.abspath(args.profile_relay)]
         relay = start_child("relay", relay_arguments)
         started.append(relay)
-        yield relay, sink, report
+        socat = start_socat(socat_executable, sink.port, args.socat_buffer, relay_cpus)
+        started.append(socat)
+        yield relay, sink, socat, report
     finally:
-        # The relay first, gracefully, so that it writes its statistics/profile.
+        # socat first; then the relay, gracefully, so that it writes its
+        # statistics/profile; the sink last.
         for child in reversed(started):
+            if isinstance(child, Socat):
+                stop_socat(child)
+                child.log.close()
+                continue
             output = stop_child(child, gracefully=child.name == "relay")
             if child.name == "relay":
                 report.append(output)
@@ -676,43 +890,65 @@ def relay_max_tunnels(args: argparse.Namespace) -> int:
     return max(RelayConfig().max_tunnels, 4 * args.concurrency)
 
 
-def measure_all(args: argparse.Namespace, relay: Child, sink: Child) -> list[Result]:
-    meter = CpuMeter(relay, sink)
+def measure_all(args: argparse.Namespace, relay: Child, sink: Child, socat: Socat) -> list[Result]:
+    meter = CpuMeter(sink)
     size = args.mb * MB
+    routes = [
+        Route("direct", sink.port, False, None),
+        Route("relay", relay.port, True, relay),
+        Route("socat", socat.port, False, socat),
+    ]
     # Fails fast, with the relay's answer, if the relay refuses.
-    echo_once(relay.port, True)
-    echo_once(sink.port, False)
+    for route in routes:
+        echo_once(route.port, route.connect)
     # Warm-up (not timed): code paths, the sink's threads, TCP autotuning.
-    for relayed, port in ((False, sink.port), (True, relay.port)):
+    for route in routes:
         for direction in ("upload", "download"):
-            transfer(meter, port, relayed, direction, min(size, 20 * MB))
-        open_many(port, relayed, min(args.tunnels, 2 * args.concurrency), args.concurrency)
+            transfer(meter, route, direction, min(size, 20 * MB))
+        open_many(
+            route.port, route.connect, min(args.tunnels, 2 * args.concurrency), args.concurrency
+        )
 
     results: list[Result] = []
     for direction in ("upload", "download"):
-        result = Result(f"{direction}, one tunnel", "MB/s", "MB", [], [])
+        result = Result(f"{direction}, one tunnel", "MB/s", "MB", {r.name: [] for r in routes})
         for _ in range(args.repeat):
-            result.direct.append(transfer(meter, sink.port, False, direction, size))
-            result.relayed.append(transfer(meter, relay.port, True, direction, size))
+            for route in routes:
+                result.runs[route.name].append(transfer(meter, route, direction, size))
         results.append(result)
-    result = Result(f"tunnels opened, {args.concurrency} at once", "/s", "tunnel", [], [])
+    result = Result(
+        f"tunnels opened, {args.concurrency} at once", "/s", "tunnel", {r.name: [] for r in routes}
+    )
     for _ in range(args.repeat):
-        result.direct.append(
-            meter.measure(
-                args.tunnels, lambda: open_many(sink.port, False, args.tunnels, args.concurrency)
+        for route in routes:
+            result.runs[route.name].append(
+                meter.measure(
+                    args.tunnels,
+                    route,
+                    lambda route=route: open_many(
+                        route.port, route.connect, args.tunnels, args.concurrency
+                    ),
+                )
             )
-        )
-        result.relayed.append(
-            meter.measure(
-                args.tunnels, lambda: open_many(relay.port, True, args.tunnels, args.concurrency)
-            )
-        )
     results.append(result)
     return results
 
 
 def run_benchmark(args: argparse.Namespace, command: str) -> int:
-    machine = machine_line()  # before pinning, which changes the usable cores
+    # harness: the machine lock and the tool installer shared by the benchmarks
+    # (imported here, not at the top: the child processes do not need it).
+    import harness
+
+    try:
+        socat_executable = harness.ensure_tool("socat")
+    except harness.BenchError as exc:
+        raise BenchError(str(exc)) from exc
+    with harness.machine_lock():
+        return measure_and_report(args, command, socat_executable)
+
+
+def measure_and_report(args: argparse.Namespace, command: str, socat_executable: str) -> int:
+    machine = common.machine_description()  # before pinning, which changes the usable cores
     relay_cpus, other_cpus, pinning = cpu_plan()
     if other_cpus:
         # Before any thread starts: threads inherit the affinity of their creator.
@@ -729,42 +965,72 @@ def run_benchmark(args: argparse.Namespace, command: str) -> int:
         f"{RelayConfig().buffer_bytes // 1024} KiB (default), relay max_tunnels "
         f"{relay_max_tunnels(args)}"
     )
+    shown = socat_command("socat", 0, 0, args.socat_buffer)
+    shown[3:] = [
+        "TCP-LISTEN:<port>,bind=127.0.0.1,reuseaddr,fork,backlog=1024",
+        "TCP:127.0.0.1:<sink port>",
+    ]
+    default = " (socat's default)" if args.socat_buffer == SOCAT_DEFAULT_BUFFER else ""
+    print(
+        f"socat: {socat_version(socat_executable)}, `{' '.join(shown)}`: -b "
+        f"{args.socat_buffer} bytes per read{default}; one process forked per connection"
+    )
     if args.profile_relay:
         print("note: the relay runs under cProfile; its figures are slowed by the profiler")
     print(flush=True)
 
-    with children(args, relay_cpus, other_cpus) as (relay, sink, report):
+    with children(args, socat_executable, relay_cpus, other_cpus) as (relay, sink, socat, report):
         try:
-            results = measure_all(args, relay, sink)
+            results = measure_all(args, relay, sink, socat)
         except (OSError, BenchError) as exc:
-            for child in (relay, sink):
+            for child in (relay, sink, socat):
                 if child.process.poll() is not None:
+                    detail = f": {socat.error_output()}" if child is socat else ""
                     raise BenchError(
                         f"the {child.name} process exited with status "
-                        f"{child.process.returncode} ({type(exc).__name__}: {exc})"
+                        f"{child.process.returncode}{detail} ({type(exc).__name__}: {exc})"
                     ) from exc
             raise
-    print_table(
+    print("## Rates\n")
+    common.print_table(
         [
             "measurement",
             "direct",
             "via relay",
+            "via socat",
             "relay/direct",
-            "relay CPU (+waiting)",
-            "relay CPU cost",
-            "client+sink CPU (direct / relay)",
+            "relay/socat",
             "direct runs",
             "relay runs",
+            "socat runs",
         ],
-        [result.row() for result in results],
+        [result.rate_row() for result in results],
     )
     print(
-        "Best of the runs in the first three columns (each run's figure at the right). "
+        "Best of the runs in the first columns (each run's figure at the right). The relay "
+        "answers a CONNECT per tunnel; socat has none, but forks a process per connection "
+        "(the relay: one process, one task per tunnel)."
+    )
+    print("\n## CPU of the forwarders (best run)\n")
+    common.print_table(
+        [
+            "measurement",
+            "relay CPU (+waiting)",
+            "relay CPU cost",
+            "socat CPU",
+            "socat CPU cost",
+            "relay cost/socat cost",
+            "client+sink CPU (direct / relay / socat)",
+        ],
+        [result.cpu_row() for result in results],
+    )
+    print(
         "CPU: cores busy during the best run (100% = one core): the relay process (and, "
         "in brackets, the time it was runnable but waiting for its CPU, taken by another "
-        "process: noise), and the sink process plus this client, in the direct and the "
-        "relayed run. Relay CPU cost: the relay's CPU time per MB or per tunnel in the best "
-        "run, the figure least disturbed by other load on the machine."
+        "process: noise); socat's whole process group (parent, forked children: fork, "
+        "copy-on-write faults and exit included; its waiting time is not known); the sink "
+        "process plus this client. CPU cost: the forwarder's CPU time per MB or per tunnel "
+        "in its best run, the figure least disturbed by other load on the machine."
     )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"finished: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {load}")

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shlex
 import subprocess
 import sys
 import time
@@ -41,11 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_http as common
-from bench_http import LOOPBACK, ROOT, BenchError, Processes
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import harness  # also puts the project root on sys.path
+from harness import LOOPBACK, BenchError, Processes
 
 from notary.protocol import v2
 
@@ -140,9 +136,9 @@ def https(port: int, method: str, path: str, body: str = "", content_type: str =
     head = f"{method} {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
     if method == "POST":
         head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-    response = common.exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
+    response = harness.exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
                                timeout_s=timeout_s)[0]
-    return common.status_of(response), response.split(b"\r\n\r\n", 1)[1]
+    return harness.status_of(response), response.split(b"\r\n\r\n", 1)[1]
 
 
 def batch_targets(ports: Sequence[int], sha256: str, size: int) -> list[dict[str, object]]:
@@ -169,25 +165,16 @@ def verify(answer: bytes, body: str, keys: dict[str, object], label: str) -> str
 # -- measurements ----------------------------------------------------------------
 
 
-def wrk_post_script(directory: Path, name: str, body: str, content_type: str) -> Path:
-    path = directory / f"{name}.lua"
-    if "]]" in body:
-        raise BenchError("body cannot be a Lua long string")
-    path.write_text(
-        f"wrk.method = \"POST\"\nwrk.body = [[{body}]]\n"
-        f"wrk.headers[\"Content-Type\"] = \"{content_type}\"\n"
-    )
-    return path
-
-
 def measure_wrk(wrk: str, processes: Processes, url: str, script: Path,
                 args: argparse.Namespace, client_cpu: int, notary_pid: int,
                 batch: int) -> Result:
-    result = common.run_wrk(wrk, processes, url, script, args, client_cpu, args.duration,
-                            server_pid=notary_pid)
+    result = harness.run_wrk(
+        wrk, processes, url, script, threads=args.threads, connections=args.connections,
+        seconds=args.duration, cpu=client_cpu,
+        server_cpu_seconds=lambda: harness.cpu_seconds(notary_pid))
     return Result(result.requests_per_s, batch, result.cpu_us_per_request or 0.0,
-                  result.server_core_use or 0.0, latency=f"{result.latency_avg} / "
-                  f"{result.latency_p99}")
+                  result.server_core_use or 0.0, client_core_use=result.wrk_core_use,
+                  latency=f"{result.latency_avg} / {result.latency_p99}")
 
 
 def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
@@ -197,7 +184,7 @@ def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
     first = directory / f"ws-first-{len(targets)}.json"
     argv = [sys.executable, "-c", WS_CLIENT, url, str(batch_file), str(args.window),
             str(args.duration), str(first)]
-    cpu_before = common.cpu_seconds(notary_pid)
+    cpu_before = harness.cpu_seconds(notary_pid)
     started = time.monotonic()
     process = processes.start("ws client", argv, cpu=client_cpu)
     try:
@@ -207,7 +194,7 @@ def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
     finally:
         processes.stop(process)
     elapsed = time.monotonic() - started
-    server_cpu_s = common.cpu_seconds(notary_pid) - cpu_before
+    server_cpu_s = harness.cpu_seconds(notary_pid) - cpu_before
     text = out.decode(errors="replace").strip()
     if process.returncode != 0 or not text:
         raise BenchError(f"WebSocket client exited {process.returncode}:\n{text}\n"
@@ -255,38 +242,36 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return common.run_benchmark("bench_v2", parse_args(argv), run)
+    return harness.run_benchmark("bench_v2", parse_args(argv), run)
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = common.ensure_wrk()
-    server_cpu, client_cpu = common.choose_cpus(args)
-    ports = common.free_ports(args.targets + 6)
+    wrk = harness.ensure_wrk()
+    server_cpu, client_cpu = harness.choose_cpus(args)
+    ports = harness.free_ports(args.targets + 6)
     api_ports, plain_port, spare = ports[:args.targets], ports[args.targets], ports[args.targets + 1:]
-    print("# v2 API: cache-hit targets per second, /v2/query and WebSocket vs legacy POST /target")
-    print(f"machine: {common.machine_line(wrk)}")
-    print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
-    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {common.notary_version()}")
+    harness.print_preamble(
+        "v2 API: cache-hit targets per second, /v2/query and WebSocket vs legacy POST /target", wrk)
     print(f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s; WebSocket: one "
           f"connection, window {args.window}; clients pinned to CPU {client_cpu}, notary to CPU "
           f"{server_cpu}; {args.rounds} run(s) per row, best kept; {args.targets} distinct "
           "targets in the batches")
     if args.wait_quiet:
-        common.wait_quiet([server_cpu, client_cpu], args.wait_quiet)
-    print(common.describe_busy([server_cpu, client_cpu], "before the runs"), flush=True)
+        harness.wait_quiet([server_cpu, client_cpu], args.wait_quiet)
+    print(harness.describe_busy([server_cpu, client_cpu], "before the runs"), flush=True)
 
-    setup = common.make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
+    setup = harness.make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
     add_api_ports(setup.config, api_ports[2:])
     log = directory / "notary.log"
-    notary = processes.start("notary", common.notary_argv(setup), cpu=server_cpu, log=log,
+    notary = processes.start("notary", harness.notary_argv(setup), cpu=server_cpu, log=log,
                              cwd=setup.directory)
-    common.wait_listening(notary, [plain_port, *api_ports], "notary", log)
+    harness.wait_listening(notary, [plain_port, *api_ports], "notary", log)
 
     # Legacy: prime 127.0.0.1+P1 (its SHA-1 pin), answered 200 from the cache.
-    sha1_pin = common.served_sha1_pin(api_ports[0])
+    sha1_pin = harness.served_sha1_pin(api_ports[0])
     legacy_body = f"fingerprint={sha1_pin}"
-    legacy_answer = common.prime_notary(setup, legacy_body)
-    with common.connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
+    legacy_answer = harness.prime_notary(setup, legacy_body)
+    with harness.connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
         der = sock.getpeercert(binary_form=True)
     sha256 = hashlib.sha256(der).hexdigest()
 
@@ -313,8 +298,9 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         print(f"v2 batch {n}: request body {request_bytes:,} bytes, answer {answer_bytes:,} bytes")
     print(flush=True)
 
-    legacy_script = common.wrk_script(directory, legacy_body)
-    v2_scripts = {n: wrk_post_script(directory, f"v2-{n}", bodies[n], JSON_TYPE)
+    legacy_script = harness.wrk_script(directory, legacy_body, name="legacy")
+    v2_scripts = {n: harness.wrk_script(directory, bodies[n], name=f"v2-{n}",
+                                        content_type=JSON_TYPE)
                   for n in BATCHES}
     base = f"https://{LOOPBACK}:{api_ports[0]}"
     ws_url = f"wss://{LOOPBACK}:{api_ports[0]}/v2/ws"
@@ -352,11 +338,11 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                   f"{result.server_cpu_us_per_request:.0f} us CPU/req, "
                   f"{result.server_core_use:.0%} of its core{extra}", flush=True)
             if notary.poll() is not None:
-                raise BenchError(f"the notary exited ({notary.returncode}):\n{common.tail(log)}")
+                raise BenchError(f"the notary exited ({notary.returncode}):\n{harness.tail(log)}")
     print()
     report(rows, runs)
-    print(common.describe_busy([server_cpu, client_cpu], "after the runs (notary idle)"))
-    problems = common.tail(log)
+    print(harness.describe_busy([server_cpu, client_cpu], "after the runs (notary idle)"))
+    problems = harness.tail(log)
     if problems.strip():
         print(f"notary log (warnings and errors):\n{problems}\n")
     return 0
@@ -380,7 +366,7 @@ def report(rows: Sequence[tuple[str, str, object]], runs: dict[str, list[Result]
             f"{top.server_core_use:.0%}",
             f"{top.client_core_use:.0%}" if top.client_core_use is not None else "wrk",
         ])
-    common.print_table(
+    harness.print_table(
         ["transport", "req/s per run", "best req/s", "targets/s", "targets/s vs legacy",
          "server CPU us/req", "server CPU us/target", "server core use",
          "client core use"],

@@ -3,9 +3,8 @@ requests per second, measured with wrk over HTTP/1.1 keep-alive (plain HTTP
 and HTTPS), against ``notary serve --workers 1`` and ``--workers 2`` in the
 same run: the 1-worker figure is the baseline.
 
-The query and set-up are ``bench_http.py``'s (its functions are imported, not
-copied): a fresh ``notary dev-init`` notary in a temporary directory, its
-config edited (plain_api added, relay off, log_level warning, every other
+The query and set-up are ``bench_http.py``'s (both from ``harness.py``): a
+fresh ``notary dev-init`` notary in a temporary directory, its config edited (plain_api added, relay off, log_level warning, every other
 ``listen``, ``[admin]`` included, moved off dev-init's fixed ports), asked
 about itself (``127.0.0.1+<its HTTPS port>``) with its own SHA-1 pin, primed
 once so that every query is a cache hit answered 200. ``--workers N`` is
@@ -49,9 +48,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import resource
-import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -61,11 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_http as common
-from bench_http import LOOPBACK, ROOT, BenchError, Processes
-
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import harness  # also puts the project root on sys.path
+from harness import LOOPBACK, BenchError, Processes
 
 from notary.config import load_config
 from notary.devsetup import DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT
@@ -93,7 +86,7 @@ class Variant:
 @dataclass
 class Node:
     variant: Variant
-    setup: common.NotarySetup
+    setup: harness.NotarySetup
     process: subprocess.Popen[bytes]
     log: Path
     admin_port: int
@@ -111,7 +104,7 @@ class Node:
 
 @dataclass(frozen=True)
 class Measurement:
-    wrk: common.WrkResult
+    wrk: harness.WrkResult
     elapsed_s: float
     server_cpu_s: float  # the node's processes, summed
     worker_cpu_s: tuple[float, ...]  # per worker (the supervisor left out)
@@ -198,17 +191,16 @@ def tree_cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
     times = {}
     for pid in pids:
         try:
-            times[pid] = common.cpu_seconds(pid)
+            times[pid] = harness.cpu_seconds(pid)
         except OSError:
             raise BenchError(f"process {pid} of the node vanished during the run") from None
     return times
 
 
 def machine_busy_seconds() -> float:
-    """Busy CPU seconds of every core since boot (a thin wrapper around
-    ``bench_http._cpu_times``, which is private)."""
+    """Busy CPU seconds of every core since boot."""
     cpus = range(os.cpu_count() or 1)
-    return sum(busy for busy, _ in common._cpu_times(cpus).values()) / CLOCK_TICK
+    return sum(busy for busy, _ in harness.cpu_times(cpus).values()) / CLOCK_TICK
 
 
 def worker_index_of(pid: int) -> str | None:
@@ -229,10 +221,10 @@ def wait_for_workers(node_process: subprocess.Popen[bytes], workers: int, log: P
     """The pids serving: the node itself for 1 worker (no supervisor, no
     child); for N > 1 its N children, each a ``notary serve`` worker with its
     own ``NOTARY_WORKER_INDEX``."""
-    deadline = time.monotonic() + common.READY_TIMEOUT_S
+    deadline = time.monotonic() + harness.READY_TIMEOUT_S
     while True:
         if node_process.poll() is not None:
-            raise BenchError(f"the node exited with {node_process.returncode}:\n{common.tail(log)}")
+            raise BenchError(f"the node exited with {node_process.returncode}:\n{harness.tail(log)}")
         children = descendants(node_process.pid)
         if workers == 1:
             if children:
@@ -242,7 +234,7 @@ def wait_for_workers(node_process: subprocess.Popen[bytes], workers: int, log: P
             break
         if len(children) > workers or time.monotonic() > deadline:
             raise BenchError(f"--workers {workers} node has children {children}:\n"
-                             f"{common.tail(log)}")
+                             f"{harness.tail(log)}")
         time.sleep(0.1)
     indexes = sorted(worker_index_of(pid) or "?" for pid in children)
     commands = [cmdline_of(pid) for pid in children]
@@ -257,37 +249,30 @@ def wait_for_workers(node_process: subprocess.Popen[bytes], workers: int, log: P
 # -- set-up ----------------------------------------------------------------------
 
 
-def check_listeners(setup: common.NotarySetup, chosen: Sequence[int]) -> int:
-    """Every listener of the edited config is on a port chosen here (none on
-    dev-init's fixed ports: admin 9142, Perspectives 8080, relay 8280);
-    return the admin port."""
+def check_listeners(setup: harness.NotarySetup) -> int:
+    """``make_notary`` checked that every listener is on a port chosen here;
+    also none on dev-init's fixed ports (admin 9142, Perspectives 8080, relay
+    8280), and one admin listener (for /metrics): return its port."""
     raw = tomllib.loads(setup.config.read_text())
-    addresses = [
-        *raw.get("server", {}).get("api", []), *raw.get("server", {}).get("plain_api", []),
-        *(address for section in raw.values() if isinstance(section, dict)
-          for address in section.get("listen", [])),
-    ]
-    ports = [int(address.rsplit(":", 1)[1]) for address in addresses]
-    hosts = {address.rsplit(":", 1)[0] for address in addresses}
+    addresses = [a for values in harness.listen_addresses(raw).values() for a in values]
     fixed = {DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT}
-    admin = raw.get("admin", {}).get("listen", [])
-    if hosts != {LOOPBACK} or not set(ports) <= set(chosen) or set(ports) & fixed or len(admin) != 1:
-        raise BenchError(f"the edited config listens on {addresses} (chosen ports {list(chosen)}, "
-                         f"admin {admin}):\n{setup.config.read_text()}")
-    return int(admin[0].rsplit(":", 1)[1])
+    if setup.admin_port is None or {int(a.rsplit(":", 1)[1]) for a in addresses} & fixed:
+        raise BenchError(f"the edited config listens on {addresses} (admin port "
+                         f"{setup.admin_port}):\n{setup.config.read_text()}")
+    return setup.admin_port
 
 
 def start_node(processes: Processes, directory: Path, variant: Variant, server_cpu: int) -> Node:
-    api_port, relay_api_port, plain_port, *spare = common.free_ports(7)
-    setup = common.make_notary(directory / variant.key, api_port, relay_api_port, plain_port,
+    api_port, relay_api_port, plain_port, *spare = harness.free_ports(7)
+    setup = harness.make_notary(directory / variant.key, api_port, relay_api_port, plain_port,
                                spare)
-    admin_port = check_listeners(setup, [api_port, relay_api_port, plain_port, *spare])
+    admin_port = check_listeners(setup)
     log = directory / f"{variant.key}.log"
-    argv = [*common.notary_argv(setup), "--workers", str(variant.workers)]
+    argv = harness.notary_argv(setup, ["--workers", str(variant.workers)])
     process = processes.start(f"notary {variant.key}", argv,
                               cpu=server_cpu if variant.pinned else None, log=log,
                               cwd=setup.directory)
-    common.wait_listening(process, [plain_port, api_port], f"notary {variant.key}", log)
+    harness.wait_listening(process, [plain_port, api_port], f"notary {variant.key}", log)
     workers = wait_for_workers(process, variant.workers, log)
     return Node(variant, setup, process, log, admin_port, workers)
 
@@ -295,21 +280,21 @@ def start_node(processes: Processes, directory: Path, variant: Variant, server_c
 def prime(node: Node) -> None:
     """Cache hit in every worker, and the same bytes from each: the first
     POST probes (one worker); the others load the stored answer."""
-    node.body = f"fingerprint={common.served_sha1_pin(node.setup.api_port)}"
-    node.answer = common.prime_notary(node.setup, node.body)
-    node.script = common.wrk_script(node.setup.directory, node.body)
+    node.body = f"fingerprint={harness.served_sha1_pin(node.setup.api_port)}"
+    node.answer = harness.prime_notary(node.setup, node.body)
+    node.script = harness.wrk_script(node.setup.directory, node.body)
     for port, tls in ((node.setup.plain_port, False), (node.setup.api_port, True)):
-        request = common.post_request(port, node.setup.path, node.body)
+        request = harness.post_request(port, node.setup.path, node.body)
         with contextlib.ExitStack() as stack:
             # Several connections open at once, so that the kernel hands them
             # to different workers.
-            socks = [stack.enter_context(common.connect(port, tls=tls, timeout_s=30.0))
+            socks = [stack.enter_context(harness.connect(port, tls=tls, timeout_s=30.0))
                      for _ in range(4 * node.variant.workers)]
             for sock in socks:
                 buffer = bytearray()
                 for _ in range(2):
                     sock.sendall(request)
-                    if common.read_response(sock, buffer) != node.answer:
+                    if harness.read_response(sock, buffer) != node.answer:
                         raise BenchError(f"notary {node.variant.key}: a worker answers "
                                          "different bytes")
 
@@ -318,8 +303,8 @@ def scrape(node: Node) -> dict[str, float]:
     """Node totals from ``/metrics`` (summed over the workers, each as of its
     last fold, at most ``[admin] metrics_interval_s`` old)."""
     request = f"GET /metrics HTTP/1.1\r\nHost: {LOOPBACK}:{node.admin_port}\r\n\r\n".encode()
-    response = common.exchange(node.admin_port, request, tls=False)[0]
-    if common.status_of(response) != 200:
+    response = harness.exchange(node.admin_port, request, tls=False)[0]
+    if harness.status_of(response) != 200:
         raise BenchError(f"GET /metrics answered {response[:200]!r}")
     totals = {"queries": 0.0, "misses": 0.0, "probes": 0.0}
     for line in response.split(b"\r\n\r\n", 1)[1].decode().splitlines():
@@ -335,63 +320,43 @@ def scrape(node: Node) -> dict[str, float]:
 
 def stop_node(node: Node, processes: Processes) -> None:
     """SIGTERM to the node (a supervisor stops its workers), then SIGKILL to
-    its whole process group: ``Processes.stop`` kills the parent only, which
-    would leave workers behind."""
-    process = node.process
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(NODE_STOP_TIMEOUT_S)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)  # its own session: pgid == pid
-    for pid in node.workers:
-        if pid != process.pid and cmdline_of(pid)[-4:] == process.args[-4:]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-    processes.stop(process)
+    its whole process group after ``NODE_STOP_TIMEOUT_S`` (``Processes.stop``)."""
+    processes.stop(node.process, NODE_STOP_TIMEOUT_S)
 
 
 # -- measurement -----------------------------------------------------------------
-
-
-def wrk_args(args: argparse.Namespace, threads: int) -> argparse.Namespace:
-    """``bench_http.run_wrk`` takes wrk's thread count from ``args.threads``."""
-    return argparse.Namespace(**{**vars(args), "threads": threads})
 
 
 def measure(wrk: str, processes: Processes, node: Node, transport: str,
             args: argparse.Namespace, client_cpu: int, seconds: int,
             settle_s: float) -> Measurement:
     """One wrk run against ``node``, with the CPU time of the node's
-    processes (summed), of each worker, of wrk (the only child reaped
-    meanwhile) and of the whole machine."""
+    processes (summed), of each worker, of wrk and of the whole machine."""
     if node.process.poll() is not None:
         raise BenchError(f"notary {node.variant.key} exited ({node.process.returncode}):\n"
-                         f"{common.tail(node.log)}")
+                         f"{harness.tail(node.log)}")
     children = sorted(descendants(node.process.pid))
     pids = [node.process.pid, *children]
     if (children or [node.process.pid]) != node.workers:
         raise BenchError(f"notary {node.variant.key}: workers {node.workers} became {pids}: "
-                         f"a worker restarted\n{common.tail(node.log)}")
+                         f"a worker restarted\n{harness.tail(node.log)}")
     before_metrics = scrape(node)
     before = tree_cpu_seconds(pids)
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy_before = machine_busy_seconds()
     started = time.monotonic()
-    result = common.run_wrk(wrk, processes, node.url(transport), node.script, wrk_args(
-        args, node.variant.wrk_threads), client_cpu if node.variant.pinned else None, seconds)
+    result = harness.run_wrk(
+        wrk, processes, node.url(transport), node.script, threads=node.variant.wrk_threads,
+        connections=args.connections, seconds=seconds,
+        cpu=client_cpu if node.variant.pinned else None)
     elapsed = time.monotonic() - started
     busy = machine_busy_seconds() - busy_before
     after = tree_cpu_seconds(pids)
-    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     time.sleep(settle_s)  # every worker folds its counters into /metrics
     after_metrics = scrape(node)
     used = {pid: after[pid] - before[pid] for pid in pids}
     return Measurement(
         result, elapsed, sum(used.values()), tuple(used[pid] for pid in node.workers),
-        (children_after.ru_utime + children_after.ru_stime)
-        - (children_before.ru_utime + children_before.ru_stime),
-        busy, os.cpu_count() or 1,
+        result.wrk_cpu_s, busy, os.cpu_count() or 1,
         **{key: after_metrics[key] - before_metrics[key] for key in before_metrics},
     )
 
@@ -444,7 +409,7 @@ def report(variants: Sequence[Variant], runs: dict[tuple[str, str], list[Measure
             f"{top['plain'].ceiling:,.0f} / {top['https'].ceiling:,.0f}",
             f"{top['plain'].split()} ; {top['https'].split()}",
         ])
-    common.print_table(
+    harness.print_table(
         ["notary (wrk)", "plain req/s best (runs)", "plain vs 1 worker",
          "HTTPS req/s best (runs)", "HTTPS vs 1 worker", "notary CPU us/req plain / HTTPS",
          "wrk CPU us/req plain / HTTPS",
@@ -490,12 +455,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return common.run_benchmark("bench_workers", parse_args(argv), run)
+    return harness.run_benchmark("bench_workers", parse_args(argv), run)
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = common.ensure_wrk()
-    server_cpu, client_cpu = common.choose_cpus(args)
+    wrk = harness.ensure_wrk()
+    server_cpu, client_cpu = harness.choose_cpus(args)
     cores = sorted(os.sched_getaffinity(0))
     variants = [
         Variant("w1", f"1 worker (-t{args.threads}, nothing pinned)", 1, False, args.threads),
@@ -505,11 +470,8 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     if not args.no_pinned_row:
         variants.insert(0, Variant("w1-pinned", f"1 worker pinned to CPU {server_cpu} "
                                    f"(-t1 on CPU {client_cpu}, bench_http)", 1, True, 1))
-    print("# Worker scaling: cache-hit POST /target requests per second (wrk), "
-          f"notary serve --workers 1 vs {args.workers}")
-    print(f"machine: {common.machine_line(wrk)}")
-    print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
-    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {common.notary_version()}")
+    harness.print_preamble("Worker scaling: cache-hit POST /target requests per second (wrk), "
+                           f"notary serve --workers 1 vs {args.workers}", wrk)
     print(f"wrk: -c{args.connections} -d{args.duration}s, -t{args.threads} in the unpinned rows; "
           f"{args.rounds} run(s) per row and transport, interleaved, best kept; loopback only")
     print(f"note: {len(cores)} usable cores, and wrk needs cores too. With {args.workers} workers "
@@ -518,8 +480,8 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
           "notary, not by the workers: see 'cores used' and 'CPU ceiling' (cores / (notary + wrk "
           "CPU per request)). On a machine with C cores, run N workers with N + wrk's cores <= C.")
     if args.wait_quiet:
-        common.wait_quiet(cores, args.wait_quiet)
-    print(common.describe_busy(cores, "before the runs"), flush=True)
+        harness.wait_quiet(cores, args.wait_quiet)
+    print(harness.describe_busy(cores, "before the runs"), flush=True)
 
     nodes: list[Node] = []
     try:
@@ -542,7 +504,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             if args.wait_quiet and round_number:
                 # Other work may have started meanwhile: each round waits too
                 # (a shorter while; the nodes are idle).
-                common.wait_quiet(cores, min(args.wait_quiet, 30.0))
+                harness.wait_quiet(cores, min(args.wait_quiet, 30.0))
             for node in nodes:
                 for transport in TRANSPORTS:
                     m = measure(wrk, processes, node, transport, args, client_cpu, args.duration,
@@ -577,9 +539,9 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
               f"{UNEVEN_SHARE:.0%} of the workers' CPU")
         for problem in problems:
             print(f"WARNING: {problem}")
-        print(common.describe_busy(cores, "after the runs (nodes idle)"))
+        print(harness.describe_busy(cores, "after the runs (nodes idle)"))
         for node in nodes:
-            text = common.tail(node.log)
+            text = harness.tail(node.log)
             if text.strip():
                 print(f"notary {node.variant.key} log (warnings and errors):\n{text}\n")
     finally:

@@ -1,4 +1,4 @@
-"""The ceiling of ``bench_http.py``: a minimal Trio HTTP/1.1 server.
+"""The ceiling of ``bench_http.py`` and ``bench_tls.py``: a minimal Trio HTTP/1.1 server.
 
 It answers every request with the same bytes (read from ``--response``: the
 notary's own answer to the benchmark's query, captured by ``bench_http.py``)
@@ -14,6 +14,7 @@ Usage (``bench_http.py`` runs it; loopback only)::
 
     python bench/minimal_server.py --port 8080 --response answer.bin
     python bench/minimal_server.py --port 8443 --response answer.bin --cert c.pem --key k.pem
+    python bench/minimal_server.py ... --cert c.pem --key k.pem --no-resumption   # bench_tls.py
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def make_connection_handler(
     response: bytes,
     new_parser: Callable[[], _ScanParser | _HttptoolsParser],
     context: ssl.SSLContext | None,
+    close: bool = False,
 ) -> Callable[[trio.SocketStream], object]:
     async def serve_connection(tcp: trio.SocketStream) -> None:
         stream: trio.abc.Stream = tcp
@@ -110,6 +112,9 @@ def make_connection_handler(
                 if not data:
                     break
                 count = parser.feed(data)
+                if count and close:  # one request per connection (HTTP/1.0 clients)
+                    await stream.send_all(response)
+                    break
                 if count == 1:
                     await stream.send_all(response)
                 elif count:
@@ -122,20 +127,26 @@ def make_connection_handler(
     return serve_connection
 
 
-def make_ssl_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """The notary's TLS settings (see ``notary.server.app.make_server_ssl_context``)."""
+def make_ssl_context(cert: Path, key: Path, *, resumption: bool = True) -> ssl.SSLContext:
+    """The notary's TLS settings (see ``notary.server.app.make_server_ssl_context``);
+    ``resumption=False``: no session tickets (TLS 1.2 and 1.3), so that every
+    connection is a full handshake (TLS 1.3 resumes through tickets only)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key)
     context.set_alpn_protocols(["http/1.1"])
+    if not resumption:
+        context.options |= ssl.OP_NO_TICKET
+        context.num_tickets = 0
     return context
 
 
 async def serve(args: argparse.Namespace) -> None:
     response = args.response.read_bytes()
-    context = make_ssl_context(args.cert, args.key) if args.cert else None
+    context = (make_ssl_context(args.cert, args.key, resumption=not args.no_resumption)
+               if args.cert else None)
     new_parser = _HttptoolsParser if args.parser == "httptools" else _ScanParser
-    handler = make_connection_handler(response, new_parser, context)
+    handler = make_connection_handler(response, new_parser, context, args.close)
     listeners = await trio.open_tcp_listeners(args.port, host=args.host)
     print(f"minimal server ({args.parser}, {'TLS' if context else 'plain'}) on "
           f"{args.host}:{args.port}", flush=True)
@@ -156,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parser", choices=["scan", "httptools"], default="scan")
     parser.add_argument("--cert", type=Path, help="serve TLS with this certificate (PEM)")
     parser.add_argument("--key", type=Path, help="private key of --cert (PEM)")
+    parser.add_argument("--close", action="store_true",
+                        help="answer one request per connection, then close (HTTP/1.0 clients; "
+                        "--response should then say Connection: close)")
+    parser.add_argument("--no-resumption", action="store_true",
+                        help="TLS: issue no session tickets (every connection a full handshake)")
     args = parser.parse_args(argv)
     if not ipaddress.ip_address(args.host).is_loopback:
         parser.error("--host must be a loopback address")

@@ -1,0 +1,373 @@
+"""Scenario 3: cache misses, every query a probe.
+
+    .venv/bin/python bench/bench_probe.py --wait-quiet 120   # full run (about 2 minutes)
+    .venv/bin/python bench/bench_probe.py --quick            # smoke run
+
+Set-up (loopback only; no name is resolved):
+
+- a **target farm**: this script in ``--farm`` mode, one Trio process on the
+  client core, a TLS server (an ECDSA P-256 certificate, no session tickets:
+  the cheapest handshake to serve, so the farm is not what limits) listening on ``--addresses`` loopback addresses (127.0.0.1, .2, ...) times
+  ``--ports`` ports: that many distinct targets ``127.0.0.k+port``. It
+  completes each handshake and closes. (Targets are IP literals, not names
+  served by SNI: the notary runs with the system resolver, and a benchmark
+  resolves no name but ``localhost``.)
+- the **notary**: ``notary dev-init``'s config (loopback targets allowed),
+  one worker pinned to the server core, with ``[answers] reprobe_after_s =
+  0`` and ``fresh_for_s = 1`` for phase 2.
+- the **load**: this process on the client core, ``--concurrency``
+  keep-alive plain-HTTP connections to the notary.
+
+Phases, each a ``--duration`` run:
+
+1. **fresh targets**: ``GET /target/127.0.0.k+port`` for targets never seen
+   (cache miss, known-targets filter miss, probe, sign, store): queries, that
+   is probes, per second until the farm's targets run out or time is up.
+2. **probe per query, bounded set**: ``POST`` with a fingerprint no target
+   serves, over the same targets again: with ``reprobe_after_s = 0`` every
+   query probes. RSS is sampled every second: the memory of a notary
+   probing without end must not grow (the ratio of the last third's peak to
+   the first third's is reported).
+
+In both, ``/metrics`` (the admin listener) is sampled every second for
+``notary_probes_in_flight`` (the in-flight count sustained).
+
+Baseline, same run: a **minimal Trio client** (this script in ``--handshake``
+mode), pinned to the server core, doing TLS handshakes (stdlib ``ssl`` over
+``trio.SSLStream``, peer certificate read, close) against the same targets
+with the same concurrency: the raw handshake rate the prober could reach.
+Goal from the issue: probes per second >= 70% of it, and no memory growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import ssl
+import sys
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import harness
+import trio
+from harness import LOOPBACK, BenchError, Processes
+
+GOAL_VS_HANDSHAKES = 0.70
+#: A run whose last third's RSS peak exceeds its first third's by more than
+#: this share is "growing".
+GROWTH_TOLERANCE = 0.05
+NO_SUCH_FINGERPRINT = ":".join(["00"] * 20)
+
+
+# -- the farm and the baseline client (child modes) -------------------------------
+
+
+def farm_main(args: argparse.Namespace) -> int:
+    """Serve TLS on every (address, port) of ``--farm-ports`` until killed;
+    print ``ready`` once every listener is up."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(args.cert, args.key)
+    context.num_tickets = 0  # nothing after the handshake: the farm stays cheap
+    ports = [int(p) for p in args.farm_ports.split(",")]
+
+    async def handshake(tcp: trio.SocketStream) -> None:
+        stream = trio.SSLStream(tcp, context, server_side=True)
+        with trio.move_on_after(10):
+            try:
+                await stream.do_handshake()
+                await stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+    async def serve() -> None:
+        listeners = []
+        for k in range(1, args.addresses + 1):
+            for port in ports:
+                sock = trio.socket.socket()
+                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+                await sock.bind((f"127.0.0.{k}", port))
+                sock.listen(1024)
+                listeners.append(trio.SocketListener(sock))
+        print("ready", flush=True)
+        await trio.serve_listeners(handshake, listeners)
+
+    trio.run(serve)
+    return 0
+
+
+def handshake_main(args: argparse.Namespace) -> int:
+    """The baseline: handshakes against every target in turn, ``--concurrency``
+    at once, for ``--duration`` seconds; prints the count as JSON."""
+    targets = target_list(args.addresses, [int(p) for p in args.farm_ports.split(",")])
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    done = failed = 0
+
+    async def worker(offset: int, deadline: float) -> None:
+        nonlocal done, failed
+        index = offset
+        while trio.current_time() < deadline:
+            host, port = targets[index % len(targets)]
+            index += args.concurrency
+            try:
+                tcp = await trio.open_tcp_stream(host, port)
+                stream = trio.SSLStream(tcp, context, server_hostname=None)
+                await stream.do_handshake()
+                stream.getpeercert(binary_form=True)
+                await trio.aclose_forcefully(stream)
+                done += 1
+            except (OSError, trio.BrokenResourceError):
+                failed += 1
+
+    async def run() -> float:
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for offset in range(args.concurrency):
+                nursery.start_soon(worker, offset, start + args.duration)
+        return trio.current_time() - start
+
+    seconds = trio.run(run)
+    print(json.dumps({"handshakes": done, "failed": failed, "seconds": seconds}), flush=True)
+    return 0
+
+
+def farm_certificate(directory: Path) -> tuple[Path, Path]:
+    """An ECDSA P-256 certificate and key for the farm (trustme, a test
+    dependency of the project)."""
+    import trustme
+
+    authority = trustme.CA(key_type=trustme.KeyType.ECDSA)
+    issued = authority.issue_cert("127.0.0.1", key_type=trustme.KeyType.ECDSA)
+    cert, key = directory / "farm.crt", directory / "farm.key"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    return cert, key
+
+
+def target_list(addresses: int, ports: Sequence[int]) -> list[tuple[str, int]]:
+    """Every farm target, ports varying fastest."""
+    return [(f"127.0.0.{k}", port) for k in range(1, addresses + 1) for port in ports]
+
+
+# -- the load (this process) --------------------------------------------------------
+
+
+class Sampler:
+    """Every second: the notary's RSS and ``notary_probes_in_flight``."""
+
+    def __init__(self, pid: int, admin_port: int | None) -> None:
+        self.pid = pid
+        self.admin_port = admin_port
+        self.rss_kib: list[int] = []
+        self.in_flight: list[float] = []
+
+    def sample(self) -> None:
+        with open(f"/proc/{self.pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    self.rss_kib.append(int(line.split()[1]))
+        if self.admin_port is not None:
+            url = f"http://{LOOPBACK}:{self.admin_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as response:  # loopback only
+                text = response.read().decode()
+            match = re.search(r"^notary_probes_in_flight(?:\{[^}]*\})? (\S+)$", text, re.M)
+            if match:
+                self.in_flight.append(float(match.group(1)))
+
+    def growth(self) -> float:
+        """Peak RSS of the last third over the first third's, minus one."""
+        third = max(1, len(self.rss_kib) // 3)
+        first, last = max(self.rss_kib[:third]), max(self.rss_kib[-third:])
+        return last / first - 1
+
+
+async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, concurrency: int,
+               duration_s: float, sampler: Sampler) -> dict[str, float]:
+    """Queries over ``concurrency`` keep-alive connections, each target at
+    most once, for ``duration_s``; returns counts and seconds."""
+    statuses: dict[int, int] = {}
+    next_index = 0
+    body = f"fingerprint={NO_SUCH_FINGERPRINT}".encode()
+
+    async def client(deadline: float) -> None:
+        nonlocal next_index
+        stream = await trio.open_tcp_stream(LOOPBACK, port)
+        buffer = b""
+        async with stream:
+            while trio.current_time() < deadline and next_index < len(targets):
+                host, target_port = targets[next_index]
+                next_index += 1
+                path = f"/target/{host}+{target_port}"
+                if post:
+                    request = (f"POST {path} HTTP/1.1\r\nHost: n\r\nContent-Type: "
+                               f"{harness.CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n"
+                               ).encode() + body
+                else:
+                    request = f"GET {path} HTTP/1.1\r\nHost: n\r\n\r\n".encode()
+                await stream.send_all(request)
+                while b"\r\n\r\n" not in buffer:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        raise BenchError("the notary closed a keep-alive connection")
+                    buffer += chunk
+                head, _, rest = buffer.partition(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+                while len(rest) < length:
+                    rest += await stream.receive_some(65536)
+                buffer = rest[length:]
+                status = int(head.split(b" ", 2)[1])
+                statuses[status] = statuses.get(status, 0) + 1
+
+    async def sample_every_second(scope: trio.CancelScope) -> None:
+        with scope:
+            while True:
+                await trio.to_thread.run_sync(sampler.sample)
+                await trio.sleep(1)
+
+    start = trio.current_time()
+    sampling = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample_every_second, sampling)
+        async with trio.open_nursery() as clients:
+            for _ in range(concurrency):
+                clients.start_soon(client, start + duration_s)
+        sampling.cancel()
+    seconds = trio.current_time() - start
+    return {"queries": sum(statuses.values()), "ok": statuses.get(200, 0) + statuses.get(409, 0),
+            "statuses": statuses, "seconds": seconds}
+
+
+# -- the benchmark --------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run, not a measurement")
+    parser.add_argument("--duration", type=float, help="seconds per phase (default 60; quick 5)")
+    parser.add_argument("--concurrency", type=int, default=64, help="queries at once (64)")
+    parser.add_argument("--addresses", type=int, help="farm loopback addresses (default 20)")
+    parser.add_argument("--ports", type=int, help="farm ports per address (default 200)")
+    parser.add_argument("--server-cpu", type=int)
+    parser.add_argument("--client-cpu", type=int)
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    # Child modes (started by the benchmark itself).
+    parser.add_argument("--farm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--handshake", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--farm-ports", help=argparse.SUPPRESS)
+    parser.add_argument("--cert", help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.duration = args.duration or (5.0 if args.quick else 60.0)
+    args.addresses = args.addresses or (4 if args.quick else 20)
+    args.ports = args.ports or (50 if args.quick else 200)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.farm:
+        return farm_main(args)
+    if args.handshake:
+        return handshake_main(args)
+    return harness.run_benchmark("bench_probe", args, run)
+
+
+def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
+    server_cpu, client_cpu = harness.choose_cpus(args)
+    if args.wait_quiet:
+        harness.wait_quiet([server_cpu, client_cpu], args.wait_quiet)
+    harness.print_preamble("Scenario 3: cache misses, every query a probe", None)
+    print(harness.describe_busy([server_cpu, client_cpu], "before the runs"))
+    api_port, relay_api_port, plain_port, *spare = harness.free_ports(7)
+    setup = harness.make_notary(directory / "notary", api_port, relay_api_port, plain_port, spare)
+    with setup.config.open("a") as config:
+        config.write("\n")
+    text = setup.config.read_text()
+    text = re.sub(r"(?m)^fresh_for_s = \d+$", "fresh_for_s = 1\nreprobe_after_s = 0", text)
+    setup.config.write_text(text)
+    if "reprobe_after_s = 0" not in text:
+        raise BenchError("could not set [answers] reprobe_after_s in the config")
+
+    farm_ports = harness.free_ports(args.ports)
+    targets = target_list(args.addresses, farm_ports)
+    this = [sys.executable, str(Path(__file__).resolve())]
+    common_child = ["--farm-ports", ",".join(map(str, farm_ports)),
+                    "--addresses", str(args.addresses)]
+    cert, key = farm_certificate(directory)
+    farm = processes.start(
+        "farm", [*this, "--farm", *common_child, "--cert", str(cert), "--key", str(key)],
+        cpu=client_cpu)
+    line = farm.stdout.readline() if farm.stdout else b""
+    if line.strip() != b"ready":
+        raise BenchError(f"the target farm did not start: {line!r}")
+
+    log = directory / "notary.log"
+    notary = processes.start("notary", harness.notary_argv(setup), cpu=server_cpu, log=log)
+    harness.wait_listening(notary, [plain_port], "notary", log)
+    os.sched_setaffinity(0, {client_cpu})
+
+    print(f"targets: {len(targets):,} ({args.addresses} loopback addresses x {args.ports} "
+          f"ports), concurrency {args.concurrency}, {args.duration:g} s per phase\n")
+    rows = []
+    results = {}
+    for phase, post, chosen in (
+        ("1. fresh targets (GET, never seen)", False, targets),
+        # Round after round over the same targets: each query probes again.
+        ("2. probe per query (POST, unknown fingerprint, same targets)", True, targets * 200),
+    ):
+        sampler = Sampler(notary.pid, setup.admin_port)
+        cpu_before = harness.cpu_seconds(notary.pid)
+        result = trio.run(lambda post=post, chosen=chosen, sampler=sampler: load(
+            plain_port, chosen, post=post, concurrency=args.concurrency,
+            duration_s=args.duration, sampler=sampler))
+        cpu = harness.cpu_seconds(notary.pid) - cpu_before
+        if notary.poll() is not None:
+            raise BenchError(f"the notary exited ({notary.returncode}):\n{harness.tail(log)}")
+        rate = result["ok"] / result["seconds"]
+        results[phase] = (rate, sampler)
+        in_flight = (f"{sum(sampler.in_flight) / len(sampler.in_flight):.0f} avg, "
+                     f"{max(sampler.in_flight):.0f} max") if sampler.in_flight else "n/a"
+        rows.append([
+            phase, f"{result['queries']:,}", f"{rate:,.0f}",
+            ", ".join(f"{k}: {v:,}" for k, v in sorted(result["statuses"].items())),
+            in_flight, f"{cpu / result['seconds']:.0%}",
+            f"{cpu / max(1, result['ok']) * 1e6:,.0f}",
+            f"{min(sampler.rss_kib) / 1024:.0f} / {max(sampler.rss_kib) / 1024:.0f}",
+            f"{sampler.growth():+.1%}",
+        ])
+
+    baseline = processes.start(
+        "handshake client", [*this, "--handshake", *common_child,
+                             "--concurrency", str(args.concurrency),
+                             "--duration", f"{args.duration:g}"], cpu=server_cpu)
+    out, err = baseline.communicate(timeout=args.duration + 60)
+    if baseline.returncode != 0:
+        raise BenchError(f"the handshake client failed:\n{err.decode(errors='replace')}")
+    counts = json.loads(out.decode().strip().splitlines()[-1])
+    handshake_rate = counts["handshakes"] / counts["seconds"]
+    rows.append([
+        "baseline: minimal Trio client, TLS handshakes, same targets", f"{counts['handshakes']:,}",
+        f"{handshake_rate:,.0f}", f"failed: {counts['failed']}", "-", "-", "-", "-", "-",
+    ])
+    harness.print_table(
+        ["run", "queries", "per s", "statuses", "probes in flight", "notary core use",
+         "notary CPU us/probe", "RSS min / max MiB", "RSS growth, last third"], rows)
+    for phase, (rate, sampler) in results.items():
+        verdict = "met" if rate >= GOAL_VS_HANDSHAKES * handshake_rate else "NOT met"
+        print(f"{phase}: {rate:,.0f} probes/s = {rate / handshake_rate:.0%} of the raw "
+              f"handshake rate (goal >= {GOAL_VS_HANDSHAKES:.0%}: {verdict}); RSS growth "
+              f"{sampler.growth():+.1%} ({'none' if sampler.growth() <= GROWTH_TOLERANCE else 'GROWING'})")
+    print(harness.describe_busy([server_cpu, client_cpu], "after the runs"))
+    problems = harness.tail(log)
+    if problems.strip():
+        print(f"\nnotary log (warnings and errors):\n{problems}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1100 @@
+"""Scale: how the notary holds up with many connections and a large store.
+Three parts, each printed as one Markdown table (loopback only):
+
+1. **Concurrent connections.** Cache-hit ``POST /target/<host>+<port>`` (the
+   query of ``bench_http.py``) over plain-HTTP keep-alive, wrk with 10, 100,
+   1,000 and 10,000 connections (``wrk -t1 -cN``: one wrk thread holds all N;
+   with ``--threads T`` each thread gets N / T, rounded down). Per run:
+   req/s, latency p50 / p99 (and N / rate, the latency Little's law predicts
+   when the server is the bottleneck), wrk's socket errors (connect, read,
+   write, timeout), non-2xx answers, the notary's CPU time per request, its
+   RSS before the run and its peak RSS during it (``VmHWM``, reset before
+   each run through ``/proc/<pid>/clear_refs``), and the connections the
+   notary itself counted mid-run (``/metrics``). wrk runs with
+   ``--timeout 10s`` (its default, 2 s, is below what Little's law gives at
+   10,000 connections on one core: it would count slow answers as errors).
+   Errors are reported, not fatal, in this part. Before each run the script
+   waits until the previous run's connections are gone (none open at the
+   notary, the accept queue empty): a wrk that exits leaves the connections
+   the notary had not accepted yet in the queue, to be accepted and closed.
+2. **Memory per idle connection.** A client in this script opens N plain
+   sockets one after the other (N = 1,000 and 10,000), sends the query on
+   each, reads the answer and leaves the connection open and idle; the
+   notary's ``VmRSS`` before and after gives bytes per idle connection. Then
+   each connection is asked once more (all must still answer the same
+   bytes), closed, and the RSS read again. One fresh notary per N. The
+   issue's goal: 10,000 idle connections held under 200 MB of server RSS
+   (total, 200 x 10^6 bytes).
+3. **Start-up with a large store.** A database of 1,000,000 targets (one
+   observation each, a distinct 1,200-byte certificate each) is built with
+   ``notary.store.Store.record`` in batches of 500 (the real write path; a
+   minute or two) and cached under ``<project>/.bench-tmp/`` as
+   ``scale-store-schema<SCHEMA_VERSION>-<targets>-g<generator>.db``: a later
+   run with the same schema version and size reuses it (its counts are
+   checked through ``Store.statistics``); ``--rebuild-store`` builds it
+   again. ``notary serve --workers 1`` then starts on it (``[server]
+   db_file``), pinned, with ``NOTIFY_SOCKET`` set to a datagram socket bound
+   here, and the script times: the listener accepting TCP (the socket is
+   bound and listening), the first HTTP answer on it (``GET /``: the accept
+   loop runs), ``READY=1`` (sent once the known-targets Bloom filter is
+   rebuilt from the store), the notary's own "known targets: N loaded from
+   the store in X s", and reads ``VmRSS`` / ``VmHWM`` at READY. Rows: an
+   empty store (the baseline), the large store with the database evicted
+   from the page cache first (``posix_fadvise(DONTNEED)`` on the file: cold
+   as far as this VM's kernel knows; the host may still cache it), the
+   large store warm, and ``[cache] bloom_expected_items`` below the number
+   of targets (a tenth), which logs the notary's warning. The database is
+   used in place: only its ``-wal``/``-shm`` files come and go; its counts
+   are checked again afterwards.
+
+Set-up (``bench_http.py``'s functions, imported): a ``notary dev-init``
+notary in a temporary directory with a plain-HTTP listener, relay off,
+every listener on a free port, asked about itself with its own SHA-1 pin and
+primed, so every query is a cache hit answered 200. The notary runs one
+worker pinned to one core; wrk, the idle-connection client (this process)
+and the store build run pinned to the other.
+
+Limits raised: ``RLIMIT_NOFILE`` of this process to 65,536 (soft and hard),
+or to its hard limit where raising that is refused (20,000 in the VM these
+figures come from, even as root: enough, each process needs about 10,000
+plus the margin), inherited by the notary and wrk (``/proc/<pid>/limits``
+is printed); the idle client in this process holds up to 10,000 sockets.
+The bench config sets ``[http] max_connections`` to the largest N + 2,000
+(the default, 10,000, leaves no margin for wrk's 10,000 plus the priming
+and scraping connections) and, in part 2 only, ``[http]
+keepalive_timeout_s`` to 120 (the default, 30 s, is near the time 10,000
+sequential opens plus the measurement take on a busy machine; the longest
+idle time is printed). The kernel's accept queue is ``min(65535,
+net.core.somaxconn)``, printed too.
+
+Part 2 then starts one more notary under ``tracemalloc`` (a wrapper like
+``bench_http.py``'s cProfile one: SIGUSR1 writes a snapshot) and prints the
+Python allocations held per idle connection by allocation site
+(``--trace-memory N``, default 1,000 connections; 0 skips it).
+
+    .venv/bin/python bench/bench_scale.py --wait-quiet 120   # about 5 min (+1-2 min to build the store once)
+    .venv/bin/python bench/bench_scale.py --quick            # 10/100/1000 connections, 100k targets, 2 s runs
+    .venv/bin/python bench/bench_scale.py --parts startup --rebuild-store
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import random
+import re
+import resource
+import select
+import shlex
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+import tracemalloc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_http as common
+from bench_http import LOOPBACK, ROOT, BenchError, Processes
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from notary.config import CacheConfig, load_config
+from notary.observations import Certificate, ProbeResult
+from notary.protocol.targets import Target
+from notary.store import SCHEMA_VERSION, Store
+
+PARTS = ("connections", "idle", "startup")
+NOFILE = 65_536
+#: ``[http] max_connections`` = the largest N + this.
+CONNECTION_MARGIN = 2_000
+IDLE_KEEPALIVE_S = 120.0
+WRK_TIMEOUT_S = 10
+GOAL_IDLE_CONNECTIONS = 10_000
+GOAL_RSS_BYTES = 200 * 10**6
+#: The store: batches of ``Store.record``, certificate size, generator version
+#: (part of the cache file's name: bump it when the generated rows change).
+STORE_BATCH = 500
+DER_BYTES = 1_200
+GENERATOR = 1
+STORE_SEED = 6
+T0 = 1_700_000_000
+CACHE_DIR = ROOT / ".bench-tmp"
+START_TIMEOUT_S = 300.0
+#: Settling time before reading memory figures, and for /metrics to fold.
+SETTLE_S = 2.0
+#: When, as fractions of a wrk run, the notary's open connections are read
+#: (``/metrics``: each figure up to ``[admin] metrics_interval_s`` old).
+SAMPLE_AT = (0.25, 0.5, 0.95)
+#: Longest wait for the previous wrk run's connections to be gone.
+DRAIN_TIMEOUT_S = 120.0
+#: tracemalloc wrapper for the notary: SIGUSR1 writes a snapshot to
+#: argv[1].<n> (n = 0, 1, ...; renamed once complete); argv[2] is the number
+#: of frames kept; the rest of argv is the notary's.
+TRACE_WRAPPER = """\
+import os, signal, sys, tracemalloc
+prefix, frames = sys.argv[1], int(sys.argv[2])
+tracemalloc.start(frames)
+taken = 0
+def dump(*_):
+    global taken
+    path = f"{prefix}.{taken}"
+    tracemalloc.take_snapshot().dump(path + ".part")
+    os.replace(path + ".part", path)
+    taken += 1
+signal.signal(signal.SIGUSR1, dump)
+from notary.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+TRACE_FRAMES = 1
+KNOWN_LINE = re.compile(r"known targets: (\d+) loaded from the store in ([\d.]+) s")
+KNOWN_WARNING = re.compile(r"known targets: \d+ targets exceed .*")
+
+
+# -- small helpers ---------------------------------------------------------------
+
+
+def status_bytes(pid: int) -> dict[str, int]:
+    """``VmRSS``, ``VmHWM``, ``RssAnon``, ... of ``pid`` in bytes."""
+    figures = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            parts = value.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                figures[name] = int(parts[0]) * 1024
+    return figures
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux >= 4.0, same user or root)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as clear:
+            clear.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def open_files_limit(pid: int) -> str:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/limits", encoding="ascii") as limits:
+        for line in limits:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return f"{soft}/{hard}"
+    return "?"
+
+
+def raise_nofile(wanted: int) -> tuple[int, int]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), max(hard, wanted)))
+    except (ValueError, OSError):
+        # Not root: up to the hard limit only.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(wanted, hard)), hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def accept_queue(port: int) -> int:
+    """Connections waiting in the accept queue of the listener on ``port``
+    (``/proc/net/tcp``: a LISTEN socket's rx_queue is that queue's length)."""
+    wanted = f":{port:04X}"
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        for line in table:
+            fields = line.split()
+            if len(fields) > 4 and fields[1].endswith(wanted) and fields[3] == "0A":
+                return int(fields[4].split(":")[1], 16)
+    raise BenchError(f"no listener on port {port} in /proc/net/tcp")
+
+
+def somaxconn() -> str:
+    with contextlib.suppress(OSError), open("/proc/sys/net/core/somaxconn", encoding="ascii") as f:
+        return f.read().strip()
+    return "?"
+
+
+def mb(value: float) -> str:
+    return f"{value / 1e6:,.1f} MB"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f} ms" if seconds >= 0.1 else f"{seconds * 1e3:,.1f} ms"
+
+
+@contextlib.contextmanager
+def environment(**values: str | None) -> Iterator[None]:
+    """``os.environ`` changed while children are started (``Processes.start``
+    passes a copy of it), restored afterwards."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def set_options(config: Path, options: dict[str, dict[str, object]]) -> None:
+    """Set ``key = value`` in ``[section]`` of ``config`` (the section is
+    added if missing), then check that the notary reads them back."""
+    section, seen, lines = "", set(), []
+    for line in config.read_text().splitlines():
+        header = re.fullmatch(r"\s*\[([\w.-]+)\]\s*(#.*)?", line)
+        if header:
+            section = header.group(1)
+            seen.add(section)
+            lines.append(line)
+            lines += [f"{key} = {json.dumps(value)}" for key, value in
+                      options.get(section, {}).items()]
+            continue
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(
+            "#") else ""
+        if key and key in options.get(section, {}):
+            continue  # replaced under the header
+        lines.append(line)
+    for name, values in options.items():
+        if name not in seen:
+            lines += ["", f"[{name}]", *(f"{k} = {json.dumps(v)}" for k, v in values.items())]
+    config.write_text("\n".join(lines) + "\n")
+    loaded = load_config(config)
+    for name, values in options.items():
+        for key, value in values.items():
+            got = getattr(getattr(loaded, name), key)
+            if str(got) != str(value) and got != value:
+                raise BenchError(f"config edit: [{name}] {key} reads back {got!r}, not {value!r}")
+
+
+def admin_port(setup: common.NotarySetup) -> int:
+    listen = tomllib.loads(setup.config.read_text()).get("admin", {}).get("listen", [])
+    if len(listen) != 1:
+        raise BenchError(f"the bench config has admin listeners {listen}")
+    return int(listen[0].rsplit(":", 1)[1])
+
+
+def plain_metrics(port: int) -> dict[str, float]:
+    """The plain-HTTP listener's open and refused connections (``/metrics``)."""
+    request = f"GET /metrics HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n\r\n".encode()
+    response = common.exchange(port, request, tls=False)[0]
+    if not response.startswith(b"HTTP/1.1 200 "):
+        raise BenchError(f"GET /metrics answered {response[:200]!r}")
+    figures = {"open": 0.0, "refused": 0.0}
+    for line in response.split(b"\r\n\r\n", 1)[1].decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        if 'listener="plain_api"' not in name:
+            continue
+        if name.startswith("notary_http_connections{"):
+            figures["open"] = float(value)
+        elif name.startswith("notary_http_refused_connections"):
+            figures["refused"] = float(value)
+    return figures
+
+
+# -- a notary --------------------------------------------------------------------
+
+
+@dataclass
+class Notary:
+    setup: common.NotarySetup
+    process: subprocess.Popen[bytes]
+    log: Path
+    admin_port: int
+    body: str = ""
+    answer: bytes = b""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise BenchError(f"the notary exited ({self.process.returncode}):\n"
+                             f"{common.tail(self.log)}")
+
+
+def new_notary(directory: Path, options: dict[str, dict[str, object]]) -> common.NotarySetup:
+    api_port, relay_api_port, plain_port, *spare = common.free_ports(7)
+    setup = common.make_notary(directory, api_port, relay_api_port, plain_port, spare)
+    set_options(setup.config, options)
+    return setup
+
+
+def start_primed(processes: Processes, setup: common.NotarySetup, server_cpu: int,
+                 name: str, argv: Sequence[str] | None = None) -> Notary:
+    log = setup.directory.parent / f"{name}.log"
+    process = processes.start(name, argv or common.notary_argv(setup), cpu=server_cpu, log=log,
+                              cwd=setup.directory)
+    common.wait_listening(process, [setup.plain_port, setup.api_port], name, log)
+    notary = Notary(setup, process, log, admin_port(setup))
+    notary.body = f"fingerprint={common.served_sha1_pin(setup.api_port)}"
+    notary.answer = common.prime_notary(setup, notary.body)
+    return notary
+
+
+def connection_options(max_connections: int, **http: object) -> dict[str, dict[str, object]]:
+    return {"http": {"max_connections": max_connections, **http}}
+
+
+# -- part 1: concurrent connections (wrk) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    connections: int
+    wrk: common.WrkResult
+    rss_before: int
+    peak_rss: int
+    #: The notary's open connections at SAMPLE_AT fractions of the run, and
+    #: the listener's accept queue then.
+    open_during: tuple[float, ...]
+    queued_during: tuple[int, ...]
+    #: Time waited before the run for the previous run's connections to go.
+    drained_s: float
+    refused: float
+
+    def latency(self, percentile: str) -> str:
+        us = self.wrk.latency_us.get(percentile)
+        if us is None:
+            return self.wrk.latency_p99 if percentile == "p99" else "?"
+        return ms(us / 1e6)
+
+    def error(self, name: str) -> int:
+        return self.wrk.errors.get(name, 0)
+
+    def open_text(self) -> str:
+        return " / ".join(f"{n:,.0f}" if n == n else "?" for n in self.open_during) or "?"
+
+    def queued_text(self) -> str:
+        return " / ".join(f"{n:,}" for n in self.queued_during) or "?"
+
+
+def wrk_with_timeout(directory: Path, wrk: str) -> Path:
+    """wrk with ``--timeout``: ``run_wrk`` passes no extra options, so a
+    two-line wrapper (``exec``: the same process, pinned as wrk would be)."""
+    path = directory / "wrk-timeout"
+    path.write_text(f'#!/bin/sh\nexec {shlex.quote(wrk)} --timeout={WRK_TIMEOUT_S}s "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def wait_drained(notary: Notary) -> float:
+    """Wait until the previous run's connections are gone: none open at the
+    notary (twice in a row: /metrics lags) and none left in the accept queue
+    (a wrk that exits leaves the connections the notary never accepted
+    there: it must accept each, read EOF and close it). Return the wait."""
+    started = time.monotonic()
+    zero = 0
+    while zero < 2:
+        idle = (accept_queue(notary.setup.plain_port) == 0
+                and plain_metrics(notary.admin_port)["open"] == 0)
+        zero = zero + 1 if idle else 0
+        if time.monotonic() - started > DRAIN_TIMEOUT_S:
+            print(f"  warning: connections of the previous run still open or queued after "
+                  f"{DRAIN_TIMEOUT_S:g} s; going on", flush=True)
+            break
+        time.sleep(0.6)
+    return time.monotonic() - started
+
+
+def load_run(wrk: Path, processes: Processes, notary: Notary, script: Path, connections: int,
+             threads: int, seconds: int, client_cpu: int) -> LoadRun:
+    """One wrk run (``run_wrk``, socket errors counted rather than fatal), with
+    the notary's RSS before, its peak during the run (VmHWM reset first),
+    its open connections read mid-run and its refused ones."""
+    notary.check_alive()
+    url = f"http://{LOOPBACK}:{notary.setup.plain_port}{notary.setup.path}"
+    drained_s = wait_drained(notary)
+    refused_before = plain_metrics(notary.admin_port)["refused"]
+    rss_before = status_bytes(notary.pid)["VmRSS"]
+    if not reset_peak(notary.pid):
+        raise BenchError("cannot reset the notary's VmHWM (/proc/<pid>/clear_refs)")
+    samples: list[float] = []
+    queued: list[int] = []
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def sample() -> None:  # in a thread, while run_wrk waits for wrk
+        for fraction in SAMPLE_AT:
+            if stop.wait(max(0.0, started + seconds * fraction - time.monotonic())):
+                return
+            try:
+                queued.append(accept_queue(notary.setup.plain_port))
+                samples.append(plain_metrics(notary.admin_port)["open"])
+            except (OSError, BenchError):
+                samples.append(float("nan"))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = common.run_wrk(
+            str(wrk), processes, url, script,
+            argparse.Namespace(threads=threads, connections=connections, duration=seconds),
+            client_cpu, seconds, server_pid=notary.pid, allow_errors=True,
+        )
+    finally:
+        stop.set()
+        sampler.join()
+    peak = status_bytes(notary.pid)["VmHWM"]
+    time.sleep(SETTLE_S)  # /metrics folds every [admin] metrics_interval_s
+    refused = plain_metrics(notary.admin_port)["refused"] - refused_before
+    return LoadRun(connections, result, rss_before, peak, tuple(samples), tuple(queued),
+                   drained_s, refused)
+
+
+def part_connections(args: argparse.Namespace, processes: Processes, directory: Path, wrk: str,
+                     cpus: tuple[int, int]) -> None:
+    server_cpu, client_cpu = cpus
+    max_connections = max(args.connections) + CONNECTION_MARGIN
+    setup = new_notary(directory / "connections", connection_options(max_connections))
+    notary = start_primed(processes, setup, server_cpu, "notary-connections")
+    script = common.wrk_script(directory, notary.body)
+    wrapper = wrk_with_timeout(directory, wrk)
+    print(f"## 1. Concurrent keep-alive connections: cache-hit POST {setup.path}, plain HTTP (wrk)")
+    print(f"notary pid {notary.pid} pinned to CPU {server_cpu}, open files limit "
+          f"{open_files_limit(notary.pid)}, [http] max_connections = {max_connections:,}; "
+          f"wrk -t{args.threads} -cN -d{args.duration}s --timeout={WRK_TIMEOUT_S}s on CPU "
+          f"{client_cpu} ({args.threads} thread(s): N / {args.threads} connections each); "
+          f"{args.rounds} run(s) per N; answer {len(notary.answer)} bytes; listen backlog "
+          f"min(65535, somaxconn {somaxconn()})", flush=True)
+    runs: list[LoadRun] = []
+    for connections in args.connections:
+        if connections % args.threads:
+            print(f"  warning: wrk gives each of its {args.threads} threads {connections} // "
+                  f"{args.threads} connections: {connections % args.threads} fewer than asked")
+        for round_number in range(args.rounds):
+            run = load_run(wrapper, processes, notary, script, connections, args.threads,
+                           args.duration, client_cpu)
+            runs.append(run)
+            print(f"  N={connections:,} run {round_number + 1}: "
+                  f"{run.wrk.requests_per_s:,.0f} req/s, p50 {run.latency('p50')}, p99 "
+                  f"{run.latency('p99')}, errors {run.wrk.errors or 'none'}, "
+                  f"{run.wrk.cpu_us_per_request:.1f} us CPU/req, peak RSS {mb(run.peak_rss)}, "
+                  f"open at the notary {run.open_text()}, accept queue {run.queued_text()}; "
+                  f"waited {run.drained_s:.1f} s before it for the previous run's connections "
+                  "to go", flush=True)
+    print()
+    when = " / ".join(f"{f:.0%}" for f in SAMPLE_AT)
+    rows = []
+    for run in runs:
+        rows.append([
+            f"{run.connections:,}", f"{run.wrk.requests_per_s:,.0f}", run.latency("p50"),
+            run.latency("p99"), ms(run.connections / run.wrk.requests_per_s),
+            " / ".join(f"{run.error(name):,}" for name in ("connect", "read", "write",
+                                                           "timeout")),
+            f"{run.error('non-2xx'):,}", f"{run.wrk.cpu_us_per_request or 0:.1f}",
+            f"{run.wrk.server_core_use or 0:.0%}", f"{run.wrk.wrk_core_use:.0%}",
+            run.open_text(), run.queued_text(), f"{run.refused:,.0f}",
+            mb(run.rss_before), mb(run.peak_rss),
+        ])
+    common.print_table(
+        ["connections (wrk -c)", "req/s", "latency p50", "latency p99", "N / rate",
+         "socket errors connect / read / write / timeout", "non-2xx", "server CPU us/req",
+         "server core use", "wrk core use", f"open at the notary at {when} of the run",
+         f"accept queue at {when}", "refused by the notary", "server RSS before",
+         "server peak RSS (VmHWM)"],
+        rows,
+    )
+    for run in runs:
+        accepted = max((n for n in run.open_during if n == n), default=0.0)
+        if accepted < 0.95 * run.connections:
+            queued = max(run.queued_during, default=0)
+            print(f"N={run.connections:,}: the notary held at most {accepted:,.0f} of the "
+                  f"{run.connections:,} connections during the run; the others waited, "
+                  f"connected, in the kernel's accept queue (up to {queued:,} at once; beyond "
+                  "its capacity the handshake is retried) with "
+                  "their first request unanswered: wrk's latency covers only answered "
+                  f"requests, and the latency Little's law gives (N / rate: "
+                  f"{ms(run.connections / run.wrk.requests_per_s)}) is the one the clients "
+                  "would see on average. wrk counts a request as a timeout only once it is "
+                  f"older than --timeout ({WRK_TIMEOUT_S} s).")
+    print("Columns: latency from wrk (answered requests); 'open at the notary': "
+          "notary_http_connections{listener=\"plain_api\"} from /metrics (up to 1 s old); "
+          "accept queue: the listener's rx_queue in /proc/net/tcp (accepted by the kernel, "
+          "not yet by the notary); "
+          "peak RSS: VmHWM, reset at the start of each run.")
+    print()
+    processes.stop(notary.process)
+    text = common.tail(notary.log)
+    if text.strip():
+        print(f"notary log (warnings and errors):\n{text}\n")
+
+
+# -- part 2: memory per idle connection -------------------------------------------
+
+
+@dataclass(frozen=True)
+class IdleRun:
+    connections: int
+    rss_before: int
+    rss_idle: int
+    anon_before: int
+    anon_idle: int
+    open_counted: float
+    open_s: float
+    longest_idle_s: float
+    alive: int
+    rss_closed: int
+
+
+def ask(sock: socket.socket, request: bytes, answer: bytes) -> bool:
+    """Send ``request``; True if exactly ``answer`` comes back (it has a
+    Content-Length: no more bytes follow on a keep-alive connection)."""
+    sock.sendall(request)
+    got = b""
+    while len(got) < len(answer):
+        data = sock.recv(len(answer) - len(got))
+        if not data:
+            return False
+        got += data
+    return got == answer
+
+
+def open_idle(port: int, request: bytes, answer: bytes, count: int) -> list[socket.socket]:
+    """``count`` connections, each asked once, answered, then left idle."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection((LOOPBACK, port), timeout=30.0)
+            socks.append(sock)
+            if not ask(sock, request, answer):
+                raise BenchError("an idle connection's first answer differs from the primed one")
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def still_alive(socks: Sequence[socket.socket], request: bytes, answer: bytes) -> int:
+    alive = 0
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            alive += ask(sock, request, answer)
+    return alive
+
+
+def traced_argv(setup: common.NotarySetup, prefix: Path) -> list[str]:
+    argv = common.notary_argv(setup)
+    return [sys.executable, "-c", TRACE_WRAPPER, str(prefix), str(TRACE_FRAMES),
+            *argv[argv.index("serve"):]]
+
+
+def snapshot(notary: Notary, prefix: Path, index: int) -> Path:
+    """Ask the traced notary for a tracemalloc snapshot; wait for the file."""
+    path = Path(f"{prefix}.{index}")
+    notary.process.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        notary.check_alive()
+        if time.monotonic() > deadline:
+            raise BenchError(f"the traced notary wrote no snapshot {path}")
+        time.sleep(0.1)
+    return path
+
+
+def idle_run(processes: Processes, directory: Path, connections: int, server_cpu: int,
+             max_connections: int, trace: bool = False) -> IdleRun:
+    name = f"idle-{connections}" + ("-traced" if trace else "")
+    setup = new_notary(directory / name, connection_options(
+        max_connections, keepalive_timeout_s=IDLE_KEEPALIVE_S))
+    prefix = directory / f"{name}.snapshot"
+    notary = start_primed(processes, setup, server_cpu, f"notary-{name}",
+                          traced_argv(setup, prefix) if trace else None)
+    request = common.post_request(setup.plain_port, setup.path, notary.body)
+    snapshots = []
+    try:
+        # Warm-up: a few connections through the same path, closed, so that
+        # what is allocated once (first connection, first answer) is in "before".
+        for sock in open_idle(setup.plain_port, request, notary.answer, 100):
+            sock.close()
+        time.sleep(SETTLE_S)
+        before = status_bytes(notary.pid)
+        if trace:
+            snapshots.append(snapshot(notary, prefix, 0))
+        started = time.monotonic()
+        socks = open_idle(setup.plain_port, request, notary.answer, connections)
+        try:
+            open_s = time.monotonic() - started
+            time.sleep(SETTLE_S)
+            idle = status_bytes(notary.pid)
+            counted = plain_metrics(notary.admin_port)["open"]
+            if trace:
+                snapshots.append(snapshot(notary, prefix, 1))
+            longest_idle_s = time.monotonic() - started
+            notary.check_alive()
+            alive = still_alive(socks, request, notary.answer)
+        finally:
+            for sock in socks:
+                sock.close()
+        time.sleep(SETTLE_S)
+        closed = status_bytes(notary.pid)
+    finally:
+        processes.stop(notary.process)
+    run = IdleRun(connections, before["VmRSS"], idle["VmRSS"], before["RssAnon"],
+                  idle["RssAnon"], counted, open_s, longest_idle_s, alive, closed["VmRSS"])
+    if trace:
+        print_traced(run, *snapshots)
+    return run
+
+
+def print_traced(run: IdleRun, before_path: Path, after_path: Path, top: int = 15) -> None:
+    """Python allocations held per idle connection, by allocation site."""
+    before = tracemalloc.Snapshot.load(str(before_path))
+    after = tracemalloc.Snapshot.load(str(after_path))
+    n = run.connections
+    total = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    rss = run.rss_idle - run.rss_before
+    print(f"tracemalloc ({n:,} idle connections, a separate notary run under tracemalloc, "
+          f"{TRACE_FRAMES} frames; its RSS figures include tracemalloc's own overhead): "
+          f"{total / n:,.0f} B of Python allocations held per connection, RSS "
+          f"{rss / n:,.0f} B per connection in the same run")
+    print()
+    rows = []
+    for stat in after.compare_to(before, "lineno")[:top]:
+        frame = stat.traceback[0]
+        rows.append([f"{short_path(frame.filename)}:{frame.lineno}",
+                     f"{stat.size_diff / n:,.0f}", f"{stat.count_diff / n:.2f}",
+                     f"{stat.size_diff / total:.0%}" if total else "?"])
+    common.print_table(["allocation site (innermost frame)", "bytes per connection",
+                        "blocks per connection", "share"], rows)
+    rows = []
+    for stat in after.compare_to(before, "filename")[:8]:
+        rows.append([short_path(stat.traceback[0].filename), f"{stat.size_diff / n:,.0f}",
+                     f"{stat.count_diff / n:.2f}"])
+    common.print_table(["allocated in (file)", "bytes per connection", "blocks per connection"],
+                       rows)
+
+
+def short_path(filename: str) -> str:
+    for marker in ("/site-packages/", f"{ROOT}/", "/lib/python3"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
+              cpus: tuple[int, int]) -> IdleRun | None:
+    server_cpu, client_cpu = cpus
+    max_connections = max(args.idle) + CONNECTION_MARGIN
+    print("## 2. Memory per idle keep-alive connection (plain HTTP, one fresh notary per N)")
+    print(f"notary pinned to CPU {server_cpu}, [http] max_connections = {max_connections:,}, "
+          f"keepalive_timeout_s = {IDLE_KEEPALIVE_S:g} (raised from 30); the client is this "
+          f"process on CPU {client_cpu}: sockets opened one after the other, each asked once "
+          "and left idle; 100 connections opened and closed first (warm-up)", flush=True)
+    runs = []
+    for connections in args.idle:
+        run = idle_run(processes, directory, connections, server_cpu, max_connections)
+        runs.append(run)
+        print(f"  N={connections:,}: RSS {mb(run.rss_before)} -> {mb(run.rss_idle)}, "
+              f"{(run.rss_idle - run.rss_before) / connections:,.0f} B per connection; "
+              f"opened in {run.open_s:.1f} s; {run.alive:,} answered again", flush=True)
+    print()
+    rows = []
+    for run in runs:
+        rows.append([
+            f"{run.connections:,}", mb(run.rss_before), mb(run.rss_idle),
+            f"{(run.rss_idle - run.rss_before) / run.connections:,.0f}",
+            f"{(run.anon_idle - run.anon_before) / run.connections:,.0f}",
+            f"{run.open_counted:,.0f}", f"{run.open_s:.1f} s", f"{run.longest_idle_s:.1f} s",
+            f"{run.alive:,}", mb(run.rss_closed),
+        ])
+    common.print_table(
+        ["idle connections", "server RSS before", "server RSS with them idle",
+         "bytes per connection (VmRSS)", "bytes per connection (RssAnon)",
+         "open at the notary (/metrics)", "time to open them", "longest idle",
+         "answered again afterwards", "server RSS after closing them"],
+        rows,
+    )
+    goal = next((run for run in runs if run.connections == GOAL_IDLE_CONNECTIONS), None)
+    if goal is not None:
+        verdict = "met" if goal.rss_idle < GOAL_RSS_BYTES and goal.alive == goal.connections \
+            else "NOT met"
+        print(f"goal: {GOAL_IDLE_CONNECTIONS:,} idle connections held under "
+              f"{mb(GOAL_RSS_BYTES)} of server RSS: {mb(goal.rss_idle)}, "
+              f"{goal.alive:,} still answering -> {verdict}")
+    else:
+        print(f"goal ({GOAL_IDLE_CONNECTIONS:,} idle connections under {mb(GOAL_RSS_BYTES)}): "
+              f"not measured in this run (--idle without {GOAL_IDLE_CONNECTIONS})")
+    print("Kernel socket memory (buffers, the socket structures) is not in the process's RSS.")
+    print()
+    if args.trace_memory:
+        print(f"### Where the memory of an idle connection goes ({args.trace_memory:,} "
+              "connections, tracemalloc)")
+        idle_run(processes, directory, args.trace_memory, server_cpu, max_connections,
+                 trace=True)
+    return goal
+
+
+# -- part 3: start-up with a large store ------------------------------------------
+
+
+def store_path(targets: int) -> Path:
+    return CACHE_DIR / f"scale-store-schema{SCHEMA_VERSION}-{targets}-g{GENERATOR}.db"
+
+
+def remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def probe_result(index: int, rng: random.Random) -> ProbeResult:
+    der = rng.randbytes(DER_BYTES)
+    certificate = Certificate(
+        der=der, sha1=hashlib.sha1(der).digest(), sha256=hashlib.sha256(der).digest(),
+        md5=hashlib.md5(der).digest(), spki_sha256=hashlib.sha256(der[:300]).digest(),
+    )
+    return ProbeResult(Target(f"host{index}.example.test", 443), certificate, (der,),
+                       "192.0.2.1", T0 + index)
+
+
+def check_store(path: Path, targets: int) -> int:
+    """The cached store's size in bytes, if it holds exactly what is built here."""
+    with Store(path, create=False) as store:
+        statistics = store.statistics()
+    if (statistics.schema_version, statistics.targets, statistics.observations) != (
+            SCHEMA_VERSION, targets, targets):
+        raise BenchError(f"{path}: schema {statistics.schema_version}, {statistics.targets} "
+                         f"targets, {statistics.observations} observations; expected "
+                         f"{SCHEMA_VERSION}, {targets}, {targets} (--rebuild-store)")
+    return statistics.file_bytes
+
+
+def build_store(path: Path, targets: int) -> float:
+    """``targets`` targets, one observation each, through ``Store.record``;
+    written under a temporary name, renamed once complete."""
+    CACHE_DIR.mkdir(exist_ok=True)
+    building = path.with_name(path.name + ".building")
+    remove_database(building)
+    rng = random.Random(STORE_SEED)
+    started = time.monotonic()
+    with Store(building) as store:
+        for first in range(0, targets, STORE_BATCH):
+            store.record([probe_result(i, rng)
+                          for i in range(first, min(targets, first + STORE_BATCH))])
+            done = min(targets, first + STORE_BATCH)
+            if done % max(STORE_BATCH, targets // 10 // STORE_BATCH * STORE_BATCH) == 0:
+                print(f"  built {done:,} targets in {time.monotonic() - started:.0f} s",
+                      flush=True)
+    elapsed = time.monotonic() - started
+    remove_database(path)
+    for suffix in ("-wal", "-shm"):  # a clean close leaves none; be sure
+        if Path(f"{building}{suffix}").exists():
+            raise BenchError(f"{building}{suffix} left after closing the store")
+    os.replace(building, path)
+    return elapsed
+
+
+def evict_from_page_cache(path: Path) -> str:
+    """Drop ``path``'s pages from this kernel's page cache (that file only)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return resident(path)
+
+
+def resident(path: Path) -> str:
+    fincore = shutil.which("fincore")
+    if fincore is None:
+        return "?"
+    result = subprocess.run([fincore, "--bytes", "--noheadings", "--output", "RES", str(path)],
+                            capture_output=True, text=True, check=False)
+    text = result.stdout.strip()
+    return mb(int(text)) if text.isdigit() else "?"
+
+
+@dataclass(frozen=True)
+class StartRun:
+    label: str
+    targets: int
+    bloom_expected: int
+    page_cache: str
+    listening_s: float
+    answering_s: float
+    ready_s: float
+    known_line: str
+    known_s: float | None
+    rss_ready: int
+    peak_ready: int
+    warning: str
+
+
+def timed_start(processes: Processes, setup: common.NotarySetup, label: str, targets: int,
+                bloom_expected: int, page_cache: str, server_cpu: int) -> StartRun:
+    """Start the notary with ``NOTIFY_SOCKET`` bound here; time the listener
+    (TCP connect), the first HTTP answer and READY=1; RSS at READY."""
+    name = f"notary-start-{label}"
+    log = setup.directory.parent / f"{name}.log"
+    notify_path = setup.directory.parent / f"{name}.notify"
+    notify_path.unlink(missing_ok=True)
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    process = None
+    try:
+        notify.bind(str(notify_path))
+        notify.setblocking(False)
+        request = f"GET / HTTP/1.1\r\nHost: {LOOPBACK}:{setup.plain_port}\r\n\r\n".encode()
+        with environment(NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC=None, WATCHDOG_PID=None):
+            started = time.monotonic()
+            process = processes.start(name, common.notary_argv(setup), cpu=server_cpu, log=log,
+                                      cwd=setup.directory)
+        listening = answering = ready = None
+        probe: socket.socket | None = None
+        answer = b""
+        states: list[bytes] = []
+        rss = peak = 0
+        try:
+            while ready is None or answering is None:
+                now = time.monotonic()
+                if process.poll() is not None:
+                    raise BenchError(f"{name} exited with {process.returncode}:\n"
+                                     f"{common.tail(log)}")
+                if now - started > START_TIMEOUT_S:
+                    raise BenchError(f"{name}: not ready after {START_TIMEOUT_S:g} s "
+                                     f"(listening {listening}, answering {answering}, "
+                                     f"states {states}):\n{common.tail(log)}")
+                if listening is None:
+                    try:
+                        probe = socket.create_connection((LOOPBACK, setup.plain_port),
+                                                         timeout=1.0)
+                    except OSError:
+                        probe = None
+                    if probe is not None:
+                        listening = time.monotonic() - started
+                        probe.sendall(request)
+                        probe.setblocking(False)
+                watch = [notify] + ([probe] if probe is not None and answering is None else [])
+                readable, _, _ = select.select(watch, [], [], 0.005 if listening else 0.01)
+                if notify in readable:
+                    with contextlib.suppress(BlockingIOError):
+                        message = notify.recv(65536)
+                        states += message.split(b"\n")
+                        if b"READY=1" in message.split(b"\n") and ready is None:
+                            ready = time.monotonic() - started
+                            memory = status_bytes(process.pid)
+                            rss, peak = memory["VmRSS"], memory["VmHWM"]
+                if probe is not None and probe in readable:
+                    data = probe.recv(65536)
+                    if not data:
+                        raise BenchError(f"{name} closed the first connection without "
+                                         f"answering: {answer!r}")
+                    answer += data
+                    if b"\r\n" in answer:
+                        if not answer.startswith(b"HTTP/1.1 "):
+                            raise BenchError(f"{name} answered {answer[:100]!r}")
+                        answering = time.monotonic() - started
+        finally:
+            if probe is not None:
+                probe.close()
+        time.sleep(0.2)  # the log line is written before READY; let it reach the file
+        text = log.read_text(errors="replace")
+    finally:
+        notify.close()
+        notify_path.unlink(missing_ok=True)
+        if process is not None:
+            processes.stop(process)
+    known = KNOWN_LINE.search(text)
+    if known is None:
+        raise BenchError(f"{name}: no 'known targets: N loaded' line in the log:\n"
+                         f"{common.tail(log)}")
+    if int(known.group(1)) != targets:
+        raise BenchError(f"{name}: the notary loaded {known.group(1)} targets, not {targets}")
+    warning = KNOWN_WARNING.search(text)
+    return StartRun(label, targets, bloom_expected, page_cache, listening or 0.0,
+                    answering or 0.0, ready or 0.0, known.group(0), float(known.group(2)),
+                    rss, peak, warning.group(0) if warning else "")
+
+
+def part_startup(args: argparse.Namespace, processes: Processes, directory: Path,
+                 cpus: tuple[int, int]) -> None:
+    server_cpu, _ = cpus
+    targets = args.targets
+    path = store_path(targets)
+    print(f"## 3. Start-up with {targets:,} targets in the store "
+          "(notary serve --workers 1, NOTIFY_SOCKET bound here)")
+    if args.rebuild_store or not path.exists():
+        why = "--rebuild-store" if path.exists() else "not cached yet"
+        print(f"building {path.relative_to(ROOT)} ({why}): {targets:,} targets, one "
+              f"observation each, Store.record in batches of {STORE_BATCH}", flush=True)
+        elapsed = build_store(path, targets)
+        size = check_store(path, targets)
+        print(f"built in {elapsed:.1f} s ({targets / elapsed:,.0f} targets/s), {mb(size)}",
+              flush=True)
+    else:
+        size = check_store(path, targets)
+        print(f"reusing {path.relative_to(ROOT)} ({mb(size)}; --rebuild-store to build it "
+              "again)", flush=True)
+    if args.wait_quiet:
+        common.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
+    default_bloom = CacheConfig().bloom_expected_items
+    below = max(1, targets // 10)
+    variants = [("empty", 0, default_bloom, "warm")]
+    variants.append(("large-cold", targets, default_bloom, "cold"))
+    variants += [(f"large-warm-{i + 1}", targets, default_bloom, "warm")
+                 for i in range(args.rounds)]
+    variants.append(("large-bloom-below", targets, below, "warm"))
+    runs = []
+    for label, count, bloom, cache in variants:
+        options: dict[str, dict[str, object]] = {
+            "server": {"log_level": "info"}, "cache": {"bloom_expected_items": bloom}}
+        if count:
+            options["server"]["db_file"] = str(path)
+        setup = new_notary(directory / f"startup-{label}", options)
+        page_cache = resident(path) if count else "-"
+        if count and cache == "cold":
+            page_cache = evict_from_page_cache(path)
+        run = timed_start(processes, setup, label, count, bloom, page_cache, server_cpu)
+        runs.append(run)
+        print(f"  {label}: listening {ms(run.listening_s)}, answering {ms(run.answering_s)}, "
+              f"READY {ms(run.ready_s)}; '{run.known_line}'; RSS {mb(run.rss_ready)}"
+              + (f"; WARNING logged: {run.warning}" if run.warning else ""), flush=True)
+    print()
+    rows = []
+    for run in runs:
+        rows.append([
+            f"{run.targets:,}", f"{run.bloom_expected:,}",
+            f"{run.page_cache} resident" if run.targets else "-",
+            ms(run.listening_s), ms(run.answering_s), ms(run.ready_s),
+            f"{run.known_s:.1f} s" if run.known_s is not None else "?",
+            mb(run.rss_ready), mb(run.peak_ready), "yes" if run.warning else "no",
+        ])
+    common.print_table(
+        ["targets in the store", "[cache] bloom_expected_items", "database in page cache",
+         "listening (TCP connect)", "first HTTP answer", "READY=1",
+         "notary's 'loaded ... in X s'", "RSS at READY", "peak RSS at READY (VmHWM)",
+         "over-capacity warning"],
+        rows,
+    )
+    print(f"Times from the notary's fork (Python start-up and imports included); the database: "
+          f"{path.relative_to(ROOT)}, {mb(size)}, used in place. Each start is a new process "
+          f"pinned to CPU {server_cpu}.")
+    for run in runs:
+        if run.warning:
+            print(f"{run.label}: the notary logged: {run.warning}")
+    after = check_store(path, targets)
+    print(f"store unchanged after the starts: {targets:,} targets, {mb(after)}")
+    print()
+
+
+# -- main ------------------------------------------------------------------------
+
+
+def int_list(text: str) -> list[int]:
+    values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of positive counts: {text!r}")
+    return values
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="10/100/1000 connections, 100/1000 idle, 100k targets, 2 s runs, "
+                        "one round: a smoke run")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated subset of {', '.join(PARTS)} (default: all)")
+    parser.add_argument("--connections", type=int_list,
+                        help="wrk -c values, comma-separated (default 10,100,1000,10000)")
+    parser.add_argument("--idle", type=int_list,
+                        help="idle connection counts (default 1000,10000)")
+    parser.add_argument("--targets", type=int, help="targets in the store (default 1,000,000)")
+    parser.add_argument("--rebuild-store", action="store_true",
+                        help="build the cached store again even if present")
+    parser.add_argument("--duration", type=int, help="seconds per wrk run (default 10)")
+    parser.add_argument("--rounds", type=int,
+                        help="wrk runs per N, warm starts on the large store (default 2)")
+    parser.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
+    parser.add_argument("--server-cpu", type=int, help="core for the notary (default: first)")
+    parser.add_argument("--client-cpu", type=int,
+                        help="core for wrk and this script (default: second)")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                        help="first wait up to SECONDS for both cores to be idle (shared "
+                        "machines), and up to min(SECONDS, 60) before each further part")
+    parser.add_argument("--trace-memory", type=int, default=None, metavar="N",
+                        help="part 2: then N idle connections to a notary under tracemalloc, "
+                        "bytes per connection by allocation site (default 1000; 0: skip)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args(argv)
+    if args.trace_memory is None:
+        args.trace_memory = 1000
+    args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    if not args.parts or set(args.parts) - set(PARTS):
+        parser.error(f"--parts: choose among {', '.join(PARTS)}")
+    if args.connections is None:
+        args.connections = [10, 100, 1000] if args.quick else [10, 100, 1000, 10000]
+    if args.idle is None:
+        args.idle = [100, 1000] if args.quick else [1000, 10000]
+    if args.targets is None:
+        args.targets = 100_000 if args.quick else 1_000_000
+    if args.duration is None:
+        args.duration = 2 if args.quick else 10
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 2
+    if args.threads < 1 or min(args.connections) < args.threads:
+        parser.error("--threads must be >= 1 and <= every --connections value")
+    if args.targets < 10 or args.duration < 1 or args.rounds < 1:
+        parser.error("--targets >= 10, --duration >= 1, --rounds >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return common.run_benchmark("bench_scale", parse_args(argv), run)
+
+
+def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
+    wrk = common.ensure_wrk()
+    cpus = common.choose_cpus(args)
+    server_cpu, client_cpu = cpus
+    needed = max([*args.connections, *args.idle]) + CONNECTION_MARGIN + 1000
+    soft, hard = raise_nofile(max(NOFILE, needed))
+    if soft < needed:
+        raise BenchError(f"RLIMIT_NOFILE is {soft} (hard {hard}): {needed} needed; raise the "
+                         "hard limit (ulimit -Hn, or prlimit as root)")
+    os.environ.pop("NOTIFY_SOCKET", None)  # no notary here talks to a real manager
+    print("# Scale: concurrent connections, memory per idle connection, start-up with a "
+          "large store")
+    print(f"machine: {common.machine_line(wrk)}")
+    print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {common.notary_version()}; "
+          f"SQLite {sqlite3.sqlite_version}, store schema {SCHEMA_VERSION}")
+    print(f"notary pinned to CPU {server_cpu}, wrk and this script to CPU {client_cpu}; "
+          f"RLIMIT_NOFILE {soft}/{hard} (this process, inherited by the notary and wrk; "
+          f"{needed:,} needed); parts: {', '.join(args.parts)}")
+    os.sched_setaffinity(0, {client_cpu})  # the idle client and the store build
+    if args.wait_quiet:
+        common.wait_quiet(list(cpus), args.wait_quiet)
+    print(common.describe_busy(list(cpus), "before the runs"), flush=True)
+    print()
+    for index, part in enumerate(args.parts):
+        if index and args.wait_quiet and part != "startup":
+            common.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
+        if part == "connections":
+            part_connections(args, processes, directory, wrk, cpus)
+        elif part == "idle":
+            part_idle(args, processes, directory, cpus)
+        else:
+            part_startup(args, processes, directory, cpus)
+    print(common.describe_busy(list(cpus), "after the runs"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

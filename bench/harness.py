@@ -1,0 +1,828 @@
+"""The harness of the load benchmarks (``bench_http.py``, ``bench_v2.py``,
+``bench_workers.py``, ``bench_tls.py``, ``bench_scale.py``): processes,
+the machine lock, wrk, CPU and machine figures, loopback HTTP exchanges and
+the benchmark notary's set-up. One place; the scripts import it as
+``harness``.
+
+``common.py`` stays the home of the micro-benchmarks' helpers (bench_cache,
+bench_writer) and of the two helpers both kinds share, ``cpu_model`` and
+``print_table``, re-exported here.
+
+- ``run_benchmark(name, args, run)``: takes the machine lock
+  (``/tmp/notary-bench.lock``, an exclusive ``flock`` held for the whole run:
+  two benchmarks on a 2-core machine would measure each other), makes a
+  temporary directory and a ``Processes``, and cleans both up on every exit
+  path (Ctrl-C and SIGTERM included).
+- ``Processes``: every child in its own session (process group); stopping one
+  is SIGTERM to the leader, then SIGKILL to the whole group on timeout, and a
+  SIGKILL sweep of the group once the leader has exited, so a supervisor's
+  workers never outlive the benchmark.
+- ``run_wrk``: one wrk run with explicit threads, connections, duration and
+  core; returns req/s, latency percentiles (p50/p99/p99.9 from the Lua
+  ``done`` hook that ``wrk_script`` adds), wrk's own CPU time, and the
+  server's CPU time through a callable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import os
+import platform
+import re
+import resource
+import shlex
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, cpu_model  # common also puts ROOT on sys.path
+from common import print_table as print_table  # re-exported: one copy, in common.py
+
+BENCH = ROOT / "bench"
+MINIMAL_SERVER = BENCH / "minimal_server.py"
+INSTALL_TOOLS = ROOT / ".ci" / "install-tools"
+LOOPBACK = "127.0.0.1"
+LOCK_PATH = Path("/tmp/notary-bench.lock")
+READY_TIMEOUT_S = 30.0
+PRIME_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+CONTENT_TYPE = "application/x-www-form-urlencoded"
+#: A run is flagged (not trusted) when the server used less of its core than
+#: this (it was not the bottleneck) ...
+MIN_SERVER_CORE = 0.90
+#: ... or wrk more of its core than this (the generator was the limit).
+MAX_WRK_CORE = 0.95
+
+#: cProfile wrapper for the notary process: SIGUSR1 starts profiling, SIGUSR2
+#: stops it and writes the stats to argv[1]; the rest of argv is the notary's.
+PROFILE_WRAPPER = """\
+import cProfile, signal, sys
+out = sys.argv[1]
+profile = cProfile.Profile()
+def start(*_):
+    profile.enable()
+def dump(*_):
+    profile.disable()
+    profile.dump_stats(out)
+signal.signal(signal.SIGUSR1, start)
+signal.signal(signal.SIGUSR2, dump)
+from notary.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+class BenchError(Exception):
+    """The benchmark cannot give a valid figure: say why and stop."""
+
+
+# -- processes -------------------------------------------------------------------
+
+
+def project_env() -> dict[str, str]:
+    """The environment of every subprocess: the notary imported from this
+    checkout (``ROOT``), whatever else is installed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+class Processes:
+    """Every subprocess started here, each the leader of its own process
+    group; ``stop`` and ``stop_all`` end the whole group."""
+
+    def __init__(self) -> None:
+        self._running: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(
+        self, name: str, argv: Sequence[str], *, cpu: int | None, log: Path | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` pinned to ``cpu`` (None: any core), output to
+        ``log`` (stdout and stderr) or to pipes."""
+        def pin() -> None:
+            if cpu is not None:
+                os.sched_setaffinity(0, {cpu})
+
+        out = log.open("wb") if log is not None else subprocess.PIPE
+        try:
+            process = subprocess.Popen(
+                argv, cwd=cwd, env=project_env(), stdout=out,
+                stderr=subprocess.STDOUT if log else subprocess.PIPE,
+                stdin=subprocess.DEVNULL, preexec_fn=pin, start_new_session=True,
+            )
+        finally:
+            if log is not None:
+                out.close()
+        self._running.append((name, process))
+        return process
+
+    def stop(self, process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM to ``process``, SIGKILL to its group after ``timeout_s``,
+        then a SIGKILL sweep of whatever the group still holds."""
+        _terminate(process)
+        _end_group(process, time.monotonic() + timeout_s)
+        self._running = [(n, p) for n, p in self._running if p is not process]
+
+    def stop_all(self) -> None:
+        for _, process in reversed(self._running):
+            _terminate(process)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for _, process in reversed(self._running):
+            with contextlib.suppress(Exception):
+                _end_group(process, deadline)
+        self._running.clear()
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the group's leader only (a supervisor then stops its own
+    workers). ``os.kill``, not ``Popen.terminate``, which would reap an exited
+    leader and so free its pid before ``_end_group`` kills the group."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
+
+
+def _end_group(process: subprocess.Popen[bytes], deadline: float) -> None:
+    """Wait (until ``deadline``) for ``process`` to exit without reaping it,
+    SIGKILL its process group (while the zombie leader still holds the group
+    id, so no other process can have it), then reap it. A leader already
+    reaped (``poll`` elsewhere) gets the group SIGKILL too: the group id
+    cannot be handed out again while any member lives."""
+    if process.returncode is None:
+        while time.monotonic() < deadline:
+            try:
+                if os.waitid(os.P_PID, process.pid,
+                             os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    break
+            except ChildProcessError:
+                break  # reaped elsewhere
+            time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # own session: pgid == pid
+    with contextlib.suppress(ChildProcessError):
+        process.wait()
+
+
+def _raise_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def machine_lock(path: Path = LOCK_PATH) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the whole benchmark: two
+    benchmarks on this machine must not measure each other. Waits (saying
+    so) while another benchmark holds it; Ctrl-C interrupts the wait."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:
+        fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another benchmark to finish (lock {path})",
+                  file=sys.stderr, flush=True)
+            started = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print(f"lock taken after {time.monotonic() - started:.0f} s", file=sys.stderr,
+                  flush=True)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def run_benchmark(
+    name: str,
+    args: argparse.Namespace,
+    run: Callable[[argparse.Namespace, Processes, Path], int],
+) -> int:
+    """Run ``run`` under the machine lock, with a temporary directory and a
+    ``Processes`` it fills, all cleaned up on every exit path (SIGTERM and
+    Ctrl-C included); a ``BenchError`` is one message and exit 1."""
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in background
+    try:
+        with machine_lock():
+            processes = Processes()
+            directory = Path(tempfile.mkdtemp(prefix=f"notary-{name.replace('_', '-')}-"))
+            try:
+                return run(args, processes, directory)
+            except BenchError as exc:
+                print(f"{name}: FAILED: {exc}", file=sys.stderr)
+                return 1
+            finally:
+                processes.stop_all()
+                if getattr(args, "keep", False):
+                    print(f"kept {directory}", file=sys.stderr)
+                else:
+                    shutil.rmtree(directory, ignore_errors=True)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+
+
+# -- tools -----------------------------------------------------------------------
+
+
+def ensure_tool(command: str) -> str:
+    """The path of ``command`` (wrk, nginx, openssl, h2load...), installing
+    the bench tools with the project's script if it is missing."""
+    found = shutil.which(command) or (
+        f"/usr/sbin/{command}" if os.access(f"/usr/sbin/{command}", os.X_OK) else None)
+    if found is None:
+        print(f"{command} not found: running {INSTALL_TOOLS.relative_to(ROOT)} bench", flush=True)
+        try:
+            status: object = subprocess.run(["bash", str(INSTALL_TOOLS), "bench"],
+                                            check=False).returncode
+        except OSError as exc:
+            status = f"not run: {exc}"
+        found = shutil.which(command) or (
+            f"/usr/sbin/{command}" if os.access(f"/usr/sbin/{command}", os.X_OK) else None)
+        if found is None:
+            raise BenchError(
+                f"{command} is not available after `{INSTALL_TOOLS} bench` (exit {status}); "
+                "install it (the Debian packages are listed in that script) and run again"
+            )
+    return found
+
+
+def ensure_wrk() -> str:
+    return ensure_tool("wrk")
+
+
+def wrk_version(wrk: str) -> str:
+    result = subprocess.run([wrk, "-v"], capture_output=True, text=True, check=False)
+    text = (result.stdout + result.stderr).strip()
+    first = text.splitlines()[0] if text else "wrk (unknown version)"
+    return first.split(" Copyright")[0].strip()
+
+
+# -- machine ---------------------------------------------------------------------
+
+
+def memory_total() -> str:
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB RAM"
+    return "RAM n/a"
+
+
+def machine_line(wrk: str | None = None) -> str:
+    """CPU, cores, memory, Python, kernel, wrk, trio, httptools, OpenSSL, the
+    notary's cache implementation and the load average, on one line."""
+    import httptools
+    import trio
+
+    from notary.cache import IMPLEMENTATION
+
+    cores = os.cpu_count() or 0
+    usable = len(os.sched_getaffinity(0))
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "n/a"
+    return (
+        f"{cpu_model()}, {cores} cores ({usable} usable), {memory_total()}; "
+        f"{platform.python_implementation()} {platform.python_version()}; "
+        f"{platform.system()} {platform.release()} {platform.machine()}; "
+        + (f"{wrk_version(wrk)}; " if wrk else "")
+        + f"trio {trio.__version__}, httptools {httptools.__version__}, {ssl.OPENSSL_VERSION}, "
+        f"notary cache {IMPLEMENTATION}; load average {load}"
+    )
+
+
+def command_line() -> str:
+    return shlex.join([Path(sys.executable).name, *sys.argv])
+
+
+def notary_version() -> str:
+    """The commit measured, and whether notary/ has uncommitted changes (read-only git)."""
+    def git(*argv: str) -> str:
+        try:
+            result = subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True,
+                                    check=False, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "notary (not a git checkout)"
+    dirty = git("status", "--porcelain", "--", "notary")
+    return f"notary at {commit}" + (" + uncommitted changes in notary/" if dirty else "")
+
+
+def print_preamble(title: str, wrk: str | None) -> None:
+    """Title, machine, command and start time: the head of every report."""
+    print(f"# {title}")
+    print(f"machine: {machine_line(wrk)}")
+    print(f"command: {command_line()}")
+    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {notary_version()}")
+
+
+def choose_cpus(args: argparse.Namespace) -> tuple[int, int]:
+    """(server core, client core) from ``--server-cpu``/``--client-cpu``,
+    by default the first two usable cores."""
+    usable = sorted(os.sched_getaffinity(0))
+    server = getattr(args, "server_cpu", None)
+    client = getattr(args, "client_cpu", None)
+    server = server if server is not None else usable[0]
+    client = client if client is not None else next(
+        (cpu for cpu in usable if cpu != server), server)
+    if server == client:
+        print(f"warning: one usable core: server and client share CPU {server}", file=sys.stderr)
+    return server, client
+
+
+def cpu_times(cpus: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """(busy, total) jiffies of each CPU in ``cpus`` from /proc/stat."""
+    times = {}
+    with open("/proc/stat", encoding="ascii") as stat:
+        for line in stat:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                values = [int(v) for v in fields[:8]]
+                idle = values[3] + values[4]  # idle + iowait
+                times[int(name[3:])] = (sum(values) - idle, sum(values))
+    return times
+
+
+def busy_cpus(cpus: Sequence[int], seconds: float = 1.0) -> dict[int, float]:
+    """Share of each CPU in ``cpus`` busy over ``seconds``: a benchmark on a
+    busy machine measures the machine, not the server."""
+    try:
+        before = cpu_times(cpus)
+        time.sleep(seconds)
+        after = cpu_times(cpus)
+    except OSError:
+        return {}
+    return {
+        cpu: (after[cpu][0] - before[cpu][0]) / max(1, after[cpu][1] - before[cpu][1])
+        for cpu in before if cpu in after
+    }
+
+
+def describe_busy(cpus: Sequence[int], when: str) -> str:
+    busy = busy_cpus(cpus)
+    text = ", ".join(f"CPU {cpu} {share:.0%}" for cpu, share in sorted(busy.items()))
+    line = f"other load {when}: {text or 'n/a'} busy over 1 s"
+    if any(share > 0.10 for share in busy.values()):
+        line += "  WARNING: the machine is busy; figures are not comparable with a quiet run"
+    return line
+
+
+def wait_quiet(cpus: Sequence[int], timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) until ``cpus`` are < 10% busy for 3 s in a row."""
+    deadline = time.monotonic() + timeout_s
+    quiet = 0
+    while quiet < 3 and time.monotonic() < deadline:
+        busy = busy_cpus(cpus)
+        quiet = quiet + 1 if busy and max(busy.values()) < 0.10 else 0
+    if quiet < 3:
+        print(f"warning: CPUs {list(cpus)} still busy after {timeout_s:.0f} s; going on",
+              file=sys.stderr)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_kib(pid: int) -> int | None:
+    """Peak resident set size (VmHWM) of ``pid`` so far, in KiB."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return None
+
+
+# -- ports and HTTP by hand (set-up checks, not measurement) ---------------------
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((LOOPBACK, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def client_tls_context() -> ssl.SSLContext:
+    """Loopback only, and the pin is checked by comparing hashes, not by a CA."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@contextlib.contextmanager
+def connect(port: int, *, tls: bool, timeout_s: float) -> Iterator[socket.socket]:
+    sock = socket.create_connection((LOOPBACK, port), timeout=timeout_s)
+    try:
+        if tls:
+            sock = client_tls_context().wrap_socket(sock)
+        yield sock
+    finally:
+        sock.close()
+
+
+def read_response(sock: socket.socket, buffer: bytearray) -> bytes:
+    """One whole response (head + Content-Length body) from ``sock``."""
+    while True:
+        head_end = buffer.find(b"\r\n\r\n")
+        if head_end >= 0:
+            match = re.search(rb"\r\ncontent-length:\s*(\d+)", bytes(buffer[:head_end]).lower())
+            if match is None:
+                raise BenchError(f"response without Content-Length: {bytes(buffer[:200])!r}")
+            end = head_end + 4 + int(match.group(1))
+            if len(buffer) >= end:
+                response = bytes(buffer[:end])
+                del buffer[:end]
+                return response
+        data = sock.recv(65536)
+        if not data:
+            raise BenchError(f"connection closed mid-response: {bytes(buffer[:200])!r}")
+        buffer += data
+
+
+def exchange(port: int, request: bytes, *, tls: bool, count: int = 1,
+             timeout_s: float = 10.0) -> list[bytes]:
+    """Send ``request`` ``count`` times on one keep-alive connection, one at a time."""
+    responses = []
+    with connect(port, tls=tls, timeout_s=timeout_s) as sock:
+        buffer = bytearray()
+        for _ in range(count):
+            sock.sendall(request)
+            responses.append(read_response(sock, buffer))
+    return responses
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])
+
+
+def body_of(response: bytes) -> bytes:
+    return response.split(b"\r\n\r\n", 1)[1]
+
+
+def header_of(response: bytes, name: str) -> str | None:
+    head = response.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    for line in head.split("\r\n")[1:]:
+        key, _, value = line.partition(":")
+        if key.strip().lower() == name.lower():
+            return value.strip()
+    return None
+
+
+def served_sha1_pin(port: int) -> str:
+    with connect(port, tls=True, timeout_s=10.0) as sock:
+        der = sock.getpeercert(binary_form=True)
+    return hashlib.sha1(der).digest().hex(":").upper()
+
+
+def post_request(port: int, path: str, body: str, *, version: str = "1.1") -> bytes:
+    """The request wrk sends with ``wrk_script`` (same headers, same order);
+    ``version="1.0"``: the legacy client's (no Host needed, closes)."""
+    return (
+        f"POST {path} HTTP/{version}\r\nHost: {LOOPBACK}:{port}\r\n"
+        f"Content-Type: {CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+    ).encode("ascii")
+
+
+def wait_listening(process: subprocess.Popen[bytes], ports: Sequence[int], name: str,
+                   log: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for port in ports:
+        while True:
+            if process.poll() is not None:
+                raise BenchError(f"{name} exited with {process.returncode}:\n{tail(log)}")
+            try:
+                socket.create_connection((LOOPBACK, port), timeout=1.0).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"{name} not listening on port {port}:\n{tail(log)}") from None
+                time.sleep(0.05)
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# -- the notary ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NotarySetup:
+    directory: Path
+    config: Path
+    api_port: int
+    plain_port: int
+    #: The ``[admin] listen`` port (metrics, health), None without one.
+    admin_port: int | None = None
+
+    @property
+    def path(self) -> str:
+        """The benchmark's query: the notary asked about its own HTTPS port."""
+        return f"/target/{LOOPBACK}+{self.api_port}"
+
+    @property
+    def cert(self) -> Path:
+        return self.directory / "notary.crt"
+
+    @property
+    def key(self) -> Path:
+        return self.directory / "notary.key"
+
+
+def edit_config(text: str, plain_port: int, spare_ports: Iterator[int]) -> str:
+    """dev-init's config for the benchmark: ``[server] plain_api`` added,
+    ``log_level = "warning"``, ``[relay] listen = []``; every other section's
+    ``listen`` (dev-init puts them on fixed ports: admin, Perspectives...)
+    moved to a port from ``spare_ports`` (``make_notary`` checks the result)."""
+    section = ""
+    lines = []
+    for line in text.splitlines():
+        header = re.fullmatch(r"\s*\[([\w.-]+)\]\s*(#.*)?", line)
+        if header:
+            section = header.group(1)
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith("#") else ""
+        if section == "server" and key in ("plain_api", "log_level"):
+            continue  # set below
+        if key == "listen":
+            if section == "relay":
+                ports = ""
+            else:
+                try:
+                    ports = f'"{LOOPBACK}:{next(spare_ports)}"'
+                except StopIteration:
+                    raise BenchError("not enough spare ports for the config's listeners") from None
+            line = f"listen = [{ports}]"
+        lines.append(line)
+        if header and section == "server":
+            lines += [f'plain_api = ["{LOOPBACK}:{plain_port}"]', 'log_level = "warning"']
+    return "\n".join(lines) + "\n"
+
+
+def listen_addresses(raw: dict[str, object]) -> dict[str, list[str]]:
+    """Every listening address of a parsed config, by ``section.key``."""
+    found: dict[str, list[str]] = {}
+    server = raw.get("server", {})
+    if isinstance(server, dict):
+        for key in ("api", "plain_api"):
+            found[f"server.{key}"] = list(server.get(key, []))
+    for name, section in raw.items():
+        if isinstance(section, dict) and "listen" in section:
+            found[f"{name}.listen"] = list(section["listen"])
+    return found
+
+
+def make_notary(
+    directory: Path, api_port: int, relay_api_port: int, plain_port: int,
+    spare_ports: Sequence[int] | None = None,
+) -> NotarySetup:
+    """A fresh notary by ``notary dev-init`` in ``directory``, its config
+    edited by ``edit_config``, and checked: plain_api, log level, relay off,
+    and every listener on loopback on a port chosen here (none left on a
+    dev-init fixed port)."""
+    spare = list(spare_ports) if spare_ports is not None else free_ports(4)
+    result = subprocess.run(
+        [sys.executable, "-m", "notary", "dev-init", "--dir", str(directory),
+         "--api-port", str(api_port), "--relay-api-port", str(relay_api_port)],
+        cwd=ROOT, env=project_env(), capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise BenchError(f"notary dev-init failed ({result.returncode}):\n{result.stderr}")
+    config = directory / "notary.toml"
+    text = edit_config(config.read_text(), plain_port, iter(spare))
+    config.write_text(text)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BenchError(f"config edit broke the TOML ({exc}):\n{text}") from None
+    addresses = listen_addresses(raw)
+    chosen = {api_port, relay_api_port, plain_port, *spare}
+    strays = [
+        f"{where} {address}" for where, values in addresses.items() for address in values
+        if address.rsplit(":", 1)[0] != LOOPBACK or int(address.rsplit(":", 1)[1]) not in chosen
+    ]
+    expected = {
+        "plain_api": addresses.get("server.plain_api") == [f"{LOOPBACK}:{plain_port}"],
+        "log_level": raw.get("server", {}).get("log_level") == "warning",
+        "relay listen": raw.get("relay", {}).get("listen", []) == [],
+        "every listener on a chosen loopback port": not strays,
+    }
+    if not all(expected.values()):
+        raise BenchError(f"config edit failed ({expected}; strays {strays}):\n{text}")
+    admin = addresses.get("admin.listen", [])
+    admin_port = int(admin[0].rsplit(":", 1)[1]) if len(admin) == 1 else None
+    return NotarySetup(directory, config, api_port, plain_port, admin_port)
+
+
+def notary_argv(setup: NotarySetup, extra: Sequence[str] = (), *,
+                profile_out: Path | None = None) -> list[str]:
+    """``notary serve`` on ``setup``'s config, one worker unless ``extra``
+    says ``--workers`` (explicit, whatever dev-init's ``[node] workers`` says);
+    with ``profile_out``, under ``PROFILE_WRAPPER``'s cProfile."""
+    serve = ["serve", "--config", str(setup.config)]
+    if "--workers" not in extra:
+        serve += ["--workers", "1"]
+    serve += list(extra)
+    if profile_out is None:
+        return [sys.executable, "-m", "notary", *serve]
+    return [sys.executable, "-c", PROFILE_WRAPPER, str(profile_out), *serve]
+
+
+def prime_notary(setup: NotarySetup, body: str) -> bytes:
+    """Make the target a cache hit; return the notary's exact answer to the query."""
+    request = post_request(setup.plain_port, setup.path, body)
+    first = exchange(setup.plain_port, request, tls=False, timeout_s=PRIME_TIMEOUT_S)[0]
+    if status_of(first) != 200:
+        raise BenchError(f"priming POST {setup.path} answered:\n{first.decode(errors='replace')}")
+    hits = exchange(setup.plain_port, request, tls=False, count=3)
+    if len({*hits}) != 1 or status_of(hits[0]) != 200:
+        raise BenchError(f"cache-hit answers differ or are not 200: {hits!r}")
+    over_tls = exchange(setup.api_port, post_request(setup.api_port, setup.path, body), tls=True)
+    if over_tls[0] != hits[0]:
+        raise BenchError("the HTTPS answer differs from the plain-HTTP answer")
+    return hits[0]
+
+
+# -- wrk -------------------------------------------------------------------------
+
+#: Appended to every wrk script: wrk's ``--latency`` table stops at p99; this
+#: prints p50, p99, p99.9 and max in microseconds (all threads merged).
+LATENCY_LUA = """
+done = function(summary, latency, requests)
+  io.write(string.format("latency-us p50 %d p99 %d p999 %d max %d\\n",
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9), latency.max))
+end
+"""
+
+
+def wrk_script(directory: Path, body: str, *, name: str = "post",
+               content_type: str = CONTENT_TYPE) -> Path:
+    """The cache-hit query for wrk: ``POST`` (the URL's path), ``body``,
+    HTTP/1.1 keep-alive, plus ``LATENCY_LUA``."""
+    path = directory / f"{name}.lua"
+    if "]]" in body:
+        raise BenchError("body cannot be a Lua long string")
+    path.write_text(
+        "-- cache-hit query, keep-alive\n"
+        'wrk.method = "POST"\n'
+        f"wrk.body = [[{body}]]\n"
+        f'wrk.headers["Content-Type"] = "{content_type}"\n' + LATENCY_LUA
+    )
+    return path
+
+
+def wrk_raw_script(directory: Path, request: bytes, *, name: str) -> Path:
+    """A wrk script sending exactly ``request`` (e.g. an HTTP/1.0 request:
+    wrk's own requests are always HTTP/1.1), plus ``LATENCY_LUA``."""
+    path = directory / f"{name}.lua"
+    # A quoted Lua string with escapes (a long string would turn \r\n into \n).
+    quoted = "".join(
+        chr(byte) if 32 <= byte < 127 and byte not in b'"\\' else f"\\{byte:03d}"
+        for byte in request
+    )
+    path.write_text(f'local raw = "{quoted}"\nrequest = function() return raw end\n'
+                    + LATENCY_LUA)
+    return path
+
+
+@dataclass(frozen=True)
+class WrkResult:
+    requests_per_s: float
+    requests: int
+    latency_avg: str
+    latency_p99: str
+    output: str
+    #: The server's CPU time (user + system) per request, and its share of
+    #: one core during the run (near 100%: the server was the bottleneck).
+    cpu_us_per_request: float | None = None
+    server_core_use: float | None = None
+    elapsed_s: float = 0.0
+    server_cpu_s: float | None = None
+    #: wrk's own CPU time (all its threads) and its share of one core.
+    wrk_cpu_s: float = 0.0
+    #: Percentiles from ``LATENCY_LUA`` (None if the script lacks it), in us.
+    latency_us: dict[str, int] = field(default_factory=dict)
+    #: Socket errors (connect, read, write, timeout) and non-2xx answers.
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def wrk_core_use(self) -> float:
+        return self.wrk_cpu_s / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    def warnings(self, *, min_server: float = MIN_SERVER_CORE,
+                 max_wrk: float = MAX_WRK_CORE) -> list[str]:
+        """Why this run should not be trusted: the server not CPU-bound, or
+        wrk at the end of its core (one thread per core assumed)."""
+        found = []
+        if self.server_core_use is not None and self.server_core_use < min_server:
+            found.append(f"server used {self.server_core_use:.0%} of its core "
+                         f"(< {min_server:.0%}: not CPU-bound)")
+        if self.wrk_core_use > max_wrk:
+            found.append(f"wrk used {self.wrk_core_use:.0%} of a core "
+                         f"(> {max_wrk:.0%}: the generator was the limit)")
+        return found
+
+
+def run_wrk(
+    wrk: str, processes: Processes, url: str, script: Path, *, threads: int,
+    connections: int, seconds: int, cpu: int | None,
+    server_cpu_seconds: Callable[[], float] | None = None, allow_errors: bool = False,
+) -> WrkResult:
+    """One run of ``wrk -t{threads} -c{connections} -d{seconds}s --latency``
+    pinned to ``cpu``. ``server_cpu_seconds`` (e.g. ``lambda: cpu_seconds(pid)``)
+    gives the server's CPU time per request and core share, figures that
+    other load disturbs far less than requests per second. Socket errors or
+    non-2xx answers raise, unless ``allow_errors`` (then they are counted)."""
+    argv = [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
+            "-s", str(script), url]
+    cpu_before = server_cpu_seconds() if server_cpu_seconds else 0.0
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    process = processes.start("wrk", argv, cpu=cpu)
+    try:
+        out, err = process.communicate(timeout=seconds + 30)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"wrk did not finish within {seconds + 30} s ({url})") from None
+    finally:
+        processes.stop(process)
+    elapsed = time.monotonic() - started
+    server_cpu_s = server_cpu_seconds() - cpu_before if server_cpu_seconds else None
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Only wrk was reaped meanwhile (single-threaded harness): its CPU time.
+    wrk_cpu_s = ((children_after.ru_utime + children_after.ru_stime)
+                 - (children_before.ru_utime + children_before.ru_stime))
+    output = out.decode(errors="replace") + err.decode(errors="replace")
+    if process.returncode != 0:
+        raise BenchError(f"wrk exited with {process.returncode}:\n{output}")
+    errors: dict[str, int] = {}
+    found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
+                      output)
+    if found:
+        for name, value in zip(("connect", "read", "write", "timeout"), found.groups(),
+                               strict=True):
+            if int(value):
+                errors[name] = int(value)
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    if non_2xx and int(non_2xx.group(1)):
+        errors["non-2xx"] = int(non_2xx.group(1))
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    total = re.search(r"(\d+) requests in", output)
+    if rate is None or total is None or not int(total.group(1)):
+        raise BenchError(f"wrk against {url}: no requests counted\n{output}")
+    if errors and not allow_errors:
+        raise BenchError(f"wrk against {url}: errors {errors}\n{output}")
+    latency = re.search(r"Latency\s+(\S+)", output)
+    p99 = re.search(r"^\s+99%\s+(\S+)", output, re.MULTILINE)
+    percentiles = re.search(r"latency-us p50 (\d+) p99 (\d+) p999 (\d+) max (\d+)", output)
+    latency_us = dict(zip(("p50", "p99", "p99.9", "max"), map(int, percentiles.groups()),
+                          strict=True)) if percentiles else {}
+    requests = int(total.group(1))
+    return WrkResult(
+        float(rate.group(1)), requests,
+        latency.group(1) if latency else "?", p99.group(1) if p99 else "?", output,
+        server_cpu_s / requests * 1e6 if server_cpu_s is not None else None,
+        server_cpu_s / elapsed if server_cpu_s is not None else None,
+        elapsed, server_cpu_s, wrk_cpu_s, latency_us, errors,
+    )
+
+
+def format_us(us: float | None) -> str:
+    """Latency for a table: ``850 us``, ``12.3 ms``."""
+    if us is None:
+        return "?"
+    return f"{us:.0f} us" if us < 1000 else f"{us / 1000:.1f} ms" if us < 100_000 \
+        else f"{us / 1000:.0f} ms"
