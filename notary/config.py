@@ -12,7 +12,11 @@ Example (every key optional except the three files)::
     db_file = "var/notary.db"
     api = ["127.0.0.1:8443", "127.0.0.1:4242"]
     allow_targets = ["127.0.0.0/8"]
+    opt_out = ["example.org", "192.0.2.0/24"]
     log_level = "info"
+
+    [limits]
+    queries_per_s_per_prefix = 20
 
     [probe]
     timeout_s = 10.0
@@ -36,6 +40,7 @@ from notary._cachecommon import bloom_parameters
 from notary.errors import ConfigError
 from notary.policy import AddressPolicy
 from notary.protocol.relay import RelayMode
+from notary.ratelimit import Exemptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,13 @@ class ServerConfig:
     plain_api: tuple[Endpoint, ...] = ()
     #: CIDRs exempt from the target address policy (labs, tests).
     allow_targets: tuple[str, ...] = ()
+    #: Targets never probed, whatever else allows them: host names (each
+    #: covering the names under it: "example.org" covers "www.example.org")
+    #: and CIDRs (checked on every resolved address). A query gets 403.
+    opt_out: tuple[str, ...] = ()
+    #: Accept TLS 1.0 and 1.1 clients (the 2011 add-on) with their CBC
+    #: ciphers; off: TLS 1.2+ with AEAD ciphers only. Logged at start.
+    legacy_tls: bool = False
     #: The bundle served at ``/<name>.notary`` (optional).
     bundle_file: Path | None = None
     log_level: str = "info"
@@ -108,6 +120,11 @@ class AnswerConfig:
     reprobe_after_s: int = 60
     #: How long one query may wait for a probe before it is answered 503.
     query_timeout_s: float = 15.0
+    #: A probe that fails (no name, refused, unreachable, not TLS, timed out)
+    #: is answered only when a timed-out one would be (``[probe] timeout_s``
+    #: after the query, at most ``query_timeout_s``), so the answer's timing
+    #: does not tell a port scanner which failure it was.
+    failures_at_deadline: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +139,48 @@ class HttpConfig:
     max_header_bytes: int = 8 * 1024
     max_headers: int = 64
     max_body_bytes: int = 4 * 1024
+    #: Connections at once on the listeners of one kind (API, plain API,
+    #: Perspectives); beyond it a connection is closed at once.
     max_connections: int = 10000
+    #: Requests served on one keep-alive connection; the last is answered
+    #: with ``Connection: close``.
+    max_requests_per_connection: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """Per-client and per-target limits (README "Security model"). Client
+    limits apply per worker process; a rate of 0 turns that limit off."""
+
+    #: Clients no per-client limit applies to: the operator's machine, or a
+    #: TLS terminator in front (every client would share its address).
+    exempt_clients: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    #: Connections at once from one client address (HTTP API, plain API,
+    #: Perspectives, counted together; relay connections apart); beyond:
+    #: closed at once.
+    max_connections_per_address: int = 64
+    #: ... and from one client prefix (IPv4 /24, IPv6 /56).
+    max_connections_per_prefix: int = 256
+    #: Queries per second per client prefix (token bucket of ``query_burst``);
+    #: beyond: 429 with Retry-After. A /v2/query or WebSocket query counts
+    #: one per target.
+    queries_per_s_per_prefix: float = 20.0
+    query_burst: int = 100
+    #: On-demand probes per second a client prefix may cause (bucket of
+    #: ``probe_burst``); beyond: 429 with Retry-After.
+    probes_per_s_per_prefix: float = 1.0
+    probe_burst: int = 20
+    #: On-demand probes of one target per minute, whoever asks and whatever
+    #: fingerprints they send (one at most every 60/N seconds); a query that
+    #: would exceed it is answered as if the probe had failed.
+    probes_per_minute_per_target: int = 4
+    #: Politeness: on-demand probes per second to one target prefix (/24 or
+    #: /48; bucket of ``destination_probe_burst``); beyond: as a failed probe.
+    probes_per_s_per_destination_prefix: float = 10.0
+    destination_probe_burst: int = 50
+    #: Entries each rate table (client prefixes, targets, target prefixes)
+    #: holds at most (about 160 bytes each; README "Security model").
+    max_tracked: int = 16384
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +350,7 @@ class Config:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     answers: AnswerConfig = field(default_factory=AnswerConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
@@ -308,6 +367,7 @@ _SECTIONS = {
     "probe": ProbeConfig,
     "answers": AnswerConfig,
     "http": HttpConfig,
+    "limits": LimitsConfig,
     "cache": CacheConfig,
     "store": StoreConfig,
     "relay": RelayConfig,
@@ -441,6 +501,10 @@ def _validate(config: Config) -> None:
         "probe": ("timeout_s", "max_concurrent", "max_handshake_bytes"),
         "answers": ("fresh_for_s", "query_timeout_s"),
         "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
+        "limits": (
+            "max_connections_per_address", "max_connections_per_prefix", "query_burst",
+            "probe_burst", "destination_probe_burst", "max_tracked",
+        ),
         "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
         "store": ("batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s"),
         "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
@@ -464,6 +528,28 @@ def _validate(config: Config) -> None:
                 raise ConfigError(f"[{section}] {key} must be greater than 0")
     if config.answers.reprobe_after_s < 0:
         raise ConfigError("[answers] reprobe_after_s must be 0 or more")
+    limits = config.limits
+    for key in (
+        "queries_per_s_per_prefix", "probes_per_s_per_prefix", "probes_per_minute_per_target",
+        "probes_per_s_per_destination_prefix",
+    ):
+        if getattr(limits, key) < 0:
+            raise ConfigError(f"[limits] {key} must be 0 (off) or more")
+    if limits.max_connections_per_prefix < limits.max_connections_per_address:
+        raise ConfigError(
+            "[limits] max_connections_per_prefix must be at least max_connections_per_address"
+        )
+    if (
+        config.v2.key_file is not None and limits.queries_per_s_per_prefix > 0
+        and limits.query_burst < config.v2.max_batch
+    ):
+        raise ConfigError(
+            "[limits] query_burst must be at least [v2] max_batch (a query counts one per target)"
+        )
+    try:
+        Exemptions.from_cidrs(limits.exempt_clients)
+    except ConfigError as exc:
+        raise ConfigError(f"[limits] exempt_clients: {exc}") from None
     if config.server.log_level.lower() not in _LOG_LEVELS:
         raise ConfigError(f"[server] log_level must be one of {', '.join(_LOG_LEVELS)}")
     if config.server.log_format not in _LOG_FORMATS:
@@ -480,6 +566,10 @@ def _validate(config: Config) -> None:
         AddressPolicy.from_cidrs(config.server.allow_targets)
     except ConfigError as exc:
         raise ConfigError(f"[server] allow_targets: {exc}") from None
+    try:
+        AddressPolicy.from_cidrs((), config.server.opt_out)
+    except ConfigError as exc:
+        raise ConfigError(f"[server] opt_out: {exc}") from None
     try:
         bloom_parameters(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
     except ValueError as exc:

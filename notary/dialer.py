@@ -8,7 +8,9 @@ An I/O edge (Trio). Rules this module keeps:
    friends never see a name, so no second DNS answer can sneak past the policy.
    IPv4-mapped IPv6 answers (``::ffff:a.b.c.d``) are checked and connected to
    as the IPv4 address they carry.
-2. At most ``MAX_ADDRESSES_PER_DIAL`` allowed addresses are tried, in the
+2. A name the policy refuses as such (an operator's opt-out,
+   :meth:`AddressPolicy.name_refusal`) is refused before it is resolved.
+3. At most ``MAX_ADDRESSES_PER_DIAL`` allowed addresses are tried, in the
    resolver's order, staggered happy-eyeballs style; the first to connect
    wins and the other attempts are cancelled or closed.
 
@@ -146,8 +148,10 @@ def allowed_addresses(
 async def dial(
     host: str, port: int, *, policy: AddressPolicy, resolver: Resolver
 ) -> tuple[trio.SocketStream, str]:
-    """Resolve ``host``, keep the addresses ``policy`` allows, connect to the
-    first that answers; return the stream and the address connected to."""
+    """Resolve ``host`` (unless ``policy`` refuses the name), keep the
+    addresses ``policy`` allows, connect to the first that answers; return
+    the stream and the address connected to."""
+    policy.check_name(host)
     addresses = allowed_addresses(policy, await resolve(host, port, resolver), what=host)
     return await connect_first(addresses, port)
 

@@ -7,12 +7,20 @@ notaries' SSRF hole (PROTOCOLS.md section 3).
 
 Pure and sans-IO: no sockets, no name resolution, no clock.
 
+Besides the built-in ranges, the operator may *opt out* targets (``[server]
+opt_out``: names and networks whose owners asked not to be probed): an
+opted-out address or name is refused whatever else allows it.
+
 Rules, in the order :meth:`AddressPolicy.refusal` applies them:
 
 1. Text that is not an IP address (after no trimming at all) is refused as
    ``"invalid"``; so is an IPv6 address carrying a zone id (``fe80::1%eth0``)
    as ``"scoped"``: a zone only makes sense on link-local addresses, which are
    refused anyway, and an allow list cannot name a zone.
+1b. An address inside one of the operator's ``opted_out`` networks (``[server]
+   opt_out``: targets whose owners asked not to be probed) is refused as
+   ``"opt-out"``, whatever the allow list says; so is an IPv6 address that
+   embeds (rule 3's prefixes) an opted-out IPv4 address.
 2. An address inside one of the operator's ``allowed`` networks is permitted,
    even in a refused range (tests and demos allow ``127.0.0.0/8``). An
    IPv4-mapped IPv6 address (``::ffff:a.b.c.d``) is the same endpoint as its
@@ -35,6 +43,11 @@ allocated global unicast ``2000::/3`` and the special blocks is refused as
 ``64:ff9b:1::/48`` (RFC 8215, not globally reachable; its IPv4 layout depends
 on the operator's prefix length) are refused outright, whatever they embed.
 
+Names: :meth:`AddressPolicy.name_refusal` refuses a host name that is, or is
+under, an opted-out name (``"example.org"`` covers ``www.example.org``), before
+any resolution (``notary.dialer.dial`` asks it first, so an opted-out name is
+never even resolved); the addresses it resolves to then meet the rules above.
+
 Reason words (short, stable, safe to show a client and to count in
 statistics): see :data:`REASONS`.
 """
@@ -46,11 +59,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
-from notary.errors import ConfigError, ProbeRefused
+from notary.errors import BadTarget, ConfigError, ProbeRefused
+from notary.protocol.targets import normalise_host
 
 __all__ = [
     "IPV4_EMBEDDING_PREFIXES",
     "MAX_ADDRESS_TEXT_CHARS",
+    "OPT_OUT",
     "REASONS",
     "REFUSED_NETWORKS",
     "AddressPolicy",
@@ -157,9 +172,12 @@ IPV4_EMBEDDING_PREFIXES: tuple[
     (IPv6Network("2001::/32"), "teredo", _teredo),  # RFC 4380
 )
 
+#: The reason word of an opted-out network or name (rule 1b).
+OPT_OUT = "opt-out"
+
 #: Every reason word :meth:`AddressPolicy.refusal` can return.
 REASONS: frozenset[str] = frozenset(
-    {reason for _, reason in REFUSED_NETWORKS} | {"invalid", "scoped"}
+    {reason for _, reason in REFUSED_NETWORKS} | {"invalid", "scoped", OPT_OUT}
 )
 
 # Longest prefix first, per family, so the first match is the most specific.
@@ -218,32 +236,110 @@ def _parse_cidr(cidr: object) -> IPNetwork:
         raise ConfigError(f"invalid CIDR {shown!r}: {exc}") from None
 
 
+def _parse_opt_out(entry: object) -> IPNetwork | str:
+    """One ``opt_out`` entry: a network (CIDR or bare address) or a host name
+    (normalised as targets are); raises ConfigError naming it if it is bad."""
+    if not isinstance(entry, str):
+        raise ConfigError(f"invalid opt-out entry {entry!r}: not a string")
+    text = entry.strip()
+    if "/" in text:
+        return _parse_cidr(text)
+    try:
+        host = normalise_host(text)
+    except BadTarget as exc:
+        shown = text if len(text) <= MAX_CIDR_TEXT_CHARS else text[:MAX_CIDR_TEXT_CHARS] + "..."
+        raise ConfigError(f"invalid opt-out entry {shown!r}: {exc.message}") from None
+    if _parse_address(host) is not None:
+        return _parse_cidr(host)
+    return host
+
+
 @dataclass(frozen=True, slots=True)
 class AddressPolicy:
-    """Which IP addresses the notary may connect to.
+    """Which IP addresses (and names) the notary may connect to.
 
     ``AddressPolicy()`` refuses everything in :data:`REFUSED_NETWORKS` (and
     the embedded forms, see the module docstring); ``allowed`` lists networks
-    the operator permits anyway.
+    the operator permits anyway; ``opted_out`` networks and
+    ``opted_out_names`` (with every name under them) are refused whatever
+    ``allowed`` says.
     """
 
     allowed: tuple[IPv4Network | IPv6Network, ...] = ()
+    opted_out: tuple[IPv4Network | IPv6Network, ...] = ()
+    opted_out_names: frozenset[str] = frozenset()
 
     @classmethod
-    def from_cidrs(cls, cidrs: Iterable[str]) -> AddressPolicy:
-        """A policy allowing the given networks (``"127.0.0.0/8"``, ``"::1"``).
+    def from_cidrs(cls, cidrs: Iterable[str], opt_out: Iterable[str] = ()) -> AddressPolicy:
+        """A policy allowing the given networks (``"127.0.0.0/8"``, ``"::1"``)
+        and refusing the ``opt_out`` entries: networks, or host names (each
+        covering the names under it: ``"example.org"`` covers
+        ``"www.example.org"``).
 
         A bare address means a single-address network. Surrounding whitespace
         is ignored.
 
         Error handling: raises :class:`~notary.errors.ConfigError` naming the
         first bad entry: not a string, empty, unparseable, host bits set
-        (``"10.0.0.1/8"``: a likely typo), or carrying a zone id.
+        (``"10.0.0.1/8"``: a likely typo), carrying a zone id, or (opt-out) a
+        name that is not a valid host name.
         """
-        if isinstance(cidrs, str):
+        if isinstance(cidrs, str) or isinstance(opt_out, str):
             # A lone string would iterate per character; be explicit instead.
-            raise ConfigError("allowed networks must be a list of CIDRs, not one string")
-        return cls(allowed=tuple(_parse_cidr(cidr) for cidr in cidrs))
+            raise ConfigError("networks must be a list of CIDRs, not one string")
+        networks: list[IPNetwork] = []
+        names: set[str] = set()
+        for entry in opt_out:
+            parsed = _parse_opt_out(entry)
+            if isinstance(parsed, str):
+                names.add(parsed)
+            else:
+                networks.append(parsed)
+        return cls(
+            allowed=tuple(_parse_cidr(cidr) for cidr in cidrs),
+            opted_out=tuple(networks),
+            opted_out_names=frozenset(names),
+        )
+
+    def name_refusal(self, host: str) -> str | None:
+        """``"opt-out"`` when the normalised host name ``host`` is an opted-out
+        name or under one, else None (IP literals: None, ``refusal`` judges
+        them). Never raises."""
+        names = self.opted_out_names
+        if not names or not isinstance(host, str) or _parse_address(host) is not None:
+            return None
+        name = host
+        while True:
+            if name in names:
+                return OPT_OUT
+            dot = name.find(".")
+            if dot < 0:
+                return None
+            name = name[dot + 1:]
+
+    def check_name(self, host: str) -> None:
+        """Return if the notary may resolve and connect to the name ``host``.
+
+        Error handling: raises :class:`~notary.errors.ProbeRefused` (``"target
+        refused by policy: opt-out"``) otherwise.
+        """
+        reason = self.name_refusal(host)
+        if reason is not None:
+            raise ProbeRefused(f"target refused by policy: {reason}")
+
+    def _is_opted_out(self, ip: IPAddress) -> bool:
+        if any(ip.version == net.version and ip in net for net in self.opted_out):
+            return True
+        if isinstance(ip, IPv6Address):
+            for prefix, _kind, extract in IPV4_EMBEDDING_PREFIXES:
+                if ip in prefix:
+                    return any(
+                        embedded in net
+                        for embedded in extract(ip)
+                        for net in self.opted_out
+                        if net.version == 4
+                    )
+        return False
 
     def refusal(self, address: str | IPv4Address | IPv6Address) -> str | None:
         """Why the notary must not connect to ``address``, or None if it may.
@@ -256,9 +352,11 @@ class AddressPolicy:
         ip = _parse_address(address)
         if ip is None:
             return "invalid"
+        if isinstance(ip, IPv6Address) and ip.scope_id is not None:
+            return "scoped"
+        if self.opted_out and self._is_opted_out(ip):
+            return OPT_OUT
         if isinstance(ip, IPv6Address):
-            if ip.scope_id is not None:
-                return "scoped"
             if self._is_allowed(ip):
                 return None
             mapped = ip.ipv4_mapped

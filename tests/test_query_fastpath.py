@@ -113,11 +113,13 @@ class FakeService:
     def __init__(self) -> None:
         self.targets: list[Target] = []
 
-    def respond_at_once(self, target: Target, fingerprint, keep_alive: bool) -> bytes | None:
+    def respond_at_once(
+        self, target: Target, fingerprint, keep_alive: bool, client=None
+    ) -> bytes | None:
         self.targets.append(target)
         return b"prepared" if fingerprint is None else None
 
-    async def answer(self, target: Target, fingerprint) -> Answer:
+    async def answer(self, target: Target, fingerprint, client=None) -> Answer:
         self.targets.append(target)
         return Answer(409, b"body")
 

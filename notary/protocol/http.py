@@ -15,6 +15,10 @@ Invariants
    ``feed`` call are kept in ``leftover``: they belong to the new protocol.
 4. Every response carries ``Content-Length``; ``Connection: close`` when the
    connection is to be closed after it.
+5. Empty lines before a request line (llhttp skips them, as RFC 9112 2.2
+   allows) count as the start of the next request for ``in_request``: a
+   client cannot keep an idle connection alive with blank lines, the head
+   deadline of the connection loop applies from the first of them.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ class RequestReader:
     """
 
     __slots__ = (
+        "_blank_lines",
         "_body",
         "_completed",
         "_error",
@@ -155,14 +160,17 @@ class RequestReader:
         self._completed: list[Request] = []
         self._error: ProtocolError | None = None
         self._progressed = False
+        #: Only empty lines received since the last request (invariant 5).
+        self._blank_lines = False
         self.finished = False
         #: Bytes received after an upgrade request's head (invariant 3).
         self.leftover = b""
 
     @property
     def in_request(self) -> bool:
-        """True while part of a request has been received."""
-        return self._in_request
+        """True while part of a request has been received (empty lines
+        before a request line included: invariant 5)."""
+        return self._in_request or self._blank_lines
 
     def feed(self, data: bytes) -> list[Request]:
         """Parse ``data``; return the requests it completed (maybe none)."""
@@ -202,6 +210,10 @@ class RequestReader:
                     raise ProtocolError("request header too large", status=431)
             else:
                 self._idle_bytes = 0
+        elif self._message == message_before and not self._completed:
+            # No request began or ended: llhttp skipped every byte, which it
+            # does only for the empty lines before a request line.
+            self._blank_lines = True
         done = self._completed
         if done:
             self._completed = []
@@ -215,6 +227,7 @@ class RequestReader:
     def on_message_begin(self) -> None:
         self._progressed = True
         self._in_request = True
+        self._blank_lines = False
         self._message += 1
         self._target = b""
         self._headers = []

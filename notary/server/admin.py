@@ -66,7 +66,7 @@ def readiness_problems(
 
 
 class AdminServer:
-    """The handler of the admin listeners (``trio.serve_listeners``).
+    """The handler of the admin listeners (``notary.server.accept.serve_socket``).
 
     ``serving`` is False until the notary's listeners are all up, and should
     be set False again when it starts to stop; ``/readyz`` reports it.

@@ -3,7 +3,12 @@
 port onto the query service.
 
 Every bad request gets a short unsigned plain-text answer with the right
-status; nothing here raises to the connection handler.
+status; nothing here raises to the connection handler. A query over its
+client's rate gets 429 with ``Retry-After`` (whole seconds).
+
+``client`` (every entry point takes it; None: unlimited) is the client
+prefix key of the connection (``notary.server.abuse``), bound per
+connection by ``app.ConnectionHandler``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from notary.errors import ProtocolError
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.http import Request
 from notary.protocol.targets import Target, parse_convergence_target
+from notary.ratelimit import RateLimited
 from notary.server.query import QueryService
 
 TARGET_PREFIX = b"/target/"
@@ -24,6 +30,17 @@ MAX_TARGET_BYTES = 1024
 #: Most entries of the memo from a raw ``host+port`` path segment to its
 #: normalised target; the memo is emptied when it is full.
 TARGET_MEMO_ENTRIES = 4096
+
+
+def _extra_headers(exc: ProtocolError, path: bytes) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers an error answer needs: ``Allow`` (405), ``Retry-After`` (429)."""
+    if exc.status == 405:
+        return ((b"Allow", _allowed_methods(path)),)
+    if isinstance(exc, RateLimited):
+        return ((b"Retry-After", b"%d" % exc.retry_after_s),)
+    return ()
+
+
 def _allowed_methods(path: bytes) -> bytes:
     """The ``Allow`` header of a 405 for ``path``."""
     if path.startswith(TARGET_PREFIX):
@@ -63,10 +80,13 @@ class ApiHandler:
         #: -> count (the service counts the ones it answers).
         self.rejected: Counter[tuple[str, int]] = Counter()
 
-    def answer_now(self, request: Request) -> tuple[bytes, bool] | None:
+    def answer_now(
+        self, request: Request, client: bytes | None = None
+    ) -> tuple[bytes, bool] | None:
         """The fast path: the prepared response to a Convergence query the
-        cache answers at once, without awaiting; None for anything else
-        (including every error), which ``__call__`` then answers."""
+        cache answers at once (or its 429, the client over its rate),
+        without awaiting; None for anything else (including every error),
+        which ``__call__`` then answers."""
         target = request.target
         if not target.startswith(TARGET_PREFIX):
             return None
@@ -77,24 +97,30 @@ class ApiHandler:
             query = self._convergence_query(request, target.partition(b"?")[0])
         except ProtocolError:
             return None
-        response = self._service.respond_at_once(*query, request.keep_alive)
+        response = self._service.respond_at_once(*query, request.keep_alive, client)
         if response is None:
             return None
         return response, request.keep_alive
 
-    async def __call__(self, request: Request) -> tuple[bytes, bool]:
+    async def __call__(
+        self, request: Request, client: bytes | None = None
+    ) -> tuple[bytes, bool]:
         keep_alive = request.keep_alive
         try:
             path, _, query = request.target.partition(b"?")
             if path.startswith(TARGET_PREFIX):
                 if request.method != b"POST" and request.method != b"GET":
                     raise ProtocolError("method not allowed", status=405)
-                answer = await self._service.answer(*self._convergence_query(request, path))
+                answer = await self._service.answer(
+                    *self._convergence_query(request, path), client
+                )
                 status, body, content_type, extra = (
                     answer.status, answer.body, answer.content_type, ()
                 )
             else:
-                status, body, content_type, extra = await self._route(request, path, query)
+                status, body, content_type, extra = await self._route(
+                    request, path, query, client
+                )
         except ProtocolError as exc:
             status, body = exc.status, exc.message.encode("utf-8") + b"\n"
             content_type, extra = b"text/plain; charset=utf-8", ()
@@ -102,8 +128,7 @@ class ApiHandler:
             protocol = self._query_protocol(path, query)
             if protocol is not None:
                 self.rejected[protocol, status] += 1
-            if status == 405:
-                extra = ((b"Allow", _allowed_methods(path)),)
+            extra = _extra_headers(exc, path)
         if status >= 500:
             keep_alive = keep_alive and status == 503
         return (
@@ -126,17 +151,17 @@ class ApiHandler:
         return None
 
     async def _route(
-        self, request: Request, path: bytes, query: bytes
+        self, request: Request, path: bytes, query: bytes, client: bytes | None
     ) -> tuple[int, bytes, bytes, tuple]:
         if self._v2_key_document is not None and path in (V2_QUERY_PATH, V2_KEY_PATH):
-            return await self._v2(request, path)
+            return await self._v2(request, path, client)
         if request.method != b"GET":
             raise ProtocolError("method not allowed", status=405)
         if path == b"/":
             if self._perspectives and query:
                 target = perspectives.parse_query(query)
                 if target is not None:
-                    answer = await self._service.answer_perspectives(target)
+                    answer = await self._service.answer_perspectives(target, client)
                     return answer.status, answer.body, answer.content_type, ()
             return 200, self._index, b"text/plain; charset=utf-8", ()
         if self._bundle_path is not None and path == self._bundle_path:
@@ -145,7 +170,9 @@ class ApiHandler:
             )
         raise ProtocolError("not found", status=404)
 
-    async def _v2(self, request: Request, path: bytes) -> tuple[int, bytes, bytes, tuple]:
+    async def _v2(
+        self, request: Request, path: bytes, client: bytes | None
+    ) -> tuple[int, bytes, bytes, tuple]:
         if path == V2_KEY_PATH:
             if request.method != b"GET":
                 raise ProtocolError("method not allowed", status=405)
@@ -156,7 +183,7 @@ class ApiHandler:
         query = v2.parse_query_request(
             request.body, max_batch=self._v2_max_batch, max_body_bytes=self._v2_max_body_bytes
         )
-        answer = await self._service.answer_v2(query)
+        answer = await self._service.answer_v2(query, client)
         return answer.status, answer.body, answer.content_type, ()
 
     def _convergence_query(self, request: Request, path: bytes) -> tuple[Target, bytes | None]:
@@ -199,7 +226,9 @@ class PerspectivesHandler:
         #: As ``ApiHandler.rejected``.
         self.rejected: Counter[tuple[str, int]] = Counter()
 
-    async def __call__(self, request: Request) -> tuple[bytes, bool]:
+    async def __call__(
+        self, request: Request, client: bytes | None = None
+    ) -> tuple[bytes, bool]:
         keep_alive = request.keep_alive
         try:
             path, _, query = request.target.partition(b"?")
@@ -210,11 +239,11 @@ class PerspectivesHandler:
             target = perspectives.parse_query(query)
             if target is None:
                 return self._index_page, False
-            answer = await self._service.answer_perspectives(target)
+            answer = await self._service.answer_perspectives(target, client)
         except ProtocolError as exc:
             if request.target.startswith(b"/?"):
                 self.rejected["perspectives", exc.status] += 1
-            extra = ((b"Allow", b"GET"),) if exc.status == 405 else ()
+            extra = _extra_headers(exc, b"/")
             return http.error_response(
                 exc.status, exc.message, keep_alive=keep_alive, extra_headers=extra
             ), keep_alive

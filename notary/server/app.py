@@ -12,12 +12,14 @@ certificate, busy port) raise ``UsageError``/``StoreError`` before
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import socket
 import ssl
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -35,7 +37,10 @@ from notary.policy import AddressPolicy
 from notary.probe import Prober, open_prober
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
+from notary.ratelimit import client_prefix
 from notary.scheduler import RescanScheduler
+from notary.server.abuse import AbuseControls
+from notary.server.accept import serve_socket
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Drain, limits_from, serve_http_connection
@@ -53,6 +58,16 @@ log = logging.getLogger(__name__)
 DRAIN_POLL_S = 0.05
 #: Room per target in a ``/v2/query`` body (host, port, both hashes, JSON).
 V2_BYTES_PER_TARGET = 400
+#: The notary's own TLS: AEAD ciphers with forward secrecy (TLS 1.2; TLS 1.3
+#: has only such suites, OpenSSL's defaults).
+MODERN_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+#: ``[server] legacy_tls``: those first, then the CBC suites of 2011 clients
+#: (TLS 1.0 needs security level 0 in OpenSSL 3); never RC4, 3DES, MD5,
+#: export or anonymous suites.
+LEGACY_CIPHERS = (
+    "ECDHE+AESGCM:ECDHE+CHACHA20:ECDHE+AES:RSA+AESGCM:RSA+AES"
+    ":!aNULL:!eNULL:!EXPORT:!RC4:!3DES:!MD5:!DSS:@SECLEVEL=0"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,27 +93,35 @@ class RunningNotary:
     stop_gracefully: Callable[[float], Awaitable[None]]
     admin: tuple[Endpoint, ...] = ()  # the admin listeners (/metrics, /healthz, /readyz)
     metrics: NotaryMetrics | None = None
+    abuse: AbuseControls | None = None  # the per-client and per-target limits
 
 
 def make_server_ssl_context(config: Config) -> ssl.SSLContext:
-    """TLS 1.2+ with the notary's certificate: the one its bundle pins."""
+    """The notary's certificate (the one its bundle pins) over TLS 1.2+ with
+    ``MODERN_CIPHERS``, no renegotiation, no compression; with ``[server]
+    legacy_tls``, TLS 1.0+ and ``LEGACY_CIPHERS`` (for the 2011 add-on)."""
     key = crypto.load_private_key(config.server.key_file)
     cert = crypto.load_certificate(config.server.cert_file)
     crypto.check_key_matches_certificate(key, cert)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if config.server.legacy_tls:
+        with warnings.catch_warnings():  # TLSv1 is deprecated: that is the point
+            warnings.simplefilter("ignore", DeprecationWarning)
+            context.minimum_version = ssl.TLSVersion.TLSv1
+        context.set_ciphers(LEGACY_CIPHERS)
+    else:
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers(MODERN_CIPHERS)
+    context.options |= (
+        ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    )
     context.load_cert_chain(config.server.cert_file, config.server.key_file)
     context.set_alpn_protocols(["http/1.1"])
     return context
 
 
-def wrap_listeners(sockets: Sequence[socket.socket]) -> list[trio.SocketListener]:
-    """Trio listeners over listening ``sockets`` (which they then own)."""
-    return [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in sockets]
-
-
-def bound_endpoint(listener: trio.SocketListener) -> Endpoint:
-    host, port = listener.socket.getsockname()[:2]
+def bound_endpoint(listening: socket.socket) -> Endpoint:
+    host, port = listening.getsockname()[:2]
     return Endpoint(host, port)
 
 
@@ -106,7 +129,10 @@ class ConnectionHandler:
     """Accepted TCP stream -> TLS handshake under a deadline (unless
     ``context`` is None: the plain-HTTP listener) -> HTTP loop. Drops
     connections beyond ``max_connections`` (shared by every listener using
-    this handler) at once."""
+    this handler) at once, and, with ``abuse``, those beyond a client's
+    connections per address or prefix (shared by every handler given the
+    same ``abuse``); the client's prefix is bound to the handler's calls
+    for the query limits (``notary.server.abuse``)."""
 
     def __init__(
         self,
@@ -116,9 +142,11 @@ class ConnectionHandler:
         *,
         max_body_bytes: int | None = None,
         websocket: WebSocketService | None = None,
+        abuse: AbuseControls | None = None,
     ) -> None:
         self._context = context
         self._handler = handler
+        self._abuse = abuse
         self._handshake_timeout_s = config.http.tls_handshake_timeout_s
         self._max_connections = config.http.max_connections
         self._limits = limits_from(config.http, max_body_bytes=max_body_bytes)
@@ -134,35 +162,46 @@ class ConnectionHandler:
             self.refused_connections += 1
             await trio.aclose_forcefully(tcp)
             return
-        self.open_connections += 1
-        upgrades = None
-        if self._websocket is not None:
-            try:
+        abuse = self._abuse
+        peer = "?"
+        if abuse is not None or self._websocket is not None:
+            with contextlib.suppress(OSError):
                 peer = str(tcp.socket.getpeername()[0])
-            except OSError:
-                peer = "?"
-            upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer)}
+        address = abuse.client_address(peer) if abuse is not None else None
+        if address is not None and abuse is not None and not abuse.connections.open(address):
+            self.refused_connections += 1
+            await trio.aclose_forcefully(tcp)
+            return
+        self.open_connections += 1
         try:
-            if self._context is None:
-                await serve_http_connection(
-                    tcp, self._handler, self._limits, upgrades, self._answer_now, self.drain
-                )
-                return
-            stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
-            with trio.move_on_after(self._handshake_timeout_s) as scope:
-                try:
-                    await stream.do_handshake()
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    await trio.aclose_forcefully(tcp)
-                    return
-            if scope.cancelled_caught:
-                await trio.aclose_forcefully(tcp)
-                return
-            await serve_http_connection(
-                stream, self._handler, self._limits, upgrades, self._answer_now, self.drain
-            )
+            await self._serve(tcp, peer, address)
         finally:
             self.open_connections -= 1
+            if address is not None and abuse is not None:
+                abuse.connections.close(address)
+
+    async def _serve(self, tcp: trio.SocketStream, peer: str, address: bytes | None) -> None:
+        # A limited client's prefix goes with each of its requests (None:
+        # unlimited, the handlers are called with the request alone).
+        client = client_prefix(address) if address is not None else None
+        handler, answer_now, limits, drain = self._handler, self._answer_now, self._limits, self.drain
+        upgrades = None
+        if self._websocket is not None:
+            upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer, client=client)}
+        if self._context is None:
+            await serve_http_connection(tcp, handler, limits, upgrades, answer_now, drain, client)
+            return
+        stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
+        with trio.move_on_after(self._handshake_timeout_s) as scope:
+            try:
+                await stream.do_handshake()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await trio.aclose_forcefully(tcp)
+                return
+        if scope.cancelled_caught:
+            await trio.aclose_forcefully(tcp)
+            return
+        await serve_http_connection(stream, handler, limits, upgrades, answer_now, drain, client)
 
 
 def perspectives_index(config: Config) -> bytes:
@@ -204,6 +243,15 @@ def make_v2_key_document(config: Config, signer: crypto.Ed25519Signer) -> bytes:
         signer.public_raw, not_before=born, not_after=born + config.v2.key_valid_for_s
     )
     return v2.key_document([key])
+
+
+def failure_delay_s(config: Config) -> float:
+    """When a failed probe is answered (``[answers] failures_at_deadline``):
+    when a timed-out one would be, the probe deadline, within the query's;
+    0: at once."""
+    if not config.answers.failures_at_deadline:
+        return 0.0
+    return min(config.probe.timeout_s, config.answers.query_timeout_s)
 
 
 def make_scheduler(config: Config, prober: Prober) -> RescanScheduler | None:
@@ -252,7 +300,7 @@ class _Reloaded:
 class Reloader:
     """What SIGHUP changes without dropping a connection: the configuration
     is read again (``load``, None: not from a file) for the target policy
-    (``[server] allow_targets``), the relay's destination policy (``[relay]
+    (``[server] allow_targets`` and ``opt_out``), the relay's destination policy (``[relay]
     allow_addresses``) and the served bundle (``[server] bundle_file``,
     the same path); the relay's trusted bundles are read again. Any other
     change takes a restart.
@@ -290,7 +338,7 @@ class Reloader:
             log.error("reload: kept the previous settings: %s", exc)
             return None
         return _Reloaded(
-            AddressPolicy.from_cidrs(config.server.allow_targets),
+            AddressPolicy.from_cidrs(config.server.allow_targets, config.server.opt_out),
             AddressPolicy.from_cidrs(config.relay.allow_addresses),
             bundle,
         )
@@ -323,7 +371,7 @@ class _Connections:
 
 async def run_connections(
     servers: Sequence[tuple[Callable[[trio.SocketStream], Awaitable[None]],
-                            list[trio.SocketListener]]],
+                            list[socket.socket]]],
     done: trio.Event,
     task_status: trio.TaskStatus[_Connections] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -334,12 +382,9 @@ async def run_connections(
     async with trio.open_nursery() as connections:
         with trio.CancelScope() as accepting:
             async with trio.open_nursery() as acceptors:
-                for handler, listeners in servers:
-                    if listeners:
-                        acceptors.start_soon(
-                            partial(trio.serve_listeners, handler, listeners,
-                                    handler_nursery=connections)
-                        )
+                for handler, listening_sockets in servers:
+                    for listening in listening_sockets:
+                        acceptors.start_soon(serve_socket, listening, handler, connections)
                 task_status.started(_Connections(connections, accepting))
     done.set()
 
@@ -403,13 +448,20 @@ async def _serve_notary(
     task_status: trio.TaskStatus[RunningNotary],
 ) -> None:
     context = make_server_ssl_context(config)
+    if config.server.legacy_tls:
+        log.warning(
+            "legacy_tls is on: the API accepts TLS 1.0 and 1.1 clients and CBC ciphers "
+            "(for the 2011 add-on); turn it off when no such client needs it"
+        )
     signer = crypto.ConvergenceSigner(crypto.load_private_key(config.server.key_file))
-    policy = AddressPolicy.from_cidrs(config.server.allow_targets)
+    policy = AddressPolicy.from_cidrs(config.server.allow_targets, config.server.opt_out)
+    abuse = AbuseControls(config.limits)
     bundle_path = bundle_bytes = notary_name = None
     if config.server.bundle_file is not None:
         bundle_bytes, notary_name = read_served_bundle(config.server.bundle_file)
         bundle_path = "/" + config.server.bundle_file.name
     relay_handler = make_relay_handler(config, resolver=resolver, notary_name=notary_name)
+    relay_handler.abuse = abuse
     perspectives_signer = None
     if config.perspectives.key_file is not None:
         perspectives_signer = crypto.PerspectivesSigner(
@@ -447,6 +499,8 @@ async def _serve_notary(
             perspectives_signer=perspectives_signer,
             v2_signer=v2_signer,
             v2_config=config.v2,
+            abuse=abuse,
+            failure_delay_s=failure_delay_s(config),
         )
         # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
         # connections but not the storage block around it, which then exits
@@ -474,10 +528,10 @@ async def _serve_notary(
                     v2_max_batch=config.v2.max_batch,
                     v2_max_body_bytes=api_body_bytes,
                 )
-                listeners = wrap_listeners(sockets["api"])
-                plain_listeners = wrap_listeners(sockets["plain_api"])
-                perspectives_listeners = wrap_listeners(sockets["perspectives"])
-                relay_listeners = wrap_listeners(sockets["relay"])
+                listeners = list(sockets["api"])
+                plain_listeners = list(sockets["plain_api"])
+                perspectives_listeners = list(sockets["perspectives"])
+                relay_listeners = list(sockets["relay"])
                 body_limit = api_body_bytes if v2_signer is not None else None
                 websocket = None
                 if v2_signer is not None:
@@ -488,10 +542,11 @@ async def _serve_notary(
                     )
                     service.watch_hub = websocket.hub
                 connections = ConnectionHandler(
-                    context, handler, config, max_body_bytes=body_limit, websocket=websocket
+                    context, handler, config, max_body_bytes=body_limit, websocket=websocket,
+                    abuse=abuse,
                 )
                 plain_connections = ConnectionHandler(
-                    None, handler, config, max_body_bytes=body_limit
+                    None, handler, config, max_body_bytes=body_limit, abuse=abuse
                 )
 
                 endpoints = tuple(bound_endpoint(listener) for listener in listeners)
@@ -537,7 +592,7 @@ async def _serve_notary(
                 drain = Drain()
                 connections.drain = plain_connections.drain = drain
                 servers: list[tuple[Callable[[trio.SocketStream], Awaitable[None]],
-                                    list[trio.SocketListener]]] = [
+                                    list[socket.socket]]] = [
                     (connections, listeners), (plain_connections, plain_listeners),
                     (relay_handler, relay_listeners),
                 ]
@@ -546,7 +601,7 @@ async def _serve_notary(
                         service, index_page=perspectives_index(config)
                     )
                     perspectives_connections = ConnectionHandler(
-                        None, perspectives_handler, config
+                        None, perspectives_handler, config, abuse=abuse
                     )
                     metrics.watch_listener("perspectives", perspectives_connections)
                     metrics.watch_rejections(perspectives_handler.rejected)
@@ -557,7 +612,7 @@ async def _serve_notary(
                 # answering (/readyz: 503) while a graceful stop drains.
                 admin = AdminServer(config, metrics=metrics, storage=storage)
                 metrics.watch_listener("admin", admin)
-                admin_listeners = wrap_listeners(sockets["admin"])
+                admin_listeners = list(sockets["admin"])
                 admin_endpoints = tuple(bound_endpoint(listener) for listener in admin_listeners)
                 if admin_endpoints:
                     log.info(
@@ -569,8 +624,8 @@ async def _serve_notary(
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(known.load, storage)
                     nursery.start_soon(metrics.serve_folding, config.admin.metrics_interval_s)
-                    if admin_listeners:
-                        nursery.start_soon(trio.serve_listeners, admin, admin_listeners)
+                    for listening in admin_listeners:
+                        nursery.start_soon(serve_socket, listening, admin, nursery)
                     if scheduler is not None:
                         await nursery.start(scheduler.serve)
                     reloader = Reloader(
@@ -605,5 +660,6 @@ async def _serve_notary(
                             relay_endpoints, relay_handler,
                             service, known, storage, prober, scheduler, cache, serving.cancel,
                             stop_gracefully, admin=admin_endpoints, metrics=metrics,
+                            abuse=abuse,
                         )
                     )

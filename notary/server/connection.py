@@ -23,6 +23,10 @@ Timeouts (``ConnectionLimits``, every one exact on Trio's clock):
 * the handler (the application) runs without a connection deadline: it keeps
   its own (the query deadline).
 
+Requests: at most ``max_requests_per_connection`` are served on one
+connection; the last is handed to the application as if the client had asked
+to close (its answer says ``Connection: close``), then the connection closes.
+
 Graceful stop (``Drain``, shared by every connection of a notary): once
 ``Drain.stop`` is called, a connection waiting for its next request closes at
 once, and one in the middle of a request answers it and then closes.
@@ -50,10 +54,13 @@ RECEIVE_BYTES = 64 * 1024
 CLOSE_TIMEOUT_S = 1.0
 
 #: The application: a request in, (response bytes, keep the connection) out.
-Handler = Callable[[Request], Awaitable[tuple[bytes, bool]]]
-#: The application's synchronous fast path: the same answer when it is ready
-#: without awaiting (a cache hit), else None and ``Handler`` is awaited.
-FastHandler = Callable[[Request], "tuple[bytes, bool] | None"]
+#: Called ``handler(request)``, or ``handler(request, client)`` when the
+#: connection has a ``client`` (see ``serve_http_connection``).
+Handler = Callable[..., Awaitable[tuple[bytes, bool]]]
+#: The application's synchronous fast path, called ``answer_now(request,
+#: client)``: the same answer when it is ready without awaiting (a cache
+#: hit), else None and ``Handler`` is awaited.
+FastHandler = Callable[[Request, "bytes | None"], "tuple[bytes, bool] | None"]
 #: Takes over a connection after an upgrade request (``GET`` with
 #: ``Upgrade:``) for its path: the stream, the request, the bytes after it.
 #: It owns the stream from then on.
@@ -99,6 +106,7 @@ class ConnectionLimits:
     max_header_bytes: int = 8 * 1024
     max_headers: int = 64
     max_body_bytes: int = 4 * 1024
+    max_requests_per_connection: int = 1000
 
 
 def limits_from(http: HttpConfig, *, max_body_bytes: int | None = None) -> ConnectionLimits:
@@ -110,6 +118,7 @@ def limits_from(http: HttpConfig, *, max_body_bytes: int | None = None) -> Conne
         max_header_bytes=http.max_header_bytes,
         max_headers=http.max_headers,
         max_body_bytes=max_body_bytes or http.max_body_bytes,
+        max_requests_per_connection=http.max_requests_per_connection,
     )
 
 
@@ -120,14 +129,20 @@ async def serve_http_connection(
     upgrades: Mapping[bytes, UpgradeHandler] | None = None,
     answer_now: FastHandler | None = None,
     drain: Drain | None = None,
+    client: bytes | None = None,
 ) -> None:
     """Serve HTTP/1.x on ``stream`` until the peer is done or ``drain``
     stops; an upgrade request to a path of ``upgrades`` hands the connection
     over (outside this loop's deadlines: the new protocol keeps its own).
-    ``answer_now``, when given, is tried first for each request."""
+    ``answer_now``, when given, is tried first for each request.
+    ``client``: who the application limits this connection as (its client
+    prefix key, ``notary.server.abuse``); passed on with every request when
+    not None."""
     drain = drain or Drain()
     try:
-        handoff = await _serve(stream, handler, limits, upgrades or {}, answer_now, drain)
+        handoff = await _serve(
+            stream, handler, limits, upgrades or {}, answer_now, drain, client
+        )
         if handoff is not None:
             take_over, request, leftover = handoff
             with drain.cancel_on_stop():
@@ -147,12 +162,14 @@ async def _serve(
     upgrades: Mapping[bytes, UpgradeHandler],
     answer_now: FastHandler | None,
     drain: Drain,
+    client: bytes | None,
 ) -> tuple[UpgradeHandler, Request, bytes] | None:
     reader = RequestReader(
         max_header_bytes=limits.max_header_bytes,
         max_headers=limits.max_headers,
         max_body_bytes=limits.max_body_bytes,
     )
+    requests_left = limits.max_requests_per_connection
     header_timeout_s = limits.header_timeout_s
     keepalive_timeout_s = limits.keepalive_timeout_s
     send_timeout_s = limits.send_timeout_s
@@ -199,18 +216,24 @@ async def _serve(
                 await send_all(error_response(exc.status, exc.message))
                 return None
             for request in requests:
+                requests_left -= 1
+                if not requests_left:
+                    request = _last_request(request)
                 if request.upgrade and upgrades and request.method == b"GET":
                     take_over = upgrades.get(request.target.partition(b"?")[0])
                     if take_over is not None:
                         return take_over, request, reader.leftover
-                answered = answer_now(request) if answer_now is not None else None
+                answered = answer_now(request, client) if answer_now is not None else None
                 if answered is None:
                     scope.deadline = inf  # the handler keeps its own deadlines
-                    answered = await handler(request)
+                    if client is None:
+                        answered = await handler(request)
+                    else:
+                        answered = await handler(request, client)
                 response, keep_alive = answered
                 scope.deadline = current_time() + send_timeout_s
                 await send_all(response)
-                if not keep_alive or drain.stopping:
+                if not keep_alive or drain.stopping or not requests_left:
                     return None
             if reader.finished:
                 return None
@@ -221,3 +244,12 @@ async def _serve(
         with trio.move_on_after(send_timeout_s):
             await send_all(error_response(408, "request timeout"))
     return None
+
+
+def _last_request(request: Request) -> Request:
+    """``request`` as if its client had asked to close the connection: the
+    last one ``max_requests_per_connection`` allows."""
+    return Request(
+        request.method, request.target, request.version, request.headers, request.body,
+        False, request.upgrade,
+    )

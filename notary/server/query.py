@@ -14,6 +14,25 @@ Invariants
    is decided with one cache lookup and one clock read, without awaiting,
    and ``respond_at_once`` returns the complete HTTP response made with the record
    (``TargetRecord.http_responses``): no response bytes are built per query.
+   A limited client's query costs one token-bucket admission more (a dict
+   lookup and a few float operations, ``notary.ratelimit``).
+6. Limits (``notary.server.abuse``): every query of a limited client
+   (``client`` not None: its prefix key) is admitted by its query bucket
+   first, once, whichever path answers it; a refusal raises ``RateLimited``
+   (429), or is the 429 response on the fast path. A probe a query would
+   start (not one it joins: ``_probing``) is admitted by the client's, the
+   target's and the target prefix's probe budgets. A throttled query (the
+   target's or its prefix's budget) is answered from the target's newest
+   observation when it is more recent than the target's probe spacing (as
+   within ``reprobe_after_s``: 200 or 409), else as a failed probe (a GET
+   with history: 200 with it; else 503).
+7. Probe failures leak little: refused by policy or opt-out is 403 (v2:
+   ``refused``); every other failure (name does not resolve, connection
+   refused, unreachable, not TLS, timed out, throttled by rule 6) is one
+   503 with one message (v2: ``unreachable``), answered, when
+   ``failure_delay_s`` is set, no sooner than that long after the query
+   decided to probe: the time a probe that times out takes, so the answer's
+   timing does not tell a refused port from a filtered one.
 """
 
 from __future__ import annotations
@@ -27,13 +46,15 @@ import trio
 from notary.cache import LRUCache
 from notary.config import V2Config
 from notary.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
-from notary.errors import ProbeError, ProbeRefused, StoreError
+from notary.errors import ProbeError, ProbeRefused, ProbeTimeout, StoreError
 from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
 from notary.probe import Prober
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.convergence import Decision
 from notary.protocol.targets import Target
-from notary.scheduler import RescanScheduler
+from notary.ratelimit import RateLimited, retry_after_s
+from notary.scheduler import RescanScheduler, address_prefix
+from notary.server.abuse import AbuseControls, ProbeThrottled
 from notary.server.known_targets import KnownTargets
 from notary.server.storage import Storage
 from notary.server.websocket import WatchHub
@@ -83,6 +104,37 @@ class TargetRecord:
         return bodies + ders + RECORD_OVERHEAD_BYTES
 
 
+#: The body of every 503 of a failed probe (rule 7), and of a 403.
+UNOBSERVED_MESSAGE = b"could not observe the target's certificate\n"
+REFUSED_MESSAGE = b"target refused by this notary's policy\n"
+#: Distinct 429 responses kept ready (one per Retry-After and keep-alive).
+TOO_MANY_RESPONSES = 256
+
+
+class QueryDeadline(ProbeTimeout):
+    """The query stopped waiting for its probe (``query_timeout_s``); the
+    probe itself goes on, and its outcome is noted when it ends."""
+
+
+#: Failures that are no probe's outcome (the scheduler is not told of them).
+_NOT_PROBE_OUTCOMES = (QueryDeadline, ProbeThrottled)
+
+
+def too_many_response(retry_after: int, keep_alive: bool, cache: dict) -> bytes:
+    """The 429 answer to a query over its rate, made once per
+    ``(retry_after, keep_alive)`` and kept in ``cache`` (bounded by clearing)."""
+    key = (retry_after, keep_alive)
+    response = cache.get(key)
+    if response is None:
+        if len(cache) >= TOO_MANY_RESPONSES:
+            cache.clear()
+        response = cache[key] = http.response(
+            429, b"too many queries; retry later\n", content_type=b"text/plain; charset=utf-8",
+            keep_alive=keep_alive, extra_headers=((b"Retry-After", b"%d" % retry_after),),
+        )
+    return response
+
+
 def response_index(status: int, keep_alive: bool) -> int:
     """Where the response for ``status`` (200 or 409) is in
     ``TargetRecord.http_responses``."""
@@ -102,10 +154,14 @@ class QueryService:
     Resource handling: borrows the cache, storage, known-targets filter,
     signer and prober; owns nothing. ``observe`` must be installed as the prober's result hook.
 
+    ``abuse``: the limits of invariant 6 (None: none). ``failure_delay_s``:
+    invariant 7 (0: failures are answered at once).
+
     Error handling: probe failures become 503 (403 when the policy refused
     the target) with a short unsigned message; store read failures are
     logged and treated as "nothing known" so answers keep coming from memory
-    and probes.
+    and probes. A limited client over its rate gets ``RateLimited`` raised
+    (the handlers answer 429), counted by the handlers, not here.
     """
 
     def __init__(
@@ -123,6 +179,8 @@ class QueryService:
         perspectives_signer: PerspectivesSigner | None = None,
         v2_signer: Ed25519Signer | None = None,
         v2_config: V2Config | None = None,
+        abuse: AbuseControls | None = None,
+        failure_delay_s: float = 0.0,
     ) -> None:
         self._cache = cache
         self._storage = storage
@@ -136,6 +194,14 @@ class QueryService:
         self._perspectives_signer = perspectives_signer
         self._v2_signer = v2_signer
         self._v2 = v2_config or V2Config()
+        self.abuse = abuse
+        #: The query bucket of invariant 6, read on the fast path.
+        self._query_buckets = abuse.queries if abuse is not None else None
+        self._failure_delay_s = failure_delay_s
+        #: Targets whose probe a query started, with how many queries wait
+        #: for it: a query joining one is not charged (invariant 6).
+        self._probing: dict[str, int] = {}
+        self._too_many: dict[tuple[int, bool], bytes] = {}
         #: Told of every query and probe outcome, when rescanning is on.
         self.scheduler: RescanScheduler | None = None
         #: Told of every new certificate seen, when v2 watches are served.
@@ -229,35 +295,50 @@ class QueryService:
         self._known.add(target.key)
         await self._storage.record(result)
 
-    async def answer(self, target: Target, fingerprint: bytes | None) -> Answer:
+    async def answer(
+        self, target: Target, fingerprint: bytes | None, client: bytes | None = None
+    ) -> Answer:
         """The answer to ``GET`` (``fingerprint`` None) or ``POST`` for
-        ``target``."""
+        ``target``, asked by the client prefix ``client`` (None: unlimited).
+
+        Error handling: ``RateLimited`` when the client is over its query or
+        probe rate (invariant 6)."""
+        abuse = self.abuse
+        if abuse is not None:
+            abuse.admit_query(client, self._clock())
         record, status = self._answer_at_once(target, fingerprint)
         if record is not None and status is not None:
             self._count("convergence", status)
             return Answer(status, record.convergence_body)
-        answer = await self._answer_slowly(target, fingerprint, record)
+        answer = await self._answer_slowly(target, fingerprint, record, client)
         self._count("convergence", answer.status)
         return answer
 
     def respond_at_once(
-        self, target: Target, fingerprint: bytes | None, keep_alive: bool
+        self, target: Target, fingerprint: bytes | None, keep_alive: bool,
+        client: bytes | None = None,
     ) -> bytes | None:
         """The complete HTTP response (``keep_alive`` or ``Connection:
         close``) made with the cached record when the cache alone answers
-        (invariant 5), the query counted; else None, the query not counted:
-        the caller then awaits ``answer``. Synchronous, for the connection
-        loop's fast path."""
+        (invariant 5), the query counted; else None, the query neither
+        counted nor charged: the caller then awaits ``answer``. A limited
+        ``client`` over its query rate gets the 429 response (invariant 6).
+        Synchronous, for the connection loop's fast path."""
         key = target.key
         record = self._cache.get(key)
         if record is None:
             return None
+        now = self._clock()
         status = convergence.answer_status(
-            record.timeline, fingerprint, int(self._clock()), self._fresh_for_s,
-            self._reprobe_after_s,
+            record.timeline, fingerprint, int(now), self._fresh_for_s, self._reprobe_after_s,
         )
         if status is None:
             return None
+        if client is not None and self._query_buckets is not None:
+            wait = self._query_buckets.take(client, now)
+            if wait:
+                self._count("convergence", 429)
+                return too_many_response(retry_after_s(wait), keep_alive, self._too_many)
         if self.scheduler is not None:
             self.scheduler.note_query(target, key)
         answered = self._convergence_answered
@@ -282,7 +363,8 @@ class QueryService:
         return record, status
 
     async def _answer_slowly(
-        self, target: Target, fingerprint: bytes | None, record: TargetRecord | None
+        self, target: Target, fingerprint: bytes | None, record: TargetRecord | None,
+        client: bytes | None = None,
     ) -> Answer:
         """``answer`` when the cache alone could not: ``record`` is the cached
         one (stale for this query), or None after a cache miss."""
@@ -297,16 +379,19 @@ class QueryService:
             reprobe_after_s=self._reprobe_after_s,
         )
         if decision is Decision.PROBE:
-            assert self.prober is not None, "QueryService.prober was never set"
+            started = trio.current_time()
             try:
-                with trio.fail_after(self._query_timeout_s):
-                    result = await self.prober.probe(target)
-            except trio.TooSlowError:
-                return self._failed(record, fingerprint, ProbeError("probe did not finish in time"))
+                result = await self._probe_for(target, record, client)
             except ProbeError as exc:
-                if self.scheduler is not None:
+                if self.scheduler is not None and not isinstance(exc, _NOT_PROBE_OUTCOMES):
                     self.scheduler.note_probe(target, None, exc.reason, False)
-                return self._failed(record, fingerprint, exc)
+                if isinstance(exc, ProbeThrottled) and self._probed_lately(record):
+                    assert record is not None
+                    return self._answer_from(record, fingerprint)
+                answer = self._failed(record, fingerprint, exc)
+                if answer.status == 503:
+                    await self._at_failure_deadline(started)
+                return answer
             # ``observe`` ran before probe() returned; the fallback covers an
             # eviction in between.
             record = self._cache.peek(target.key) or self._make_record(
@@ -314,12 +399,80 @@ class QueryService:
             )
         return self._answer_from(record, fingerprint)
 
-    async def answer_perspectives(self, target: Target) -> Answer:
+    async def _probe_for(
+        self, target: Target, record: TargetRecord | None, client: bytes | None
+    ) -> ProbeResult:
+        """Probe ``target`` for a query of ``client`` (``record``: what is
+        known of it), under the query deadline, admitted by the limits unless
+        it joins a probe a query started (invariant 6).
+
+        Error handling: ``RateLimited`` (the client's probe budget), a
+        ``ProbeError`` for a probe that failed, was throttled
+        (``ProbeThrottled``) or did not finish in time (``ProbeTimeout``)."""
+        assert self.prober is not None, "QueryService.prober was never set"
+        key = target.key
+        probing = self._probing
+        abuse = self.abuse
+        destination = None
+        if abuse is not None and key not in probing:
+            destination = self._destination(target, record)
+            abuse.admit_probe(client, key, destination, self._clock())
+        probing[key] = probing.get(key, 0) + 1
+        try:
+            with trio.fail_after(self._query_timeout_s):
+                return await self.prober.probe(target)
+        except trio.TooSlowError:
+            raise QueryDeadline("probe did not finish in time") from None
+        except ProbeRefused:
+            if abuse is not None and destination is not None:
+                abuse.refund_probe(key, destination)
+            raise
+        finally:
+            waiting = probing[key] - 1
+            if waiting:
+                probing[key] = waiting
+            else:
+                del probing[key]
+
+    def _probed_lately(self, record: TargetRecord | None) -> bool:
+        """Whether ``record``'s newest observation is more recent than the
+        spacing of the target's probes (invariant 6): then a throttled query
+        is answered from it, as within ``reprobe_after_s``."""
+        abuse = self.abuse
+        newest = record.timeline.newest if record is not None else None
+        if abuse is None or newest is None:
+            return False
+        return newest.last_seen >= self._clock() - abuse.target_spacing_s
+
+    @staticmethod
+    def _destination(target: Target, record: TargetRecord | None) -> str:
+        """The politeness key of ``target``: the /24 or /48 of the address
+        that last served it, else of the target itself if it is an IP
+        literal, else its name (the scheduler's rule 8b)."""
+        newest = record.timeline.newest if record is not None else None
+        if newest is not None and newest.addresses:
+            return address_prefix(newest.addresses[0])
+        return address_prefix(target.host)
+
+    async def _at_failure_deadline(self, started: float) -> None:
+        """Return ``failure_delay_s`` after ``started`` (Trio time):
+        invariant 7."""
+        if self._failure_delay_s > 0:
+            await trio.sleep_until(started + self._failure_delay_s)
+
+    async def answer_perspectives(self, target: Target, client: bytes | None = None) -> Answer:
         """The Perspectives answer for ``target``: 200 and the signed XML made
         when its history last changed; 404 for a service never observed, with
-        a probe started in the background (the client asks again); 503 when
-        the store cannot be read and nothing is cached."""
+        a probe started in the background (the client asks again) when the
+        limits allow one; 503 when the store cannot be read and nothing is
+        cached.
+
+        Error handling: ``RateLimited`` when the client prefix ``client`` is
+        over its query or probe rate (invariant 6)."""
         assert self._perspectives_signer is not None, "Perspectives is not configured"
+        abuse = self.abuse
+        if abuse is not None:
+            abuse.admit_query(client, self._clock())
         if self.scheduler is not None:
             self.scheduler.note_query(target)
         try:
@@ -330,7 +483,15 @@ class QueryService:
             return Answer(503, b"observation store unavailable\n", b"text/plain")
         if record is None or record.perspectives_body is None:
             assert self.prober is not None, "QueryService.prober was never set"
-            started = self.prober.probe_soon(target)
+            destination = self._destination(target, record)
+            try:
+                if abuse is not None:
+                    abuse.admit_probe(client, target.key, destination, self._clock())
+                started = self.prober.probe_soon(target)
+                if not started and abuse is not None:  # the prober is full: nothing spent
+                    abuse.refund_probe(target.key, destination)
+            except ProbeThrottled:
+                started = False
             message = b"unknown service; probing it now, ask again\n" if started else (
                 b"unknown service; too many probes in progress, ask again later\n"
             )
@@ -339,23 +500,35 @@ class QueryService:
         self._count("perspectives", 200)
         return Answer(200, record.perspectives_body, perspectives.CONTENT_TYPE)
 
-    async def answer_v2_bytes(self, request: v2.QueryRequest) -> bytes:
-        """The ``/v2/query`` answer document (for WebSocket ``query``)."""
-        answer = await self._answer_v2(request)
+    async def answer_v2_bytes(
+        self, request: v2.QueryRequest, client: bytes | None = None
+    ) -> bytes:
+        """The ``/v2/query`` answer document (for WebSocket ``query``).
+
+        Error handling: as ``answer_v2``."""
+        answer = await self._answer_v2(request, client)
         self._count("websocket", answer.status)
         return answer.body
 
-    async def answer_v2(self, request: v2.QueryRequest) -> Answer:
+    async def answer_v2(self, request: v2.QueryRequest, client: bytes | None = None) -> Answer:
         """The signed ``/v2/query`` answer: every entry looked up (and probed
         if need be) concurrently, each under the query deadline; one
-        envelope signature for the whole request (see ``notary.protocol.v2``)."""
-        answer = await self._answer_v2(request)
+        envelope signature for the whole request (see ``notary.protocol.v2``).
+
+        Error handling: ``RateLimited`` when the client prefix ``client`` is
+        over its query rate, a query costing one per target (invariant 6).
+        An entry whose probe the client's probe budget does not cover is
+        answered from what is known, unprobed (``unknown`` when nothing)."""
+        answer = await self._answer_v2(request, client)
         self._count("v2", answer.status)
         return answer
 
-    async def _answer_v2(self, request: v2.QueryRequest) -> Answer:
+    async def _answer_v2(self, request: v2.QueryRequest, client: bytes | None) -> Answer:
         signer = self._v2_signer
         assert signer is not None, "v2 is not configured"
+        abuse = self.abuse
+        if abuse is not None:
+            abuse.admit_query(client, self._clock(), len(request.targets))
         results: list[v2.QueryResult | None] = [None] * len(request.targets)
         now = int(self._clock())
         waiting = []
@@ -367,7 +540,7 @@ class QueryService:
                 waiting.append((index, query))
 
         async def answer_one(index: int, query: v2.TargetQuery) -> None:
-            results[index] = await self._v2_result(query)
+            results[index] = await self._v2_result(query, client)
 
         if waiting:
             async with trio.open_nursery() as nursery:
@@ -401,7 +574,7 @@ class QueryService:
         )
         return v2.QueryResult(target, verdict, record.v2_statement)
 
-    async def _v2_result(self, query: v2.TargetQuery) -> v2.QueryResult:
+    async def _v2_result(self, query: v2.TargetQuery, client: bytes | None) -> v2.QueryResult:
         """The result of a query ``_v2_result_at_once`` (which counted it)
         could not answer: store read and probe as needed."""
         target = query.target
@@ -413,19 +586,23 @@ class QueryService:
         )
         failure = None
         if decision is Decision.PROBE:
-            assert self.prober is not None, "QueryService.prober was never set"
+            started = trio.current_time()
             try:
-                with trio.fail_after(self._query_timeout_s):
-                    await self.prober.probe(target)
-            except trio.TooSlowError:
-                failure = v2.VERDICT_UNREACHABLE
+                await self._probe_for(target, record, client)
+            except RateLimited:
+                pass  # answered from what is known, unprobed
+            except ProbeThrottled:
+                if not self._probed_lately(record):
+                    failure = v2.VERDICT_UNREACHABLE
             except ProbeError as exc:
                 failure = v2.VERDICT_REFUSED if isinstance(exc, ProbeRefused) else (
                     v2.VERDICT_UNREACHABLE
                 )
-                if self.scheduler is not None:
+                if self.scheduler is not None and not isinstance(exc, QueryDeadline):
                     self.scheduler.note_probe(target, None, exc.reason, False)
             record = self._cache.peek(target.key) or record
+            if failure == v2.VERDICT_UNREACHABLE:
+                await self._at_failure_deadline(started)
         if record is None:
             return v2.QueryResult(target, failure or v2.VERDICT_UNKNOWN)
         record = self._renewed(record, now)
@@ -463,5 +640,5 @@ class QueryService:
         if convergence.status_after_failed_probe(timeline, fingerprint) == 200 and record:
             return Answer(200, record.convergence_body)
         if isinstance(failure, ProbeRefused):
-            return Answer(403, b"target refused by this notary's policy\n", b"text/plain")
-        return Answer(503, b"could not observe the target's certificate\n", b"text/plain")
+            return Answer(403, REFUSED_MESSAGE, b"text/plain")
+        return Answer(503, UNOBSERVED_MESSAGE, b"text/plain")

@@ -11,7 +11,10 @@ Rules this module keeps:
    after resolution, connected to by IP, as the prober does), and only to
    the configured ``dial_port`` (4242).
 2. Bounded: at most ``max_tunnels`` relay connections at once (beyond it,
-   503 and close); the head must arrive within ``head_timeout_s``; the
+   503 and close), and, with ``abuse`` set, at most ``[limits]
+   max_connections_per_address`` from one client address and
+   ``max_connections_per_prefix`` from its prefix (beyond: closed at once,
+   refusal reason ``per-client``); the head must arrive within ``head_timeout_s``; the
    destinations are tried in parallel within ``connect_timeout_s``; a tunnel
    idle for ``idle_timeout_s`` or open for ``max_lifetime_s`` is closed; at
    most ``buffer_bytes`` per direction are held in memory.
@@ -58,6 +61,7 @@ from notary.protocol.relay import (
     refusal,
     relay_page,
 )
+from notary.server.abuse import AbuseControls
 
 __all__ = ["RelayHandler", "RelayStatistics", "TrustedDestinations", "read_trusted_bundles"]
 
@@ -84,7 +88,8 @@ class RelayStatistics:
     established tunnels open now; ``tunnels_opened``: since start;
     ``refused``: refusals by reason (``busy``, ``malformed``, ``timeout``,
     ``forbidden`` (method or port), ``untrusted`` (not in a bundle),
-    ``policy``, ``unreachable``, ``off``); bytes relayed each way.
+    ``policy``, ``unreachable``, ``off``, ``per-client`` (connections per
+    client address or prefix)); bytes relayed each way.
     """
 
     connections: int
@@ -172,6 +177,8 @@ class RelayHandler:
         self._refused: Counter[str] = Counter()
         self._bytes_to_destinations = 0
         self._bytes_to_clients = 0
+        #: The per-client connection limits (``serve_notary`` sets them).
+        self.abuse: AbuseControls | None = None
 
     @property
     def mode(self) -> RelayMode:
@@ -204,17 +211,37 @@ class RelayHandler:
                     finally:
                         self._lingering -= 1
                 return
+            address = self._client_address(stream)
+            abuse = self.abuse
+            if (
+                address is not None and abuse is not None
+                and not abuse.relay_connections.open(address)
+            ):
+                self._refused["per-client"] += 1
+                return
             self._connections += 1
             try:
                 await self._serve(stream)
             finally:
                 self._connections -= 1
+                if address is not None and abuse is not None:
+                    abuse.relay_connections.close(address)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass
         finally:
             # aclose() of a socket stream closes at once and never blocks
             # (aclose_forcefully would add a cancelled checkpoint per close).
             await _close(stream)
+
+    def _client_address(self, stream: trio.SocketStream) -> bytes | None:
+        """The packed address of the client if per-client limits apply to it."""
+        if self.abuse is None:
+            return None
+        try:
+            peer = str(stream.socket.getpeername()[0])
+        except (OSError, AttributeError):
+            return None
+        return self.abuse.client_address(peer)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         config = self._config

@@ -10,7 +10,11 @@ Error handling: a batch that fails (``StoreError``: disk full, database
 locked past the busy timeout) is kept and retried with back-off, up to
 ``MAX_RETRY_DELAY_S`` apart, for as long as the notary runs; meanwhile
 producers wait once the queue is full (never a silent drop) and the failure is
-logged and counted. A crash or power loss loses what was still queued: at most
+logged and counted. Once the block of ``open_storage`` exits (a clean stop),
+the writer keeps retrying for at most ``SHUTDOWN_RETRY_S``: a store that
+stays unusable (a damaged file, a full disk) must not hold the process for
+ever; what is then left uncommitted is counted (``lost``) and logged in one
+line. A crash or power loss loses what was still queued: at most
 ``batch_interval_ms`` of observations under normal load (queries are answered
 from memory meanwhile), plus, with ``synchronous=NORMAL``, the last committed
 transactions on power loss (never corruption: WAL).
@@ -36,6 +40,9 @@ log = logging.getLogger(__name__)
 
 FIRST_RETRY_DELAY_S = 0.1
 MAX_RETRY_DELAY_S = 5.0
+#: After a clean stop began, how long failing batches are still retried
+#: before what is left is given up (see the module docstring).
+SHUTDOWN_RETRY_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +50,9 @@ class StorageStatistics:
     """``queued``: observations waiting for the writer; ``committed``,
     ``batches``, ``failed_batches`` (attempts that raised), ``producer_waits``
     (``record`` calls that found the queue full): cumulative; ``failing``: the
-    batch in hand failed its last attempt and waits to be retried."""
+    batch in hand failed its last attempt and waits to be retried; ``lost``:
+    observations given up at shutdown because the store stayed unusable for
+    ``SHUTDOWN_RETRY_S``."""
 
     queued: int
     committed: int
@@ -51,6 +60,7 @@ class StorageStatistics:
     failed_batches: int
     producer_waits: int
     failing: bool = False
+    lost: int = 0
 
 
 class Storage:
@@ -73,6 +83,10 @@ class Storage:
         self._failed_batches = 0
         self._producer_waits = 0
         self._failing = False
+        #: Set when the queue is closed (a clean stop): until then failing
+        #: batches are retried; after it, what is left is given up.
+        self._give_up_at: float | None = None
+        self._lost = 0
         #: Called after each committed batch with its rows and the seconds
         #: its successful write took (metrics); must not raise.
         self.on_batch: Callable[[int, float], None] | None = None
@@ -124,7 +138,13 @@ class Storage:
             failed_batches=self._failed_batches,
             producer_waits=self._producer_waits,
             failing=self._failing,
+            lost=self._lost,
         )
+
+    def _closing(self) -> None:
+        """The queue is being closed (a clean stop): start the bound on
+        retries."""
+        self._give_up_at = trio.current_time() + SHUTDOWN_RETRY_S
 
     async def _serve_writer(
         self,
@@ -137,7 +157,7 @@ class Storage:
                 try:
                     first = await receive.receive()
                 except trio.EndOfChannel:
-                    return
+                    break
                 batch = [first]
                 with trio.move_on_after(batch_interval_s):
                     while len(batch) < batch_rows:
@@ -160,10 +180,18 @@ class Storage:
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 await self._commit(batch)
+        if self._lost:
+            log.error(
+                "store still unusable %gs after the stop began: %d observations were "
+                "not committed", SHUTDOWN_RETRY_S, self._lost,
+            )
 
     async def _commit(self, batch: list[ProbeResult]) -> None:
         delay = FIRST_RETRY_DELAY_S
         while True:
+            if self._lost:  # given up already: the rest of the queue goes too
+                self._lost += len(batch)
+                return
             started = trio.current_time()
             try:
                 # Shielded: a batch taken from the queue is committed even
@@ -175,7 +203,13 @@ class Storage:
             except StoreError as exc:
                 self._failed_batches += 1
                 self._failing = True
+                give_up_at = self._give_up_at
+                if give_up_at is not None and trio.current_time() >= give_up_at:
+                    self._lost += len(batch)
+                    return
                 log.error("store write of %d observations failed, retrying: %s", len(batch), exc)
+                if give_up_at is not None:  # never sleep past the bound
+                    delay = min(delay, max(give_up_at - trio.current_time(), 0.0))
                 await trio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY_S)
                 continue
@@ -218,6 +252,7 @@ async def open_storage(
             try:
                 yield storage
             finally:
+                storage._closing()
                 await send.aclose()  # the writer drains what is queued, then returns
     finally:
         reader.close()

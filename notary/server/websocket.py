@@ -16,7 +16,9 @@ Server to client, pushed: ``{"type": "observation", "target": "host:port",
 the one it saw before; the statement is the v2 statement signed for that
 change (verify it as in ``notary.protocol.v2``). A bad message gets
 ``{"type": "error", "id": ID or null, "status": 400, "message": ...}`` and the
-connection stays open.
+connection stays open. A query over the client's rate (``[limits]``, one per
+target) gets ``{"type": "error", "status": 429, "retry_after": SECONDS, ...}``
+and the connection stays open.
 
 Rules this module keeps:
 
@@ -47,6 +49,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 import trio_websocket
@@ -56,6 +59,7 @@ from notary.errors import PeerError
 from notary.protocol import v2
 from notary.protocol.http import Request
 from notary.protocol.targets import Target, make_target
+from notary.ratelimit import RateLimited
 
 __all__ = [
     "WATCH_PATH", "WatchHub", "WebSocketLimits", "WebSocketService", "WebSocketStatistics",
@@ -202,10 +206,12 @@ class WebSocketService:
         )
 
     async def serve(
-        self, stream: trio.abc.Stream, request: Request, leftover: bytes, *, peer: str
+        self, stream: trio.abc.Stream, request: Request, leftover: bytes, *, peer: str,
+        client: bytes | None = None,
     ) -> None:
         """Run one WebSocket connection until it ends (see the module
-        docstring); owns ``stream`` and closes it."""
+        docstring); owns ``stream`` and closes it. ``client``: the client
+        prefix key its queries are limited as (None: unlimited)."""
         limits = self._limits
         try:
             if self._by_address[peer] >= limits.max_connections_per_address:
@@ -224,8 +230,11 @@ class WebSocketService:
                         max_message_size=limits.max_message_bytes,
                     )
                     ws = await ws_request.accept()
+                    answer_query = self._answer_query
+                    if client is not None:
+                        answer_query = partial(answer_query, client=client)
                     await _serve(
-                        ws, nursery, self._answer_query, self.hub, limits, self._max_batch,
+                        ws, nursery, answer_query, self.hub, limits, self._max_batch,
                         self._rejected_queries,
                     )
                     nursery.cancel_scope.cancel()
@@ -370,7 +379,9 @@ async def _handle(
     except PeerError as exc:
         if kind == "query":
             rejected_queries[exc.status] += 1
-        connection.push(json.dumps(
-            {"id": request_id, "message": exc.message, "status": exc.status, "type": "error"},
-            sort_keys=True,
-        ).encode())
+        error: dict[str, object] = {
+            "id": request_id, "message": exc.message, "status": exc.status, "type": "error",
+        }
+        if isinstance(exc, RateLimited):
+            error["retry_after"] = exc.retry_after_s
+        connection.push(json.dumps(error, sort_keys=True).encode())

@@ -1,0 +1,200 @@
+"""The notary's abuse controls, made from ``[limits]``: who a connection's
+client is (for limits), how many connections it has open, and whether it may
+ask a query or cause a probe now.
+
+Pure (no Trio, no clock: ``now`` is a parameter, the query service's clock),
+built on :mod:`notary.ratelimit`. One instance per notary process (worker):
+the limits are per worker.
+
+Rules this module keeps:
+
+1. A client in ``exempt_clients`` (or whose address is not an IP address) has
+   no per-client limit: :meth:`AbuseControls.client_address` gives None for
+   it, and every caller passes None on as "unlimited".
+2. **Connections**: at most ``max_connections_per_address`` from one address
+   and ``max_connections_per_prefix`` from one prefix (IPv4 /24, IPv6 /56),
+   HTTP listeners (API, plain API, Perspectives) counted together in
+   :attr:`~AbuseControls.connections`, relay connections apart in
+   :attr:`~AbuseControls.relay_connections`.
+3. **Queries**: a token bucket per client prefix (``queries_per_s_per_prefix``,
+   ``query_burst``); a query costs 1, a v2 query one per target.
+4. **Probes**: an on-demand probe a query would *start* (not one it joins) is
+   admitted when all three allow it, and then charged to all three: the
+   client prefix's bucket (``probes_per_s_per_prefix``, ``probe_burst``;
+   refused: :class:`~notary.ratelimit.RateLimited`, 429), the target's
+   spacing (``probes_per_minute_per_target``: one probe at most every
+   ``60 / N`` seconds, so at most N in any minute) and the target prefix's
+   bucket (``probes_per_s_per_destination_prefix``,
+   ``destination_probe_burst``); refused by either of the last two:
+   :class:`ProbeThrottled`, answered as a failed probe. A probe the address
+   policy refuses (no connection made) is given back to the target and its
+   prefix (:meth:`AbuseControls.refund_probe`), so a refused target keeps
+   getting 403, never a throttled 503.
+5. **Bounded**: each rate table holds at most ``max_tracked`` entries
+   (:class:`~notary.ratelimit.TokenBuckets` rule 3); the connection tables
+   hold one entry per address and prefix with an open connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from notary.config import LimitsConfig
+from notary.errors import ProbeError
+from notary.ratelimit import (
+    ClientConnections,
+    Exemptions,
+    RateLimited,
+    TokenBuckets,
+    packed_address,
+    retry_after_s,
+)
+
+__all__ = ["AbuseControls", "AbuseStatistics", "ProbeThrottled"]
+
+#: Seconds per minute (``probes_per_minute_per_target``).
+MINUTE_S = 60.0
+
+
+class ProbeThrottled(ProbeError):
+    """The target (or its address prefix) was probed as often as the limits
+    allow: the query is answered as if its probe had failed (503)."""
+
+    reason = "throttled"
+
+
+@dataclass(frozen=True, slots=True)
+class AbuseStatistics:
+    """A snapshot: connections refused per address and per prefix (HTTP and
+    relay together); queries refused; probes refused by client, target and
+    destination; entries in each rate table."""
+
+    connections_refused_address: int
+    connections_refused_prefix: int
+    queries_refused: int
+    probes_refused_client: int
+    probes_refused_target: int
+    probes_refused_destination: int
+    tracked: dict[str, int]
+
+
+def _buckets(rate_per_s: float, burst: float, max_entries: int) -> TokenBuckets | None:
+    return TokenBuckets(rate_per_s, burst, max_entries=max_entries) if rate_per_s > 0 else None
+
+
+class AbuseControls:
+    """The limits of ``[limits]`` (see the module docstring).
+
+    Resource handling: owns only bounded tables.
+    Error handling: ``ConfigError`` for bad ``exempt_clients`` (validated
+    with the config already); the checks never raise but as documented.
+    """
+
+    def __init__(self, limits: LimitsConfig) -> None:
+        self.limits = limits
+        self._exempt = Exemptions.from_cidrs(limits.exempt_clients)
+        self.connections = ClientConnections(
+            max_per_address=limits.max_connections_per_address,
+            max_per_prefix=limits.max_connections_per_prefix,
+        )
+        self.relay_connections = ClientConnections(
+            max_per_address=limits.max_connections_per_address,
+            max_per_prefix=limits.max_connections_per_prefix,
+        )
+        tracked = limits.max_tracked
+        #: Rule 3; None when ``queries_per_s_per_prefix`` is 0.
+        self.queries = _buckets(limits.queries_per_s_per_prefix, limits.query_burst, tracked)
+        self.client_probes = _buckets(limits.probes_per_s_per_prefix, limits.probe_burst, tracked)
+        per_minute = limits.probes_per_minute_per_target
+        self.target_probes = _buckets(per_minute / MINUTE_S, 1, tracked) if per_minute else None
+        self.destination_probes = _buckets(
+            limits.probes_per_s_per_destination_prefix, limits.destination_probe_burst, tracked
+        )
+        self._refused_target = 0
+        self._refused_destination = 0
+        self._refused_client = 0
+
+    @property
+    def target_spacing_s(self) -> float:
+        """Least time between two probes of one target (0: no such limit)."""
+        per_minute = self.limits.probes_per_minute_per_target
+        return MINUTE_S / per_minute if per_minute else 0.0
+
+    def client_address(self, peer: str) -> bytes | None:
+        """The packed address of the client at ``peer`` (``getpeername()[0]``)
+        when limits apply to it, None when it is exempt (rule 1)."""
+        packed = packed_address(peer)
+        if packed is None or packed in self._exempt:
+            return None
+        return packed
+
+    def admit_query(self, client: bytes | None, now: float, cost: int = 1) -> None:
+        """Rule 3 for the client prefix ``client`` (None: unlimited).
+
+        Error handling: :class:`~notary.ratelimit.RateLimited` when refused."""
+        queries = self.queries
+        if client is None or queries is None:
+            return
+        wait = queries.take(client, now, float(cost))
+        if wait:
+            raise RateLimited("too many queries; retry later", retry_after_s=retry_after_s(wait))
+
+    def admit_probe(
+        self, client: bytes | None, target_key: str, destination: str, now: float
+    ) -> None:
+        """Rule 4 for a probe of ``target_key`` (at the target prefix
+        ``destination``) that the client prefix ``client`` would start.
+
+        Error handling: :class:`~notary.ratelimit.RateLimited` (the client's
+        budget) or :class:`ProbeThrottled` (the target's or its prefix's),
+        charging nothing."""
+        mine = self.client_probes if client is not None else None
+        if mine is not None:
+            wait = mine.wait_s(client, now)
+            if wait:
+                self._refused_client += 1
+                raise RateLimited(
+                    "too many probes asked for; retry later", retry_after_s=retry_after_s(wait)
+                )
+        targets, destinations = self.target_probes, self.destination_probes
+        if targets is not None and targets.wait_s(target_key, now):
+            self._refused_target += 1
+            raise ProbeThrottled("could not observe the target's certificate")
+        if destinations is not None and destinations.wait_s(destination, now):
+            self._refused_destination += 1
+            raise ProbeThrottled("could not observe the target's certificate")
+        if targets is not None:
+            targets.take(target_key, now)
+        if destinations is not None:
+            destinations.take(destination, now)
+        if mine is not None:
+            mine.take(client, now)
+
+    def refund_probe(self, target_key: str, destination: str) -> None:
+        """Give the target and its prefix back the probe ``admit_probe``
+        charged them: it was refused by the address policy, so no
+        connection was made (the client's charge stays: it made the notary
+        resolve a name)."""
+        if self.target_probes is not None:
+            self.target_probes.refund(target_key)
+        if self.destination_probes is not None:
+            self.destination_probes.refund(destination)
+
+    def statistics(self) -> AbuseStatistics:
+        tables = {
+            "queries": self.queries, "client_probes": self.client_probes,
+            "target_probes": self.target_probes, "destination_probes": self.destination_probes,
+        }
+        return AbuseStatistics(
+            connections_refused_address=(
+                self.connections.refused_address + self.relay_connections.refused_address
+            ),
+            connections_refused_prefix=(
+                self.connections.refused_prefix + self.relay_connections.refused_prefix
+            ),
+            queries_refused=self.queries.refused if self.queries is not None else 0,
+            probes_refused_client=self._refused_client,
+            probes_refused_target=self._refused_target,
+            probes_refused_destination=self._refused_destination,
+            tracked={name: len(table) for name, table in tables.items() if table is not None},
+        )
