@@ -14,7 +14,9 @@ Set-up (loopback only; no name is resolved):
   resolves no name but ``localhost``.)
 - the **notary**: ``notary dev-init``'s config (loopback targets allowed),
   one worker pinned to the server core, with ``[answers] reprobe_after_s =
-  0`` and ``fresh_for_s = 1`` for phase 2.
+  0`` and ``fresh_for_s = 1`` for phase 2, and the per-target and
+  per-destination probe limits off (``[limits]``: this measures capacity;
+  the load client, on loopback, is exempt from the per-client limits).
 - the **load**: this process on the client core, ``--concurrency``
   keep-alive plain-HTTP connections to the notary.
 
@@ -292,6 +294,10 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     setup.config.write_text(text)
     if "reprobe_after_s = 0" not in text:
         raise BenchError("could not set [answers] reprobe_after_s in the config")
+    # A capacity test, not an abuse test: the per-target and per-destination
+    # probe limits (every farm target is in 127.0.0.0/24) are turned off.
+    text += "\n[limits]\nprobes_per_minute_per_target = 0\nprobes_per_s_per_destination_prefix = 0\n"
+    setup.config.write_text(text)
 
     farm_ports = harness.free_ports(args.ports)
     targets = target_list(args.addresses, farm_ports)
