@@ -100,7 +100,8 @@ async def test_unknown_fingerprint_is_409(tmp_path):
 
 
 async def test_unreachable_target_is_503(tmp_path):
-    async with open_notary(tmp_path) as notary:
+    # A short probe deadline: failures are answered at it (failures_at_deadline).
+    async with open_notary(tmp_path, probe={"timeout_s": 0.5}) as notary:
         response = await legacy_query(notary.port, f"127.0.0.1+{closed_port()}", ABSENT_FP)
         assert response.status == 503
         assert b"fingerprintList" not in response.body

@@ -27,8 +27,11 @@ async def open_v2_notary(
 ) -> AsyncIterator[NotaryUnderTest]:
     key_path = tmp_path / "v2.key"
     crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    # Failures answered at once: these tests are about answers, not timing
+    # (tests/test_abuse.py covers failures_at_deadline).
     async with open_notary(
-        tmp_path / "n", names=names, v2={"key_file": key_path, **v2_settings}
+        tmp_path / "n", names=names, v2={"key_file": key_path, **v2_settings},
+        answers={"failures_at_deadline": False},
     ) as notary:
         yield notary
 
