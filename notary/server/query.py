@@ -325,13 +325,8 @@ class QueryService:
         ``client`` over its query rate gets the 429 response (invariant 6).
         Synchronous, for the connection loop's fast path."""
         key = target.key
-        record = self._cache.get(key)
-        if record is None:
-            return None
         now = self._clock()
-        status = convergence.answer_status(
-            record.timeline, fingerprint, int(now), self._fresh_for_s, self._reprobe_after_s,
-        )
+        record, status = self._cached_status(key, fingerprint, now)
         if status is None:
             return None
         if client is not None and self._query_buckets is not None:
@@ -353,14 +348,19 @@ class QueryService:
         key = target.key
         if self.scheduler is not None:
             self.scheduler.note_query(target, key)
+        return self._cached_status(key, fingerprint, self._clock())
+
+    def _cached_status(
+        self, key: str, fingerprint: bytes | None, now: float
+    ) -> tuple[TargetRecord | None, int | None]:
+        """The cached record of ``key`` and the status it answers with at
+        ``now`` (None: it cannot answer without a probe)."""
         record = self._cache.get(key)
         if record is None:
             return None, None
-        status = convergence.answer_status(
-            record.timeline, fingerprint, int(self._clock()), self._fresh_for_s,
-            self._reprobe_after_s,
+        return record, convergence.answer_status(
+            record.timeline, fingerprint, int(now), self._fresh_for_s, self._reprobe_after_s
         )
-        return record, status
 
     async def _answer_slowly(
         self, target: Target, fingerprint: bytes | None, record: TargetRecord | None,
