@@ -13,15 +13,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from notary import crypto
 from notary._cachecommon import CacheStatistics
-from notary.config import Endpoint
+from notary.config import Endpoint, LimitsConfig
 from notary.probe import ProbeStatistics
 from notary.protocol.convergence import format_fingerprint
+from notary.ratelimit import RateLimited
 from notary.server import metrics as metrics_module
+from notary.server.abuse import AbuseControls, ProbeThrottled
 from notary.server.known_targets import KnownTargetsStatistics
 from notary.server.metrics import NotaryMetrics
 from notary.server.query import QUERY_PROTOCOLS
@@ -275,6 +278,44 @@ def test_counters_advance_by_the_delta_and_gauges_are_set() -> None:
     assert value(text, "notary_cache_evictions_total") == 2
     assert value(text, "notary_cache_entries") == 1
     assert value(text, "notary_http_connections", listener="api") == 0
+
+
+def test_abuse_controls_refusals_are_counted() -> None:
+    parts = stand_ins()
+    controls = AbuseControls(LimitsConfig(
+        query_burst=1, probe_burst=1, probes_per_minute_per_target=1,
+        max_connections_per_address=1, max_connections_per_prefix=2,
+    ))
+    metrics = NotaryMetrics(
+        service=parts.service, cache=parts.cache, known=parts.known, storage=parts.storage,
+        prober=parts.prober, abuse=controls,
+    )
+    metrics.fold()
+    text = metrics.exposition().decode()
+    assert value(text, "notary_limits_queries_refused_total") == 0
+    assert value(text, "notary_limits_probes_refused_total", limit="target") == 0  # pre-bound
+    client, other = b"\xc0\x00\x02", b"\xc6\x33\x64"
+    controls.admit_query(client, 0.0)
+    for _ in range(3):
+        with pytest.raises(RateLimited):
+            controls.admit_query(client, 0.0)
+    controls.admit_probe(client, "a:443", "192.0.2.0/24", 0.0)
+    with pytest.raises(RateLimited):
+        controls.admit_probe(client, "b:443", "192.0.2.0/24", 0.0)
+    with pytest.raises(ProbeThrottled):
+        controls.admit_probe(other, "a:443", "192.0.2.0/24", 0.0)
+    assert controls.connections.open(client + b"\x01")
+    assert not controls.connections.open(client + b"\x01")  # the address is at its cap
+    metrics.fold()
+    metrics.fold()  # nothing counted twice
+    text = metrics.exposition().decode()
+    assert value(text, "notary_limits_queries_refused_total") == 3
+    assert value(text, "notary_limits_probes_refused_total", limit="client") == 1
+    assert value(text, "notary_limits_probes_refused_total", limit="target") == 1
+    assert value(text, "notary_limits_probes_refused_total", limit="destination") == 0
+    assert value(text, "notary_limits_connections_refused_total", scope="address") == 1
+    assert value(text, "notary_limits_tracked_entries", table="queries") == 1
+    assert value(text, "notary_limits_tracked_entries", table="target_probes") == 1
 
 
 def test_histograms_are_observed_through_the_hooks() -> None:

@@ -577,7 +577,7 @@ async def _serve_notary(
                 metrics = NotaryMetrics(
                     service=service, cache=cache, known=known, storage=storage, prober=prober,
                     relay=relay_handler if relay_listeners else None,
-                    scheduler=scheduler, websocket=websocket,
+                    scheduler=scheduler, websocket=websocket, abuse=abuse,
                     signers={
                         kind: kind_signer for kind, kind_signer in (
                             ("convergence", signer), ("perspectives", perspectives_signer),

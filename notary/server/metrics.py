@@ -76,6 +76,7 @@ from notary.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
 from notary.cache import LRUCache
 from notary.probe import Prober
 from notary.scheduler import RescanScheduler
+from notary.server.abuse import AbuseControls
 from notary.server.known_targets import KnownTargets
 from notary.server.query import QueryService
 from notary.server.relay import RelayHandler
@@ -212,6 +213,7 @@ class NotaryMetrics:
         scheduler: RescanScheduler | None = None,
         websocket: WebSocketService | None = None,
         signers: Mapping[str, Signer] | None = None,
+        abuse: AbuseControls | None = None,
     ) -> None:
         self._service = service
         self._cache = cache
@@ -221,6 +223,7 @@ class NotaryMetrics:
         self._relay = relay
         self._scheduler = scheduler
         self._websocket = websocket
+        self._abuse = abuse
         self._signers = dict(signers or {})
         self._listeners: dict[str, ConnectionCounts] = {}
         self._rejections: list[Counter[tuple[str, int]]] = []
@@ -395,6 +398,30 @@ class NotaryMetrics:
             self._ws_events = counter(
                 "notary_websocket_events_published", "Certificate changes pushed to watchers.",
             )
+        # -- abuse controls ([limits])
+        if abuse is not None:
+            self._abuse_connections_refused = counter(
+                "notary_limits_connections_refused", "Connections refused (HTTP and relay) "
+                "because their client address or prefix had too many open, by scope.",
+                ("scope",),
+            )
+            for scope in ("address", "prefix"):
+                self._bind(self._abuse_connections_refused, (scope,))
+            self._abuse_queries_refused = counter(
+                "notary_limits_queries_refused", "Queries refused with 429: the client "
+                "prefix over queries_per_s_per_prefix.",
+            )
+            self._abuse_probes_refused = counter(
+                "notary_limits_probes_refused", "On-demand probes refused, by the limit that "
+                "refused them (client: 429; target, destination: answered as a failed probe).",
+                ("limit",),
+            )
+            for limit in ("client", "target", "destination"):
+                self._bind(self._abuse_probes_refused, (limit,))
+            self._abuse_tracked = gauge(
+                "notary_limits_tracked_entries", "Entries in each rate table (each at most "
+                "[limits] max_tracked per worker).", "livesum", ("table",),
+            )
         # -- scheduler
         if scheduler is not None:
             self._scheduler_targets = gauge(
@@ -500,6 +527,8 @@ class NotaryMetrics:
             self._advance(self._http_refused, connections.refused_connections, kind)
         if self._relay is not None:
             self._fold_relay(self._relay)
+        if self._abuse is not None:
+            self._fold_abuse(self._abuse)
         if self._websocket is not None:
             ws = self._websocket.statistics()
             self._ws_connections.set(ws.connections)
@@ -570,6 +599,19 @@ class NotaryMetrics:
             self._advance(self._relay_refused, count, reason)
         self._advance(self._relay_bytes, stats.bytes_to_destinations, "to_destination")
         self._advance(self._relay_bytes, stats.bytes_to_clients, "to_client")
+
+    def _fold_abuse(self, abuse: AbuseControls) -> None:
+        stats = abuse.statistics()
+        self._advance(self._abuse_connections_refused, stats.connections_refused_address, "address")
+        self._advance(self._abuse_connections_refused, stats.connections_refused_prefix, "prefix")
+        self._advance(self._abuse_queries_refused, stats.queries_refused)
+        self._advance(self._abuse_probes_refused, stats.probes_refused_client, "client")
+        self._advance(self._abuse_probes_refused, stats.probes_refused_target, "target")
+        self._advance(
+            self._abuse_probes_refused, stats.probes_refused_destination, "destination"
+        )
+        for table, entries in stats.tracked.items():
+            self._abuse_tracked.labels(table).set(entries)
 
     def _fold_scheduler(self, scheduler: RescanScheduler) -> None:
         stats = scheduler.statistics()
