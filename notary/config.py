@@ -145,6 +145,10 @@ class HttpConfig:
     #: Requests served on one keep-alive connection; the last is answered
     #: with ``Connection: close``.
     max_requests_per_connection: int = 1000
+    #: After an error answer (400, 408, 413, 431, ...): time to read and
+    #: discard what the client still sends before closing, so the close does
+    #: not reset the connection under the answer.
+    linger_timeout_s: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,9 @@ class RelayConfig:
     max_destinations: int = 8
     #: Bytes read from one side before they are written to the other.
     buffer_bytes: int = 64 * 1024
+    #: After a refusal: time to read and discard what the client still
+    #: sends before closing (as ``[http] linger_timeout_s``).
+    linger_timeout_s: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,7 +526,7 @@ def _validate(config: Config) -> None:
         "relay": (
             "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
             "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",
-            "buffer_bytes",
+            "buffer_bytes", "linger_timeout_s",
         ),
     }
     for section, keys in positive.items():

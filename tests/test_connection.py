@@ -55,7 +55,9 @@ async def test_a_slow_head_gets_408_on_time(autojump_clock: trio.testing.MockClo
             await trio.sleep(1.0)
         data, closed_at = await read_until_closed(client)
     assert parse_response(data).status == 408
-    assert closed_at - start == LIMITS.header_timeout_s
+    # Answered at the head deadline, then the notary lingers (a memory
+    # stream has no half-close) for linger_timeout_s before closing.
+    assert closed_at - start == LIMITS.header_timeout_s + LIMITS.linger_timeout_s
     assert calls == []
 
 
@@ -71,7 +73,7 @@ async def test_a_later_slow_head_gets_408_on_time(autojump_clock: trio.testing.M
         started = trio.current_time()
         data, closed_at = await read_until_closed(client)
     assert b"408 Request Timeout" in data
-    assert closed_at - started == LIMITS.header_timeout_s
+    assert closed_at - started == LIMITS.header_timeout_s + LIMITS.linger_timeout_s
     assert len(calls) == 1
 
 
@@ -144,3 +146,58 @@ async def test_a_protocol_error_is_answered_and_closed(autojump_clock: trio.test
         await client.send_all(b"GARBAGE\r\n\r\n")
         data, _ = await read_until_closed(client)
     assert parse_response(data).status == 400
+
+
+async def test_after_an_error_the_connection_lingers_a_bounded_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A client that goes on sending after its request was refused gets the
+    answer, its bytes are read and discarded (so closing does not reset the
+    connection under the answer), and the connection closes
+    ``linger_timeout_s`` after the answer whatever the client sends."""
+    client, server = trio.testing.memory_stream_pair()
+    calls: list[float] = []
+    sent = 0
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http_connection, server, make_handler(calls), LIMITS)
+        start = trio.current_time()
+        await client.send_all(b"GET / HTTP/1.1\r\nX: " + b"v" * 9000 + b"\r\n")
+
+        async def keep_sending() -> None:
+            nonlocal sent
+            try:
+                while True:
+                    await client.send_all(b"v" * 1000)
+                    sent += 1000
+                    await trio.sleep(0.01)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+        nursery.start_soon(keep_sending)
+        data, closed_at = await read_until_closed(client)
+        nursery.cancel_scope.cancel()
+    assert parse_response(data).status == 431
+    assert closed_at - start == LIMITS.linger_timeout_s
+    assert sent >= 50_000  # the client sent throughout; nothing more was answered
+    assert calls == []
+
+
+async def test_a_client_that_closes_ends_the_linger_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        done = trio.Event()
+
+        async def serve() -> None:
+            await serve_http_connection(server, make_handler([]), LIMITS)
+            done.set()
+
+        nursery.start_soon(serve)
+        start = trio.current_time()
+        await client.send_all(b"BAD\x00 / HTTP/1.1\r\n\r\n")
+        data = await client.receive_some(65536)
+        await client.aclose()
+        await done.wait()
+    assert parse_response(data).status == 400
+    assert trio.current_time() == start  # no linger once the client is gone

@@ -449,10 +449,9 @@ MALFORMED: list[tuple[str, bytes, int | frozenset[int | str] | str]] = [
     ("huge-header-name", b"GET / HTTP/1.1\r\n" + b"X" * 9000 + b": v\r\n\r\n", 431),
     ("too-many-headers", b"GET / HTTP/1.1\r\n" + b"X-A: 1\r\n" * 65 + b"\r\n", 431),
     ("huge-target", b"GET /target/" + b"a" * 9000 + b"+443 HTTP/1.1\r\n\r\n", 431),
-    # a megabyte of header: 431, or a reset that may overtake it (the
-    # notary closes with unread bytes in its receive buffer)
-    ("megabyte-header", b"GET / HTTP/1.1\r\nX-Big: " + b"v" * (1 << 20) + b"\r\n\r\n",
-     frozenset({431, CLOSE})),
+    # a megabyte of header: 431 (the notary lingers, reading what the
+    # client still sends, so its close does not reset the answer away)
+    ("megabyte-header", b"GET / HTTP/1.1\r\nX-Big: " + b"v" * (1 << 20) + b"\r\n\r\n", 431),
     ("body-over-limit", b"POST / HTTP/1.1\r\nContent-Length: 5000\r\n\r\n" + b"b" * 5000, 413),
     ("chunked-body-over-limit", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
      + b"1000\r\n" + b"b" * 4096 + b"\r\n" + b"1000\r\n" + b"b" * 4096 + b"\r\n0\r\n\r\n", 413),

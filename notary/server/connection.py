@@ -20,6 +20,9 @@ Timeouts (``ConnectionLimits``, every one exact on Trio's clock):
   it the connection is closed without an answer;
 * each response (and the 408 or protocol-error answer) must be sent within
   ``send_timeout_s``; a client that does not read is dropped when it passes;
+* after a 408 or protocol-error answer the connection lingers: what the
+  client still sends is read and discarded for up to ``linger_timeout_s``
+  (so closing does not reset the connection under the answer);
 * the handler (the application) runs without a connection deadline: it keeps
   its own (the query deadline).
 
@@ -52,6 +55,8 @@ from notary.protocol.http import Request, RequestReader, error_response
 
 RECEIVE_BYTES = 64 * 1024
 CLOSE_TIMEOUT_S = 1.0
+#: Most bytes read and discarded after an error answer (see ``_linger``).
+LINGER_BYTES = 4 * 1024 * 1024
 
 #: The application: a request in, (response bytes, keep the connection) out.
 #: Called ``handler(request)``, or ``handler(request, client)`` when the
@@ -107,6 +112,7 @@ class ConnectionLimits:
     max_headers: int = 64
     max_body_bytes: int = 4 * 1024
     max_requests_per_connection: int = 1000
+    linger_timeout_s: float = 1.0
 
 
 def limits_from(http: HttpConfig, *, max_body_bytes: int | None = None) -> ConnectionLimits:
@@ -119,6 +125,7 @@ def limits_from(http: HttpConfig, *, max_body_bytes: int | None = None) -> Conne
         max_headers=http.max_headers,
         max_body_bytes=max_body_bytes or http.max_body_bytes,
         max_requests_per_connection=http.max_requests_per_connection,
+        linger_timeout_s=http.linger_timeout_s,
     )
 
 
@@ -214,6 +221,7 @@ async def _serve(
             except ProtocolError as exc:
                 scope.deadline = current_time() + send_timeout_s
                 await send_all(error_response(exc.status, exc.message))
+                await _linger(stream, limits.linger_timeout_s)
                 return None
             for request in requests:
                 requests_left -= 1
@@ -243,7 +251,30 @@ async def _serve(
         # A stalled request gets 408; an idle keep-alive connection just closes.
         with trio.move_on_after(send_timeout_s):
             await send_all(error_response(408, "request timeout"))
+            await _linger(stream, limits.linger_timeout_s)
     return None
+
+
+async def _linger(stream: trio.abc.Stream, timeout_s: float) -> None:
+    """After an error answer, before the caller closes: half-close (plain
+    TCP; TLS has no half-close) and read and discard what the client still
+    sends, until it closes, ``timeout_s`` passes or ``LINGER_BYTES`` were
+    read. Closing with unread bytes in the receive buffer makes the kernel
+    reset the connection, and the reset can destroy the answer before the
+    client reads it (say, a 431 to a client still sending a huge head).
+    Errors end the drain: the answer has been sent."""
+    with trio.move_on_after(timeout_s):
+        try:
+            if isinstance(stream, trio.SocketStream):
+                await stream.send_eof()
+            drained = 0
+            while drained < LINGER_BYTES:
+                data = await stream.receive_some(RECEIVE_BYTES)
+                if not data:
+                    return
+                drained += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
 
 
 def _last_request(request: Request) -> Request:

@@ -73,10 +73,9 @@ HEAD_RECEIVE_BYTES = 4 * 1024
 IDLE_GRANULARITY_S = 1.0
 #: A request on the relay port has no business carrying a body.
 MAX_BODY_BYTES = 1024
-#: After a refusal: how long, and how many bytes, to drain before closing
-#: (closing with unread bytes would reset the connection and could destroy
-#: the answer before the client reads it).
-LINGER_S = 1.0
+#: After a refusal: how many bytes to drain (for at most ``[relay]
+#: linger_timeout_s``) before closing (closing with unread bytes would reset
+#: the connection and could destroy the answer before the client reads it).
 LINGER_BYTES = 64 * 1024
 
 
@@ -389,11 +388,11 @@ class RelayHandler:
 
     async def _refuse(self, stream: trio.SocketStream, answer: bytes) -> None:
         """Send ``answer``, half-close, and drain briefly before the caller
-        closes (see ``LINGER_S``)."""
+        closes (see ``LINGER_BYTES``)."""
         with trio.move_on_after(self._config.head_timeout_s):
             await stream.send_all(answer)
             await stream.send_eof()
-        with trio.move_on_after(LINGER_S):
+        with trio.move_on_after(self._config.linger_timeout_s):
             drained = 0
             while drained < LINGER_BYTES:
                 data = await stream.receive_some(HEAD_RECEIVE_BYTES)
