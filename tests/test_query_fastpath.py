@@ -4,13 +4,17 @@ the general one; prepared HTTP responses; the API's target memo."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import pytest
 import trio
+from cryptography.hazmat.primitives import serialization
 from hypothesis import given
 from hypothesis import strategies as st
 
+from notary import crypto
+from notary.config import V2Config
 from notary.errors import ProtocolError
 from notary.observations import Certificate, Observation, Timeline
 from notary.protocol import convergence, http
@@ -18,7 +22,13 @@ from notary.protocol.convergence import Decision
 from notary.protocol.targets import Target
 from notary.server import api
 from notary.server.api import ApiHandler
-from notary.server.query import Answer, TargetRecord, response_index
+from notary.server.query import (
+    RECORD_OVERHEAD_BYTES,
+    Answer,
+    RecordSigner,
+    TargetRecord,
+    response_index,
+)
 
 TARGET = Target("example.com", 443)
 SHA1S = [hashlib.sha1(bytes([i])).digest() for i in range(4)]
@@ -96,7 +106,7 @@ def test_fast_form_gives_the_fingerprint() -> None:
 
 def test_record_responses_are_what_the_handler_would_build() -> None:
     timeline = Timeline(TARGET, (Observation(certificate(0), 1, 2),))
-    record = TargetRecord(timeline, b'{"fingerprintList": []}')
+    record = TargetRecord(timeline, record_signer()[0])
     for status in (200, 409):
         for keep_alive in (False, True):
             expected = http.response(
@@ -104,7 +114,85 @@ def test_record_responses_are_what_the_handler_would_build() -> None:
                 keep_alive=keep_alive,
             )
             assert record.http_responses[response_index(status, keep_alive)] == expected
-    assert record.size > sum(len(r) for r in record.http_responses)
+
+
+@functools.cache
+def keys() -> tuple:
+    return crypto.generate_rsa_key(), crypto.generate_perspectives_key()
+
+
+@functools.cache
+def real_certificate(index: int) -> Certificate:
+    cert = crypto.make_self_signed_certificate(keys()[0], f"site{index}.example")
+    return Certificate.from_der(cert.public_bytes(serialization.Encoding.DER))
+
+
+def record_signer() -> tuple[RecordSigner, list[str]]:
+    """A signer for every protocol, and the log of what it signed."""
+    convergence_key, perspectives_key = keys()
+    signed: list[str] = []
+
+    class Counting(RecordSigner):
+        def convergence_body(self, timeline):
+            signed.append("convergence")
+            return super().convergence_body(timeline)
+
+        def perspectives_body(self, timeline):
+            signed.append("perspectives")
+            return super().perspectives_body(timeline)
+
+        def v2_statement(self, timeline):
+            signed.append("v2")
+            return super().v2_statement(timeline)
+
+    signer = Counting(
+        crypto.ConvergenceSigner(convergence_key), crypto.PerspectivesSigner(perspectives_key),
+        crypto.Ed25519Signer(crypto.generate_ed25519_key()), V2Config(), lambda: 1_000_000.0,
+    )
+    return signer, signed
+
+
+def test_a_record_signs_each_protocol_once_on_first_use() -> None:
+    signer, signed = record_signer()
+    timeline = Timeline(TARGET, (Observation(real_certificate(0), 1, 2),))
+    record = TargetRecord(timeline, signer)
+    assert signed == []  # a probe or a store load signs nothing
+    first = record.http_responses
+    assert record.http_responses is first and record.convergence_body in first[0]
+    assert signed == ["convergence"]
+    statement = record.v2_statement
+    assert record.with_latest(b"x" * 32).v2_statement is statement  # copies keep answers
+    assert record.perspectives_body == record.perspectives_body
+    assert signed == ["convergence", "v2", "perspectives"]
+    renewed = record.with_new_v2_statement()
+    assert renewed.v2_statement is not statement and record.v2_statement is statement
+    assert signed[-1] == "v2" and len(signed) == 4
+
+
+@pytest.mark.parametrize("observations, runs, host", [
+    (1, 1, "example.com"), (3, 1, "example.com"), (2, 40, "example.com"), (10, 3, "example.com"),
+    (1, 1, ("a" * 62 + ".") * 4 + "com"),
+])
+def test_record_size_bounds_the_fully_signed_record(
+    observations: int, runs: int, host: str
+) -> None:
+    signer, _ = record_signer()
+    timeline = Timeline(Target(host, 443), tuple(
+        Observation(
+            real_certificate(i), 1000 * i, 1000 * i + 900,
+            addresses=("192.0.2.1", "2001:db8::1"),
+            runs=tuple((1000 * i + 10 * r, 1000 * i + 10 * r + 5) for r in range(runs)),
+        )
+        for i in range(observations)
+    ))
+    record = TargetRecord(timeline, signer)
+    size = record.size
+    for name in ("http_responses", "perspectives_body", "v2_statement"):
+        getattr(record, name)
+    ders = sum(len(o.certificate.der) for o in timeline.observations)
+    assert record.size == size  # fixed: the cache's accounting cannot drift
+    assert ders + record.signed_bytes() <= size - RECORD_OVERHEAD_BYTES
+    assert size - RECORD_OVERHEAD_BYTES <= 1.25 * (ders + record.signed_bytes())  # not lavish
 
 
 class FakeService:

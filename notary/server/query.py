@@ -2,10 +2,14 @@
 from the cache, the store and the prober, and keeps signed answers ready.
 
 Invariants
-1. A cache hit touches no database and no signer: it returns bytes that were
-   signed when the target's list last changed.
-2. A target's answer is signed once per change of its list (``observe`` runs
-   once per probe, inside the prober's single-flight task).
+1. A cache hit touches no database, and no signer but the first time its
+   protocol is asked after the target's list changed: it returns bytes that
+   were signed then.
+2. A target's answer in each protocol is signed at most once per change of
+   its list, by the first query that needs it (``TargetRecord``): probes
+   (``observe``, once per probe inside the prober's single-flight task) and
+   store loads sign nothing, so rescans of targets nobody asks about, and
+   the protocols nobody asks a target in, cost no signature.
 3. A record loaded from the store never replaces a record already in the
    cache (the cached one is at least as new).
 4. A cache miss for a target the known-targets filter has never seen reads
@@ -39,7 +43,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -61,47 +66,184 @@ from notary.server.websocket import WatchHub
 
 log = logging.getLogger(__name__)
 
-#: Rough per-record bytes beyond the body and certificates (objects, hashes).
+#: Rough per-record bytes beyond the bodies and certificates (objects, hashes).
 RECORD_OVERHEAD_BYTES = 512
+#: Upper estimates of a fully signed record's answers (every protocol, the
+#: four Convergence responses): per certificate observed, per run of one,
+#: and for the rest (signatures, headers; plus the host name's length).
+#: ``tests/test_query_fastpath.py`` checks them against real answers.
+SIGNED_BYTES_PER_OBSERVATION = 1152
+SIGNED_BYTES_PER_RUN = 48
+SIGNED_BYTES_BASE = 3072
 #: The protocols queries are counted by (``QueryService.answered``).
 QUERY_PROTOCOLS = ("convergence", "perspectives", "v2", "websocket")
 
 
-@dataclass(frozen=True, slots=True)
-class TargetRecord:
-    """What the cache holds for a target: its timeline and the signed bodies
-    of each protocol (Perspectives: None when it is not served)."""
+class RecordSigner:
+    """Makes a timeline's signed answer for each protocol served; shared by
+    the records of one ``QueryService`` (and owned by it).
 
-    timeline: Timeline
-    convergence_body: bytes
-    perspectives_body: bytes | None = None
-    v2_statement: v2.SignedStatement | None = None
-    #: SHA-256 of the certificate the latest probe saw (None: not probed
-    #: since the record was loaded; the timeline's newest stands in). Times
-    #: are whole seconds, so "newest" alone is ambiguous within a second.
-    latest_sha256: bytes | None = field(default=None, compare=False)
-    #: The complete Convergence HTTP responses carrying ``convergence_body``,
-    #: made once with the record: indexed by ``response_index``.
-    http_responses: tuple[bytes, bytes, bytes, bytes] = field(
-        init=False, repr=False, compare=False
+    Error handling: a signer's exception propagates (a broken key is a bug
+    the first query shows, not something to answer around)."""
+
+    __slots__ = ("_clock", "_convergence", "_perspectives", "_v2", "_v2_config")
+
+    def __init__(
+        self,
+        convergence_signer: ConvergenceSigner,
+        perspectives_signer: PerspectivesSigner | None,
+        v2_signer: Ed25519Signer | None,
+        v2_config: V2Config,
+        clock: Callable[[], float],
+    ) -> None:
+        self._convergence = convergence_signer
+        self._perspectives = perspectives_signer
+        self._v2 = v2_signer
+        self._v2_config = v2_config
+        self._clock = clock
+
+    def convergence_body(self, timeline: Timeline) -> bytes:
+        payload = convergence.signed_payload(convergence.entries_of(timeline))
+        return convergence.answer_body(payload, self._convergence.sign(payload))
+
+    def perspectives_body(self, timeline: Timeline) -> bytes | None:
+        """The signed Perspectives XML; None when Perspectives is not served."""
+        if self._perspectives is None:
+            return None
+        keys = perspectives.keys_of(timeline)
+        blob = perspectives.signed_blob(perspectives.service_id(timeline.target), keys)
+        return perspectives.reply_xml(keys, self._perspectives.sign(blob))
+
+    def v2_statement(self, timeline: Timeline) -> v2.SignedStatement | None:
+        """The v2 statement, signed now; None when v2 is not served."""
+        signer = self._v2
+        if signer is None:
+            return None
+        made = v2.statement(
+            timeline,
+            key_id=signer.key_id,
+            signed_at=int(self._clock()),
+            valid_for_s=self._v2_config.statement_valid_for_s,
+        )
+        return v2.sign_statement(made, signer.sign)
+
+
+#: Not signed yet (``TargetRecord``'s lazily made answers).
+_UNSIGNED: Any = object()
+
+
+class TargetRecord:
+    """What the cache holds for a target: its timeline and, made on first
+    use and kept, the signed answer of each protocol (invariant 2).
+
+    A probe that changes the timeline makes a new record and signs nothing:
+    the first query of each protocol signs once for it. Rescans of targets
+    nobody asks about, and the protocols a target is not asked in, cost no
+    signature. ``size`` is fixed at construction: an upper estimate of the
+    record fully signed (the cache's byte accounting cannot drift as answers
+    are made)."""
+
+    __slots__ = (
+        "_convergence_body",
+        "_http_responses",
+        "_perspectives_body",
+        "_signer",
+        "_v2_statement",
+        "latest_sha256",
+        "size",
+        "timeline",
     )
 
-    def __post_init__(self) -> None:
-        body = self.convergence_body
-        object.__setattr__(self, "http_responses", tuple(
-            http.response(status, body, content_type=convergence.CONTENT_TYPE, keep_alive=alive)
-            for status in (200, 409)
-            for alive in (False, True)
-        ))
+    def __init__(
+        self, timeline: Timeline, signer: RecordSigner, latest_sha256: bytes | None = None
+    ) -> None:
+        self.timeline = timeline
+        #: SHA-256 of the certificate the latest probe saw (None: not probed
+        #: since the record was loaded; the timeline's newest stands in).
+        #: Times are whole seconds, so "newest" alone is ambiguous within a
+        #: second.
+        self.latest_sha256 = latest_sha256
+        self._signer = signer
+        self._convergence_body: bytes = _UNSIGNED
+        self._http_responses: tuple[bytes, bytes, bytes, bytes] = _UNSIGNED
+        self._perspectives_body: bytes | None = _UNSIGNED
+        self._v2_statement: v2.SignedStatement | None = _UNSIGNED
+        observations = timeline.observations
+        self.size = (
+            sum(len(o.certificate.der) + SIGNED_BYTES_PER_RUN * len(o.runs) for o in observations)
+            + SIGNED_BYTES_PER_OBSERVATION * len(observations)
+            + SIGNED_BYTES_BASE + 3 * len(timeline.target.host) + RECORD_OVERHEAD_BYTES
+        )
 
     @property
-    def size(self) -> int:
-        ders = sum(len(o.certificate.der) for o in self.timeline.observations)
-        bodies = len(self.convergence_body) + len(self.perspectives_body or b"")
-        bodies += sum(len(r) for r in self.http_responses)
-        if self.v2_statement is not None:
-            bodies += len(self.v2_statement.entry)
-        return bodies + ders + RECORD_OVERHEAD_BYTES
+    def convergence_body(self) -> bytes:
+        body = self._convergence_body
+        if body is _UNSIGNED:
+            body = self._convergence_body = self._signer.convergence_body(self.timeline)
+        return body
+
+    @property
+    def http_responses(self) -> tuple[bytes, bytes, bytes, bytes]:
+        """The complete Convergence HTTP responses carrying
+        ``convergence_body``, made once: indexed by ``response_index``."""
+        responses = self._http_responses
+        if responses is _UNSIGNED:
+            body = self.convergence_body
+            responses = self._http_responses = tuple(  # type: ignore[assignment]
+                http.response(
+                    status, body, content_type=convergence.CONTENT_TYPE, keep_alive=alive
+                )
+                for status in (200, 409)
+                for alive in (False, True)
+            )
+        return responses
+
+    @property
+    def perspectives_body(self) -> bytes | None:
+        """The signed Perspectives XML (None: Perspectives is not served)."""
+        body = self._perspectives_body
+        if body is _UNSIGNED:
+            body = self._perspectives_body = self._signer.perspectives_body(self.timeline)
+        return body
+
+    @property
+    def v2_statement(self) -> v2.SignedStatement | None:
+        """The v2 statement (None: v2 is not served)."""
+        statement = self._v2_statement
+        if statement is _UNSIGNED:
+            statement = self._v2_statement = self._signer.v2_statement(self.timeline)
+        return statement
+
+    def signed_bytes(self) -> int:
+        """Bytes of the answers made so far (what ``size`` estimates)."""
+        total = 0
+        if self._convergence_body is not _UNSIGNED:
+            total += len(self._convergence_body)
+        if self._http_responses is not _UNSIGNED:
+            total += sum(len(r) for r in self._http_responses)
+        if self._perspectives_body not in (_UNSIGNED, None):
+            total += len(self._perspectives_body)
+        if self._v2_statement not in (_UNSIGNED, None):
+            total += len(self._v2_statement.entry)
+        return total
+
+    def _copy(self) -> TargetRecord:
+        copy = TargetRecord.__new__(TargetRecord)
+        for name in TargetRecord.__slots__:
+            setattr(copy, name, getattr(self, name))
+        return copy
+
+    def with_latest(self, sha256: bytes) -> TargetRecord:
+        """This record (answers made so far included) with ``latest_sha256``."""
+        copy = self._copy()
+        copy.latest_sha256 = sha256
+        return copy
+
+    def with_new_v2_statement(self) -> TargetRecord:
+        """This record with its v2 statement signed again now (renewal)."""
+        copy = self._copy()
+        copy._v2_statement = self._signer.v2_statement(self.timeline)
+        return copy
 
 
 #: The body of every 503 of a failed probe (rule 7), and of a 403.
@@ -214,32 +356,17 @@ class QueryService:
         #: ``collections.Counter`` increment costs about three times more.
         self.answered: dict[str, dict[int, int]] = {name: {} for name in QUERY_PROTOCOLS}
         self._convergence_answered = self.answered["convergence"]
+        self._record_signer = RecordSigner(
+            signer, perspectives_signer, v2_signer, self._v2, clock
+        )
 
     def _count(self, protocol: str, status: int) -> None:
         answered = self.answered[protocol]
         answered[status] = answered.get(status, 0) + 1
 
     def _make_record(self, timeline: Timeline) -> TargetRecord:
-        payload = convergence.signed_payload(convergence.entries_of(timeline))
-        body = convergence.answer_body(payload, self._signer.sign(payload))
-        xml = None
-        if self._perspectives_signer is not None:
-            keys = perspectives.keys_of(timeline)
-            blob = perspectives.signed_blob(perspectives.service_id(timeline.target), keys)
-            xml = perspectives.reply_xml(keys, self._perspectives_signer.sign(blob))
-        return TargetRecord(timeline, body, xml, self._v2_statement(timeline))
-
-    def _v2_statement(self, timeline: Timeline) -> v2.SignedStatement | None:
-        signer = self._v2_signer
-        if signer is None:
-            return None
-        made = v2.statement(
-            timeline,
-            key_id=signer.key_id,
-            signed_at=int(self._clock()),
-            valid_for_s=self._v2.statement_valid_for_s,
-        )
-        return v2.sign_statement(made, signer.sign)
+        """A record of ``timeline``; nothing is signed yet (invariant 2)."""
+        return TargetRecord(timeline, self._record_signer)
 
     async def _lookup(self, target: Target, *, strict: bool = False) -> TargetRecord | None:
         """The cached or stored record of ``target`` (None: never observed).
@@ -288,7 +415,7 @@ class QueryService:
         if record is None or timeline != old:
             record = self._make_record(timeline)
         if record.latest_sha256 != sha256:
-            record = replace(record, latest_sha256=sha256)
+            record = record.with_latest(sha256)
         self._cache.put(target.key, record, record.size)
         if new_certificate and self.watch_hub is not None and record.v2_statement is not None:
             self.watch_hub.publish(target, record.v2_statement.entry)
@@ -621,7 +748,7 @@ class QueryService:
             signed, now=now, renew_before_s=self._v2.renew_before_s
         ):
             return record
-        record = replace(record, v2_statement=self._v2_statement(record.timeline))
+        record = record.with_new_v2_statement()
         self._cache.put(record.timeline.target.key, record, record.size)
         return record
 
