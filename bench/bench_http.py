@@ -13,6 +13,9 @@ What runs (loopback only, every server pinned to one core, wrk to another):
   settings): the HTTPS ceiling.
 - (e) the minimal server parsing with httptools (what the notary parses
   with): shows the parser's own share of the gap. Information only.
+- (f) a second notary, plain HTTP, with every per-client limit applying to
+  the load client (``[limits] exempt_clients = []``, rates and caps it never
+  reaches): against (a), what the limits cost a limited client's query.
 
 Set-up: a fresh notary made by ``notary dev-init`` in a temporary directory,
 its config adjusted (plain_api added, relay off, log_level warning). The
@@ -132,6 +135,8 @@ class Target:
     tls: bool
     ceiling: str  # key of the row it is compared with on the same transport
     pid: int  # the server process
+    path: str = ""  # the query's path, when not the first notary's
+    script: Path | None = None  # the wrk script, when not the first notary's
 
 
 def report(targets: Sequence[Target], runs: dict[str, list[WrkResult]]) -> float:
@@ -169,6 +174,10 @@ def report(targets: Sequence[Target], runs: dict[str, list[WrkResult]]) -> float
     if cpu["a"] and cpu["c"]:
         print(f"cross-check by server CPU time per request (less sensitive to other load): "
               f"minimal {cpu['c']:.1f} us / notary {cpu['a']:.1f} us = {cpu['c'] / cpu['a']:.1%}")
+    if "f" in best:
+        print(f"per-client limits on: {best['f'].requests_per_s / best['a'].requests_per_s:.1%} "
+              f"of the notary's rate without (loopback exempt); server CPU "
+              f"{cpu['f']:.1f} vs {cpu['a']:.1f} us/req")
     print(f"notary HTTPS: {best['b'].requests_per_s / best['d'].requests_per_s:.1%} of the "
           f"minimal Trio TLS server, {best['b'].requests_per_s / best['a'].requests_per_s:.1%} "
           "of the notary over plain HTTP")
@@ -326,6 +335,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
     parser.add_argument("--server-cpu", type=int, help="core for the servers (default: first)")
     parser.add_argument("--client-cpu", type=int, help="core for wrk (default: second)")
+    parser.add_argument("--no-limits-row", action="store_true",
+                        help="skip (f), the notary with per-client limits on")
     parser.add_argument("--no-httptools-row", action="store_true",
                         help="skip (e), the minimal server parsing with httptools")
     parser.add_argument("--profile", choices=["cprofile", "py-spy"],
@@ -345,10 +356,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_benchmark("bench_http", parse_args(argv), run)
 
 
+@dataclass(frozen=True)
+class LimitedNotary:
+    setup: NotarySetup
+    pid: int
+    script: Path
+
+
+#: Row (f): every per-client limit applies to the loopback load client, with
+#: rates and caps it never reaches: what a limited client's query costs.
+LIMITS_ON = """
+[limits]
+exempt_clients = []
+queries_per_s_per_prefix = 1000000000
+query_burst = 1000000000
+max_connections_per_address = 4096
+max_connections_per_prefix = 4096
+"""
+
+
+def start_limited_notary(
+    processes: Processes, directory: Path, ports: Sequence[int], server_cpu: int
+) -> LimitedNotary:
+    """A second notary like the first, with ``LIMITS_ON``, primed."""
+    api_port, relay_api_port, plain_port, *spare = ports
+    setup = make_notary(directory, api_port, relay_api_port, plain_port, spare)
+    setup.config.write_text(setup.config.read_text() + LIMITS_ON)
+    log = directory / "notary.log"
+    process = processes.start("notary (limits on)", notary_argv(setup), cpu=server_cpu,
+                              log=log, cwd=setup.directory)
+    wait_listening(process, [plain_port, api_port], "notary (limits on)", log)
+    body = f"fingerprint={served_sha1_pin(api_port)}"
+    prime_notary(setup, body)
+    return LimitedNotary(setup, process.pid, wrk_script(directory, body))
+
+
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     wrk = ensure_wrk()
     server_cpu, client_cpu = choose_cpus(args)
     ports = free_ports(10)
+    limited_ports = free_ports(7)
     api_port, relay_api_port, plain_port, min_port, min_tls_port, min_httptools_port = ports[:6]
     harness.print_preamble("End to end: cache-hit POST /target requests per second (wrk)", wrk)
     print(f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s, pinned to CPU "
@@ -393,6 +440,12 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         if got != [answer, answer]:
             raise BenchError(f"{name} does not answer the notary's bytes: {got!r}")
 
+    script = wrk_script(directory, body)
+    limited = None
+    if not args.no_limits_row:
+        limited = start_limited_notary(processes, directory / "limited", limited_ports,
+                                       server_cpu)
+
     targets = [
         Target("c", "minimal Trio server, plain HTTP (ceiling)", min_port, False, "c",
                pids["minimal"]),
@@ -404,13 +457,18 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     if not args.no_httptools_row:
         targets.append(Target("e", "minimal Trio server + httptools parser, plain",
                               min_httptools_port, False, "c", pids["minimal httptools"]))
-    script = wrk_script(directory, body)
+    if limited is not None:
+        targets.append(Target(
+            "f", "notary, plain HTTP, per-client limits on (loopback not exempt)",
+            limited.setup.plain_port, False, "c", limited.pid, limited.setup.path,
+            limited.script))
     runs: dict[str, list[WrkResult]] = {t.key: [] for t in targets}
     for round_number in range(args.rounds):
         for target in targets:
             scheme = "https" if target.tls else "http"
-            url = f"{scheme}://{LOOPBACK}:{target.port}{setup.path}"
-            result = wrk_run(wrk, processes, url, script, args, client_cpu, target.pid)
+            url = f"{scheme}://{LOOPBACK}:{target.port}{target.path or setup.path}"
+            result = wrk_run(wrk, processes, url, target.script or script, args, client_cpu,
+                             target.pid)
             runs[target.key].append(result)
             print(f"  round {round_number + 1} ({target.key}) {target.label}: "
                   f"{result.requests_per_s:,.0f} req/s, server {result.cpu_us_per_request:.1f} "
