@@ -145,10 +145,12 @@ class HttpConfig:
     #: Requests served on one keep-alive connection; the last is answered
     #: with ``Connection: close``.
     max_requests_per_connection: int = 1000
-    #: After an error answer (400, 408, 413, 431, ...): time to read and
-    #: discard what the client still sends before closing, so the close does
-    #: not reset the connection under the answer.
+    #: After an error answer (400, 408, 413, 431, ...): most time to read
+    #: and discard what the client still sends before closing, so the close
+    #: does not reset the connection under the answer; the linger also ends
+    #: when the client closes or sends nothing for ``linger_idle_s``.
     linger_timeout_s: float = 1.0
+    linger_idle_s: float = 0.25
 
 
 @dataclass(frozen=True, slots=True)

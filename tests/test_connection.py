@@ -56,8 +56,9 @@ async def test_a_slow_head_gets_408_on_time(autojump_clock: trio.testing.MockClo
         data, closed_at = await read_until_closed(client)
     assert parse_response(data).status == 408
     # Answered at the head deadline, then the notary lingers (a memory
-    # stream has no half-close) for linger_timeout_s before closing.
-    assert closed_at - start == LIMITS.header_timeout_s + LIMITS.linger_timeout_s
+    # stream has no half-close) until the client has sent nothing for
+    # linger_idle_s.
+    assert closed_at - start == LIMITS.header_timeout_s + LIMITS.linger_idle_s
     assert calls == []
 
 
@@ -73,7 +74,7 @@ async def test_a_later_slow_head_gets_408_on_time(autojump_clock: trio.testing.M
         started = trio.current_time()
         data, closed_at = await read_until_closed(client)
     assert b"408 Request Timeout" in data
-    assert closed_at - started == LIMITS.header_timeout_s + LIMITS.linger_timeout_s
+    assert closed_at - started == LIMITS.header_timeout_s + LIMITS.linger_idle_s
     assert len(calls) == 1
 
 
@@ -154,7 +155,7 @@ async def test_after_an_error_the_connection_lingers_a_bounded_time(
     """A client that goes on sending after its request was refused gets the
     answer, its bytes are read and discarded (so closing does not reset the
     connection under the answer), and the connection closes
-    ``linger_timeout_s`` after the answer whatever the client sends."""
+    ``linger_timeout_s`` after the answer however long the client goes on."""
     client, server = trio.testing.memory_stream_pair()
     calls: list[float] = []
     sent = 0
@@ -201,3 +202,18 @@ async def test_a_client_that_closes_ends_the_linger_at_once(
         await done.wait()
     assert parse_response(data).status == 400
     assert trio.current_time() == start  # no linger once the client is gone
+
+
+async def test_a_client_that_stops_sending_ends_the_linger_after_the_idle_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http_connection, server, make_handler([]), LIMITS)
+        start = trio.current_time()
+        await client.send_all(b"GET / HTTP/1.1\r\nX: " + b"v" * 9000 + b"\r\n")
+        await trio.sleep(0.2)
+        await client.send_all(b"v" * 1000)  # within linger_idle_s: read, the linger goes on
+        data, closed_at = await read_until_closed(client)
+    assert parse_response(data).status == 431
+    assert closed_at - start == 0.2 + LIMITS.linger_idle_s

@@ -127,8 +127,8 @@ async def read_timed(stream: trio.abc.Stream, since: float) -> tuple[bytes, floa
 
 def assert_answered_at_deadline(answered: float, closed: float) -> None:
     """The 408 comes at the head deadline; the connection closes at once
-    (plain TCP: half-closed) or once the linger time has passed (TLS: the
-    notary reads what the client still sends, ``linger_timeout_s``)."""
+    (plain TCP: half-closed) or once the linger has ended (TLS: the notary
+    reads what the client still sends, at most ``linger_timeout_s``)."""
     assert answered == pytest.approx(HEADER_S, abs=0.01)
     assert HEADER_S - 0.01 <= closed <= HEADER_S + LINGER_S + 0.01
 

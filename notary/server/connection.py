@@ -21,8 +21,9 @@ Timeouts (``ConnectionLimits``, every one exact on Trio's clock):
 * each response (and the 408 or protocol-error answer) must be sent within
   ``send_timeout_s``; a client that does not read is dropped when it passes;
 * after a 408 or protocol-error answer the connection lingers: what the
-  client still sends is read and discarded for up to ``linger_timeout_s``
-  (so closing does not reset the connection under the answer);
+  client still sends is read and discarded, until it closes or pauses for
+  ``linger_idle_s``, for at most ``linger_timeout_s`` (so closing does not
+  reset the connection under the answer);
 * the handler (the application) runs without a connection deadline: it keeps
   its own (the query deadline).
 
@@ -113,6 +114,7 @@ class ConnectionLimits:
     max_body_bytes: int = 4 * 1024
     max_requests_per_connection: int = 1000
     linger_timeout_s: float = 1.0
+    linger_idle_s: float = 0.25
 
 
 def limits_from(http: HttpConfig, *, max_body_bytes: int | None = None) -> ConnectionLimits:
@@ -126,6 +128,7 @@ def limits_from(http: HttpConfig, *, max_body_bytes: int | None = None) -> Conne
         max_body_bytes=max_body_bytes or http.max_body_bytes,
         max_requests_per_connection=http.max_requests_per_connection,
         linger_timeout_s=http.linger_timeout_s,
+        linger_idle_s=http.linger_idle_s,
     )
 
 
@@ -221,7 +224,7 @@ async def _serve(
             except ProtocolError as exc:
                 scope.deadline = current_time() + send_timeout_s
                 await send_all(error_response(exc.status, exc.message))
-                await _linger(stream, limits.linger_timeout_s)
+                await _linger(stream, limits)
                 return None
             for request in requests:
                 requests_left -= 1
@@ -251,28 +254,33 @@ async def _serve(
         # A stalled request gets 408; an idle keep-alive connection just closes.
         with trio.move_on_after(send_timeout_s):
             await send_all(error_response(408, "request timeout"))
-            await _linger(stream, limits.linger_timeout_s)
+            await _linger(stream, limits)
     return None
 
 
-async def _linger(stream: trio.abc.Stream, timeout_s: float) -> None:
+async def _linger(stream: trio.abc.Stream, limits: ConnectionLimits) -> None:
     """After an error answer, before the caller closes: half-close (plain
     TCP; TLS has no half-close) and read and discard what the client still
-    sends, until it closes, ``timeout_s`` passes or ``LINGER_BYTES`` were
-    read. Closing with unread bytes in the receive buffer makes the kernel
-    reset the connection, and the reset can destroy the answer before the
-    client reads it (say, a 431 to a client still sending a huge head).
-    Errors end the drain: the answer has been sent."""
-    with trio.move_on_after(timeout_s):
+    sends, until it closes, sends nothing for ``linger_idle_s``, or
+    ``linger_timeout_s`` passed or ``LINGER_BYTES`` were read. Closing with
+    unread bytes in the receive buffer makes the kernel reset the
+    connection, and the reset can destroy the answer before the client reads
+    it (say, a 431 to a client still sending a huge head). A client that
+    reads the answer and closes ends the linger at once. Errors end it too:
+    the answer has been sent."""
+    with trio.move_on_after(limits.linger_timeout_s):
         try:
             if isinstance(stream, trio.SocketStream):
                 await stream.send_eof()
             drained = 0
             while drained < LINGER_BYTES:
-                data = await stream.receive_some(RECEIVE_BYTES)
-                if not data:
-                    return
-                drained += len(data)
+                with trio.move_on_after(limits.linger_idle_s):
+                    data = await stream.receive_some(RECEIVE_BYTES)
+                    if not data:
+                        return
+                    drained += len(data)
+                    continue
+                return  # nothing more came
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
 
