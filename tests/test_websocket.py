@@ -181,3 +181,42 @@ def _find(error: BaseException, kind: type[BaseException]) -> BaseException | No
             if found is not None:
                 return found
     return None
+
+
+async def test_figures_are_answered_then_pushed_until_stopped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    made = []
+
+    async def figures() -> dict:
+        made.append(trio.current_time())
+        return {"queries_per_s": float(len(made))}
+
+    server = Server(WebSocketLimits(idle_timeout_s=3600))
+    server.service.figures.source = figures
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.service.serve_figures, 5.0)
+        await trio.sleep(12)  # nobody subscribed: nothing made
+        assert made == []
+        async with open_client(server) as ws:
+            first = await ask(ws, {"type": "figures", "id": "f"})
+            assert first == {"type": "figures", "id": "f", "figures": {"queries_per_s": 1.0}}
+            pushed = json.loads(await ws.get_message())
+            assert pushed["type"] == "figures" and pushed["id"] is None
+            assert server.service.statistics().figures_subscribers == 1
+            stopped = await ask(ws, {"type": "stop_figures", "id": 2})
+            assert stopped == {"type": "figures_stopped", "id": 2}
+            count = len(made)
+            await trio.sleep(20)
+            assert len(made) == count  # no subscriber, no figures made
+            # A connection that closes leaves no subscription behind.
+            await ask(ws, {"type": "figures", "id": 3})
+        await trio.sleep(0.1)
+        assert server.service.statistics().figures_subscribers == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_figures_without_a_source_are_refused() -> None:
+    async with open_client(Server(WebSocketLimits())) as ws:
+        error = await ask(ws, {"type": "figures", "id": 1})
+        assert error["type"] == "error" and error["status"] == 404

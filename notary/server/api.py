@@ -1,6 +1,8 @@
 """Routing of the HTTPS query API (Convergence ``/target/...``, Perspectives
 ``/?host=...``, the index, the bundle file) and of the plain-HTTP Perspectives
-port onto the query service.
+port onto the query service. With ``web`` (``notary.server.web``), ``/``,
+``/site...`` and ``/static/...`` are the web pages for people; without it
+``/`` is a plain-text index.
 
 Every bad request gets a short unsigned plain-text answer with the right
 status; nothing here raises to the connection handler. A query over its
@@ -17,11 +19,12 @@ from collections import Counter
 from urllib.parse import unquote
 
 from notary.errors import ProtocolError
-from notary.protocol import convergence, http, perspectives, v2
+from notary.protocol import bundle, convergence, http, perspectives, v2
 from notary.protocol.http import Request
 from notary.protocol.targets import Target, parse_convergence_target
 from notary.ratelimit import RateLimited
 from notary.server.query import QueryService
+from notary.server.web import WebPages
 
 TARGET_PREFIX = b"/target/"
 V2_QUERY_PATH = b"/v2/query"
@@ -62,8 +65,11 @@ class ApiHandler:
         v2_key_document: bytes | None = None,
         v2_max_batch: int = 100,
         v2_max_body_bytes: int = 0,
+        web: WebPages | None = None,
     ) -> None:
         self._service = service
+        #: The web pages (None: ``/`` is the plain-text index).
+        self._web = web
         self._perspectives = perspectives
         #: The ``/v2/key`` body; None when v2 is not served.
         self._v2_key_document = v2_key_document
@@ -71,14 +77,25 @@ class ApiHandler:
         self._v2_max_body_bytes = v2_max_body_bytes
         self._index = index_text.encode("utf-8")
         self._bundle_path = bundle_path.encode("ascii") if bundle_path else None
-        #: The served bundle; replaced on reload (SIGHUP).
-        self.bundle_bytes = bundle_bytes
+        self._bundle_bytes = bundle_bytes
         #: Raw target path segment -> its Target. Normalisation is pure, so
         #: a memo is exact; errors are never stored. Bounded by clearing.
         self._targets: dict[bytes, Target] = {}
         #: Queries refused before the service saw them: (protocol, status)
         #: -> count (the service counts the ones it answers).
         self.rejected: Counter[tuple[str, int]] = Counter()
+
+    @property
+    def bundle_bytes(self) -> bytes | None:
+        """The served bundle; replaced on reload (SIGHUP), and with it the
+        identity the web page shows."""
+        return self._bundle_bytes
+
+    @bundle_bytes.setter
+    def bundle_bytes(self, data: bytes | None) -> None:
+        self._bundle_bytes = data
+        if self._web is not None and data is not None:
+            self._web.use_bundle(data)
 
     def answer_now(
         self, request: Request, client: bytes | None = None
@@ -155,18 +172,23 @@ class ApiHandler:
     ) -> tuple[int, bytes, bytes, tuple]:
         if self._v2_key_document is not None and path in (V2_QUERY_PATH, V2_KEY_PATH):
             return await self._v2(request, path, client)
+        if path == b"/" and self._perspectives and query and request.method == b"GET":
+            target = perspectives.parse_query(query)
+            if target is not None:
+                answer = await self._service.answer_perspectives(target, client)
+                return answer.status, answer.body, answer.content_type, ()
+        if self._web is not None and self._web.handles(path):
+            return await self._web.answer(request, path, query, client)
         if request.method != b"GET":
             raise ProtocolError("method not allowed", status=405)
         if path == b"/":
-            if self._perspectives and query:
-                target = perspectives.parse_query(query)
-                if target is not None:
-                    answer = await self._service.answer_perspectives(target, client)
-                    return answer.status, answer.body, answer.content_type, ()
             return 200, self._index, b"text/plain; charset=utf-8", ()
         if self._bundle_path is not None and path == self._bundle_path:
-            return 200, self.bundle_bytes, b"application/octet-stream", (
+            # PROTOCOLS.md names no type; Convergence clients recognise a
+            # bundle by its ``.notary`` address, not its type.
+            return 200, self.bundle_bytes, bundle.CONTENT_TYPE, (
                 (b"Content-Disposition", b'attachment; filename="' + path[1:] + b'"'),
+                (b"X-Content-Type-Options", b"nosniff"),
             )
         raise ProtocolError("not found", status=404)
 

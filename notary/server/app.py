@@ -44,13 +44,15 @@ from notary.server.accept import serve_socket
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Drain, limits_from, serve_http_connection
+from notary.server.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
 from notary.server.known_targets import KnownTargets
 from notary.server.metrics import NotaryMetrics
 from notary.server.query import QueryService
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
 from notary.server.storage import Storage, open_storage
-from notary.server.websocket import WATCH_PATH, WebSocketService
+from notary.server.web import WebPages, notary_profile
+from notary.server.websocket import FIGURES_INTERVAL_S, WATCH_PATH, WebSocketService
 
 log = logging.getLogger(__name__)
 
@@ -518,8 +520,24 @@ async def _serve_notary(
                 service.prober = prober
                 scheduler = make_scheduler(config, prober)
                 service.scheduler = scheduler
+                web = WebPages(
+                    service,
+                    notary_profile(
+                        config, bundle_bytes=bundle_bytes, bundle_path=bundle_path,
+                        v2_key_id=v2_signer.key_id if v2_signer is not None else None,
+                        relay_mode=str(relay_handler.mode) if sockets["relay"] else None,
+                        figures_interval_s=FIGURES_INTERVAL_S if v2_signer is not None else 0,
+                        api_ports=[bound_endpoint(s).port for s in sockets["api"]],
+                        perspectives_ports=[
+                            bound_endpoint(s).port for s in sockets["perspectives"]
+                        ],
+                    ),
+                    live=v2_signer is not None,
+                    clock=clock,
+                )
                 handler = ApiHandler(
                     service,
+                    web=web,
                     index_text=index_text(config),
                     bundle_path=bundle_path,
                     bundle_bytes=bundle_bytes,
@@ -585,6 +603,11 @@ async def _serve_notary(
                         ) if kind_signer is not None
                     },
                 )
+                web.figures = LiveFigures(
+                    metrics.node_totals, min_interval_s=MIN_SAMPLE_INTERVAL_S
+                )
+                if websocket is not None:
+                    websocket.figures.source = web.figures.current
                 metrics.watch_listener("api", connections)
                 if plain_listeners:
                     metrics.watch_listener("plain_api", plain_connections)
@@ -624,6 +647,8 @@ async def _serve_notary(
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(known.load, storage)
                     nursery.start_soon(metrics.serve_folding, config.admin.metrics_interval_s)
+                    if websocket is not None:
+                        nursery.start_soon(websocket.serve_figures)
                     for listening in admin_listeners:
                         nursery.start_soon(serve_socket, listening, admin, nursery)
                     if scheduler is not None:

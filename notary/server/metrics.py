@@ -647,3 +647,33 @@ class NotaryMetrics:
         workers' files takes a while); one render at a time."""
         self.fold()
         return await trio.to_thread.run_sync(self.exposition, limiter=self._render_limiter)
+
+    async def node_totals(self) -> dict[str, float]:
+        """The node's totals behind the web page's live figures
+        (``notary.server.figures``): queries answered, cache hits and misses,
+        probes ended (every outcome), scheduler targets (absent when
+        rescanning is off) and uptime. Folds first; in the multiprocess mode
+        the sums are over every worker's files, read in a worker thread (one
+        read at a time, as for ``render``)."""
+        self.fold()
+        wanted = {
+            "notary_queries_total": "queries",
+            "notary_cache_hits_total": "cache_hits",
+            "notary_cache_misses_total": "cache_misses",
+            "notary_probes_total": "probes",
+            "notary_scheduler_targets": "targets_known",
+            "notary_uptime_seconds": "uptime_s",
+        }
+
+        def read() -> dict[str, float]:
+            totals: dict[str, float] = {}
+            for metric in self._exposition.collect():
+                for sample in metric.samples:
+                    key = wanted.get(sample.name)
+                    if key is not None:
+                        totals[key] = totals.get(key, 0.0) + sample.value
+            return totals
+
+        if self.multiprocess_path is None:
+            return read()
+        return await trio.to_thread.run_sync(read, limiter=self._render_limiter)

@@ -769,3 +769,53 @@ class QueryService:
         if isinstance(failure, ProbeRefused):
             return Answer(403, REFUSED_MESSAGE, b"text/plain")
         return Answer(503, UNOBSERVED_MESSAGE, b"text/plain")
+
+    async def timeline_of(self, target: Target, client: bytes | None = None) -> Timeline | None:
+        """What is known of ``target`` for the web page: its cached or
+        stored timeline (None: never observed), without a probe. Costs the
+        client prefix ``client`` one query (invariant 6); not counted in
+        ``answered`` (no protocol answer is made).
+
+        Error handling: ``RateLimited`` over the client's query rate;
+        ``StoreError`` when nothing is cached and the store cannot be read."""
+        abuse = self.abuse
+        if abuse is not None:
+            abuse.admit_query(client, self._clock())
+        record = await self._lookup(target, strict=True)
+        return record.timeline if record is not None else None
+
+    async def check_now(self, target: Target, client: bytes | None = None) -> str:
+        """Probe ``target`` now, however fresh what is known (the web page's
+        "check now"), and say how it went: ``"observed"``, ``"refused"``
+        (the policy) or ``"unreachable"`` (any other failure, or throttled
+        with no observation within the target's probe spacing), as v2
+        verdicts say. The probe goes through the same limits as a query's
+        (invariant 6: one query, then the client's, the target's and the
+        target prefix's probe budgets; joining a probe a query started is
+        free) and the query deadline; a failure is answered no sooner than
+        invariant 7 says. The outcome is in the cache (``observe``) before
+        this returns.
+
+        Error handling: ``RateLimited`` over the client's query or probe
+        rate; probe failures are outcomes, never raised."""
+        abuse = self.abuse
+        if abuse is not None:
+            abuse.admit_query(client, self._clock())
+        if self.scheduler is not None:
+            self.scheduler.note_query(target)
+        record = await self._lookup(target)
+        started = trio.current_time()
+        try:
+            await self._probe_for(target, record, client)
+        except ProbeThrottled:
+            if self._probed_lately(self._cache.peek(target.key) or record):
+                return "observed"
+        except ProbeRefused:
+            return v2.VERDICT_REFUSED
+        except ProbeError as exc:
+            if self.scheduler is not None and not isinstance(exc, _NOT_PROBE_OUTCOMES):
+                self.scheduler.note_probe(target, None, exc.reason, False)
+        else:
+            return "observed"
+        await self._at_failure_deadline(started)
+        return v2.VERDICT_UNREACHABLE

@@ -9,6 +9,13 @@ Messages are JSON objects. Client to server:
 * ``{"type": "watch", "id": ID, "host": H, "port": P}`` /
   ``{"type": "unwatch", ...}``: answered ``{"type": "watching" |
   "unwatched", "id": ID, "target": "host:port"}``.
+* ``{"type": "figures", "id": ID}``: subscribe to the live figures (the web
+  page's; ``notary.server.figures``), answered at once ``{"type":
+  "figures", "id": ID, "figures": {"queries_per_s": ..., "cache_hit_ratio":
+  ..., "probes_per_s": ..., "targets_known": ..., "uptime_s": ...}}`` and
+  pushed the same with ``"id": null`` every ``FIGURES_INTERVAL_S``;
+  ``{"type": "stop_figures", "id": ID}`` ends it (``figures_stopped``).
+  One figures document is made per interval however many subscribe.
 
 Server to client, pushed: ``{"type": "observation", "target": "host:port",
 "statement": {"signature": ..., "statement": ...}}`` whenever any probe
@@ -62,7 +69,8 @@ from notary.protocol.targets import Target, make_target
 from notary.ratelimit import RateLimited
 
 __all__ = [
-    "WATCH_PATH", "WatchHub", "WebSocketLimits", "WebSocketService", "WebSocketStatistics",
+    "FIGURES_INTERVAL_S", "WATCH_PATH", "FiguresHub", "WatchHub", "WebSocketLimits",
+    "WebSocketService", "WebSocketStatistics",
 ]
 
 logger = logging.getLogger(__name__)
@@ -70,6 +78,8 @@ logger = logging.getLogger(__name__)
 WATCH_PATH = b"/v2/ws"
 #: Close codes (RFC 6455): normal, going away, policy violation.
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY = 1000, 1001, 1008
+#: How often live figures are pushed to their subscribers.
+FIGURES_INTERVAL_S = 5.0
 
 
 #: The limits of rule 1 and 2 are the ``[websocket]`` config section.
@@ -111,6 +121,33 @@ class WatchHub:
 
     def watcher_count(self) -> int:
         return sum(len(w) for w in self._watchers.values())
+
+
+class FiguresHub:
+    """Who subscribed to the live figures. :meth:`publish` never blocks: a
+    full channel marks its connection as too slow (rule 1)."""
+
+    def __init__(self, source: Callable[[], Awaitable[Mapping[str, object]]] | None) -> None:
+        #: Makes a figures document (None: figures are not served).
+        self.source = source
+        self._subscribers: set[_Connection] = set()
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self, figures: Mapping[str, object]) -> None:
+        message = json.dumps(
+            {"figures": figures, "id": None, "type": "figures"}, sort_keys=True
+        ).encode()
+        for connection in list(self._subscribers):
+            connection.push(message)
+
+    def _add(self, connection: _Connection) -> None:
+        self._subscribers.add(connection)
+
+    def _remove(self, connection: _Connection) -> None:
+        self._subscribers.discard(connection)
 
 
 class _Connection:
@@ -173,6 +210,7 @@ class WebSocketStatistics:
     watches: int
     events_published: int
     rejected_queries: Mapping[int, int]
+    figures_subscribers: int = 0
 
 
 class WebSocketService:
@@ -185,8 +223,11 @@ class WebSocketService:
         answer_query: Callable[[v2.QueryRequest], Awaitable[bytes]],
         limits: WebSocketLimits,
         max_batch: int,
+        figures: Callable[[], Awaitable[Mapping[str, object]]] | None = None,
     ) -> None:
         self.hub = WatchHub()
+        #: The live figures' subscribers; ``figures`` makes the documents.
+        self.figures = FiguresHub(figures)
         self._answer_query = answer_query
         self._limits = limits
         self._max_batch = max_batch
@@ -203,7 +244,21 @@ class WebSocketService:
             watches=self.hub.watcher_count(),
             events_published=self.hub.events_published,
             rejected_queries=dict(self._rejected_queries),
+            figures_subscribers=self.figures.subscribers,
         )
+
+    async def serve_figures(
+        self, interval_s: float = FIGURES_INTERVAL_S, *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Push the live figures to their subscribers every ``interval_s``
+        until cancelled; nothing is made while nobody subscribes."""
+        task_status.started()
+        hub = self.figures
+        while True:
+            await trio.sleep(interval_s)
+            if hub.subscribers and hub.source is not None:
+                hub.publish(await hub.source())
 
     async def serve(
         self, stream: trio.abc.Stream, request: Request, leftover: bytes, *, peer: str,
@@ -235,7 +290,7 @@ class WebSocketService:
                         answer_query = partial(answer_query, client=client)
                     await _serve(
                         ws, nursery, answer_query, self.hub, limits, self._max_batch,
-                        self._rejected_queries,
+                        self._rejected_queries, self.figures,
                     )
                     nursery.cancel_scope.cancel()
             finally:
@@ -260,6 +315,7 @@ async def _serve(
     limits: WebSocketLimits,
     max_batch: int,
     rejected_queries: Counter[int],
+    figures: FiguresHub,
 ) -> None:
     connection = _Connection(limits)
     done = trio.Event()
@@ -294,7 +350,8 @@ async def _serve(
                     await ws.aclose(CLOSE_NORMAL, "idle")
                 return
             await _handle(
-                message, connection, answer_query, hub, limits, max_batch, rejected_queries
+                message, connection, answer_query, hub, limits, max_batch, rejected_queries,
+                figures,
             )
 
     async def guarded(task: Callable[[], Awaitable[None]]) -> None:
@@ -315,6 +372,7 @@ async def _serve(
     finally:
         for key in connection.watching:
             hub._remove(key, connection)
+        figures._remove(connection)
         connection.send.close()
 
 
@@ -326,6 +384,7 @@ async def _handle(
     limits: WebSocketLimits,
     max_batch: int,
     rejected_queries: Counter[int],
+    figures: FiguresHub,
 ) -> None:
     request_id: object = None
     kind: object = None
@@ -375,7 +434,24 @@ async def _handle(
                 {"id": request_id, "target": target.key, "type": reply}, sort_keys=True
             ).encode())
             return
-        raise PeerError("type must be query, watch or unwatch")
+        if kind == "figures":
+            if figures.source is None:
+                raise PeerError("live figures are not served here", status=404)
+            if document:
+                raise PeerError("figures takes only an id")
+            figures._add(connection)
+            connection.push(json.dumps(
+                {"figures": await figures.source(), "id": request_id, "type": "figures"},
+                sort_keys=True,
+            ).encode())
+            return
+        if kind == "stop_figures":
+            figures._remove(connection)
+            connection.push(json.dumps(
+                {"id": request_id, "type": "figures_stopped"}, sort_keys=True
+            ).encode())
+            return
+        raise PeerError("type must be query, watch, unwatch, figures or stop_figures")
     except PeerError as exc:
         if kind == "query":
             rejected_queries[exc.status] += 1

@@ -1,0 +1,51 @@
+"""The security headers of the web pages and the caching of their assets.
+
+Every HTML answer carries :data:`PAGE_HEADERS`: a strict Content-Security-
+Policy (scripts, styles, fetches and WebSockets from this origin only, no
+inline script or style, no plug-ins, no framing, forms posting only here),
+``nosniff`` and no referrer (a site page's address names the site looked
+up). ``connect-src 'self'`` also admits ``wss://`` to this host and port
+(CSP Level 3; Chromium checks it in ``tests/test_web_browser.py``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ASSET_CACHE_CONTROL",
+    "CONTENT_SECURITY_POLICY",
+    "HTML_CONTENT_TYPE",
+    "PAGE_HEADERS",
+    "asset_headers",
+    "page_headers",
+]
+
+CONTENT_SECURITY_POLICY = (
+    b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    b"connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+HTML_CONTENT_TYPE = b"text/html; charset=utf-8"
+#: Assets are linked with their content hash in the query (``?v=``), so a
+#: browser may keep them as long as it likes: a new version has a new URL.
+ASSET_CACHE_CONTROL = b"public, max-age=31536000, immutable"
+
+PAGE_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"Content-Security-Policy", CONTENT_SECURITY_POLICY),
+    (b"X-Content-Type-Options", b"nosniff"),
+    (b"Referrer-Policy", b"no-referrer"),
+    (b"X-Frame-Options", b"DENY"),
+    (b"Cache-Control", b"no-store"),
+)
+
+
+def page_headers(*extra: tuple[bytes, bytes]) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers of an HTML answer: :data:`PAGE_HEADERS` and ``extra``."""
+    return PAGE_HEADERS + extra
+
+
+def asset_headers(etag: bytes) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers of a static asset whose content hash is ``etag``."""
+    return (
+        (b"X-Content-Type-Options", b"nosniff"),
+        (b"Cache-Control", ASSET_CACHE_CONTROL),
+        (b"ETag", b'"' + etag + b'"'),
+    )

@@ -1,0 +1,57 @@
+"""A notary with its web pages (v2 on, a served bundle) and a site whose
+history has three certificates, for the web page tests.
+
+``seed_three_certificates`` probes the site through the notary's own prober
+at moments set with the notary's clock, over about three weeks before now,
+swapping the site's certificate between them (merge window: the default
+48 h): certificate A in runs 1-2 (a gap of four days between), B in one
+run, C in runs 1-2. Only loopback is ever contacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from notary import crypto
+from tests.support.notaries import NotaryUnderTest, open_notary
+from tests.support.tls_targets import TLSTarget
+
+SITE = "www.example.test"
+DAY_S = 86400
+#: Runs per certificate that ``seed_three_certificates`` makes, oldest first.
+SEEDED_RUNS = (2, 1, 2)
+
+
+@asynccontextmanager
+async def open_web_notary(
+    tmp_path: Path, names: dict[str, list[str]], **sections: object
+) -> AsyncIterator[NotaryUnderTest]:
+    key_path = tmp_path / "v2.key"
+    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    async with open_notary(
+        tmp_path / "n", names=names, serve_bundle=True, v2={"key_file": key_path},
+        answers={"failures_at_deadline": False}, **sections,  # type: ignore[arg-type]
+    ) as notary:
+        yield notary
+
+
+async def seed_three_certificates(notary: NotaryUnderTest, site: TLSTarget) -> None:
+    """Give ``site`` (served as :data:`SITE`) the history described above;
+    the clock is back to now afterwards."""
+    prober = notary.running.prober
+    target = site.target(SITE)
+    # (days from the start, replace the certificate first)
+    steps = ((0, False), (0.05, False), (4, False),  # A: runs 1 and 2
+             (6, True),                              # B: one run
+             (9, True), (13, False))                 # C: runs 1 and 2
+    start_offset = -21 * DAY_S
+    try:
+        for days, replace in steps:
+            if replace:
+                site.replace_certificate(SITE)
+            notary.clock.offset = start_offset + days * DAY_S
+            await prober.probe(target)
+    finally:
+        notary.clock.offset = 0.0

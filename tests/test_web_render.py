@@ -1,0 +1,230 @@
+"""The web pages' pure parts (notary.web, notary.server.figures): escaping,
+the SVG timeline (lanes, runs, gaps, bounds), certificate details, the
+security headers and the live figures' arithmetic."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from notary.observations import Certificate, Observation, Timeline
+from notary.protocol.targets import Target
+from notary.server.figures import figures_between
+from notary.web import pages, timeline_svg
+from notary.web.assets import load_assets
+from notary.web.certificates import details_of
+from notary.web.headers import CONTENT_SECURITY_POLICY, page_headers
+
+SVG = "{http://www.w3.org/2000/svg}"
+TARGET = Target("www.example.test", 443)
+DAY = 86400
+NOW = 1_750_000_000
+HOSTILE = '<script>alert("x")</script>'
+
+
+def fake_certificate(seed: int) -> Certificate:
+    der = b"not a certificate %d" % seed
+    return Certificate(
+        der=der, sha1=hashlib.sha1(der).digest(), sha256=hashlib.sha256(der).digest(),
+        md5=hashlib.md5(der).digest(), spki_sha256=hashlib.sha256(der + b"spki").digest(),
+    )
+
+
+def observation(seed: int, runs: tuple[tuple[int, int], ...]) -> Observation:
+    return Observation(
+        certificate=fake_certificate(seed), first_seen=runs[0][0], last_seen=runs[-1][1],
+        addresses=("192.0.2.1",), runs=runs,
+    )
+
+
+def three_certificates() -> Timeline:
+    start = NOW - 30 * DAY
+    return Timeline(TARGET, (
+        observation(1, ((start, start + 3600), (start + 5 * DAY, start + 6 * DAY))),
+        observation(2, ((start + 8 * DAY, start + 9 * DAY),)),
+        observation(3, ((start + 12 * DAY, start + 12 * DAY), (start + 20 * DAY, NOW))),
+    ))
+
+
+def hostile_certificate() -> Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOSTILE)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(0x1234)
+        .not_valid_before(datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC))
+        .not_valid_after(datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("evil.example.test")]), False)
+        .sign(key, hashes.SHA256())
+    )
+    return Certificate.from_der(cert.public_bytes(serialization.Encoding.DER))
+
+
+def lanes_of(svg: str) -> list[ET.Element]:
+    root = ET.fromstring(svg)
+    return [g for g in root.iter(f"{SVG}g") if "lane" in g.get("class", "").split()]
+
+
+def test_esc_escapes_markup_and_quotes() -> None:
+    assert pages.esc(HOSTILE + "'&") == (
+        "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&#x27;&amp;"
+    )
+
+
+def test_the_chart_has_a_lane_per_certificate_and_a_bar_per_run() -> None:
+    timeline = three_certificates()
+    chart = timeline_svg.timeline_svg(
+        timeline, start=NOW - 31 * DAY, end=NOW + DAY, label="t"
+    )
+    lanes = lanes_of(chart.svg)
+    assert (chart.lanes, chart.runs) == (3, 5) and len(lanes) == 3
+    assert [int(g.get("data-runs")) for g in lanes] == [2, 1, 2]  # oldest first
+    assert [len(g.findall(f"{SVG}rect")) for g in lanes] == [2, 1, 2]
+    assert lanes[0].get("data-sha256") == fake_certificate(1).sha256.hex()
+    assert (chart.lanes_left_out, chart.runs_left_out) == (0, 0)
+
+
+def test_gaps_between_runs_stay_visible_and_single_sightings_are_drawn() -> None:
+    chart = timeline_svg.timeline_svg(
+        three_certificates(), start=NOW - 31 * DAY, end=NOW + DAY, label="t"
+    )
+    first, _, third = lanes_of(chart.svg)
+    bars = [(float(r.get("x")), float(r.get("width"))) for r in first.findall(f"{SVG}rect")]
+    (x1, w1), (x2, _) = bars
+    assert x1 + w1 < x2  # the gap between the two runs is empty
+    single = third.findall(f"{SVG}rect")[0]  # a run of one sighting
+    assert float(single.get("width")) == timeline_svg.MIN_RUN_WIDTH
+    # Bars follow time: each lane starts right of the one above's start.
+    starts = [float(g.findall(f"{SVG}rect")[0].get("x")) for g in lanes_of(chart.svg)]
+    assert starts == sorted(starts)
+
+
+def test_the_chart_is_bounded() -> None:
+    many = Timeline(TARGET, tuple(
+        observation(i, ((NOW - 1000 + i, NOW - 1000 + i),))
+        for i in range(timeline_svg.MAX_LANES + 7)
+    ))
+    chart = timeline_svg.timeline_svg(many, start=NOW - 2000, end=NOW, label="t")
+    assert (chart.lanes, chart.lanes_left_out) == (timeline_svg.MAX_LANES, 7)
+    runs = tuple((NOW - 10 * i * DAY, NOW - 10 * i * DAY) for i in range(300, 0, -1))
+    busy = Timeline(TARGET, (observation(1, runs),))
+    chart = timeline_svg.timeline_svg(busy, start=NOW - 4000 * DAY, end=NOW, label="t")
+    assert (chart.runs, chart.runs_left_out) == (timeline_svg.MAX_RUNS_PER_LANE, 100)
+
+
+def test_certificate_details_are_read_and_hostile_text_is_escaped() -> None:
+    certificate = hostile_certificate()
+    details = details_of(certificate)
+    assert "<script" in details.subject and details.names == ("evil.example.test",)
+    assert details.not_before == int(datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC).timestamp())
+    assert details.serial == "1234"
+    timeline = Timeline(TARGET, (Observation(certificate, NOW - 10, NOW, ('"><b>x',)),))
+    html = pages.site_page(TARGET, timeline, now=NOW, assets=pages.AssetLinks()).decode()
+    assert "<script>alert" not in html and "<b>x" not in html
+    assert "&lt;script\\&gt;alert(\\&quot;x\\&quot;)" in html
+    assert "&quot;&gt;&lt;b&gt;x" in html
+    assert details_of(fake_certificate(9)).subject == "(unreadable)"  # never raises
+
+
+def test_pages_use_no_inline_script_or_style() -> None:
+    profile = pages.NotaryProfile(
+        name=HOSTILE, version="0", region="DE", v2_key_ids=("abc",), bundle_href="/x.notary",
+        hosts=(pages.NotaryHost("127.0.0.1", 443, 80, "AA:BB", "CC:DD"),),
+        offers=(("Convergence", HOSTILE),), policies=(("p", "v"),), figures_interval_s=5,
+    )
+    rendered = [
+        pages.index_page(profile, {"queries_per_s": 1.25}, assets=pages.AssetLinks()),
+        pages.site_page(TARGET, three_certificates(), now=NOW, assets=pages.AssetLinks()),
+        pages.site_page(TARGET, None, now=NOW, assets=pages.AssetLinks(), live=True),
+        pages.error_page(400, "bad", assets=pages.AssetLinks(), asked=HOSTILE),
+    ]
+    for page in (p.decode() for p in rendered):
+        assert re.findall(r"<script[^>]*>", page) == ['<script src="/static/notary.js" defer>']
+        assert " style=" not in page and "<style" not in page
+        assert "<script>alert" not in page
+        assert re.search(r"<\w+ on\w+=", page) is None
+    index = rendered[0].decode()
+    assert "&lt;script&gt;" in index and 'data-figure="queries_per_s">1.2' in index
+    assert 'href="/x.notary" download' in index and "(DE)" in index
+
+
+def test_the_site_page_of_an_unknown_target_offers_a_check() -> None:
+    target = Target("::1", 8443)
+    html = pages.site_page(target, None, now=NOW, assets=pages.AssetLinks()).decode()
+    assert "Nothing observed yet" in html and 'data-lanes="0"' in html
+    assert 'action="/site/%5B%3A%3A1%5D+8443/check"' in html
+    assert "<h1 class=\"target\">[::1]:8443</h1>" in html
+
+
+def test_only_known_check_outcomes_are_announced() -> None:
+    html = pages.site_page(TARGET, None, now=NOW, assets=pages.AssetLinks(), checked=HOSTILE)
+    assert b"notice" not in html
+    html = pages.site_page(TARGET, None, now=NOW, assets=pages.AssetLinks(), checked="refused")
+    assert pages.esc(pages.CHECK_OUTCOMES["refused"]).encode() in html
+
+
+def test_error_pages_cut_and_escape_what_was_asked() -> None:
+    html = pages.error_page(
+        400, "bad <target>", assets=pages.AssetLinks(), host=HOSTILE * 100, asked=HOSTILE * 100,
+    ).decode()
+    assert "bad &lt;target&gt;" in html and "<script>alert" not in html
+    asked = re.search(r'<code class="asked">(.*?)</code>', html).group(1)  # type: ignore[union-attr]
+    assert len(asked) < pages.MAX_ECHO_CHARS * 7 and asked.endswith("…")
+
+
+def test_headers_carry_the_strict_policy() -> None:
+    headers = dict(page_headers((b"Location", b"/x")))
+    assert headers[b"Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    policy = CONTENT_SECURITY_POLICY.decode()
+    for directive in ("default-src 'none'", "script-src 'self'", "style-src 'self'",
+                      "connect-src 'self'", "frame-ancestors 'none'", "base-uri 'none'",
+                      "form-action 'self'"):
+        assert directive in policy
+    assert "unsafe" not in policy
+    assert headers[b"X-Content-Type-Options"] == b"nosniff"
+    assert headers[b"Referrer-Policy"] == b"no-referrer"
+    assert headers[b"Location"] == b"/x"
+
+
+def test_assets_ship_with_the_package_and_are_versioned() -> None:
+    assets = load_assets()
+    css = assets.get(b"/static/notary.css")
+    js = assets.get(b"/static/notary.js")
+    assert css is not None and js is not None and assets.get(b"/static/../app.py") is None
+    assert assets.links.stylesheet == f"/static/notary.css?v={css.etag.decode()}"
+    assert b"innerHTML" not in js.body and b"eval(" not in js.body
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [("queries_per_s", 12.345, "12.3"), ("cache_hit_ratio", 0.5, "50.0 %"),
+     ("uptime_s", 90061, "1d 1h 1m"), ("uptime_s", 3700, "1h 1m"),
+     ("targets_known", 12345, "12,345"), ("probes_per_s", None, "n/a")],
+)
+def test_figures_are_formatted(key: str, value: float | None, shown: str) -> None:
+    assert pages.format_figure(key, value) == shown
+
+
+def test_figures_between_two_samples() -> None:
+    first = {"queries": 100.0, "cache_hits": 30.0, "cache_misses": 10.0, "probes": 20.0,
+             "uptime_s": 50.0}
+    assert figures_between(None, first, 0) == {
+        "queries_per_s": 2.0, "cache_hit_ratio": 0.75, "probes_per_s": 0.4,
+        "targets_known": None, "uptime_s": 50.0,
+    }
+    second = {**first, "queries": 150.0, "probes": 25.0, "targets_known": 7.0, "uptime_s": 60}
+    figures = figures_between(first, second, 10.0)
+    assert figures["queries_per_s"] == 5.0 and figures["probes_per_s"] == 0.5
+    assert figures["cache_hit_ratio"] is None  # no lookups in the interval
+    assert figures["targets_known"] == 7.0
+    restarted = figures_between(second, {**second, "queries": 10.0}, 10.0)
+    assert restarted["queries_per_s"] == 1.0  # a counter that went back counts from 0
