@@ -21,8 +21,12 @@ async def get(port: int, path: str) -> RawResponse:
     return await send_raw(port, f"GET {path} HTTP/1.0\r\n\r\n".encode())
 
 
-async def post(port: int, path: str, *, accept: str | None = None) -> RawResponse:
+async def post(
+    port: int, path: str, *, accept: str | None = None, origin: str | None = None
+) -> RawResponse:
     extra = f"Accept: {accept}\r\n" if accept else ""
+    if origin is not None:
+        extra += f"Origin: {origin}\r\nHost: 127.0.0.1:{port}\r\n"
     return await send_raw(port, f"POST {path} HTTP/1.0\r\n{extra}Content-Length: 0\r\n\r\n".encode())
 
 
@@ -171,6 +175,14 @@ async def test_check_now_probes_and_reports(tmp_path: Path) -> None:
             refused = await post(notary.port, "/site/10.0.0.1+443/check",
                                  accept="application/json")
             assert json.loads(refused.body)["outcome"] == "refused"
+            # Another site's page cannot make its visitors' browsers ask.
+            handshakes = site.handshakes_completed + site.handshakes_failed
+            forged = await post(notary.port, path + "/check", origin="https://evil.example")
+            assert "asked from this notary&#x27;s own page" in assert_page(forged, 403)
+            assert site.handshakes_completed + site.handshakes_failed == handshakes
+            ours = await post(notary.port, path + "/check", accept="application/json",
+                              origin=f"https://127.0.0.1:{notary.port}")
+            assert ours.status == 200
             assert_page(await get(notary.port, path + "/check"), 405)
             assert (await get(notary.port, path + "/check")).headers[b"allow"] == b"POST"
 

@@ -18,7 +18,7 @@ from cryptography.x509.oid import NameOID
 from notary.observations import Certificate, Observation, Timeline
 from notary.protocol.targets import Target
 from notary.server.figures import figures_between
-from notary.web import pages, timeline_svg
+from notary.web import headers, pages, timeline_svg
 from notary.web.assets import load_assets
 from notary.web.certificates import details_of
 from notary.web.headers import CONTENT_SECURITY_POLICY, page_headers
@@ -228,3 +228,22 @@ def test_figures_between_two_samples() -> None:
     assert figures["targets_known"] == 7.0
     restarted = figures_between(second, {**second, "queries": 10.0}, 10.0)
     assert restarted["queries_per_s"] == 1.0  # a counter that went back counts from 0
+
+
+@pytest.mark.parametrize("origin, host, fetch_site, cross", [
+    (None, b"n.example:4242", None, False),  # curl: neither header
+    (b"https://n.example:4242", b"n.example:4242", None, False),
+    (b"https://N.Example:4242", b"n.example:4242", None, False),
+    (b"https://evil.example", b"n.example:4242", None, True),
+    (b"https://n.example:4243", b"n.example:4242", None, True),  # another port
+    (b"null", b"n.example:4242", None, True),  # an opaque origin
+    (b"https://n.example:4242", None, None, True),
+    (None, b"n.example", b"same-origin", False),
+    (None, b"n.example", b"none", False),  # typed in by the user
+    (b"https://n.example", b"n.example", b"cross-site", True),
+    (b"https://a.n.example", b"n.example", b"same-site", True),
+])
+def test_cross_site_requests_are_recognised(
+    origin: bytes | None, host: bytes | None, fetch_site: bytes | None, cross: bool
+) -> None:
+    assert headers.is_cross_site(origin, host, fetch_site) is cross

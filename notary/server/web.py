@@ -17,6 +17,7 @@ before):
   JSON ``{"outcome", "message", "target"}`` when the request accepts
   ``application/json`` (the page's script), else 303 back to the page with
   ``?checked=<outcome>``. Over the client's rate: 429 with ``Retry-After``.
+  Asked from another site's page (``Origin``, ``Sec-Fetch-Site``): 403.
 * ``GET /static/<name>``: the stylesheet and the script.
 
 Every HTML answer carries ``notary.web.headers.PAGE_HEADERS`` (CSP and
@@ -48,7 +49,7 @@ from notary.server.figures import LiveFigures
 from notary.server.query import QueryService
 from notary.web import pages
 from notary.web.assets import STATIC_PREFIX, StaticAssets, load_assets
-from notary.web.headers import HTML_CONTENT_TYPE, asset_headers, page_headers
+from notary.web.headers import HTML_CONTENT_TYPE, asset_headers, is_cross_site, page_headers
 from notary.web.pages import CHECK_OUTCOMES, NotaryHost, NotaryProfile
 
 __all__ = ["SITE_PREFIX", "WebPages", "notary_profile"]
@@ -277,6 +278,12 @@ class WebPages:
         return self._page(200, body)
 
     async def _check(self, request: Request, segment: bytes, client: bytes | None) -> Answer:
+        if is_cross_site(
+            request.header(b"origin"), request.header(b"host"), request.header(b"sec-fetch-site")
+        ):
+            # Another site's page must not make its visitors' browsers spend
+            # their probe budget here (CSRF); our own page's requests pass.
+            return self._error(403, "checks are asked from this notary's own page")
         wants_json = JSON_CONTENT_TYPE in (request.header(b"accept") or b"")
         parsed = self._target(segment)
         if not isinstance(parsed, Target):

@@ -16,6 +16,7 @@ __all__ = [
     "HTML_CONTENT_TYPE",
     "PAGE_HEADERS",
     "asset_headers",
+    "is_cross_site",
     "page_headers",
 ]
 
@@ -49,3 +50,21 @@ def asset_headers(etag: bytes) -> tuple[tuple[bytes, bytes], ...]:
         (b"Cache-Control", ASSET_CACHE_CONTROL),
         (b"ETag", b'"' + etag + b'"'),
     )
+
+
+def is_cross_site(origin: bytes | None, host: bytes | None, fetch_site: bytes | None) -> bool:
+    """Whether a browser sent this request for another site's page (a form or
+    script there posting here): ``Sec-Fetch-Site`` says so (``cross-site``,
+    or ``same-site``: another host of the same site), or ``Origin`` names
+    another host and port than ``Host`` (``null``: an opaque origin, a
+    sandboxed frame or a redirect chain, counts as another). A request with
+    neither header (curl, an old browser) is not: the check is a defence for
+    visitors' browsers, not an authentication."""
+    if fetch_site is not None:
+        return fetch_site.strip().lower() in (b"cross-site", b"same-site")
+    if origin is None:
+        return False
+    _, found, authority = origin.strip().lower().partition(b"://")
+    if not found or host is None:
+        return True
+    return authority.rstrip(b"/") != host.strip().lower()
