@@ -76,6 +76,8 @@ async def test_query_watch_push_unwatch() -> None:
         watching = await ask(ws, {"type": "watch", "id": "w", "host": "A.example.test.",
                                   "port": 443})
         assert watching == {"type": "watching", "id": "w", "target": "a.example.test:443"}
+        hub = server.service.hub
+        assert hub.watched("a.example.test:443") and not hub.watched("b.example.test:443")
         entry = b'{"signature":"c2ln","statement":{"target":"a.example.test:443"}}'
         server.service.hub.publish(Target("a.example.test", 443), entry)
         server.service.hub.publish(Target("b.example.test", 443), entry)  # not watched
@@ -85,6 +87,7 @@ async def test_query_watch_push_unwatch() -> None:
         assert (await ask(ws, {"type": "unwatch", "id": 2, "host": "a.example.test",
                                "port": 443}))["type"] == "unwatched"
         server.service.hub.publish(Target("a.example.test", 443), entry)
+        assert not hub.watched("a.example.test:443")
         assert (await ask(ws, {"type": "watch", "id": 3, "host": "c.example.test",
                                "port": 443}))["type"] == "watching"  # no event came first
     assert server.service.hub.watcher_count() == 0  # a closed connection leaves no watches

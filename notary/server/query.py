@@ -417,8 +417,11 @@ class QueryService:
         if record.latest_sha256 != sha256:
             record = record.with_latest(sha256)
         self._cache.put(target.key, record, record.size)
-        if new_certificate and self.watch_hub is not None and record.v2_statement is not None:
-            self.watch_hub.publish(target, record.v2_statement.entry)
+        hub = self.watch_hub
+        if new_certificate and hub is not None and hub.watched(target.key):
+            statement = record.v2_statement  # signed here only when someone watches
+            if statement is not None:
+                hub.publish(target, statement.entry)
         self._known.add(target.key)
         await self._storage.record(result)
 

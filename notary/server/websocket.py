@@ -95,6 +95,11 @@ class WatchHub:
         self._watchers: dict[str, set[_Connection]] = {}
         self.events_published = 0
 
+    def watched(self, key: str) -> bool:
+        """Whether any connection watches the target ``key`` (a publisher
+        may skip making the entry, a signature, when none does)."""
+        return key in self._watchers
+
     def publish(self, target: Target, entry: bytes) -> None:
         """A probe of ``target`` saw a new certificate; ``entry`` is the
         signed statement (``SignedStatement.entry``)."""
