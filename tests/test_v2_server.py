@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -15,25 +13,10 @@ import trio
 from notary import crypto
 from notary.protocol import v2
 from notary.protocol.targets import Target
-from tests.support.notaries import NotaryUnderTest, open_notary, send_raw
+from tests.support.notaries import NotaryUnderTest, open_notary, open_v2_notary, send_raw
 from tests.support.tls_targets import closed_port, open_tls_target
 
 SITE, OTHER = "www.example.test", "other.example.test"
-
-
-@asynccontextmanager
-async def open_v2_notary(
-    tmp_path: Path, names: dict[str, list[str]], **v2_settings: object
-) -> AsyncIterator[NotaryUnderTest]:
-    key_path = tmp_path / "v2.key"
-    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
-    # Failures answered at once: these tests are about answers, not timing
-    # (tests/test_abuse.py covers failures_at_deadline).
-    async with open_notary(
-        tmp_path / "n", names=names, v2={"key_file": key_path, **v2_settings},
-        answers={"failures_at_deadline": False},
-    ) as notary:
-        yield notary
 
 
 async def post_json(port: int, path: str, document: object) -> tuple[int, bytes]:
@@ -112,7 +95,7 @@ async def test_statements_are_signed_once_per_change(tmp_path: Path) -> None:
 async def test_a_statement_near_expiry_is_signed_again(tmp_path: Path) -> None:
     async with open_tls_target(names=[SITE]) as site:
         settings = {"statement_valid_for_s": 7200, "renew_before_s": 3600}
-        async with open_v2_notary(tmp_path, {SITE: [site.host]}, **settings) as notary:
+        async with open_v2_notary(tmp_path, {SITE: [site.host]}, v2=settings) as notary:
             request = {"targets": [{"host": SITE, "port": site.port}]}
             await post_json(notary.port, "/v2/query", request)
             key = Target(SITE, site.port).key
@@ -136,7 +119,7 @@ async def test_a_statement_near_expiry_is_signed_again(tmp_path: Path) -> None:
     ],
 )
 async def test_bad_requests(tmp_path: Path, document: object, status: int) -> None:
-    async with open_v2_notary(tmp_path, {}, max_batch=2) as notary:
+    async with open_v2_notary(tmp_path, {}, v2={"max_batch": 2}) as notary:
         got, body = await post_json(notary.port, "/v2/query", document)
     assert got == status, body
     assert b"Traceback" not in body

@@ -166,6 +166,24 @@ def client_context() -> ssl.SSLContext:
     return context
 
 
+@asynccontextmanager
+async def open_v2_notary(
+    tmp_path: Path, names: Mapping[str, Sequence[str]], *,
+    v2: Mapping[str, object] | None = None, **sections: object,
+) -> AsyncIterator[NotaryUnderTest]:
+    """``open_notary`` in ``tmp_path / "n"`` serving v2 with a fresh Ed25519
+    key (``v2``: more ``[v2]`` settings), failures answered at once: for
+    tests about answers, not timing (tests/test_abuse.py covers
+    ``failures_at_deadline``); ``sections`` as ``open_notary``'s."""
+    key_path = tmp_path / "v2.key"
+    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    async with open_notary(
+        tmp_path / "n", names=names, v2={"key_file": key_path, **(v2 or {})},
+        answers={"failures_at_deadline": False}, **sections,  # type: ignore[arg-type]
+    ) as notary:
+        yield notary
+
+
 async def send_raw(port: int, request: bytes, *, timeout_s: float = 20.0) -> RawResponse:
     """Send ``request`` over TLS without SNI and read until the server closes."""
     with trio.fail_after(timeout_s):
@@ -213,5 +231,6 @@ __all__ = [
     "legacy_query",
     "legacy_request",
     "open_notary",
+    "open_v2_notary",
     "send_raw",
 ]

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from notary import crypto
-from tests.support.notaries import NotaryUnderTest, open_notary
+from tests.support.notaries import NotaryUnderTest, open_v2_notary
 from tests.support.tls_targets import TLSTarget
 
 SITE = "www.example.test"
@@ -28,12 +27,8 @@ SEEDED_RUNS = (2, 1, 2)
 async def open_web_notary(
     tmp_path: Path, names: dict[str, list[str]], **sections: object
 ) -> AsyncIterator[NotaryUnderTest]:
-    key_path = tmp_path / "v2.key"
-    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
-    async with open_notary(
-        tmp_path / "n", names=names, serve_bundle=True, v2={"key_file": key_path},
-        answers={"failures_at_deadline": False}, **sections,  # type: ignore[arg-type]
-    ) as notary:
+    """A notary with v2 (live figures, watches) and a served bundle."""
+    async with open_v2_notary(tmp_path, names, serve_bundle=True, **sections) as notary:
         yield notary
 
 
