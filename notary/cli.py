@@ -569,7 +569,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from notary.server.lifecycle import run_serving_process
 
     try:
-        trio.run(run_serving_process, config, sockets, partial(config_from_args, args))
+        # A worker shares the database with the node's other workers.
+        trio.run(partial(run_serving_process, shared_store=index is not None),
+                 config, sockets, partial(config_from_args, args))
     except BaseExceptionGroup as group:
         # Nurseries wrap a start-up error (unreadable bundle, ...) in
         # exception groups: report it on one line like any other.

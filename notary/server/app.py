@@ -425,6 +425,7 @@ async def serve_notary(
     clock: Callable[[], float] = time.time,
     sockets: Sockets | None = None,
     reload_config: Callable[[], Config] | None = None,
+    shared_store: bool = False,
     task_status: trio.TaskStatus[RunningNotary] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a notary until cancelled (or stopped through ``RunningNotary``).
@@ -432,11 +433,15 @@ async def serve_notary(
     ``sockets``: the listening sockets by role (``notary.server.sockets``),
     bound or inherited by the caller; they are bound here from the config
     when None. Either way they are closed when this returns.
-    ``reload_config``: reads the configuration again on SIGHUP (``Reloader``)."""
+    ``reload_config``: reads the configuration again on SIGHUP (``Reloader``).
+    ``shared_store``: other processes (the node's other workers) write to the
+    same database, so the known-targets filter is off (its rule 4)."""
     if sockets is None:
         sockets = bind_sockets(config)
     try:
-        await _serve_notary(config, resolver, clock, sockets, reload_config, task_status)
+        await _serve_notary(
+            config, resolver, clock, sockets, reload_config, shared_store, task_status
+        )
     finally:
         close_all(sockets)
 
@@ -447,6 +452,7 @@ async def _serve_notary(
     clock: Callable[[], float],
     sockets: Sockets,
     reload_config: Callable[[], Config] | None,
+    shared_store: bool,
     task_status: trio.TaskStatus[RunningNotary],
 ) -> None:
     context = make_server_ssl_context(config)
@@ -488,6 +494,8 @@ async def _serve_notary(
         known = KnownTargets(
             config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate
         )
+        if shared_store:
+            known.switch_off()
         service = QueryService(
             cache=cache,
             storage=storage,
@@ -645,7 +653,8 @@ async def _serve_notary(
 
                 connections_done = trio.Event()
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(known.load, storage)
+                    if not shared_store:
+                        nursery.start_soon(known.load, storage)
                     nursery.start_soon(metrics.serve_folding, config.admin.metrics_interval_s)
                     if websocket is not None:
                         nursery.start_soon(websocket.serve_figures)

@@ -16,6 +16,12 @@ Rules this module keeps:
 3. Bit positions come from a BLAKE2b digest of the key (``bloom_digest``),
    computed once per lookup; the compiled filter reads them straight from the
    digest bytes.
+4. A store that other processes write too (the workers of a node) gets no
+   filter (:meth:`KnownTargets.switch_off`): a key another worker stored is
+   not in this one's filter, so a "never seen" from it would send a query
+   to the prober for a target the store already holds. Every lookup then
+   reads the store (rule 2, for good): one read before a probe, which costs
+   far more.
 
 Resource handling: :meth:`KnownTargets.load` borrows the storage for one scan
 (its own connection, in a worker thread); it owns nothing after it returns.
@@ -69,11 +75,22 @@ class KnownTargets:
         self._added_while_loading: list[bytes] = []
         self._keys_loaded = 0
         self._skipped_reads = 0
-        #: Set once ``load`` has finished, loaded or failed (readiness waits).
+        #: Set once ``load`` has finished, loaded or failed, or once the
+        #: filter is switched off (readiness waits).
         self.settled = trio.Event()
+        self._off = False
+
+    def switch_off(self) -> None:
+        """Never use a filter (rule 4): every key may be in the store, none is
+        kept; ``load`` must not be called."""
+        self._off = True
+        self._added_while_loading = []
+        self.settled.set()
 
     def add(self, key: str) -> None:
         """Record that ``key`` is (or is about to be) in the store."""
+        if self._off:
+            return
         digest = bloom_digest(key.encode("utf-8"))
         if self._bloom is None:
             self._added_while_loading.append(digest)

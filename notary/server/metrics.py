@@ -290,7 +290,8 @@ class NotaryMetrics:
         )
         self._bloom_loaded = gauge(
             "notary_bloom_loaded", "1 when the known-targets filter is loaded from the "
-            "store and in use.", "livemin",
+            "store and in use (always 0 under workers: they share the store and read it "
+            "on every cache miss).", "livemin",
         )
         self._bloom_fill = gauge(
             "notary_bloom_fill_ratio", "Share of the known-targets filter's bits set.", "livemax"

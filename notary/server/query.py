@@ -13,7 +13,8 @@ Invariants
 3. A record loaded from the store never replaces a record already in the
    cache (the cached one is at least as new).
 4. A cache miss for a target the known-targets filter has never seen reads
-   no database: the store cannot hold it (see ``notary.server.known_targets``).
+   no database: the store cannot hold it (see ``notary.server.known_targets``;
+   a node's workers share the store and have no filter: every miss reads).
 5. A cache hit that can be answered at once (``convergence.answer_status``)
    is decided with one cache lookup and one clock read, without awaiting,
    and ``respond_at_once`` returns the complete HTTP response made with the record

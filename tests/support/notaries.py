@@ -87,6 +87,7 @@ async def open_notary(
     server: Mapping[str, object] | None = None,
     serve_bundle: bool = False,
     sockets: Sockets | None = None,
+    shared_store: bool = False,
     **sections: dict,
 ) -> AsyncIterator[NotaryUnderTest]:
     """Serve a notary on ``host`` (API and relay on port 0) until the block
@@ -95,7 +96,8 @@ async def open_notary(
     bundles mode, no trusted bundle, loopback destinations allowed); ``sections``
     override other config sections, e.g. ``probe={"timeout_s": 0.5}``.
     ``serve_bundle``: serve ``/test.notary``, a bundle pinning this notary.
-    ``sockets``: listening sockets to serve on instead of binding the config's."""
+    ``sockets``: listening sockets to serve on instead of binding the config's.
+    ``shared_store``: as ``serve_notary``'s (a worker of a node)."""
     key_path, cert_path, cert = make_notary_files(directory, host)
     if serve_bundle:
         bundle = make_bundle(
@@ -131,6 +133,7 @@ async def open_notary(
                 resolver=static_resolver(names or {}),
                 clock=clock,
                 sockets=sockets,
+                shared_store=shared_store,
                 task_status=task_status,
             )
         )
