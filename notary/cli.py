@@ -559,9 +559,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_roles(taken)
         sockets = bind_sockets(config, taken=taken)
         drop_privileges(config.node.user, config.node.group)
-    if index:  # only worker 0 rescans
-        config = replace(config, rescan=replace(config.rescan, enabled=False))
     workers = config.node.workers or default_workers()
+    if index is not None:
+        # Each worker rescans the targets asked of it, with its share of the
+        # node's budgets; skipping what another worker observed meanwhile
+        # (the scheduler's rule 11) keeps a target from being probed once
+        # per worker.
+        rescan = config.rescan
+        config = replace(config, rescan=replace(
+            rescan,
+            probes_per_s=rescan.probes_per_s / workers,
+            per_prefix_per_s=rescan.per_prefix_per_s / workers,
+            max_in_flight=max(1, -(-rescan.max_in_flight // workers)),
+        ))
     if index is None and workers > 1:
         check_config(config)  # once here, rather than a failed start per worker
         log.info("notary %s: starting %d workers", __version__, workers)

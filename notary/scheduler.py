@@ -91,6 +91,16 @@ Rules this module keeps:
     prefixes, ``n`` its size after the last pruning (which drops every prefix
     that no longer has to wait); the start-time window for the rate statistic holds at
     most ``probes_per_s * RATE_WINDOW_S + 2`` times.
+11. **A store other schedulers probe into** (a node's workers, each
+    rescanning the targets asked of it): with ``observed_age``, a started
+    probe first asks how long ago the store last observed the target. When
+    that is less than the target's healthy interval ``I(now)``, another
+    process has observed it in the meantime: no probe is made, the
+    observation counts as a success noted ``age`` ago (rule 4: due at
+    ``now - age + I``), and ``shared_skips`` counts it. The schedulers then
+    fall into step, and a target asked of several workers is probed about
+    once per interval, not once per worker. The lookup runs under the probe
+    deadline; if it fails or finds nothing, the probe is made.
 
 Wiring (for the server)
 -----------------------
@@ -239,7 +249,9 @@ class SchedulerStatistics:
     ``held_back``: checks at which a due probe waited because
     ``on_demand_busy()`` said so (one per ``HOLD_BACK_POLL_S``);
     ``deferred_by_prefix``: starts put off by the per-prefix limit;
-    ``forgotten``: targets forgotten (idle or evicted).
+    ``forgotten``: targets forgotten (idle or evicted); ``shared_skips``:
+    started probes not made because the store had observed the target within
+    its interval (rule 11; counted in ``probes_started`` too).
     """
 
     targets_known: int
@@ -252,6 +264,7 @@ class SchedulerStatistics:
     held_back: int
     deferred_by_prefix: int
     forgotten: int
+    shared_skips: int = 0
 
 
 class _Entry:
@@ -318,6 +331,8 @@ class RescanScheduler:
     * ``max_in_flight``: most scheduled probes running at once (rule 8c).
     * ``probe_timeout_s``: deadline of one scheduled probe (rule 9); the
       prober has its own, usually shorter, deadline.
+    * ``observed_age``: seconds since the store's newest observation of a
+      target, None if it has none (rule 11; None: no such store).
 
     :meth:`note_query` and :meth:`note_probe` are synchronous and may be
     called from any task of the Trio run, whether :meth:`serve` runs or not.
@@ -345,6 +360,7 @@ class RescanScheduler:
         clock: Callable[[], float] = trio.current_time,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+        observed_age: Callable[[Target], Awaitable[float | None]] | None = None,
     ) -> None:
         for name, value in (
             ("probes_per_s", probes_per_s),
@@ -374,6 +390,8 @@ class RescanScheduler:
         self._clock = clock
         self._max_in_flight = max_in_flight
         self._probe_timeout_s = float(probe_timeout_s)
+        self._observed_age = observed_age
+        self._shared_skips = 0
 
         # Known targets by ``Target.key``, least recently asked about first
         # (rule 1). Keyed by the key string: hashing it is cheaper than
@@ -544,11 +562,34 @@ class RescanScheduler:
         self._recent_starts.append(now)
         nursery.start_soon(self._probe_one, entry.target, name=f"rescan {entry.target.key}")
 
+    async def _observed_elsewhere(self, target: Target) -> bool:
+        """Rule 11: whether the store observed ``target`` within its healthy
+        interval; if so, the success is noted as of then."""
+        try:
+            age = await self._observed_age(target)  # type: ignore[misc]
+        except Exception:
+            logger.exception("store lookup before the rescan of %s failed", target.key)
+            return False
+        entry = self._entries.get(target.key)
+        if age is None or entry is None or age < 0:
+            return False
+        now = self._clock()
+        if age >= self._interval(entry, now):
+            return False
+        seen_at = now - age
+        entry.failures = 0
+        entry.last_probe_at = entry.last_success_at = seen_at
+        self._shared_skips += 1
+        self._reschedule(entry, max(now, seen_at + self._interval(entry, now)))
+        return True
+
     async def _probe_one(self, target: Target) -> None:
         result: ProbeResult | None = None
         reason: str | None = None
         try:
             with trio.move_on_after(self._probe_timeout_s):
+                if self._observed_age is not None and await self._observed_elsewhere(target):
+                    return
                 result = await self._probe(target)
             if result is None:
                 reason = ProbeTimeout.reason
@@ -692,4 +733,5 @@ class RescanScheduler:
             held_back=self._held_back,
             deferred_by_prefix=self._deferred_by_prefix,
             forgotten=self._forgotten,
+            shared_skips=self._shared_skips,
         )

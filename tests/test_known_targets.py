@@ -12,6 +12,7 @@ import trio
 from notary.errors import StoreError
 from notary.protocol.targets import Target
 from notary.server import known_targets as known_module
+from notary.server.app import store_observed_age
 from notary.server.known_targets import KnownTargets
 from notary.server.storage import Storage, open_storage
 from notary.store import Store
@@ -165,3 +166,24 @@ async def test_workers_sharing_a_store_answer_from_each_others_observations(
             # seen": that notary probes again.
             assert (await legacy_query(alone.port, path, None)).status == 200
             assert handshakes() == 2
+
+
+async def test_a_workers_scheduler_reads_the_age_of_the_newest_observation(
+    tmp_path: Path,
+) -> None:
+    """What a worker's rescan scheduler asks the shared store before a
+    rescan (its rule 11): seconds since the newest observation, or None."""
+    path = tmp_path / "n.db"
+    with Store(path) as store:
+        store.record([probe_result("seen.example.test", at=1_700_000_000),
+                      probe_result("seen.example.test", cert="other.example.test",
+                                   at=1_700_000_040)])
+    async with open_storage(path) as storage:
+        observed_age = store_observed_age(storage, lambda: 1_700_000_100.0)
+        assert await observed_age(Target("seen.example.test", 443)) == 60.0
+        assert await observed_age(Target("never.example.test", 443)) is None
+    no_known = KnownTargets(1000, 0.001)
+    no_known.switch_off()
+    no_known.add("a.example.test:443")
+    assert no_known.settled.is_set() and no_known.may_contain("b.example.test:443")
+    assert not no_known.statistics().loaded

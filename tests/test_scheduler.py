@@ -14,7 +14,7 @@ import random
 import statistics as stats
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
@@ -687,3 +687,49 @@ async def test_simulated_day(autojump_clock: trio.testing.MockClock) -> None:
         f"  failures {dict(statistics.failures)}, deferred by prefix "
         f"{statistics.deferred_by_prefix}, overdue {statistics.overdue}"
     )
+
+
+async def test_workers_sharing_a_store_probe_a_target_about_once_per_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Rule 11: two schedulers (two workers), each asked about the same
+    target half the time, over one store. Without ``observed_age`` each
+    rescans it on its own schedule; with it, one skips what the other
+    observed within the interval, and the target stays as fresh."""
+    asked = target("shared")
+
+    async def two_workers(shared: bool) -> tuple[list[float], int]:
+        observed: dict[Target, float] = {}
+        probes = [FakeProbe(), FakeProbe()]
+
+        async def observed_age(probed: Target) -> float | None:
+            at = observed.get(probed)
+            return None if at is None else trio.current_time() - at
+
+        def storing(probe: FakeProbe) -> Callable[[Target], Awaitable[ProbeResult]]:
+            async def probe_and_store(probed: Target) -> ProbeResult:
+                result = await probe(probed)
+                observed[probed] = trio.current_time()
+                return result
+
+            return probe_and_store
+
+        schedulers = [
+            make_scheduler(storing(probe), observed_age=observed_age if shared else None)
+            for probe in probes
+        ]
+        start = trio.current_time()
+        async with serving(schedulers[0]) as first, serving(schedulers[1]) as second:
+            first.start_soon(ask_every, schedulers[0], asked, 360.0, start + 2 * DAY)
+            await trio.sleep(180.0)
+            second.start_soon(ask_every, schedulers[1], asked, 360.0, start + 2 * DAY)
+            await trio.sleep(2 * DAY)
+        starts = sorted(at for probe in probes for at in probe.starts(asked))
+        return starts, sum(s.statistics().shared_skips for s in schedulers)
+
+    apart, no_skips = await two_workers(shared=False)
+    together, skips = await two_workers(shared=True)
+    assert no_skips == 0
+    assert skips > 0
+    assert len(together) <= 0.6 * len(apart)
+    assert max(gaps(together)) < 6 * HOUR  # as fresh as one popular target alone

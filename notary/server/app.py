@@ -37,6 +37,7 @@ from notary.policy import AddressPolicy
 from notary.probe import Prober, open_prober
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
+from notary.protocol.targets import Target
 from notary.ratelimit import client_prefix
 from notary.scheduler import RescanScheduler
 from notary.server.abuse import AbuseControls
@@ -256,9 +257,13 @@ def failure_delay_s(config: Config) -> float:
     return min(config.probe.timeout_s, config.answers.query_timeout_s)
 
 
-def make_scheduler(config: Config, prober: Prober) -> RescanScheduler | None:
+def make_scheduler(
+    config: Config, prober: Prober,
+    observed_age: Callable[[Target], Awaitable[float | None]] | None = None,
+) -> RescanScheduler | None:
     """The rescan scheduler over ``prober`` (None when ``[rescan]`` is off).
-    On-demand probes come first: it holds back while queries' probes queue."""
+    On-demand probes come first: it holds back while queries' probes queue.
+    ``observed_age``: for a store other workers probe into (its rule 11)."""
     rescan = config.rescan
     if not rescan.enabled:
         return None
@@ -273,7 +278,22 @@ def make_scheduler(config: Config, prober: Prober) -> RescanScheduler | None:
         max_in_flight=rescan.max_in_flight,
         probe_timeout_s=config.probe.timeout_s * 2,  # a probe may queue for a slot first
         on_demand_busy=lambda: prober.statistics().queued > 0,
+        observed_age=observed_age,
     )
+
+
+def store_observed_age(
+    storage: Storage, clock: Callable[[], float]
+) -> Callable[[Target], Awaitable[float | None]]:
+    """Seconds since ``storage``'s newest observation of a target (None: none),
+    by ``clock`` (Unix time, as the store's times). A store error propagates
+    (the scheduler then probes)."""
+
+    async def observed_age(target: Target) -> float | None:
+        newest = (await storage.load_timeline(target)).newest
+        return None if newest is None else clock() - newest.last_seen
+
+    return observed_age
 
 
 def make_relay_handler(
@@ -526,7 +546,10 @@ async def _serve_notary(
                 on_result=service.observe,
             ) as prober:
                 service.prober = prober
-                scheduler = make_scheduler(config, prober)
+                scheduler = make_scheduler(
+                    config, prober,
+                    store_observed_age(storage, clock) if shared_store else None,
+                )
                 service.scheduler = scheduler
                 web = WebPages(
                     service,

@@ -35,10 +35,10 @@ Two modes, chosen by the environment variable ``PROMETHEUS_MULTIPROC_DIR``
     (open connections, probes in flight and queued, writer queue rows, cache
     entries and bytes: each worker has its own cache and writer, live
     workers); ``livemax`` where a sum would be wrong: the scheduler's target
-    figures (exact when one worker runs the scheduler; with one scheduler
-    per worker, the largest), bloom fill, the writer-failing flag, uptime,
+    figures (each worker schedules the targets asked of it, which overlap:
+    the largest worker's), bloom fill, the writer-failing flag, uptime,
     build info; ``livemin`` for the start time (the oldest live worker) and
-    "bloom loaded" (1 only when every live worker's filter is).
+    "bloom loaded" (workers have no filter: 0).
 
 Limits of the multiprocess mode: the values of the workers other than the one
 answering are as old as their last fold (at most ``metrics_interval_s``);
@@ -457,6 +457,10 @@ class NotaryMetrics:
             self._scheduler_forgotten = counter(
                 "notary_scheduler_forgotten_targets", "Targets forgotten (idle or evicted)."
             )
+            self._scheduler_shared_skips = counter(
+                "notary_scheduler_shared_skips", "Rescans not made: another worker had "
+                "observed the target within its interval (workers only).",
+            )
         # -- process
         start_time = gauge(
             "notary_start_time_seconds", "Unix time the (oldest live) worker started.",
@@ -626,6 +630,7 @@ class NotaryMetrics:
         self._advance(self._scheduler_held_back, stats.held_back)
         self._advance(self._scheduler_deferred, stats.deferred_by_prefix)
         self._advance(self._scheduler_forgotten, stats.forgotten)
+        self._advance(self._scheduler_shared_skips, stats.shared_skips)
 
     async def serve_folding(
         self, interval_s: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

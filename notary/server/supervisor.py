@@ -5,8 +5,10 @@ One Trio loop per core: the supervisor starts ``workers`` processes, each
 and writer on the listening sockets the supervisor opened (or took from
 systemd) and passed down (``notary.server.sockets``). The kernel spreads the
 connections among the workers accepting on a shared socket. All workers
-write to the one SQLite database (WAL, busy timeout); only worker 0 runs the
-rescan scheduler, so targets are not rescanned once per worker.
+write to the one SQLite database (WAL, busy timeout); each worker rescans
+the targets asked of it with its share of the budgets, and skips a target
+another worker observed meanwhile (the scheduler's rule 11), so targets are
+not rescanned once per worker.
 
 What the supervisor does
     * tells each worker its index (``$NOTARY_WORKER_INDEX``), its sockets,
