@@ -137,11 +137,6 @@ async def open_notary(
                 task_status=task_status,
             )
         )
-        # The known-targets filter loads in a thread: once it has, a query
-        # for a target never seen reads no database (in a thread). On
-        # Trio's autojump clock a test waiting on a thread can see the clock
-        # jump to its own deadline, so queries start after the load.
-        await running.known.settled.wait()
         try:
             yield NotaryUnderTest(running, config, cert, clock)
         finally:
