@@ -31,14 +31,21 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def machine_description() -> str:
-    """One line: CPU, cores, kernel, Python, load average at start."""
+def cores_and_load() -> tuple[int, int, str]:
+    """Cores of the machine, cores this process may run on, and the load
+    averages as text."""
     cores = os.cpu_count() or 0
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
     try:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         load = "n/a"
+    return cores, usable, load
+
+
+def machine_description() -> str:
+    """One line: CPU, cores, kernel, Python, load average at start."""
+    cores, usable, load = cores_and_load()
     return (
         f"{cpu_model()}, {cores} cores ({usable} usable), "
         f"{platform.system()} {platform.release()} {platform.machine()}, "

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, cpu_model  # common also puts ROOT on sys.path
+from common import ROOT, cores_and_load, cpu_model  # common also puts ROOT on sys.path
 from common import print_table as print_table  # re-exported: one copy, in common.py
 
 BENCH = ROOT / "bench"
@@ -289,12 +289,7 @@ def machine_line(wrk: str | None = None) -> str:
 
     from notary.cache import IMPLEMENTATION
 
-    cores = os.cpu_count() or 0
-    usable = len(os.sched_getaffinity(0))
-    try:
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "n/a"
+    cores, usable, load = cores_and_load()
     return (
         f"{cpu_model()}, {cores} cores ({usable} usable), {memory_total()}; "
         f"{platform.python_implementation()} {platform.python_version()}; "

@@ -12,6 +12,7 @@ import base64
 import dataclasses
 import json
 import logging
+import math
 import re
 import sys
 import time
@@ -570,7 +571,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             rescan,
             probes_per_s=rescan.probes_per_s / workers,
             per_prefix_per_s=rescan.per_prefix_per_s / workers,
-            max_in_flight=max(1, -(-rescan.max_in_flight // workers)),
+            max_in_flight=math.ceil(rescan.max_in_flight / workers),
         ))
     if index is None and workers > 1:
         check_config(config)  # once here, rather than a failed start per worker

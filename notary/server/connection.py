@@ -224,7 +224,9 @@ async def _serve(
             except ProtocolError as exc:
                 scope.deadline = current_time() + send_timeout_s
                 await send_all(error_response(exc.status, exc.message))
-                await _linger(stream, limits)
+                await linger_before_close(
+                    stream, timeout_s=limits.linger_timeout_s, idle_s=limits.linger_idle_s
+                )
                 return None
             for request in requests:
                 requests_left -= 1
@@ -254,33 +256,34 @@ async def _serve(
         # A stalled request gets 408; an idle keep-alive connection just closes.
         with trio.move_on_after(send_timeout_s):
             await send_all(error_response(408, "request timeout"))
-            await _linger(stream, limits)
+            await linger_before_close(
+                stream, timeout_s=limits.linger_timeout_s, idle_s=limits.linger_idle_s
+            )
     return None
 
 
-async def _linger(stream: trio.abc.Stream, limits: ConnectionLimits) -> None:
-    """After an error answer, before the caller closes: half-close (plain
-    TCP; TLS has no half-close) and read and discard what the client still
-    sends, until it closes, sends nothing for ``linger_idle_s``, or
-    ``linger_timeout_s`` passed or ``LINGER_BYTES`` were read. Closing with
-    unread bytes in the receive buffer makes the kernel reset the
-    connection, and the reset can destroy the answer before the client reads
-    it (say, a 431 to a client still sending a huge head). A client that
-    reads the answer and closes ends the linger at once. Errors end it too:
-    the answer has been sent."""
-    with trio.move_on_after(limits.linger_timeout_s):
+async def linger_before_close(
+    stream: trio.abc.Stream, *, timeout_s: float, idle_s: float, max_bytes: int = LINGER_BYTES
+) -> None:
+    """After a refusal or error answer, before the caller closes: half-close
+    (plain TCP; TLS has no half-close) and read and discard what the client
+    still sends, until it closes, sends nothing for ``idle_s``, ``timeout_s``
+    passed or ``max_bytes`` were read. Closing with unread bytes in the
+    receive buffer makes the kernel reset the connection, and the reset can
+    destroy the answer before the client reads it (say, a 431 to a client
+    still sending a huge head). Used by the HTTP loop and the relay. Errors
+    end it: the answer has been sent."""
+    with trio.move_on_after(timeout_s):
         try:
             if isinstance(stream, trio.SocketStream):
                 await stream.send_eof()
             drained = 0
-            while drained < LINGER_BYTES:
-                with trio.move_on_after(limits.linger_idle_s):
+            while drained < max_bytes:
+                with trio.move_on_after(idle_s) as pause:
                     data = await stream.receive_some(RECEIVE_BYTES)
-                    if not data:
-                        return
-                    drained += len(data)
-                    continue
-                return  # nothing more came
+                if pause.cancelled_caught or not data:
+                    return
+                drained += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
 

@@ -62,6 +62,7 @@ from notary.protocol.relay import (
     relay_page,
 )
 from notary.server.abuse import AbuseControls
+from notary.server.connection import linger_before_close
 
 __all__ = ["RelayHandler", "RelayStatistics", "TrustedDestinations", "read_trusted_bundles"]
 
@@ -387,18 +388,14 @@ class RelayHandler:
             scope.cancel()  # one side is gone: end the whole tunnel
 
     async def _refuse(self, stream: trio.SocketStream, answer: bytes) -> None:
-        """Send ``answer``, half-close, and drain briefly before the caller
+        """Send ``answer``, then linger (half-close, drain) before the caller
         closes (see ``LINGER_BYTES``)."""
         with trio.move_on_after(self._config.head_timeout_s):
             await stream.send_all(answer)
-            await stream.send_eof()
-        with trio.move_on_after(self._config.linger_timeout_s):
-            drained = 0
-            while drained < LINGER_BYTES:
-                data = await stream.receive_some(HEAD_RECEIVE_BYTES)
-                if not data:
-                    break
-                drained += len(data)
+        timeout_s = self._config.linger_timeout_s
+        await linger_before_close(
+            stream, timeout_s=timeout_s, idle_s=timeout_s, max_bytes=LINGER_BYTES
+        )
 
     def _page(self, request: Request, status: int) -> bytes:
         page = relay_page(mode=self._mode, notary_name=self._notary_name, status=status)
