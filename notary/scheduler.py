@@ -21,9 +21,13 @@ Rules this module keeps:
    unknown target is ignored). A target not asked about for
    ``forget_after_s`` is forgotten (checked before every start, so the
    scheduler never probes it after that); when ``max_targets`` are known, a new target
-   makes the scheduler forget the one asked about least recently. Forgotten
-   targets stay in the store's history; a later query makes them known again,
-   as new.
+   makes the scheduler forget the least popular one (rule 2's ``p`` valued
+   now, the oldest first among equals), not the one asked about least
+   recently: a flood of new targets asked once each then pushes out only
+   targets asked about less than they are (each query of a target is worth
+   what a new target's single query is worth ``POPULARITY_HALF_LIFE_S``
+   later). Forgotten targets stay in the store's history; a later query
+   makes them known again, as new.
 2. **Popularity** ``p`` is a decaying counter: every query adds 1, and it
    halves every ``POPULARITY_HALF_LIFE_S``. **Change ratio** ``r`` (0 to 1)
    is a moving average over successful probes of "saw a different
@@ -85,8 +89,9 @@ Rules this module keeps:
    :class:`~notary.errors.ProbeError` a failure with its ``reason``, the
    deadline a ``"timeout"`` failure, any other exception a logged ``"error"``
    failure. None of them stops :meth:`~RescanScheduler.serve`.
-10. **Bounded.** At most ``max_targets`` targets are known; the heap holds at
-    most ``2 * known + HEAP_SLACK`` entries (it is compacted beyond that);
+10. **Bounded.** At most ``max_targets`` targets are known; the due heap and
+    the popularity heap each hold at most ``2 * known + HEAP_SLACK`` entries
+    (compacted beyond that);
     the per-prefix table holds at most ``max(PREFIX_TABLE_MIN, 2 * n)``
     prefixes, ``n`` its size after the last pruning (which drops every prefix
     that no longer has to wait); the start-time window for the rate statistic holds at
@@ -157,6 +162,7 @@ __all__ = [
     "SchedulerStatistics",
     "address_prefix",
     "decayed",
+    "popularity_score",
     "rescan_interval_s",
     "retry_delay_s",
 ]
@@ -208,6 +214,15 @@ def decayed(value: float, elapsed_s: float, half_life_s: float) -> float:
     if elapsed_s <= 0:
         return value
     return value * 2.0 ** (-elapsed_s / half_life_s)
+
+
+def popularity_score(popularity: float, valued_at: float) -> float:
+    """A number that orders targets by popularity (rule 2) at any common
+    time ``t`` after ``valued_at``: ``p * 2**(-(t - valued_at) / H)`` has
+    the same order for every ``t`` as ``log2(p) + valued_at / H``. A query
+    never lowers a target's score (``decayed(p) + 1 > decayed(p)``), which
+    lets rule 1's eviction keep scores in a heap and refresh them lazily."""
+    return math.log2(max(popularity, 1e-300)) + valued_at / POPULARITY_HALF_LIFE_S
 
 
 def rescan_interval_s(popularity: float, change_ratio: float, *, base_interval_s: float) -> float:
@@ -394,9 +409,14 @@ class RescanScheduler:
         self._shared_skips = 0
 
         # Known targets by ``Target.key``, least recently asked about first
-        # (rule 1). Keyed by the key string: hashing it is cheaper than
-        # hashing the dataclass, and the query path has it already.
+        # (rule 1's idle forgetting). Keyed by the key string: hashing it is
+        # cheaper than hashing the dataclass, and the query path has it already.
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        # (popularity score when pushed, tie-breaker, entry): rule 1's
+        # eviction. A score only grows, so an entry is pushed once, when it
+        # becomes known, and re-pushed only when popped with a stale score;
+        # entries no longer known are skipped (lazy deletion).
+        self._by_popularity: list[tuple[float, int, _Entry]] = []
         # (when, tie-breaker, generation, entry); stale if the generation moved.
         self._heap: list[tuple[float, int, int, _Entry]] = []
         self._sequence = itertools.count()
@@ -434,10 +454,10 @@ class RescanScheduler:
         entry = entries.get(key)
         if entry is None:
             while len(entries) >= self._max_targets:
-                entries.popitem(last=False)
-                self._forgotten += 1
+                self._evict_least_popular()
             entry = _Entry(target, now, key)
             entries[key] = entry
+            self._push_popularity(entry, popularity_score(1.0, now))
             self._push(entry, entry.due_at)
             self._poke()
         else:
@@ -662,6 +682,35 @@ class RescanScheduler:
                 return item[0], item[3]
             heapq.heappop(self._heap)
         return None
+
+    def _push_popularity(self, entry: _Entry, score: float) -> None:
+        heap = self._by_popularity
+        heapq.heappush(heap, (score, next(self._sequence), entry))
+        if len(heap) > 2 * len(self._entries) + HEAP_SLACK:
+            live = [item for item in heap if self._entries.get(item[2].key) is item[2]]
+            heapq.heapify(live)
+            self._by_popularity = live
+
+    def _evict_least_popular(self) -> None:
+        """Forget the least popular known target (rule 1)."""
+        heap = self._by_popularity
+        entries = self._entries
+        while heap:
+            score, _, entry = heap[0]
+            if entries.get(entry.key) is not entry:
+                heapq.heappop(heap)
+                continue
+            current = popularity_score(entry.popularity, entry.popularity_at)
+            if current > score:  # asked about since it was pushed
+                heapq.heapreplace(heap, (current, next(self._sequence), entry))
+                continue
+            heapq.heappop(heap)
+            del entries[entry.key]
+            self._forgotten += 1
+            return
+        # Unreachable while every known entry is in the heap; stay bounded anyway.
+        entries.popitem(last=False)
+        self._forgotten += 1
 
     def _forget_idle(self, now: float) -> None:
         while self._entries:

@@ -369,7 +369,7 @@ async def test_target_not_asked_about_is_forgotten(autojump_clock: trio.testing.
     assert statistics.forgotten == 1
 
 
-async def test_least_recently_asked_target_is_forgotten_when_full(
+async def test_least_popular_target_is_forgotten_when_full(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     probe = FakeProbe()
@@ -379,7 +379,7 @@ async def test_least_recently_asked_target_is_forgotten_when_full(
         for each in (first, second, third):
             scheduler.note_query(each)
             await trio.sleep(1)
-        scheduler.note_query(first)  # now "two" is the least recently asked
+        scheduler.note_query(first)  # now "two" is the least popular, and the oldest
         scheduler.note_query(fourth)
         await trio.sleep(HOUR)
         statistics = scheduler.statistics()
@@ -387,6 +387,52 @@ async def test_least_recently_asked_target_is_forgotten_when_full(
     assert {probed for _at, probed in probe.calls} == {first, third, fourth}
     assert statistics.targets_known == 3
     assert statistics.forgotten == 1
+
+
+async def test_a_flood_of_new_targets_does_not_push_out_a_popular_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Rule 1 evicts by popularity, not recency: junk targets asked once
+    each, newer than every query of a popular target, evict each other and
+    targets asked about as little as they are, never the popular one."""
+    probe = FakeProbe()
+    scheduler = make_scheduler(probe, max_targets=4)
+    popular, once = target("popular"), target("once")
+    async with serving(scheduler):
+        for _ in range(8):
+            scheduler.note_query(popular)
+        scheduler.note_query(once)
+        await trio.sleep(HOUR)
+        for index in range(50):
+            scheduler.note_query(target(f"junk{index}"))
+        statistics = scheduler.statistics()
+
+    assert scheduler.due_at(popular) is not None
+    assert scheduler.due_at(once) is None  # asked once, before the junk: evicted
+    assert scheduler.due_at(target("junk49")) is not None
+    assert statistics.targets_known == 4
+    assert statistics.forgotten == 48  # 52 known, at most 4 kept
+
+
+async def test_popularity_eviction_refreshes_a_target_asked_since_it_was_known(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An entry whose score in the eviction heap is stale (asked about since
+    it became known) is re-valued, not evicted on its old score."""
+    probe = FakeProbe()
+    scheduler = make_scheduler(probe, max_targets=2)
+    old, other = target("old"), target("other")
+    async with serving(scheduler):
+        scheduler.note_query(old)
+        await trio.sleep(1)
+        scheduler.note_query(other)
+        await trio.sleep(1)
+        for _ in range(4):
+            scheduler.note_query(old)  # pushed as a new target with score 0
+        scheduler.note_query(target("new"))
+
+    assert scheduler.due_at(old) is not None
+    assert scheduler.due_at(other) is None
 
 
 async def test_on_demand_busy_holds_the_scheduler_back_until_it_clears(

@@ -38,6 +38,21 @@ Invariants
    ``failure_delay_s`` is set, no sooner than that long after the query
    decided to probe: the time a probe that times out takes, so the answer's
    timing does not tell a refused port from a filtered one.
+8. A query makes its target known to the rescan scheduler (``note_query``)
+   only once it was admitted (not 429) and its target is real: it was
+   answered from an observation, or the probe it needed (started or joined)
+   was admitted and reached the target (a certificate, or a connection or
+   handshake failure at an address the policy allows). A query refused, or
+   whose probe was refused, throttled with nothing observed, stopped at the
+   name lookup or timed out, registers nothing, so junk queries cannot fill
+   the scheduler's table or make it probe their targets for a week.
+9. A fingerprint that is not vouched for (never seen for the target, or not
+   fresh) makes a query probe whenever the target's probe budget
+   (``[limits] probes_per_minute_per_target``) allows, however recently the
+   target was probed: a site that just rotated its certificate is confirmed,
+   not contradicted, by a notary that probed it a minute earlier. Only when
+   that budget is spent is the last probe the answer (409). Without a
+   per-target budget, ``reprobe_after_s`` plays its part.
 """
 
 from __future__ import annotations
@@ -52,7 +67,14 @@ import trio
 from notary.cache import LRUCache
 from notary.config import V2Config
 from notary.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
-from notary.errors import ProbeError, ProbeRefused, ProbeTimeout, StoreError
+from notary.errors import (
+    ProbeConnectFailed,
+    ProbeError,
+    ProbeHandshakeFailed,
+    ProbeRefused,
+    ProbeTimeout,
+    StoreError,
+)
 from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
 from notary.probe import Prober
 from notary.protocol import convergence, http, perspectives, v2
@@ -261,6 +283,10 @@ class QueryDeadline(ProbeTimeout):
 
 #: Failures that are no probe's outcome (the scheduler is not told of them).
 _NOT_PROBE_OUTCOMES = (QueryDeadline, ProbeThrottled)
+#: Probe failures after which the query still makes its target known to the
+#: scheduler (invariant 8): the name resolved to an address the policy
+#: allows and a connection was tried there.
+_REACHED_FAILURES = (ProbeConnectFailed, ProbeHandshakeFailed)
 
 
 def too_many_response(retry_after: int, keep_alive: bool, cache: dict) -> bytes:
@@ -341,6 +367,12 @@ class QueryService:
         #: The query bucket of invariant 6, read on the fast path.
         self._query_buckets = abuse.queries if abuse is not None else None
         self._failure_delay_s = failure_delay_s
+        #: How recently the target must have been probed for a query with a
+        #: fingerprint not vouched for to be answered without a probe
+        #: (invariant 9).
+        self._mismatch_reprobe_after_s = (
+            0 if abuse is not None and abuse.target_spacing_s > 0 else reprobe_after_s
+        )
         #: Targets whose probe a query started, with how many queries wait
         #: for it: a query joining one is not charged (invariant 6).
         self._probing: dict[str, int] = {}
@@ -437,8 +469,9 @@ class QueryService:
         abuse = self.abuse
         if abuse is not None:
             abuse.admit_query(client, self._clock())
-        record, status = self._answer_at_once(target, fingerprint)
+        record, status = self._cached_status(target.key, fingerprint, self._clock())
         if record is not None and status is not None:
+            self._note_query(target)
             self._count("convergence", status)
             return Answer(status, record.convergence_body)
         answer = await self._answer_slowly(target, fingerprint, record, client)
@@ -465,21 +498,40 @@ class QueryService:
             if wait:
                 self._count("convergence", 429)
                 return too_many_response(retry_after_s(wait), keep_alive, self._too_many)
-        if self.scheduler is not None:
+        if self.scheduler is not None:  # invariant 8: answered from an observation
             self.scheduler.note_query(target, key)
         answered = self._convergence_answered
         answered[status] = answered.get(status, 0) + 1
         return record.http_responses[response_index(status, keep_alive)]
 
-    def _answer_at_once(
-        self, target: Target, fingerprint: bytes | None
-    ) -> tuple[TargetRecord | None, int | None]:
-        """Count the query; the cached record and, when it can answer without
-        a probe, the status (200 or 409): one lookup, one clock read."""
-        key = target.key
+    def _note_query(self, target: Target) -> None:
+        """Tell the scheduler of an admitted query of a real target
+        (invariant 8)."""
         if self.scheduler is not None:
-            self.scheduler.note_query(target, key)
-        return self._cached_status(key, fingerprint, self._clock())
+            self.scheduler.note_query(target)
+
+    def _note_probe_outcome(
+        self, target: Target, record: TargetRecord | None,
+        result: ProbeResult | None, failure: ProbeError | None,
+    ) -> None:
+        """Tell the scheduler of a query whose probe ended with ``result``
+        or ``failure`` (``record``: what was known before): the query when
+        invariant 8 lets it register the target, then the probe's outcome
+        (the scheduler ignores outcomes of targets it does not know)."""
+        scheduler = self.scheduler
+        if scheduler is None:
+            return
+        if result is not None:
+            scheduler.note_query(target)
+            scheduler.note_probe(target, result, None, False)  # a repeat counts once
+            return
+        assert failure is not None
+        if isinstance(failure, _REACHED_FAILURES) or (
+            record is not None and not isinstance(failure, ProbeRefused)
+        ):
+            scheduler.note_query(target)
+        if not isinstance(failure, _NOT_PROBE_OUTCOMES):
+            scheduler.note_probe(target, None, failure.reason, False)
 
     def _cached_status(
         self, key: str, fingerprint: bytes | None, now: float
@@ -490,7 +542,8 @@ class QueryService:
         if record is None:
             return None, None
         return record, convergence.answer_status(
-            record.timeline, fingerprint, int(now), self._fresh_for_s, self._reprobe_after_s
+            record.timeline, fingerprint, int(now), self._fresh_for_s,
+            self._mismatch_reprobe_after_s,
         )
 
     async def _answer_slowly(
@@ -507,15 +560,16 @@ class QueryService:
             fingerprint,
             now=int(self._clock()),
             fresh_for_s=self._fresh_for_s,
-            reprobe_after_s=self._reprobe_after_s,
+            reprobe_after_s=self._mismatch_reprobe_after_s,
         )
+        if decision is not Decision.PROBE and record is not None:
+            self._note_query(target)
         if decision is Decision.PROBE:
             started = trio.current_time()
             try:
                 result = await self._probe_for(target, record, client)
             except ProbeError as exc:
-                if self.scheduler is not None and not isinstance(exc, _NOT_PROBE_OUTCOMES):
-                    self.scheduler.note_probe(target, None, exc.reason, False)
+                self._note_probe_outcome(target, record, None, exc)
                 if isinstance(exc, ProbeThrottled) and self._probed_lately(record):
                     assert record is not None
                     return self._answer_from(record, fingerprint)
@@ -523,6 +577,7 @@ class QueryService:
                 if answer.status == 503:
                     await self._at_failure_deadline(started)
                 return answer
+            self._note_probe_outcome(target, record, result, None)
             # ``observe`` ran before probe() returned; the fallback covers an
             # eviction in between.
             record = self._cache.peek(target.key) or self._make_record(
@@ -604,8 +659,6 @@ class QueryService:
         abuse = self.abuse
         if abuse is not None:
             abuse.admit_query(client, self._clock())
-        if self.scheduler is not None:
-            self.scheduler.note_query(target)
         try:
             record = await self._lookup(target, strict=True)
         except StoreError as exc:
@@ -628,6 +681,7 @@ class QueryService:
             )
             self._count("perspectives", 404)
             return Answer(404, message, b"text/plain")
+        self._note_query(target)  # invariant 8: answered from an observation
         self._count("perspectives", 200)
         return Answer(200, record.perspectives_body, perspectives.CONTENT_TYPE)
 
@@ -687,18 +741,19 @@ class QueryService:
         return Answer(200, body, v2.CONTENT_TYPE)
 
     def _v2_result_at_once(self, query: v2.TargetQuery, now: int) -> v2.QueryResult | None:
-        """Count the query; its result when the cache answers it without a
-        probe, else None."""
+        """The query's result when the cache answers it without a probe
+        (counted for the scheduler), else None."""
         target = query.target
         key = target.key
-        if self.scheduler is not None:
-            self.scheduler.note_query(target, key)
         record = self._cache.get(key)
         if record is None or v2.decide(
             record.timeline, query.sha256, query.sha1,
-            now=now, fresh_for_s=self._fresh_for_s, reprobe_after_s=self._reprobe_after_s,
+            now=now, fresh_for_s=self._fresh_for_s,
+            reprobe_after_s=self._mismatch_reprobe_after_s,
         ) is Decision.PROBE:
             return None
+        if self.scheduler is not None:  # invariant 8: answered from an observation
+            self.scheduler.note_query(target, key)
         record = self._renewed(record, now)
         verdict = v2.verdict_of(
             record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
@@ -706,31 +761,36 @@ class QueryService:
         return v2.QueryResult(target, verdict, record.v2_statement)
 
     async def _v2_result(self, query: v2.TargetQuery, client: bytes | None) -> v2.QueryResult:
-        """The result of a query ``_v2_result_at_once`` (which counted it)
-        could not answer: store read and probe as needed."""
+        """The result of a query ``_v2_result_at_once`` could not answer:
+        store read and probe as needed."""
         target = query.target
         record = await self._lookup(target)
         now = int(self._clock())
         decision = v2.decide(
             record.timeline if record is not None else None, query.sha256, query.sha1,
-            now=now, fresh_for_s=self._fresh_for_s, reprobe_after_s=self._reprobe_after_s,
+            now=now, fresh_for_s=self._fresh_for_s,
+            reprobe_after_s=self._mismatch_reprobe_after_s,
         )
         failure = None
+        if decision is not Decision.PROBE and record is not None:
+            self._note_query(target)
         if decision is Decision.PROBE:
             started = trio.current_time()
             try:
-                await self._probe_for(target, record, client)
+                result = await self._probe_for(target, record, client)
             except RateLimited:
-                pass  # answered from what is known, unprobed
-            except ProbeThrottled:
-                if not self._probed_lately(record):
-                    failure = v2.VERDICT_UNREACHABLE
+                pass  # answered from what is known, unprobed; not registered
             except ProbeError as exc:
-                failure = v2.VERDICT_REFUSED if isinstance(exc, ProbeRefused) else (
-                    v2.VERDICT_UNREACHABLE
-                )
-                if self.scheduler is not None and not isinstance(exc, QueryDeadline):
-                    self.scheduler.note_probe(target, None, exc.reason, False)
+                self._note_probe_outcome(target, record, None, exc)
+                if isinstance(exc, ProbeThrottled):
+                    if not self._probed_lately(record):
+                        failure = v2.VERDICT_UNREACHABLE
+                else:
+                    failure = v2.VERDICT_REFUSED if isinstance(exc, ProbeRefused) else (
+                        v2.VERDICT_UNREACHABLE
+                    )
+            else:
+                self._note_probe_outcome(target, record, result, None)
             record = self._cache.peek(target.key) or record
             if failure == v2.VERDICT_UNREACHABLE:
                 await self._at_failure_deadline(started)
@@ -805,21 +865,19 @@ class QueryService:
         abuse = self.abuse
         if abuse is not None:
             abuse.admit_query(client, self._clock())
-        if self.scheduler is not None:
-            self.scheduler.note_query(target)
         record = await self._lookup(target)
         started = trio.current_time()
         try:
-            await self._probe_for(target, record, client)
-        except ProbeThrottled:
-            if self._probed_lately(self._cache.peek(target.key) or record):
-                return "observed"
-        except ProbeRefused:
-            return v2.VERDICT_REFUSED
+            result = await self._probe_for(target, record, client)
         except ProbeError as exc:
-            if self.scheduler is not None and not isinstance(exc, _NOT_PROBE_OUTCOMES):
-                self.scheduler.note_probe(target, None, exc.reason, False)
+            self._note_probe_outcome(target, record, None, exc)
+            if isinstance(exc, ProbeThrottled):
+                if self._probed_lately(self._cache.peek(target.key) or record):
+                    return "observed"
+            elif isinstance(exc, ProbeRefused):
+                return v2.VERDICT_REFUSED
         else:
+            self._note_probe_outcome(target, record, result, None)
             return "observed"
         await self._at_failure_deadline(started)
         return v2.VERDICT_UNREACHABLE
