@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import trio
+
 from notary.protocol.targets import Target
 from tests.support.notaries import legacy_query, open_notary
 from tests.support.tls_targets import closed_port, open_tls_target
@@ -126,4 +128,110 @@ async def test_without_a_per_target_budget_reprobe_after_s_stops_the_loop(
             assert (await legacy_query(notary.port, target, None)).status == 200
             for i in range(3):
                 assert (await legacy_query(notary.port, target, random_fp(i))).status == 409
+            assert site.accepted == 1
+
+
+# -- item 6: no other site's page spends a visitor's budget here ----------------------------
+
+FOREIGN = (b"Origin", b"https://attacker.test")
+CROSS_SITE = (b"Sec-Fetch-Site", b"cross-site")
+
+
+def request_bytes(
+    method: str, path: str, headers: tuple[tuple[bytes, bytes], ...] = (), body: bytes = b"",
+    content_type: bytes = b"text/plain",
+) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1".encode(), b"Host: 127.0.0.1", b"Connection: close"]
+    lines += [name + b": " + value for name, value in headers]
+    if method == "POST":
+        lines += [b"Content-Type: " + content_type, b"Content-Length: %d" % len(body)]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def test_cross_site_requests_are_told_from_programs_and_our_own_pages() -> None:
+    from notary.web.headers import is_cross_site_request
+
+    assert is_cross_site_request(((b"Host", b"n.test"), (b"Origin", b"https://a.test")))
+    assert is_cross_site_request(((b"sec-fetch-site", b"cross-site"),))
+    assert is_cross_site_request(((b"SEC-FETCH-SITE", b"same-site"),))
+    assert is_cross_site_request(((b"Origin", b"null"), (b"Host", b"n.test")))
+    assert not is_cross_site_request(())  # curl, the 2011 add-on
+    assert not is_cross_site_request(((b"Host", b"n.test"), (b"Origin", b"https://n.test")))
+    assert not is_cross_site_request(((b"Sec-Fetch-Site", b"same-origin"),))
+    assert not is_cross_site_request(((b"Sec-Fetch-Site", b"none"),))
+    assert not is_cross_site_request(
+        ((b"Host", b"n.test"), (b"Origin", b"moz-extension://5e2c0ab1-uuid"))
+    )
+
+
+async def test_every_probing_endpoint_refuses_another_sites_page(tmp_path: Path) -> None:
+    from tests.support.notaries import send_raw
+    from tests.test_perspectives_server import http_get, open_perspectives_notary
+
+    async with open_tls_target(names=[NAME]) as site:
+        async with open_perspectives_notary(tmp_path, {NAME: [site.host]}) as (notary, _):
+            target = f"{NAME}+{site.port}"
+            fp = sha1_fp(site.leaf_der(NAME)).encode()
+            form = b"fingerprint=" + fp
+            refused = [
+                request_bytes("GET", f"/target/{target}", (FOREIGN,)),
+                request_bytes("POST", f"/target/{target}", (CROSS_SITE,), form,
+                              b"application/x-www-form-urlencoded"),
+                request_bytes("GET", f"/?host={NAME}&port={site.port}&service_type=2",
+                              (FOREIGN,)),
+            ]
+            for raw in refused:
+                answer = await send_raw(notary.port, raw)
+                assert answer.status == 403, raw
+                assert b"another site" in answer.body
+            assert site.accepted == 0  # nothing was probed
+            # Programs (no such headers) and the notary's own pages are served.
+            assert (await send_raw(notary.port, request_bytes("GET", f"/target/{target}"))
+                    ).status == 200
+            assert site.accepted == 1
+            own = ((b"Origin", b"https://127.0.0.1"),)
+            assert (await send_raw(notary.port, request_bytes("GET", f"/target/{target}", own))
+                    ).status == 200
+            # A cached target too: the fast path refuses it as well.
+            assert (await send_raw(notary.port, request_bytes("GET", f"/target/{target}",
+                                                              (FOREIGN,)))).status == 403
+            # The plain-HTTP Perspectives port.
+            port = notary.running.perspectives[0].port
+            with trio.fail_after(20):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                async with stream:
+                    await stream.send_all(request_bytes(
+                        "GET", f"/?host={NAME}&port={site.port}&service_type=2", (CROSS_SITE,)
+                    ))
+                    data = b""
+                    while chunk := await stream.receive_some(65536):
+                        data += chunk
+            assert data.startswith(b"HTTP/1.1 403")
+            status, _, _ = await http_get(port, f"/?host={NAME}&port={site.port}&service_type=2")
+            assert status == 200
+
+
+async def test_v2_and_websocket_refuse_another_sites_page(tmp_path: Path) -> None:
+    import json
+
+    from tests.support.notaries import open_v2_notary, send_raw
+
+    async with open_tls_target(names=[NAME]) as site:
+        async with open_v2_notary(tmp_path, {NAME: [site.host]}) as notary:
+            body = json.dumps({"nonce": "n", "targets": [{"host": NAME, "port": site.port}]})
+            answer = await send_raw(notary.port, request_bytes(
+                "POST", "/v2/query", (FOREIGN,), body.encode()  # a "simple" text/plain POST
+            ))
+            assert answer.status == 403
+            upgrade = request_bytes("GET", "/v2/ws", (
+                (b"Upgrade", b"websocket"), (b"Connection", b"Upgrade"),
+                (b"Sec-WebSocket-Key", b"dGhlIHNhbXBsZSBub25jZQ=="),
+                (b"Sec-WebSocket-Version", b"13"), FOREIGN,
+            ))
+            assert (await send_raw(notary.port, upgrade)).status == 403
+            assert site.accepted == 0
+            answer = await send_raw(notary.port, request_bytes(
+                "POST", "/v2/query", (), body.encode(), b"application/json"
+            ))
+            assert answer.status == 200
             assert site.accepted == 1

@@ -25,6 +25,7 @@ from notary.protocol.targets import Target, parse_convergence_target
 from notary.ratelimit import RateLimited
 from notary.server.query import QueryService
 from notary.server.web import WebPages
+from notary.web.headers import is_cross_site_request
 
 TARGET_PREFIX = b"/target/"
 V2_QUERY_PATH = b"/v2/query"
@@ -33,6 +34,18 @@ MAX_TARGET_BYTES = 1024
 #: Most entries of the memo from a raw ``host+port`` path segment to its
 #: normalised target; the memo is emptied when it is full.
 TARGET_MEMO_ENTRIES = 4096
+#: The 403 of a query a browser sent for another site's page.
+CROSS_SITE_MESSAGE = "queries are not accepted from another site's page"
+
+
+def refuse_cross_site(request: Request) -> None:
+    """Raise ``ProtocolError`` (403) when a browser sent ``request`` for
+    another site's page (``Origin`` / ``Sec-Fetch-Site``): every endpoint
+    that can start a probe refuses it, so no page elsewhere spends its
+    visitors' query and probe budgets here. Programs and the 2011 add-on
+    send neither header and are unaffected."""
+    if is_cross_site_request(request.headers):
+        raise ProtocolError(CROSS_SITE_MESSAGE, status=403)
 
 
 def _extra_headers(exc: ProtocolError, path: bytes) -> tuple[tuple[bytes, bytes], ...]:
@@ -110,6 +123,8 @@ class ApiHandler:
         method = request.method
         if method != b"POST" and method != b"GET":
             return None
+        if is_cross_site_request(request.headers):
+            return None
         try:
             query = self._convergence_query(request, target.partition(b"?")[0])
         except ProtocolError:
@@ -128,6 +143,7 @@ class ApiHandler:
             if path.startswith(TARGET_PREFIX):
                 if request.method != b"POST" and request.method != b"GET":
                     raise ProtocolError("method not allowed", status=405)
+                refuse_cross_site(request)
                 answer = await self._service.answer(
                     *self._convergence_query(request, path), client
                 )
@@ -175,6 +191,7 @@ class ApiHandler:
         if path == b"/" and self._perspectives and query and request.method == b"GET":
             target = perspectives.parse_query(query)
             if target is not None:
+                refuse_cross_site(request)
                 answer = await self._service.answer_perspectives(target, client)
                 return answer.status, answer.body, answer.content_type, ()
         if self._web is not None and self._web.handles(path):
@@ -202,6 +219,7 @@ class ApiHandler:
             return 200, self._v2_key_document, v2.CONTENT_TYPE, ()
         if request.method != b"POST":
             raise ProtocolError("method not allowed", status=405)
+        refuse_cross_site(request)
         query = v2.parse_query_request(
             request.body, max_batch=self._v2_max_batch, max_body_bytes=self._v2_max_body_bytes
         )
@@ -261,6 +279,7 @@ class PerspectivesHandler:
             target = perspectives.parse_query(query)
             if target is None:
                 return self._index_page, False
+            refuse_cross_site(request)
             answer = await self._service.answer_perspectives(target, client)
         except ProtocolError as exc:
             if request.target.startswith(b"/?"):

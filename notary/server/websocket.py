@@ -67,6 +67,7 @@ from notary.protocol import v2
 from notary.protocol.http import Request
 from notary.protocol.targets import Target, make_target
 from notary.ratelimit import RateLimited
+from notary.web.headers import is_cross_site_request
 
 __all__ = [
     "FIGURES_INTERVAL_S", "WATCH_PATH", "FiguresHub", "WatchHub", "WebSocketLimits",
@@ -274,6 +275,15 @@ class WebSocketService:
         prefix key its queries are limited as (None: unlimited)."""
         limits = self._limits
         try:
+            if is_cross_site_request(request.headers):
+                # Queries start probes: another site's page must not open
+                # a WebSocket here with its visitors' budgets (CSWSH).
+                with trio.move_on_after(limits.ping_timeout_s):
+                    await stream.send_all(
+                        b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n"
+                        b"Connection: close\r\n\r\n"
+                    )
+                return
             if self._by_address[peer] >= limits.max_connections_per_address:
                 with trio.move_on_after(limits.ping_timeout_s):
                     await stream.send_all(

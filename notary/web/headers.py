@@ -17,6 +17,7 @@ __all__ = [
     "PAGE_HEADERS",
     "asset_headers",
     "is_cross_site",
+    "is_cross_site_request",
     "page_headers",
 ]
 
@@ -52,19 +53,46 @@ def asset_headers(etag: bytes) -> tuple[tuple[bytes, bytes], ...]:
     )
 
 
+#: Origins of browser extensions: the user's own agent (a notary client
+#: add-on), not another site's page.
+EXTENSION_SCHEMES = (b"moz-extension", b"chrome-extension", b"safari-web-extension")
+
+
 def is_cross_site(origin: bytes | None, host: bytes | None, fetch_site: bytes | None) -> bool:
     """Whether a browser sent this request for another site's page (a form or
     script there posting here): ``Sec-Fetch-Site`` says so (``cross-site``,
     or ``same-site``: another host of the same site), or ``Origin`` names
     another host and port than ``Host`` (``null``: an opaque origin, a
     sandboxed frame or a redirect chain, counts as another). A request with
-    neither header (curl, an old browser) is not: the check is a defence for
-    visitors' browsers, not an authentication."""
+    neither header (curl, an old browser, the 2011 add-on) is not, nor one
+    from a browser extension (``EXTENSION_SCHEMES``): the check is a
+    defence for visitors' browsers, not an authentication."""
     if fetch_site is not None:
         return fetch_site.strip().lower() in (b"cross-site", b"same-site")
     if origin is None:
         return False
-    _, found, authority = origin.strip().lower().partition(b"://")
+    scheme, found, authority = origin.strip().lower().partition(b"://")
     if not found or host is None:
         return True
+    if scheme in EXTENSION_SCHEMES:
+        return False
     return authority.rstrip(b"/") != host.strip().lower()
+
+
+def is_cross_site_request(headers: tuple[tuple[bytes, bytes], ...]) -> bool:
+    """:func:`is_cross_site` for a request's ``headers`` (the first of each),
+    in one pass: the query endpoints call it on every request, the cache
+    hit's fast path included."""
+    origin = host = fetch_site = None
+    for name, value in headers:
+        if len(name) == 6:
+            if origin is None and name.lower() == b"origin":
+                origin = value
+        elif len(name) == 4:
+            if host is None and name.lower() == b"host":
+                host = value
+        elif len(name) == 14 and fetch_site is None and name.lower() == b"sec-fetch-site":
+            fetch_site = value
+    if origin is None and fetch_site is None:
+        return False
+    return is_cross_site(origin, host, fetch_site)
