@@ -1,7 +1,8 @@
 """The ``notary`` command line.
 
 Exit status: 0 success, 1 runtime failure (store, network), 2 usage error;
-`notary check`: 0 verified, 1 rejected, 3 inconclusive, 4 site unreachable.
+`notary check`: 0 verified, 1 rejected by the vote (and nothing else),
+2 usage error, 3 inconclusive, 4 site unreachable, 5 the check itself failed.
 Every error is one line on stderr, never a traceback.
 """
 
@@ -85,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("source", metavar="URL|FILE")
     fetch.add_argument("--notaries", type=Path, metavar="DIR", help=_NOTARIES_HELP)
     fetch.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    fetch.add_argument(
+        "--pin", metavar="SHA1",
+        help="the SHA-1 of the certificate the https server must present (a notary serving "
+             "its bundle from its own self-signed host); without it, a CA must vouch for it",
+    )
+    fetch.add_argument(
+        "--replace", action="store_true",
+        help="trust the fetched pins even when a stored notary of the same name has others",
+    )
     listing = bundle_commands.add_parser("list", help="the notaries `notary check` asks")
     listing.add_argument("--notaries", type=Path, metavar="DIR", help=_NOTARIES_HELP)
     remove = bundle_commands.add_parser("remove", help="forget a notary")
@@ -287,13 +297,30 @@ def _notary_dir(args: argparse.Namespace) -> Path:
 
 
 def _bundle_fetch(args: argparse.Namespace) -> int:
-    from notary.bundle_store import fetch_bundle, store_bundle
+    from notary.bundle_store import bundle_pins, fetch_bundle, format_pins, store_bundle
 
     _check_timeout(args.timeout)
-    data = trio.run(lambda: fetch_bundle(args.source, timeout_s=args.timeout))
-    stored, replaced = store_bundle(_notary_dir(args), data)
-    verb = "updated" if replaced else "added"
-    print(f"{verb} {stored.bundle.name!r} ({len(stored.bundle.hosts)} hosts): {stored.path}")
+    pin = None
+    if args.pin is not None:
+        try:
+            pin = parse_fingerprint(args.pin)
+        except ProtocolError as exc:
+            raise UsageError(f"--pin: {exc.message}") from None
+    data = trio.run(lambda: fetch_bundle(args.source, timeout_s=args.timeout, pin=pin))
+    result = store_bundle(_notary_dir(args), data, replace=args.replace)
+    stored = result.stored
+    hosts = f"{len(stored.bundle.hosts)} hosts"
+    if result.previous is None:
+        taken = result.name_taken_by
+        note = (f" ({taken.path.name} holds {taken.bundle.name!r}: this one gets its own file)"
+                if taken is not None else "")
+        print(f"added {stored.bundle.name!r} ({hosts}): {stored.path}{note}")
+    elif result.pins_changed:
+        print(f"replaced {stored.bundle.name!r} ({hosts}): {stored.path}")
+        print(f"  old pins: {format_pins(bundle_pins(result.previous.bundle))}")
+        print(f"  new pins: {format_pins(bundle_pins(stored.bundle))}")
+    else:
+        print(f"updated {stored.bundle.name!r} ({hosts}, same pins): {stored.path}")
     return 0
 
 
@@ -306,7 +333,7 @@ def _bundle_list(args: argparse.Namespace) -> int:
         print(f"no notaries in {directory} (add some with `notary bundle fetch URL`)")
     for item in stored:
         hosts = ", ".join(f"{h.host}:{h.ssl_port}" for h in item.bundle.hosts)
-        print(f"{item.bundle.name}  [{hosts}]  {item.path.name}")
+        print(_cell(f"{item.bundle.name}  [{hosts}]  {item.path.name}"))
     return 0
 
 
@@ -328,8 +355,10 @@ def _check_timeout(timeout: float) -> None:
 
 # -- check ------------------------------------------------------------------------
 
-#: Exit status of `notary check`.
+#: Exit status of `notary check`: 1 means "rejected by the vote" and
+#: nothing else (a notary's failure is its row, never the exit status).
 EXIT_VERIFIED, EXIT_REJECTED, EXIT_INCONCLUSIVE, EXIT_SITE_UNREACHABLE = 0, 1, 3, 4
+EXIT_CHECK_FAILED = 5
 
 
 def parse_site(text: str) -> Target:
@@ -349,8 +378,25 @@ def parse_site(text: str) -> Target:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """`notary check`; any failure but a usage error and an unreachable site
+    exits 5 on one line, never 1 (which means "rejected by the vote")."""
     from notary import client
-    from notary.bundle_store import fetch_bundle
+
+    try:
+        return _check(args)
+    except UsageError:
+        raise
+    except client.SiteUnreachable as exc:
+        print(f"notary: cannot fetch the site's certificate: {exc}", file=sys.stderr)
+        return EXIT_SITE_UNREACHABLE
+    except Exception as exc:
+        reason = client.one_line(str(exc) or type(exc).__name__)
+        print(f"notary: the check failed: {reason}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+
+
+def _check(args: argparse.Namespace) -> int:
+    from notary import client
 
     _check_timeout(args.timeout)
     target = parse_site(args.site)
@@ -367,17 +413,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     relay: object
     if args.bounce in ("auto", "off"):
         relay = None if args.bounce == "off" else "auto"
-    else:
-        relay = parse_bundle(trio.run(lambda: fetch_bundle(args.bounce, timeout_s=args.timeout)))
-    try:
-        report = trio.run(lambda: client.check(
-            target, bundles, fingerprint=fingerprint, quorum=args.quorum,
-            threshold=Threshold(args.threshold), strict=args.strict, relay=relay,
-            timeout_s=args.timeout, use_v2=args.v2,
-        ))
-    except client.SiteUnreachable as exc:
-        print(f"notary: cannot fetch the site's certificate: {exc}", file=sys.stderr)
-        return EXIT_SITE_UNREACHABLE
+    else:  # a local file, as a stored bundle is: a relay is trusted too
+        (relay,) = client.load_bundles([Path(args.bounce)], None)
+    report = trio.run(lambda: client.check(
+        target, bundles, fingerprint=fingerprint, quorum=args.quorum,
+        threshold=Threshold(args.threshold), strict=args.strict, relay=relay,
+        timeout_s=args.timeout, use_v2=args.v2,
+    ))
     now = time.time()
     print(report_json(report) if args.json else report_table(report, now))
     return {
@@ -395,7 +437,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     (bundle,) = client.load_bundles([args.notary], None)
 
     def show_watching(target: Target) -> None:
-        print(f"watching {target} on {bundle.name}", flush=True)
+        print(_cell(f"watching {target} on {bundle.name}"), flush=True)
 
     def show(event: client.WatchEvent) -> None:
         newest = event.observations[0] if event.observations else None
@@ -430,21 +472,29 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds} s"
 
 
+def _cell(text: str) -> str:
+    """``text`` (a notary's name or detail, from a bundle or a notary) with
+    no character that could break a line or drive the terminal."""
+    from notary.client import one_line
+
+    return one_line(text, limit=None)
+
+
 def report_table(report: CheckReport, now: float) -> str:
-    """The human output of `notary check`: one row per notary asked, then
-    the verdict line."""
+    """The human output of `notary check`: one row (one line) per notary
+    asked, then the verdict line."""
     rows = [("NOTARY", "ANSWERED BY", "VERDICT", "NEWEST OBSERVATION", "SEEN FOR", "DETAIL")]
     for answer in report.answers:
         seen_for = now - answer.seen_since if answer.seen_since is not None else None
         rows.append((
-            answer.notary, answer.host or "-", answer.verdict.value, _when(answer.newest_seen),
-            _duration(seen_for), answer.detail or "-",
+            _cell(answer.notary), answer.host or "-", answer.verdict.value,
+            _when(answer.newest_seen), _duration(seen_for), _cell(answer.detail) or "-",
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
     tally = report.tally
-    via = f", bounced via {' then '.join(report.relays)}" if report.relays else ""
+    via = f", bounced via {_cell(' then '.join(report.relays))}" if report.relays else ""
     lines.insert(0, (
         f"{report.target} {format_fingerprint(report.fingerprint)} "
         f"({report.threshold.value}{', strict' if report.strict else ''}{via})"

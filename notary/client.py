@@ -20,6 +20,14 @@ An I/O edge (Trio). What it does, and how it differs from the 2011 add-on:
    the notaries it failed for are asked again through another spare notary;
    when none is left they count as connectivity failures, never as a silent
    direct connection.
+5. Whatever one notary (or its relay) sends, and whatever defect its
+   bundle has, is that notary's row: a verdict and a one-line ``detail``,
+   never an exception that ends the check. Answers are parsed strictly
+   (:func:`notary.protocol.convergence.parse_answer`, the v2 parsers), at
+   most :data:`MAX_RESPONSE_BYTES` are read, and each notary is asked under
+   its own deadline (``timeout_s``), which a notary dripping bytes cannot
+   extend. Host names go on the wire as A-labels (IDNA), IPv6 literals in
+   brackets.
 
 Resource handling: every connection is opened and closed within the call
 that needs it; :func:`check` owns a nursery for the concurrent queries.
@@ -50,9 +58,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from notary import crypto
 from notary.dialer import Resolver, dial, dial_first, system_resolver
-from notary.errors import NotaryError, PeerError, ProbeError, UsageError
+from notary.errors import NotaryError, PeerError, ProbeError, ProtocolError, UsageError
 from notary.policy import ANY_ADDRESS
-from notary.protocol import convergence, v2
+from notary.protocol import convergence, strictjson, v2
 from notary.protocol.bundle import BUNDLE_SUFFIX, Bundle, BundleHost, parse_bundle
 from notary.protocol.http import Response, parse_response
 from notary.protocol.relay import DESTINATION_HEADER, RELAY_PORT
@@ -68,12 +76,24 @@ __all__ = [
     "default_notary_dir",
     "fetch_certificate",
     "load_bundles",
+    "one_line",
 ]
 
 DEFAULT_QUORUM = 3
 DEFAULT_TIMEOUT_S = 10.0
 #: The largest answer read from a notary or relay.
 MAX_RESPONSE_BYTES = 1024 * 1024
+#: The longest ``detail`` of a notary's row (a reason, on one line).
+MAX_DETAIL_CHARS = 160
+
+
+def one_line(text: str, limit: int | None = MAX_DETAIL_CHARS) -> str:
+    """``text`` fit for one line of a terminal: every character that is not
+    printable (newlines, escape sequences, ...) shown as ``?``, and at most
+    ``limit`` characters (cut with ``...``; None: no limit)."""
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 class SiteUnreachable(NotaryError):
@@ -220,18 +240,26 @@ async def check(
     answers: dict[str, NotaryAnswer] = {}
 
     async def ask(bundle: Bundle, through: Bundle | None, relay_failed: list[Bundle]) -> None:
+        via = through.name if through else None
         try:
             with trio.fail_after(timeout_s):
-                answers[bundle.name] = await _ask(
-                    bundle, target, fingerprint, through, resolver, use_v2
-                )
+                answer = await _ask(bundle, target, fingerprint, through, resolver, use_v2)
         except trio.TooSlowError:
-            answers[bundle.name] = NotaryAnswer(
-                bundle.name, Verdict.CONNECTIVITY_FAILURE, detail="timed out",
-                via=through.name if through else None,
+            answer = NotaryAnswer(
+                bundle.name, Verdict.CONNECTIVITY_FAILURE, detail="timed out", via=via
             )
         except _RelayFailed:
             relay_failed.append(bundle)
+            return
+        except Exception as exc:
+            # A defect this module does not foresee, in what one notary sent
+            # or in its bundle, is still that notary's row, not the end of
+            # the check (the other notaries' votes stand).
+            answer = NotaryAnswer(
+                bundle.name, Verdict.CONNECTIVITY_FAILURE,
+                detail=f"unexpected error ({type(exc).__name__})", via=via,
+            )
+        answers[bundle.name] = replace(answer, detail=one_line(answer.detail))
 
     pending = list(asked)
     used: list[str] = []
@@ -300,10 +328,29 @@ async def _ask(
     return _judge(bundle, host, response.status, response.body, fingerprint, via)
 
 
+def _wire_host(host: BundleHost) -> str:
+    """``host``'s name as it goes on the wire and to the resolver: an A-label
+    name (IDNA) or a canonical IP literal.
+
+    Error handling: ``_NotaryFailed`` when the bundle's host is not a host
+    (a bundle made without validation).
+    """
+    try:
+        return normalise_host(host.host)
+    except NotaryError:
+        raise _NotaryFailed("its bundle names a host that is not a host name") from None
+
+
+def _authority(name: str) -> str:
+    """A wire host for a Host header or a CONNECT target: IPv6 in brackets."""
+    return f"[{name}]" if ":" in name else name
+
+
 def _http_request(
     method: str, path: str, host: BundleHost, body: bytes = b"", content_type: bytes = b""
 ) -> bytes:
-    head = f"{method} {path} HTTP/1.1\r\nHost: {host.host}\r\nConnection: close\r\n"
+    authority = _authority(_wire_host(host))
+    head = f"{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n"
     if method == "POST":
         head += f"Content-Type: {content_type.decode('ascii')}\r\nContent-Length: {len(body)}\r\n"
     return (head + "\r\n").encode("ascii") + body
@@ -449,7 +496,7 @@ _V2_VERDICTS = {
 async def _connect_direct(
     bundle: Bundle, resolver: Resolver
 ) -> tuple[trio.SocketStream, BundleHost]:
-    destinations = [(h.host, h.ssl_port) for h in bundle.hosts]
+    destinations = [(_wire_host(h), h.ssl_port) for h in bundle.hosts]
     try:
         stream, index = await dial_first(destinations, policy=ANY_ADDRESS, resolver=resolver)
     except ProbeError:
@@ -465,7 +512,10 @@ async def _connect_bounced(
     Error handling: ``_RelayFailed`` when the relay cannot be reached or
     refuses; ``PeerError`` when it could not reach the notary (404).
     """
-    destinations = [(h.host, h.http_port) for h in relay.hosts]
+    try:
+        destinations = [(_wire_host(h), h.http_port) for h in relay.hosts]
+    except _NotaryFailed:  # the relay's bundle is broken: another relay may do
+        raise _RelayFailed from None
     try:
         stream, _index = await dial_first(destinations, policy=ANY_ADDRESS, resolver=resolver)
     except ProbeError:
@@ -481,10 +531,10 @@ async def _connect_bounced(
 async def _open_tunnel(stream: trio.SocketStream, bundle: Bundle) -> str:
     """Send the legacy CONNECT for ``bundle``'s hosts; return the host the
     relay says it reached."""
-    first, *others = bundle.hosts
-    request = f"CONNECT {first.host}:{RELAY_PORT} HTTP/1.1\r\nHost: {first.host}\r\n"
+    first, *others = (_authority(_wire_host(host)) for host in bundle.hosts)
+    request = f"CONNECT {first}:{RELAY_PORT} HTTP/1.1\r\nHost: {first}\r\n"
     for other in others:
-        request += f"X-Convergence-Notary: {other.host}+{RELAY_PORT}\r\n"
+        request += f"X-Convergence-Notary: {other}+{RELAY_PORT}\r\n"
     try:
         await stream.send_all((request + "\r\n").encode("ascii"))
         answer = parse_response(await _read_head(stream))
@@ -538,8 +588,8 @@ def _judge(
     if status in (200, 409):
         try:
             parsed = convergence.parse_answer(body)
-        except PeerError:
-            detail = "malformed answer"
+        except PeerError as exc:
+            detail = str(exc).replace("malformed notary answer", "malformed answer", 1)
         else:
             key = host.certificate.public_key()
             signature_ok = crypto.verify_convergence_signature(
@@ -584,30 +634,37 @@ async def watch(
     on_watching: Callable[[Target], None] | None = None,
 ) -> None:
     """Watch ``targets`` on ``bundle``'s notary until cancelled: every
-    verified ``observation`` event is given to ``on_event``.
+    verified ``observation`` event for a watched target is given to
+    ``on_event``. Everything up to the WebSocket handshake's end is under
+    ``timeout_s``; then the watch lasts until cancelled, kept alive by pings.
 
-    Error handling: ``WatchFailed`` when the notary cannot be reached,
-    refuses a watch, or closes the connection; an event that does not verify
-    ends the watch too (the notary or the path to it misbehaves).
+    Error handling: ``WatchFailed`` (one line) when the notary cannot be
+    reached, refuses a watch, or closes the connection; an event that is not
+    strict JSON of the expected shape (:mod:`notary.protocol.strictjson`,
+    at most :data:`WATCH_MAX_MESSAGE_BYTES`) or does not verify ends the
+    watch too (the notary or the path to it misbehaves).
     """
     try:
         with trio.fail_after(timeout_s):
             keys, host = await _v2_keys(bundle, None, resolver)
             tcp, host = await _connect_direct(replace(bundle, hosts=(host,)), resolver)
             stream = await _pinned_tls(bundle, host, tcp)
+            authority = _authority(_wire_host(host))
     except trio.TooSlowError:
         raise WatchFailed(f"{bundle.name}: no answer within {timeout_s:g} s") from None
     except (_NotaryFailed, PeerError) as exc:
-        raise WatchFailed(f"{bundle.name}: {exc}") from None
+        raise WatchFailed(f"{bundle.name}: {one_line(str(exc))}") from None
     failure: WatchFailed | None = None
     try:
         async with trio.open_nursery() as nursery:
             # Failures are caught in the body: a nursery would wrap them in
             # exception groups.
             try:
-                ws = await trio_websocket.wrap_client_stream(
-                    nursery, stream, host.host, "/v2/ws"
-                )
+                with trio.fail_after(timeout_s):
+                    ws = await trio_websocket.wrap_client_stream(
+                        nursery, stream, authority, "/v2/ws",
+                        max_message_size=WATCH_MAX_MESSAGE_BYTES,
+                    )
                 lost: list[str] = []
                 watching = trio.CancelScope()
                 nursery.start_soon(_keep_alive, ws, timeout_s, watching, lost)
@@ -617,12 +674,18 @@ async def watch(
                     failure = WatchFailed(f"{bundle.name}: no answer to a ping")
             except WatchFailed as exc:
                 failure = exc
+            except trio.TooSlowError:
+                failure = WatchFailed(
+                    f"{bundle.name}: no WebSocket handshake within {timeout_s:g} s"
+                )
             except trio_websocket.ConnectionClosed as closed:
-                failure = WatchFailed(f"{bundle.name}: connection closed ({closed.reason})")
+                reason = one_line(str(closed.reason))
+                failure = WatchFailed(f"{bundle.name}: connection closed ({reason})")
             except (trio_websocket.HandshakeError, trio.BrokenResourceError) as exc:
-                failure = WatchFailed(f"{bundle.name}: {exc or 'connection failed'}")
-            except (ValueError, PeerError) as exc:
-                failure = WatchFailed(f"{bundle.name}: bad event ({exc})")
+                reason = one_line(str(exc) or "connection failed")
+                failure = WatchFailed(f"{bundle.name}: {reason}")
+            except PeerError as exc:
+                failure = WatchFailed(f"{bundle.name}: bad event ({one_line(str(exc))})")
             nursery.cancel_scope.cancel()
     finally:
         await trio.aclose_forcefully(stream)
@@ -633,6 +696,8 @@ async def watch(
 #: A watch pings the notary this often; no pong within the connect timeout
 #: ends it (a notary that vanished without closing is noticed).
 WATCH_PING_INTERVAL_S = 60.0
+#: The largest WebSocket message a watch accepts (larger: the watch ends).
+WATCH_MAX_MESSAGE_BYTES = 1024 * 1024
 
 
 async def _keep_alive(
@@ -662,21 +727,44 @@ async def _watch_loop(
     on_watching: Callable[[Target], None] | None,
 ) -> None:
     pending = {target.key: target for target in targets}
+    watched = set(pending)
     for index, target in enumerate(targets):
         await ws.send_message(json.dumps(
             {"type": "watch", "id": index, "host": target.host, "port": target.port}
         ))
     while True:
-        message = json.loads(await ws.get_message())
-        kind = message.get("type") if isinstance(message, dict) else None
-        if kind == "watching" and message.get("target") in pending:
-            if on_watching is not None:
-                on_watching(pending.pop(message["target"]))
+        event = _parse_event(await ws.get_message())
+        kind = event["type"]
+        if kind == "watching":
+            key = event.get("target")
+            if isinstance(key, str) and key in pending and on_watching is not None:
+                on_watching(pending.pop(key))
         elif kind == "error":
-            raise WatchFailed(f"{bundle.name}: {message.get('message')}")
+            reason = event.get("message")
+            reason = one_line(reason) if isinstance(reason, str) else "no reason given"
+            raise WatchFailed(f"{bundle.name}: the notary refused: {reason}")
         elif kind == "observation":
-            parsed = v2.verify_statement(message.get("statement"), keys, now=int(time.time()))
-            on_event(WatchEvent(bundle.name, parsed.target, parsed.observations, parsed.signed_at))
+            parsed = v2.verify_statement(event.get("statement"), keys, now=int(time.time()))
+            if parsed.target.key in watched:  # what was not asked for is not shown
+                on_event(
+                    WatchEvent(bundle.name, parsed.target, parsed.observations, parsed.signed_at)
+                )
+
+
+def _parse_event(message: str | bytes) -> dict[str, object]:
+    """A WebSocket message from the notary: a strict JSON object with a
+    string ``type``.
+
+    Error handling: ``ProtocolError`` (502) for anything else.
+    """
+    data = message.encode("utf-8", "surrogatepass") if isinstance(message, str) else message
+    try:
+        event = strictjson.loads(data)
+    except ValueError:
+        raise ProtocolError("not strict UTF-8 JSON", status=502) from None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise ProtocolError("not an object with a type", status=502)
+    return event
 
 
 class WatchFailed(NotaryError):

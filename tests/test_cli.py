@@ -403,6 +403,121 @@ def test_bundle_show_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "JSON" in usage_error(["bundle", "show", str(tmp_path / "deep.notary")], capsys)
 
 
+# -- the client's notary directory: bundle fetch, list; check ----------------------
+
+
+def _bundle_file(directory: Path, file: str, name: str, cert: Path,
+                 capsys: pytest.CaptureFixture[str]) -> Path:
+    """A bundle named ``name`` pinning ``cert``, written by `notary bundle`."""
+    path = directory / file
+    assert run(["bundle", "--name", name, "--location", LOCATION,
+                "--host", f"notary.example.test:443:80:{cert}", "--out", str(path)],
+               capsys)[0] == 0
+    return path
+
+
+def _other_cert(directory: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    key, cert = directory / "other.key", directory / "other.crt"
+    assert run(["keygen", "--out-key", str(key), "--out-cert", str(cert),
+                "--name", "notary.example.test"], capsys)[0] == 0
+    return cert
+
+
+def test_bundle_fetch_refuses_other_pins_unless_replace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    """Issue 17 item 1: a bundle with other pins does not silently replace a
+    stored one of the same name; with --replace, the old and new pins are
+    shown."""
+    old = _bundle_file(tmp_path, "old.notary", "Lab", keypair[1], capsys)
+    new = _bundle_file(tmp_path, "new.notary", "Lab", _other_cert(tmp_path, capsys), capsys)
+    old_pin = sha1_pin_of_pem(keypair[1].read_text())
+    new_pin = sha1_pin_of_pem((tmp_path / "other.crt").read_text())
+    directory = tmp_path / "notaries"
+    status, out, _ = run(["bundle", "fetch", str(old), "--notaries", str(directory)], capsys)
+    assert status == 0 and out.startswith("added 'Lab' (1 hosts): ")
+    message = usage_error(["bundle", "fetch", str(new), "--notaries", str(directory)], capsys)
+    assert f"Old pins: {old_pin}; new pins: {new_pin}" in message and "--replace" in message
+    assert parse_bundle((directory / "lab.notary").read_bytes()).hosts[0].certificate_pem == (
+        keypair[1].read_text())
+    status, out, err = run(["bundle", "fetch", str(new), "--notaries", str(directory),
+                            "--replace"], capsys)
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [
+        f"replaced 'Lab' (1 hosts): {directory / 'lab.notary'}",
+        f"  old pins: {old_pin}",
+        f"  new pins: {new_pin}",
+    ]
+    status, out, _ = run(["bundle", "fetch", str(new), "--notaries", str(directory)], capsys)
+    assert status == 0 and out.startswith("updated 'Lab' (1 hosts, same pins): ")
+
+
+def test_bundle_fetch_gives_each_notary_its_own_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    """Issue 17 item 2: before, the second printed `added` and overwrote the
+    first."""
+    directory = tmp_path / "notaries"
+    upper = _bundle_file(tmp_path, "a.notary", "LAB NOTARY", keypair[1], capsys)
+    lower = _bundle_file(tmp_path, "b.notary", "Lab notary", _other_cert(tmp_path, capsys), capsys)
+    assert run(["bundle", "fetch", str(upper), "--notaries", str(directory)], capsys)[0] == 0
+    status, out, err = run(["bundle", "fetch", str(lower), "--notaries", str(directory)], capsys)
+    assert (status, err) == (0, "")
+    assert out == (f"added 'Lab notary' (1 hosts): {directory / 'lab-notary-2.notary'} "
+                   "(lab-notary.notary holds 'LAB NOTARY': this one gets its own file)\n")
+    status, out, _ = run(["bundle", "list", "--notaries", str(directory)], capsys)
+    assert status == 0
+    assert [line.split("  ")[0] for line in out.splitlines()] == ["LAB NOTARY", "Lab notary"]
+
+
+def test_bundle_fetch_pin_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    local = _bundle_file(tmp_path, "x.notary", "X", keypair[1], capsys)
+    pin = sha1_pin_of_pem(keypair[1].read_text())
+    assert "local file" in usage_error(
+        ["bundle", "fetch", str(local), "--pin", pin, "--notaries", str(tmp_path / "d")], capsys)
+    assert "--pin" in usage_error(
+        ["bundle", "fetch", "https://127.0.0.1:1/x.notary", "--pin", "zz"], capsys)
+    assert not (tmp_path / "d").exists()
+
+
+def test_bundle_list_shows_a_name_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    evil = _bundle_file(tmp_path, "e.notary", "Evil\nnotary\x1b[2J", keypair[1], capsys)
+    directory = tmp_path / "notaries"
+    status, out, _ = run(["bundle", "fetch", str(evil), "--notaries", str(directory)], capsys)
+    assert status == 0 and "\x1b" not in out and len(out.splitlines()) == 1
+    status, out, _ = run(["bundle", "list", "--notaries", str(directory)], capsys)
+    assert status == 0 and out.startswith("Evil?notary?[2J  [") and len(out.splitlines()) == 1
+
+
+def test_check_exits_1_only_for_a_rejection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failure of the check itself is exit 5 on one line, never a
+    traceback and exit 1 (which means "rejected by the vote")."""
+    from notary import client
+
+    bundle = _bundle_file(tmp_path, "x.notary", "X", keypair[1], capsys)
+    fingerprint = ":".join(["AB"] * 20)
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("something\nbroke")
+
+    monkeypatch.setattr(client, "check", broken)
+    status, out, err = run(["check", "127.0.0.1:443", "--fingerprint", fingerprint,
+                            "--notary", str(bundle), "--bounce", "off"], capsys)
+    assert (status, out) == (5, "")
+    assert err == "notary: the check failed: something?broke\n"
+    # --bounce takes a bundle file (as documented), never fetches a URL.
+    assert "cannot read bundle" in usage_error(
+        ["check", "127.0.0.1:443", "--fingerprint", fingerprint, "--notary", str(bundle),
+         "--bounce", "https://127.0.0.1:1/relay.notary"], capsys)
+
+
 # -- db --------------------------------------------------------------------------
 
 

@@ -23,6 +23,8 @@ import trustme
 from notary import client, crypto
 from notary.bundle_store import (
     BundleFetchFailed,
+    PinsChanged,
+    bundle_pins,
     fetch_bundle,
     list_bundles,
     remove_bundle,
@@ -426,25 +428,66 @@ async def test_cli_exit_codes(tmp_path: Path) -> None:
 # -- the bundle directory -------------------------------------------------------------------
 
 
-async def test_bundle_fetch_from_a_self_pinned_https_notary(tmp_path: Path) -> None:
+async def test_a_self_signed_bundle_server_needs_the_users_pin(tmp_path: Path) -> None:
+    """Issue 17 item 1: a server no CA vouches for is refused even when the
+    bundle it serves pins its certificate; the message names the pin it
+    presents. With --pin it is fetched from that certificate only."""
     async with open_notary(tmp_path / "n", serve_bundle=True) as notary:
         url = f"https://127.0.0.1:{notary.port}/test.notary"
-        data = await fetch_bundle(url, timeout_s=10)
-        assert parse_bundle(data).hosts[0].sha1_pin == format_fingerprint(notary.sha1_pin)
+        presented = format_fingerprint(notary.sha1_pin)
+        with pytest.raises(BundleFetchFailed, match="not trusted by a CA") as refused:
+            await fetch_bundle(url, timeout_s=10)
+        assert f"--pin {presented}" in str(refused.value)
+        data = await fetch_bundle(url, timeout_s=10, pin=notary.sha1_pin)
+        assert parse_bundle(data).hosts[0].sha1_pin == presented
+        with pytest.raises(BundleFetchFailed, match=f"presents the certificate with SHA-1 {presented}, not the --pin"):
+            await fetch_bundle(url, timeout_s=10, pin=b"\1" * 20)
         with pytest.raises(BundleFetchFailed, match="HTTP 404"):
-            await fetch_bundle(f"https://127.0.0.1:{notary.port}/other.notary", timeout_s=10)
-    # A server whose bundle does not pin the certificate it presents.
-    async with open_notary(tmp_path / "m", serve_bundle=True) as notary:
-        async with open_notary(tmp_path / "o", host="127.0.0.2", server={
-            "bundle_file": tmp_path / "m" / "test.notary"}) as other:
-            with pytest.raises(BundleFetchFailed, match="neither trusted by a CA nor pinned"):
-                await fetch_bundle(f"https://127.0.0.2:{other.port}/test.notary", timeout_s=10)
-        assert notary.port
+            await fetch_bundle(f"https://127.0.0.1:{notary.port}/other.notary", timeout_s=10,
+                               pin=notary.sha1_pin)
+
+
+async def test_someone_on_the_path_cannot_serve_a_bundle_pinning_themselves(
+    tmp_path: Path,
+) -> None:
+    """The attack of item 1: whoever answers for the bundle's URL serves a
+    bundle of the same name pinning their own certificate. Before, this was
+    accepted (and replaced the stored bundle)."""
+    async with open_notary(tmp_path / "mitm", host="127.0.0.2", serve_bundle=True) as mitm:
+        with pytest.raises(BundleFetchFailed, match="not trusted by a CA"):
+            await fetch_bundle(f"https://127.0.0.2:{mitm.port}/test.notary", timeout_s=10)
+
+
+async def test_a_ca_trusted_bundle_server_and_a_pin_that_overrides_the_ca(
+    tmp_path: Path,
+) -> None:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.4")
+    bundle = dead_bundle("CA served", _some_pem())
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(bundle.to_json())).encode()
+        + b"\r\nConnection: close\r\n\r\n" + bundle.to_json()
+    )
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    leaf_sha1 = hashlib.sha1(ssl.PEM_cert_to_DER_cert(
+        leaf.cert_chain_pems[0].bytes().decode("ascii"))).digest()
+    async with open_fixed_answer_server(leaf, answer) as port:
+        url = f"https://127.0.0.4:{port}/ca.notary"
+        assert await fetch_bundle(url, timeout_s=10, ca_context=trusting) == bundle.to_json()
+        with pytest.raises(BundleFetchFailed, match="not trusted by a CA"):
+            await fetch_bundle(url, timeout_s=10)  # the system's CAs do not know trustme's
+        with pytest.raises(BundleFetchFailed, match="not the --pin"):
+            await fetch_bundle(url, timeout_s=10, ca_context=trusting, pin=b"\2" * 20)
+        assert await fetch_bundle(url, timeout_s=10, pin=leaf_sha1) == bundle.to_json()
 
 
 async def test_bundle_fetch_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="https:// only"):
         await fetch_bundle("http://127.0.0.1/x.notary", timeout_s=1)
+    (tmp_path / "good.notary").write_bytes(dead_bundle("Good", _some_pem()).to_json())
+    with pytest.raises(UsageError, match="local file, trusted as it is"):
+        await fetch_bundle(str(tmp_path / "good.notary"), timeout_s=1, pin=b"\0" * 20)
     with pytest.raises(UsageError, match="cannot read"):
         await fetch_bundle(str(tmp_path / "missing.notary"), timeout_s=1)
     (tmp_path / "bad.notary").write_text("{}")
@@ -454,14 +497,16 @@ async def test_bundle_fetch_errors(tmp_path: Path) -> None:
         await fetch_bundle(f"https://127.0.0.1:{closed_port()}/x.notary", timeout_s=5)
 
 
-def test_store_list_replace_remove(tmp_path: Path) -> None:
+def test_store_list_update_remove(tmp_path: Path) -> None:
     pem = _some_pem()
     directory = tmp_path / "notaries"
     first = dead_bundle("Thoughtcrime Labs", pem)
-    stored, replaced = store_bundle(directory, first.to_json())
-    assert stored.path.name == "thoughtcrime-labs.notary" and not replaced
-    _, replaced = store_bundle(directory, dead_bundle("Thoughtcrime Labs", pem).to_json())
-    assert replaced
+    result = store_bundle(directory, first.to_json())
+    assert result.stored.path.name == "thoughtcrime-labs.notary"
+    assert (result.previous, result.name_taken_by) == (None, None)
+    result = store_bundle(directory, dead_bundle("Thoughtcrime Labs", pem).to_json())
+    assert result.previous is not None and not result.pins_changed  # same pins: an update
+    assert result.stored.path.name == "thoughtcrime-labs.notary"
     store_bundle(directory, dead_bundle("Another", pem).to_json())
     assert [s.bundle.name for s in list_bundles(directory)] == ["Another", "Thoughtcrime Labs"]
     assert client.load_bundles([], directory)[0].name in ("Another", "Thoughtcrime Labs")
@@ -470,6 +515,74 @@ def test_store_list_replace_remove(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no bundle called"):
         remove_bundle(directory, "Thoughtcrime Labs")
     assert list_bundles(tmp_path / "none") == []
+    assert not [p for p in directory.iterdir() if not p.name.endswith(".notary")]
+
+
+def _with_pins(name: str, *pems: str, v2_key: str | None = None) -> Bundle:
+    return make_bundle(
+        name=name, location="https://127.0.0.1/x.notary",
+        hosts=[BundleHost(f"127.0.0.{i + 1}", 443, 80, pem, v2_key) for i, pem in enumerate(pems)],
+    )
+
+
+def test_a_bundle_with_other_pins_does_not_replace_a_stored_one(tmp_path: Path) -> None:
+    """Issue 17 item 1: before, any bundle of the same name replaced the
+    stored one."""
+    directory = tmp_path / "notaries"
+    old_pem, new_pem = _some_pem(), _some_pem()
+    stored = store_bundle(directory, _with_pins("Lab", old_pem).to_json()).stored
+    kept = stored.path.read_bytes()
+    swapped = _with_pins("Lab", new_pem)
+    with pytest.raises(PinsChanged) as refused:
+        store_bundle(directory, swapped.to_json())
+    message = str(refused.value)
+    assert sha1_of_pem(old_pem) in message and sha1_of_pem(new_pem) in message
+    assert "--replace" in message and "\n" not in message
+    assert stored.path.read_bytes() == kept
+    result = store_bundle(directory, swapped.to_json(), replace=True)
+    assert result.pins_changed and result.stored.path == stored.path
+    assert result.previous is not None
+    assert bundle_pins(result.previous.bundle) == {sha1_of_pem(old_pem)}
+    assert bundle_pins(parse_bundle(stored.path.read_bytes())) == {sha1_of_pem(new_pem)}
+    # A pin more or less, or another v2 key, is another set of pins too.
+    with pytest.raises(PinsChanged):
+        store_bundle(directory, _with_pins("Lab", new_pem, old_pem).to_json())
+    with pytest.raises(PinsChanged):
+        store_bundle(directory, _with_pins("Lab", new_pem, v2_key="AQ" * 21 + "E=").to_json())
+    # The same pins on other ports: an update, no --replace needed.
+    moved = make_bundle(name="Lab", location="https://127.0.0.1/x.notary",
+                        hosts=[BundleHost("127.0.0.9", 8443, 8080, new_pem)])
+    result = store_bundle(directory, moved.to_json())
+    assert result.previous is not None and not result.pins_changed
+
+
+def test_names_with_one_file_name_keep_their_own_files(tmp_path: Path) -> None:
+    """Issue 17 item 2: before, ``Lab notary`` overwrote ``LAB NOTARY``."""
+    directory = tmp_path / "notaries"
+    pems = {name: _some_pem() for name in ("LAB NOTARY", "Lab notary", "lab-notary")}
+    results = {name: store_bundle(directory, _with_pins(name, pem).to_json())
+               for name, pem in pems.items()}
+    assert [r.stored.path.name for r in results.values()] == [
+        "lab-notary.notary", "lab-notary-2.notary", "lab-notary-3.notary"]
+    assert results["LAB NOTARY"].name_taken_by is None
+    assert results["Lab notary"].name_taken_by.bundle.name == "LAB NOTARY"
+    assert results["lab-notary"].previous is None
+    listed = {s.bundle.name: s for s in list_bundles(directory)}
+    assert set(listed) == set(pems)
+    for name, pem in pems.items():
+        assert bundle_pins(listed[name].bundle) == {sha1_of_pem(pem)}
+    # Fetched again, each goes back to its own file.
+    again = store_bundle(directory, _with_pins("Lab notary", pems["Lab notary"]).to_json())
+    assert again.stored.path.name == "lab-notary-2.notary" and again.previous is not None
+    remove_bundle(directory, "LAB NOTARY")
+    assert {s.bundle.name for s in list_bundles(directory)} == {"Lab notary", "lab-notary"}
+    # The slug's own file is free again: a new name with that slug takes it.
+    assert store_bundle(directory, _with_pins("Lab  Notary", _some_pem()).to_json()
+                        ).stored.path.name == "lab-notary.notary"
+
+
+def sha1_of_pem(pem: str) -> str:
+    return format_fingerprint(hashlib.sha1(ssl.PEM_cert_to_DER_cert(pem)).digest())
 
 
 async def test_the_relay_alone_is_a_usage_error() -> None:

@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl
 
 from notary.errors import ProtocolError
 from notary.observations import Observation, Timeline
+from notary.protocol import strictjson
 
 SHA1_BYTES = 20
 FINGERPRINT_CHARS = SHA1_BYTES * 3 - 1  # 59: "AA:" * 19 + "AA"
@@ -137,30 +138,90 @@ class ParsedAnswer:
     signature_b64: str
 
 
+#: Largest answer body a client parses (``notary check`` reads no more).
+MAX_ANSWER_BYTES = 1024 * 1024
+#: Longest signature: base64 of an 8192-bit RSA signature.
+MAX_SIGNATURE_CHARS = 1368
+#: Longest timestamp string: whole Unix seconds fit in 12 digits until
+#: the year 33658.
+MAX_TIMESTAMP_DIGITS = 12
+
+_ANSWER_KEYS = frozenset({"fingerprintList", "signature"})
+_ROW_KEYS = frozenset({"timestamp", "fingerprint"})
+_TIMESTAMP_KEYS = frozenset({"start", "finish"})
+_TIMESTAMP_RE = re.compile(rf"[0-9]{{1,{MAX_TIMESTAMP_DIGITS}}}")
+_BASE64_RE = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+
+
+def _bad_answer(message: str) -> ProtocolError:
+    return ProtocolError(f"malformed notary answer: {message}", status=502)
+
+
+def _exact_object(value: object, keys: frozenset[str], where: str) -> dict[str, object]:
+    if not isinstance(value, dict) or value.keys() != keys:
+        raise _bad_answer(f"{where} must be an object with {', '.join(sorted(keys))}")
+    return value
+
+
+def _timestamp(value: object, where: str) -> int:
+    if not isinstance(value, str) or not _TIMESTAMP_RE.fullmatch(value):
+        raise _bad_answer(f"{where} must be a string of up to {MAX_TIMESTAMP_DIGITS} digits")
+    return int(value)
+
+
+def _parse_row(index: int, row: object) -> ListEntry:
+    where = f"fingerprintList[{index}]"
+    row = _exact_object(row, _ROW_KEYS, where)
+    stamps = _exact_object(row["timestamp"], _TIMESTAMP_KEYS, f"{where}.timestamp")
+    start = _timestamp(stamps["start"], f"{where}.timestamp.start")
+    finish = _timestamp(stamps["finish"], f"{where}.timestamp.finish")
+    if finish < start:
+        raise _bad_answer(f"{where}.timestamp.finish is before start")
+    fingerprint = row["fingerprint"]
+    if not isinstance(fingerprint, str) or not _FINGERPRINT_RE.fullmatch(fingerprint):
+        raise _bad_answer(f"{where}.fingerprint must be 20 hex pairs separated by colons")
+    return ListEntry(bytes.fromhex(fingerprint.replace(":", "")), start, finish)
+
+
 def parse_answer(body: bytes) -> ParsedAnswer:
     """Parse an answer from any notary and rebuild the bytes it signed (drop
     ``signature``, re-serialise with default separators, key order kept).
 
-    Raises ``ProtocolError`` (status 502: the notary misbehaved) when the body
-    is not a well-formed answer.
+    As strict as the v2 parsers, with the same loader
+    (:mod:`notary.protocol.strictjson`): at most :data:`MAX_ANSWER_BYTES`,
+    strict UTF-8 JSON without repeated keys, and exactly the shape of
+    invariant 1: an object with ``fingerprintList`` and ``signature`` only;
+    each row exactly ``{"timestamp": {"start", "finish"}, "fingerprint"}``;
+    timestamps strings of digits (no sign, space, ``_`` or number), ``finish``
+    not before ``start``; fingerprints of 20 hex pairs; the signature base64
+    of at most :data:`MAX_SIGNATURE_CHARS`. Nothing is coerced, so the
+    payload rebuilt is the one a valid signature covers.
+
+    Error handling: ``ProtocolError`` (status 502: the notary misbehaved)
+    with a short message naming the defect (never the input); never another
+    exception, whatever ``body`` holds.
     """
+    if not isinstance(body, bytes | bytearray):
+        raise _bad_answer("not bytes")
+    if len(body) > MAX_ANSWER_BYTES:
+        raise _bad_answer("too large")
     try:
-        document = json.loads(body)
-        signature = document.pop("signature")
-        rows = document["fingerprintList"]
-        entries = tuple(
-            ListEntry(
-                parse_fingerprint(row["fingerprint"]),
-                int(row["timestamp"]["start"]),
-                int(row["timestamp"]["finish"]),
-            )
-            for row in rows
-        )
-        if not isinstance(signature, str):
-            raise TypeError("signature")
-    except (ValueError, KeyError, TypeError, AttributeError, ProtocolError) as exc:
-        raise ProtocolError(f"malformed notary answer ({exc})", status=502) from None
-    payload = json.dumps(document).encode("utf-8")
+        document = strictjson.loads(body)
+    except ValueError:
+        raise _bad_answer("not strict UTF-8 JSON") from None
+    document = _exact_object(document, _ANSWER_KEYS, "answer")
+    rows = document["fingerprintList"]
+    if not isinstance(rows, list):
+        raise _bad_answer("fingerprintList must be an array")
+    entries = tuple(_parse_row(index, row) for index, row in enumerate(rows))
+    signature = document.pop("signature")
+    if (
+        not isinstance(signature, str)
+        or len(signature) > MAX_SIGNATURE_CHARS
+        or not _BASE64_RE.fullmatch(signature)
+    ):
+        raise _bad_answer(f"signature must be base64 of at most {MAX_SIGNATURE_CHARS} characters")
+    payload = json.dumps(document).encode("ascii")
     return ParsedAnswer(entries, payload, signature)
 
 

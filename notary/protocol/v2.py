@@ -154,6 +154,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from notary.errors import BadTarget, ProtocolError
 from notary.observations import Observation, Timeline
 from notary.protocol.convergence import Decision
+from notary.protocol.strictjson import DuplicateKey as _DuplicateKey
+from notary.protocol.strictjson import loads as _loads
 from notary.protocol.targets import Target, make_target
 
 __all__ = [
@@ -241,9 +243,6 @@ MAX_ANSWER_RESULTS = 4096
 #: Largest key document a client parses, and most keys in it.
 MAX_KEY_DOCUMENT_BYTES = 64 * 1024
 MAX_PUBLISHED_KEYS = 16
-#: A JSON integer literal longer than this is never a valid value here; the
-#: parser does not convert it (no quadratic int parsing of hostile digits).
-_MAX_INT_LITERAL_CHARS = 20
 ED25519_SIGNATURE_BYTES = 64
 ED25519_PUBLIC_KEY_BYTES = 32
 KEY_ID_CHARS = 16
@@ -308,50 +307,6 @@ def _check_canonical(value: object, depth: int) -> None:
                 _check_canonical(item, depth + 1)
         return
     raise TypeError(f"{type(value).__name__} has no canonical JSON form")
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-class _HugeInteger:
-    """Stands for a JSON integer literal too long to be a valid value here."""
-
-    __slots__ = ()
-
-
-_HUGE_INTEGER = _HugeInteger()
-
-
-def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise _DuplicateKey("repeated key")
-    return result
-
-
-def _parse_int(text: str) -> int | _HugeInteger:
-    return int(text) if len(text) <= _MAX_INT_LITERAL_CHARS else _HUGE_INTEGER
-
-
-def _refuse_constant(text: str) -> None:
-    raise ValueError("NaN and Infinity are not JSON")
-
-
-def _loads(data: bytes) -> object:
-    """Strict JSON: UTF-8, no repeated keys, no NaN/Infinity, long integer
-    literals left unconverted. Raises ``ValueError`` (with ``RecursionError``
-    for absurd nesting mapped to it) and nothing else."""
-    try:
-        text = bytes(data).decode("utf-8")
-        return json.loads(
-            text,
-            object_pairs_hook=_object_without_duplicates,
-            parse_int=_parse_int,
-            parse_constant=_refuse_constant,
-        )
-    except RecursionError:
-        raise ValueError("nesting too deep") from None
 
 
 def _is_int(value: object) -> bool:
