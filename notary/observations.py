@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from notary.protocol.targets import Target
 
@@ -58,7 +57,12 @@ def add_sighting(
 
 @dataclass(frozen=True, slots=True)
 class Certificate:
-    """A leaf certificate as DER plus the hashes every protocol needs."""
+    """A leaf certificate as DER plus the hashes every protocol needs.
+
+    ``spki_sha256`` hashes the SubjectPublicKeyInfo as it stands in the DER
+    (an SPKI pin, RFC 7469), whatever its key algorithm: a key
+    ``cryptography`` cannot load (SM2, GOST, an unknown OID) is recorded
+    like any other, and shown with the key type "unknown"."""
 
     der: bytes
     sha1: bytes
@@ -68,31 +72,89 @@ class Certificate:
 
     @classmethod
     def from_der(cls, der: bytes) -> Certificate:
-        """Hash ``der``. Raises ``ValueError`` if it is not a certificate."""
-        cert = x509.load_der_x509_certificate(der)
-        spki = cert.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        """Hash ``der``. Raises ``ValueError`` if it is not a certificate;
+        never parses the public key."""
+        x509.load_der_x509_certificate(der)
         return cls(
             der=der,
             sha1=hashlib.sha1(der).digest(),
             sha256=hashlib.sha256(der).digest(),
             md5=hashlib.md5(der).digest(),
-            spki_sha256=hashlib.sha256(spki).digest(),
+            spki_sha256=hashlib.sha256(subject_public_key_info(der)).digest(),
         )
+
+
+_DER_SEQUENCE = 0x30
+_DER_VERSION = 0xA0  # TBSCertificate's [0] EXPLICIT version
+#: TBSCertificate fields between the version and subjectPublicKeyInfo:
+#: serialNumber, signature, issuer, validity, subject.
+_FIELDS_BEFORE_SPKI = 5
+#: Longest DER length field read, in bytes (4: up to 4 GiB).
+_MAX_DER_LENGTH_BYTES = 4
+
+
+def subject_public_key_info(der: bytes) -> bytes:
+    """The SubjectPublicKeyInfo element of the DER certificate ``der``,
+    tag and length included, as the bytes it holds (no key is parsed).
+
+    A fixed walk, no recursion: into Certificate and TBSCertificate, past
+    the optional version and five fields, every element checked to lie
+    within its parent. Raises ``ValueError`` if ``der`` is not shaped so.
+    """
+    tag, start, end = _der_element(der, 0, len(der))
+    if tag != _DER_SEQUENCE:
+        raise ValueError("not a certificate: no outer SEQUENCE")
+    tag, offset, tbs_end = _der_element(der, start, end)
+    if tag != _DER_SEQUENCE:
+        raise ValueError("not a certificate: no TBSCertificate")
+    tag, _, after = _der_element(der, offset, tbs_end)
+    if tag == _DER_VERSION:
+        offset = after
+    for _ in range(_FIELDS_BEFORE_SPKI):
+        _, _, offset = _der_element(der, offset, tbs_end)
+    tag, _, spki_end = _der_element(der, offset, tbs_end)
+    if tag != _DER_SEQUENCE:
+        raise ValueError("not a certificate: no SubjectPublicKeyInfo")
+    return der[offset:spki_end]
+
+
+def _der_element(der: bytes, offset: int, limit: int) -> tuple[int, int, int]:
+    """``(tag, content start, end)`` of the DER element at ``offset``, which
+    must end by ``limit``. Raises ``ValueError`` otherwise, and for what DER
+    certificates never hold here (multi-byte tags, indefinite lengths)."""
+    if limit - offset < 2:
+        raise ValueError("truncated DER element")
+    tag, first = der[offset], der[offset + 1]
+    if tag & 0x1F == 0x1F:
+        raise ValueError("unexpected multi-byte DER tag")
+    start = offset + 2
+    if first < 0x80:
+        length = first
+    else:
+        count = first & 0x7F
+        if not 1 <= count <= _MAX_DER_LENGTH_BYTES or limit - start < count:
+            raise ValueError("bad DER length")
+        length = int.from_bytes(der[start : start + count], "big")
+        start += count
+    if length > limit - start:
+        raise ValueError("truncated DER element")
+    return tag, start, start + length
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
     """One successful probe: ``target`` served ``leaf`` (and ``chain``, the
     DER of every certificate it sent, leaf first) from ``address`` at
-    ``observed_at`` (Unix seconds)."""
+    ``observed_at`` (Unix seconds), over ``tls_version`` as OpenSSL names it
+    (``"TLSv1"``, ``"TLSv1.1"``, ``"TLSv1.2"``, ``"TLSv1.3"``; None when not
+    recorded)."""
 
     target: Target
     leaf: Certificate
     chain: tuple[bytes, ...]
     address: str
     observed_at: int
+    tls_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

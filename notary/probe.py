@@ -21,10 +21,16 @@ Rules this module keeps:
 
 TLS
 ---
-SNI is sent for names, not for IP literals; TLS 1.2 is the minimum, 1.3 is
-allowed; the cipher list is OpenSSL's ``DEFAULT`` at security level 0 because
-we observe, we do not trust: a weak key or a SHA-1 signature is something to
-record, not a reason to see nothing. Nothing is verified.
+SNI is sent for names, not for IP literals; TLS 1.0 to 1.3 are offered and
+the version negotiated is recorded (:attr:`ProbeResult.tls_version
+<notary.observations.ProbeResult.tls_version>`); the cipher list is OpenSSL's
+``DEFAULT`` at security level 0 (which OpenSSL 3 needs for TLS 1.0 and 1.1)
+because we observe, we do not trust: an old protocol, a weak key or a SHA-1
+signature is something to record, not a reason to see nothing. Offering old
+versions costs no safety here, since a probe never sends application data
+and trusts nothing it receives. Nothing is verified. (The notary's own
+listeners keep TLS 1.2+ unless ``[server] legacy_tls``: that is another
+context, in ``notary.server.app``.)
 
 The handshake runs over memory BIOs (``SSL.Connection(ctx, None)``), pumped
 over a Trio stream. **The probe aborts inside the certificate verification
@@ -129,7 +135,9 @@ class ProbeStatistics:
     running for their target instead of starting one; ``in_flight``: probes
     holding one of the ``max_concurrent`` slots right now; ``failures``:
     failed probes by :attr:`ProbeError.reason <notary.errors.ProbeError.reason>`;
-    ``queued``: probes started and still waiting for a slot.
+    ``queued``: probes started and still waiting for a slot;
+    ``tls_versions``: successful probes by the TLS version negotiated
+    (``"TLSv1"`` ... ``"TLSv1.3"``).
     """
 
     started: int
@@ -138,6 +146,7 @@ class ProbeStatistics:
     in_flight: int
     failures: Mapping[str, int]
     queued: int = 0
+    tls_versions: Mapping[str, int] = field(default_factory=lambda: types.MappingProxyType({}))
 
 
 @dataclass(slots=True)
@@ -155,15 +164,18 @@ class _Capture:
 
     chain: tuple[bytes, ...] | None = None
     unparseable: bool = False
+    tls_version: str | None = None
 
 
 def _capture_chain(
     connection: SSL.Connection, _certificate: Any, _errno: int, _depth: int, _ok: int
 ) -> bool:
-    """Verify callback: copy the chain the server sent, then abort the
-    handshake (return false) whatever the verification result."""
+    """Verify callback: copy the chain the server sent and the TLS version
+    of its ServerHello, then abort the handshake (return false) whatever the
+    verification result."""
     capture = connection.get_app_data()
     if isinstance(capture, _Capture) and capture.chain is None and not capture.unparseable:
+        capture.tls_version = connection.get_protocol_version_name()
         try:
             chain = connection.get_peer_cert_chain(as_cryptography=True) or []
             capture.chain = tuple(cert.public_bytes(Encoding.DER) for cert in chain) or None
@@ -173,8 +185,10 @@ def _capture_chain(
 
 
 def _client_context() -> SSL.Context:
+    """The probes' context (see "TLS" in the module docstring)."""
     context = SSL.Context(SSL.TLS_CLIENT_METHOD)
-    context.set_min_proto_version(SSL.TLS1_2_VERSION)
+    context.set_min_proto_version(SSL.TLS1_VERSION)
+    context.set_max_proto_version(SSL.TLS1_3_VERSION)
     context.set_cipher_list(b"DEFAULT:@SECLEVEL=0")
     context.set_verify(SSL.VERIFY_PEER, _capture_chain)
     return context
@@ -215,6 +229,7 @@ class Prober:
         self._succeeded = 0
         self._coalesced = 0
         self._failures: Counter[str] = Counter()
+        self._tls_versions: Counter[str] = Counter()
         #: Called when a probe ends with its seconds (queueing for a slot
         #: included) and its failure reason, None for a success (metrics);
         #: must not raise. Probes cancelled at shutdown are not reported.
@@ -277,6 +292,7 @@ class Prober:
             in_flight=limiter.borrowed_tokens,
             failures=types.MappingProxyType(dict(self._failures)),
             queued=limiter.tasks_waiting,
+            tls_versions=types.MappingProxyType(dict(self._tls_versions)),
         )
 
     async def _run(self, target: Target, flight: _Flight) -> None:
@@ -284,6 +300,8 @@ class Prober:
         try:
             result = await self._probe_once(target)
             self._succeeded += 1
+            if result.tls_version is not None:
+                self._tls_versions[result.tls_version] += 1
             flight.result = result
             if self.on_probe_done is not None:
                 self.on_probe_done(trio.current_time() - started, None)
@@ -343,6 +361,7 @@ class Prober:
             chain=capture.chain,
             address=address,
             observed_at=int(self._clock()),
+            tls_version=capture.tls_version,
         )
 
     async def _handshake(

@@ -7,12 +7,14 @@ Every connection goes to 127.0.0.1; names are resolved only by the fake
 from __future__ import annotations
 
 import hashlib
+import logging
 import socket
 import ssl
 
 import pytest
 import trio
 import trio.testing
+import trustme
 
 from notary.dialer import system_resolver
 from notary.errors import (
@@ -26,9 +28,11 @@ from notary.errors import (
 from notary.policy import AddressPolicy
 from notary.probe import DEFAULT_MAX_HANDSHAKE_BYTES, open_prober
 from notary.protocol.targets import Target
+from tests.support.odd_certificates import ODD_KEYS, odd_certificate
 from tests.support.tls_targets import (
     LOCALHOST,
     closed_port,
+    open_certificate_only_target,
     open_garbage_target,
     open_stalled_target,
     open_tls_target,
@@ -118,6 +122,63 @@ async def test_a_new_probe_sees_a_replaced_certificate():
     assert before.leaf.der != after.leaf.der
     assert after.leaf.der == new_der
     assert server.accepted == 2  # no caching in the prober
+
+
+@pytest.mark.parametrize(
+    ("tls_version", "recorded"),
+    [
+        (ssl.TLSVersion.TLSv1, "TLSv1"),
+        (ssl.TLSVersion.TLSv1_1, "TLSv1.1"),
+        (ssl.TLSVersion.TLSv1_2, "TLSv1.2"),
+        (ssl.TLSVersion.TLSv1_3, "TLSv1.3"),
+    ],
+    ids=["tls1.0", "tls1.1", "tls1.2", "tls1.3"],
+)
+async def test_a_site_speaking_one_tls_version_is_observed_with_that_version(
+    tls_version, recorded
+):
+    if not getattr(ssl, f"HAS_{tls_version.name}"):
+        pytest.skip(f"this OpenSSL has no {recorded}")
+    async with (
+        open_tls_target([NAME_A], minimum_version=tls_version, maximum_version=tls_version)
+        as server,
+        prober() as p,
+    ):
+        result = await p.probe(server.target(NAME_A))
+        statistics = p.statistics()
+    assert server.server_names == [NAME_A]
+    assert result.leaf.der == server.leaf_der(NAME_A)
+    assert result.chain == server.chain_der(NAME_A)
+    assert result.tls_version == recorded
+    assert statistics.tls_versions == {recorded: 1}
+
+
+@pytest.mark.parametrize("kind", ODD_KEYS)
+async def test_a_certificate_whose_key_cryptography_cannot_load_is_recorded(kind, caplog):
+    """Over the wire: OpenSSL parses the certificate, the prober records it."""
+    odd = odd_certificate(kind)
+    intermediate = ssl.PEM_cert_to_DER_cert(trustme.CA().cert_pem.bytes().decode("ascii"))
+    async with open_certificate_only_target([odd.der, intermediate]) as server, prober() as p:
+        result = await p.probe(server.target())
+    assert result.leaf.der == odd.der
+    assert result.chain == (odd.der, intermediate)
+    assert result.leaf.sha1 == hashlib.sha1(odd.der).digest()
+    assert result.leaf.sha256 == hashlib.sha256(odd.der).digest()
+    assert result.leaf.md5 == hashlib.md5(odd.der).digest()
+    assert result.leaf.spki_sha256 == hashlib.sha256(odd.spki_der).digest()
+    assert result.tls_version == "TLSv1.2"
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_the_certificate_only_target_serves_like_a_real_server():
+    """The hand-written TLS 1.2 server above is a fair stand-in: an
+    ordinary chain comes out of the prober as it went in."""
+    issued = trustme.CA().issue_cert(NAME_A)
+    chain = tuple(ssl.PEM_cert_to_DER_cert(p.bytes().decode("ascii")) for p in issued.cert_chain_pems)
+    async with open_certificate_only_target(chain) as server, prober() as p:
+        result = await p.probe(server.target(NAME_A))
+    assert result.chain == chain
+    assert result.tls_version == "TLSv1.2"
 
 
 async def test_the_handshake_is_aborted_once_certificates_are_in():

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
 from notary.observations import Certificate, Observation, Timeline
@@ -22,6 +22,7 @@ from notary.web import headers, pages, timeline_svg
 from notary.web.assets import load_assets
 from notary.web.certificates import details_of
 from notary.web.headers import CONTENT_SECURITY_POLICY, page_headers
+from tests.support.odd_certificates import ODD_KEYS, odd_certificate
 
 SVG = "{http://www.w3.org/2000/svg}"
 TARGET = Target("www.example.test", 443)
@@ -133,6 +134,46 @@ def test_certificate_details_are_read_and_hostile_text_is_escaped() -> None:
     assert "&lt;script\\&gt;alert(\\&quot;x\\&quot;)" in html
     assert "&quot;&gt;&lt;b&gt;x" in html
     assert details_of(fake_certificate(9)).subject == "(unreadable)"  # never raises
+
+
+@pytest.mark.parametrize(
+    ("make_key", "shown"),
+    [
+        (lambda: rsa.generate_private_key(65537, 2048), "RSA 2048"),
+        (lambda: ec.generate_private_key(ec.SECP384R1()), "EC secp384r1"),
+        (ed25519.Ed25519PrivateKey.generate, "Ed25519"),
+    ],
+    ids=["rsa", "ec", "ed25519"],
+)
+def test_the_key_type_is_shown(make_key, shown: str) -> None:
+    key = make_key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "k.example.test")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC))
+        .not_valid_after(datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC))
+        .sign(key, None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256())
+    )
+    certificate = Certificate.from_der(cert.public_bytes(serialization.Encoding.DER))
+    assert details_of(certificate).key_type == shown
+    timeline = Timeline(TARGET, (Observation(certificate, NOW - 10, NOW),))
+    html = pages.site_page(TARGET, timeline, now=NOW, assets=pages.AssetLinks()).decode()
+    assert f"<dt>Key</dt><dd>{shown}</dd>" in html
+
+
+@pytest.mark.parametrize("kind", ODD_KEYS)
+def test_a_key_cryptography_cannot_load_is_shown_as_unknown(kind: str) -> None:
+    certificate = Certificate.from_der(odd_certificate(kind, "odd.example.test").der)
+    details = details_of(certificate)
+    assert details.key_type == "unknown"
+    assert details.names == ("odd.example.test",)  # the rest still reads
+    assert details.subject == "CN=odd.example.test"
+    timeline = Timeline(TARGET, (Observation(certificate, NOW - 10, NOW),))
+    html = pages.site_page(TARGET, timeline, now=NOW, assets=pages.AssetLinks()).decode()
+    assert "<dt>Key</dt><dd>unknown</dd>" in html
+    assert details_of(fake_certificate(9)).key_type == "(unreadable)"
 
 
 def test_pages_use_no_inline_script_or_style() -> None:

@@ -104,6 +104,8 @@ FLUSH_DURATION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 BATCH_ROWS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 #: ``ProbeError.reason`` values (``notary.errors``), pre-bound.
 PROBE_FAILURE_REASONS = ("refused", "dns", "connect", "handshake", "timeout", "error")
+#: The TLS versions a probe may negotiate, as OpenSSL names them (pre-bound).
+PROBE_TLS_VERSIONS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 #: ``RelayStatistics.refused`` reasons, pre-bound.
 RELAY_REFUSAL_REASONS = (
     "busy", "malformed", "timeout", "forbidden", "untrusted", "policy", "unreachable", "off",
@@ -307,6 +309,12 @@ class NotaryMetrics:
         )
         for outcome in ("success", *PROBE_FAILURE_REASONS):
             self._bind(self._probes, (outcome,))
+        self._probe_tls_versions = counter(
+            "notary_probe_tls_versions", "Successful probes, by the TLS version the target "
+            "negotiated.", ("version",),
+        )
+        for version in PROBE_TLS_VERSIONS:
+            self._bind(self._probe_tls_versions, (version,))
         self._probes_coalesced = counter(
             "notary_probes_coalesced", "Probe requests that joined a probe already running "
             "for their target.",
@@ -582,6 +590,8 @@ class NotaryMetrics:
         self._advance(self._probes, probes.succeeded, "success")
         for reason, count in probes.failures.items():
             self._advance(self._probes, count, reason)
+        for version, count in probes.tls_versions.items():
+            self._advance(self._probe_tls_versions, count, version)
         self._advance(self._probes_coalesced, probes.coalesced)
         self._probes_in_flight.set(probes.in_flight)
         self._probes_queued.set(probes.queued)

@@ -1,5 +1,6 @@
 """What a person wants to read about a certificate: subject, issuer,
-validity, names and hashes, parsed from its DER with ``cryptography``.
+validity, names, key type and hashes, parsed from its DER with
+``cryptography``.
 
 Pure. A certificate a target served may be malformed or hostile: parsing
 never raises (an unreadable field is shown as such), and every text is cut
@@ -13,22 +14,36 @@ import datetime
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa, x448, x25519
 
 from notary.observations import Certificate
 
-__all__ = ["MAX_NAMES", "MAX_TEXT_CHARS", "CertificateDetails", "colon_hex", "details_of"]
+__all__ = [
+    "MAX_NAMES",
+    "MAX_TEXT_CHARS",
+    "UNKNOWN_KEY_TYPE",
+    "CertificateDetails",
+    "colon_hex",
+    "details_of",
+    "key_type_of",
+]
 
 #: Longest subject, issuer or name shown, in characters.
 MAX_TEXT_CHARS = 300
 #: Most subject alternative names shown.
 MAX_NAMES = 20
 UNREADABLE = "(unreadable)"
+#: The key type of a key ``cryptography`` cannot load (SM2, GOST, an unknown
+#: algorithm); the certificate is recorded and shown all the same.
+UNKNOWN_KEY_TYPE = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
 class CertificateDetails:
     """The readable fields of a certificate; ``not_before``/``not_after``
-    are Unix seconds (None when unreadable)."""
+    are Unix seconds (None when unreadable); ``key_type`` as
+    :func:`key_type_of` names it."""
 
     subject: str
     issuer: str
@@ -39,6 +54,7 @@ class CertificateDetails:
     sha256: str
     sha1: str
     spki_sha256: str
+    key_type: str = UNREADABLE
 
 
 def colon_hex(data: bytes) -> str:
@@ -77,8 +93,32 @@ def details_of(certificate: Certificate) -> CertificateDetails:
     except ValueError:
         not_before = not_after = None
     return CertificateDetails(
-        subject, issuer, not_before, not_after, serial, _names(parsed), **hashes
+        subject, issuer, not_before, not_after, serial, _names(parsed), **hashes,
+        key_type=key_type_of(parsed),
     )
+
+
+def key_type_of(parsed: x509.Certificate) -> str:
+    """``"RSA 2048"``, ``"EC secp256r1"``, ``"Ed25519"``, ``"DSA 2048"``...;
+    ``"unknown"`` (:data:`UNKNOWN_KEY_TYPE`) for a key ``cryptography``
+    cannot load. Never raises."""
+    try:
+        key = parsed.public_key()
+    except (UnsupportedAlgorithm, ValueError):
+        return UNKNOWN_KEY_TYPE
+    if isinstance(key, rsa.RSAPublicKey):
+        return f"RSA {key.key_size}"
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        return f"EC {key.curve.name}"
+    if isinstance(key, dsa.DSAPublicKey):
+        return f"DSA {key.key_size}"
+    for kind, name in (
+        (ed25519.Ed25519PublicKey, "Ed25519"), (ed448.Ed448PublicKey, "Ed448"),
+        (x25519.X25519PublicKey, "X25519"), (x448.X448PublicKey, "X448"),
+    ):
+        if isinstance(key, kind):
+            return name
+    return UNKNOWN_KEY_TYPE
 
 
 def _field(read: object) -> str:

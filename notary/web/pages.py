@@ -350,6 +350,7 @@ def _certificate_item(index: int, observation: Observation) -> str:
         f"<dt>Issuer</dt><dd>{esc(details.issuer)}</dd>"
         f"<dt>Names</dt><dd>{names}</dd>"
         f"<dt>Valid</dt><dd>{_time(details.not_before)} &ndash; {_time(details.not_after)}</dd>"
+        f"<dt>Key</dt><dd>{esc(details.key_type)}</dd>"
         f"<dt>First seen</dt><dd>{_time(observation.first_seen)}</dd>"
         f"<dt>Last seen</dt><dd>{_time(observation.last_seen)}</dd>"
         f"<dt>Runs (latest 20)</dt><dd><ul class=\"runs\">{runs}</ul></dd>"

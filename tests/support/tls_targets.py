@@ -11,6 +11,8 @@ name or connects anywhere but loopback.
   accepted connections and records the SNI of every ClientHello.
 - :func:`open_stalled_target` -- accepts TCP and never answers.
 - :func:`open_garbage_target` -- answers the ClientHello with non-TLS bytes.
+- :func:`open_certificate_only_target` -- a hand-written TLS 1.2 server that
+  sends any certificate bytes (even ones OpenSSL could not serve).
 - :func:`open_truncating_proxy` -- relays to a TLS target but cuts the
   server's answer after N TLS records (close, or TCP reset).
 - :func:`open_raw_target` -- any other behaviour, from a handler.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -50,6 +53,7 @@ __all__ = [
     "StaticResolver",
     "TLSTarget",
     "closed_port",
+    "open_certificate_only_target",
     "open_garbage_target",
     "open_raw_target",
     "open_stalled_target",
@@ -66,6 +70,8 @@ DEFAULT_NAME = "default.example.test"
 GARBAGE = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 #: No test server connection lives longer than this.
 CONNECTION_TIMEOUT_S = 30.0
+#: The ciphers of a server asked to accept TLS 1.0 or 1.1.
+LEGACY_CIPHERS = "DEFAULT:@SECLEVEL=0"
 _RECEIVE_BYTES = 64 * 1024
 _TLS_RECORD_HEADER = 5
 
@@ -184,9 +190,14 @@ class TLSTarget:
     def _issue(self, name: str) -> ServedCertificate:
         leaf = self._issuer.issue_cert(name)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = self._minimum_version
-        if self._maximum_version is not None:
-            context.maximum_version = self._maximum_version
+        with warnings.catch_warnings():  # TLS 1.0 and 1.1 are deprecated: asked for
+            warnings.simplefilter("ignore", DeprecationWarning)
+            context.minimum_version = self._minimum_version
+            if self._maximum_version is not None:
+                context.maximum_version = self._maximum_version
+        if self._minimum_version < ssl.TLSVersion.TLSv1_2:
+            # OpenSSL 3 refuses TLS 1.0/1.1 above security level 0 (SHA-1).
+            context.set_ciphers(LEGACY_CIPHERS)
         leaf.configure_cert(context)
         context.sni_callback = self._on_server_name
         served = ServedCertificate(
@@ -283,7 +294,9 @@ async def open_tls_target(
     Each certificate is issued by a chain of ``intermediates`` intermediate
     CAs under one root; the server sends the leaf and the intermediates (use a
     large number for a "huge chain"). ``minimum_version``/``maximum_version``
-    pin the TLS versions the server accepts.
+    pin the TLS versions the server accepts (a minimum below TLS 1.2 also
+    lowers the server to OpenSSL security level 0, which TLS 1.0 and 1.1
+    need in OpenSSL 3).
     """
     server = TLSTarget(
         names=tuple(names),
@@ -360,6 +373,68 @@ def open_garbage_target(payload: bytes = GARBAGE) -> AbstractAsyncContextManager
             pass
 
     return open_raw_target(answer)
+
+
+def open_certificate_only_target(
+    chain_der: Sequence[bytes],
+) -> AbstractAsyncContextManager[RawTarget]:
+    """A hand-written TLS 1.2 server that answers any ClientHello with a
+    ServerHello and a Certificate message carrying ``chain_der`` as given,
+    then reads until the client leaves.
+
+    For certificates OpenSSL cannot serve (a key it cannot load has no
+    private key to match): a probe aborts after the Certificate message, so
+    it never notices that nothing follows. It picks
+    ECDHE-ECDSA-AES128-GCM-SHA256 (OpenSSL clients offer it by default),
+    sends a fixed server random (not a downgrade sentinel) and the
+    renegotiation_info extension, without which OpenSSL 3 clients refuse
+    the ServerHello.
+    """
+    server_hello = (
+        b"\x03\x03" + bytes(range(32)) + b"\x00"  # version, random, no session id
+        + b"\xc0\x2b\x00"  # cipher suite, no compression
+        + _vector(b"\xff\x01\x00\x01\x00", 2)  # extensions: renegotiation_info
+    )
+    certificate = _vector(b"".join(_vector(der, 3) for der in chain_der), 3)
+    flight = _tls12_record(_handshake_message(2, server_hello)) + _tls12_record(
+        _handshake_message(11, certificate)
+    )
+
+    async def answer(stream: trio.SocketStream) -> None:
+        try:
+            await _receive_record(stream)  # the ClientHello
+            await stream.send_all(flight)
+            while await stream.receive_some(_RECEIVE_BYTES):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    return open_raw_target(answer)
+
+
+def _vector(data: bytes, length_bytes: int) -> bytes:
+    return len(data).to_bytes(length_bytes, "big") + data
+
+
+def _handshake_message(message_type: int, body: bytes) -> bytes:
+    return bytes([message_type]) + _vector(body, 3)
+
+
+def _tls12_record(fragment: bytes) -> bytes:
+    return b"\x16\x03\x03" + _vector(fragment, 2)
+
+
+async def _receive_record(stream: trio.SocketStream) -> bytes:
+    """One whole TLS record (or what came before the peer closed)."""
+    data = b""
+    while len(data) < _TLS_RECORD_HEADER or len(data) < _TLS_RECORD_HEADER + int.from_bytes(
+        data[3:5], "big"
+    ):
+        chunk = await stream.receive_some(_RECEIVE_BYTES)
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def open_truncating_proxy(
