@@ -146,13 +146,21 @@ def allowed_addresses(
 
 
 async def dial(
-    host: str, port: int, *, policy: AddressPolicy, resolver: Resolver
+    host: str, port: int, *, policy: AddressPolicy, resolver: Resolver,
+    admit: Callable[[str], None] | None = None,
 ) -> tuple[trio.SocketStream, str]:
     """Resolve ``host`` (unless ``policy`` refuses the name), keep the
     addresses ``policy`` allows, connect to the first that answers; return
-    the stream and the address connected to."""
+    the stream and the address connected to.
+
+    ``admit``, if given, is called with the first allowed address after the
+    policy check and before any connection: it may raise a ``ProbeError``
+    (e.g. a politeness limit keyed by that address) and then nothing is
+    connected."""
     policy.check_name(host)
     addresses = allowed_addresses(policy, await resolve(host, port, resolver), what=host)
+    if admit is not None:
+        admit(addresses[0])
     return await connect_first(addresses, port)
 
 

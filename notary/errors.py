@@ -93,3 +93,11 @@ class ProbeTimeout(ProbeError):
     """The probe did not finish within its deadline."""
 
     reason = "timeout"
+
+
+class ProbeThrottled(ProbeError):
+    """The target, or the address prefix it resolved to, was probed as often
+    as the limits allow (``[limits]``): no connection was made, and the
+    query is answered as if its probe had failed (503)."""
+
+    reason = "throttled"

@@ -212,8 +212,10 @@ class Prober:
         clock: Callable[[], float],
         max_handshake_bytes: int,
         on_result: ResultHook | None = None,
+        admit_destination: Callable[[str], None] | None = None,
     ) -> None:
         self._nursery = nursery
+        self._admit_destination = admit_destination
         #: Which addresses may be connected to; replaced on reload (SIGHUP).
         self.policy = policy
         self._timeout_s = timeout_s
@@ -338,7 +340,8 @@ class Prober:
                 async with self._limiter:
                     queued = False
                     stream, address = await dial(
-                        target.host, target.port, policy=self.policy, resolver=self._resolver
+                        target.host, target.port, policy=self.policy, resolver=self._resolver,
+                        admit=self._admit_destination,
                     )
                     try:
                         await self._handshake(stream, target, capture)
@@ -464,6 +467,7 @@ async def open_prober(
     clock: Callable[[], float] = time.time,
     max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES,
     on_result: ResultHook | None = None,
+    admit_destination: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Prober]:
     """Open a :class:`Prober`.
 
@@ -482,6 +486,12 @@ async def open_prober(
     still share this probe. The hook is not under the probe deadline; keep it
     short or bound it yourself. An exception from it is logged and does not
     change what the waiters get; at shutdown it may be cancelled.
+
+    ``admit_destination``, if given, is called with the address every probe
+    (on-demand or scheduled) is about to connect to, once the name resolved
+    and the policy allowed it; a ``ProbeError`` it raises
+    (``ProbeThrottled``: the politeness limit of that address's prefix) is
+    the probe's failure, and nothing is connected.
 
     Resource handling: owns a nursery in which every probe runs. On exit,
     probes still running are cancelled and their waiters get a
@@ -505,6 +515,7 @@ async def open_prober(
             clock=clock,
             max_handshake_bytes=max_handshake_bytes,
             on_result=on_result,
+            admit_destination=admit_destination,
         )
         try:
             yield prober

@@ -58,12 +58,15 @@ from notary.errors import ConfigError, ProtocolError
 __all__ = [
     "BYTES_PER_BUCKET",
     "IPV4_CLIENT_PREFIX_BITS",
+    "IPV4_DESTINATION_PREFIX_BITS",
     "IPV6_CLIENT_PREFIX_BITS",
+    "IPV6_DESTINATION_PREFIX_BITS",
     "ClientConnections",
     "Exemptions",
     "RateLimited",
     "TokenBuckets",
     "client_prefix",
+    "destination_prefix",
     "packed_address",
     "retry_after_s",
 ]
@@ -207,6 +210,24 @@ def packed_address(address: str) -> bytes | None:
     if packed[:12] == b"\0" * 10 + b"\xff\xff":
         return packed[12:]
     return packed
+
+
+#: Prefix lengths of the politeness limits on the targets' side (a probed
+#: network: one /24 or /48 is usually one operator's).
+IPV4_DESTINATION_PREFIX_BITS = 24
+IPV6_DESTINATION_PREFIX_BITS = 48
+
+
+def destination_prefix(host_or_address: str) -> str:
+    """The politeness key of a probe destination: ``"192.0.2.0/24"`` for an
+    IPv4 address, ``"2001:db8:1::/48"`` for an IPv6 one, else the host name
+    itself."""
+    try:
+        address = ipaddress.ip_address(host_or_address)
+    except ValueError:
+        return host_or_address
+    bits = IPV4_DESTINATION_PREFIX_BITS if address.version == 4 else IPV6_DESTINATION_PREFIX_BITS
+    return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
 
 
 def client_prefix(packed: bytes) -> bytes:

@@ -88,7 +88,10 @@ Rules this module keeps:
    differs from the last one the scheduler saw for the target), a
    :class:`~notary.errors.ProbeError` a failure with its ``reason``, the
    deadline a ``"timeout"`` failure, any other exception a logged ``"error"``
-   failure. None of them stops :meth:`~RescanScheduler.serve`.
+   failure; a :class:`~notary.errors.ProbeThrottled` (the prober's
+   politeness limit per destination prefix: no connection was made) is no
+   failure: the target is due again ``THROTTLED_RETRY_S`` later. None of
+   them stops :meth:`~RescanScheduler.serve`.
 10. **Bounded.** At most ``max_targets`` targets are known; the due heap and
     the popularity heap each hold at most ``2 * known + HEAP_SLACK`` entries
     (compacted beyond that);
@@ -132,7 +135,6 @@ served both) counts it once.
 from __future__ import annotations
 
 import heapq
-import ipaddress
 import itertools
 import logging
 import math
@@ -143,9 +145,10 @@ from dataclasses import dataclass
 
 import trio
 
-from notary.errors import ProbeError, ProbeTimeout
+from notary.errors import ProbeError, ProbeThrottled, ProbeTimeout
 from notary.observations import ProbeResult
 from notary.protocol.targets import Target
+from notary.ratelimit import destination_prefix
 
 __all__ = [
     "CHANGE_SMOOTHING",
@@ -155,6 +158,7 @@ __all__ = [
     "FIRST_RETRY_S",
     "MIN_INTERVAL_S",
     "NEW_TARGET_DELAY_S",
+    "THROTTLED_RETRY_S",
     "POPULARITY_HALF_LIFE_S",
     "STALENESS_HEADROOM",
     "ProbeFunction",
@@ -183,6 +187,8 @@ CHANGE_WEIGHT = 3.0
 MIN_INTERVAL_S = 600.0
 #: First retry delay after a failure; doubles with each further failure (rule 5).
 FIRST_RETRY_S = 300.0
+#: A scheduled probe the prober throttled is due again this much later (rule 9).
+THROTTLED_RETRY_S = 60.0
 #: A new target is due this long after its first query (rule 6).
 NEW_TARGET_DELAY_S = 60.0
 #: Share of ``max_staleness_s`` within which the scheduler aims to re-probe (F).
@@ -201,9 +207,6 @@ RATE_WINDOW_S = 60.0
 HEAP_SLACK = 64
 #: Prefix table size below which it is never pruned (rule 10).
 PREFIX_TABLE_MIN = 1024
-#: Prefix lengths used for politeness (rule 8b).
-IPV4_PREFIX_BITS = 24
-IPV6_PREFIX_BITS = 48
 #: Defaults of the optional constructor arguments.
 DEFAULT_MAX_IN_FLIGHT = 8
 DEFAULT_PROBE_TIMEOUT_S = 60.0
@@ -238,15 +241,8 @@ def retry_delay_s(failures: int, *, max_backoff_s: float) -> float:
     return min(FIRST_RETRY_S * 2.0**exponent, max_backoff_s)
 
 
-def address_prefix(host_or_address: str) -> str:
-    """The politeness key of rule 8b: ``"192.0.2.0/24"`` for an IPv4
-    address, ``"2001:db8:1::/48"`` for an IPv6 one, else the host name."""
-    try:
-        address = ipaddress.ip_address(host_or_address)
-    except ValueError:
-        return host_or_address
-    bits = IPV4_PREFIX_BITS if address.version == 4 else IPV6_PREFIX_BITS
-    return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
+#: The politeness key of rule 8b (:func:`notary.ratelimit.destination_prefix`).
+address_prefix = destination_prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,7 +619,10 @@ class RescanScheduler:
             self._poke()
         if reason is not None:
             self._failures[reason] += 1
-            self.note_probe(target, None, reason, False)
+            if reason == ProbeThrottled.reason:
+                self._defer(target)
+            else:
+                self.note_probe(target, None, reason, False)
             return
         assert result is not None
         entry = self._entries.get(target.key)
@@ -635,6 +634,14 @@ class RescanScheduler:
         self.note_probe(target, result, None, changed)
 
     # -------------------------------------------------------------- helpers
+
+    def _defer(self, target: Target) -> None:
+        """Rule 9: a probe the prober throttled (its destination prefix's
+        budget) made no connection: due again ``THROTTLED_RETRY_S`` later,
+        no failure counted."""
+        entry = self._entries.get(target.key)
+        if entry is not None:
+            self._reschedule(entry, self._clock() + THROTTLED_RETRY_S)
 
     def _interval(self, entry: _Entry, now: float) -> float:
         return rescan_interval_s(

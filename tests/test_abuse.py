@@ -194,29 +194,45 @@ def test_exempt_clients_have_no_limits() -> None:
     assert controls.client_address("192.0.2.1") == bytes([192, 0, 2, 1])
 
 
-def test_a_probe_is_charged_to_all_three_budgets_or_to_none() -> None:
+def test_a_probe_is_charged_to_both_budgets_or_to_none() -> None:
     limits = LimitsConfig(
         probes_per_s_per_prefix=1.0, probe_burst=2, probes_per_minute_per_target=2,
-        probes_per_s_per_destination_prefix=1.0, destination_probe_burst=3,
     )
     controls = AbuseControls(limits)
     client = b"\xc0\x00\x02"
-    controls.admit_probe(client, "a:443", "192.0.2.0/24", 0.0)
+    controls.admit_probe(client, "a:443", 0.0)
     with pytest.raises(ProbeThrottled):  # a: one probe per 30 s
-        controls.admit_probe(client, "a:443", "192.0.2.0/24", 0.0)
-    controls.admit_probe(client, "b:443", "192.0.2.0/24", 0.0)  # the client's budget held
+        controls.admit_probe(client, "a:443", 0.0)
+    controls.admit_probe(client, "b:443", 0.0)  # the client's budget held
     with pytest.raises(RateLimited) as raised:
-        controls.admit_probe(client, "c:443", "192.0.2.0/24", 0.0)
+        controls.admit_probe(client, "c:443", 0.0)
     assert raised.value.retry_after_s == 1
-    controls.admit_probe(None, "c:443", "192.0.2.0/24", 0.0)  # unlimited client
-    with pytest.raises(ProbeThrottled):  # the destination's burst of 3 is spent
-        controls.admit_probe(None, "d:443", "192.0.2.0/24", 0.0)
-    controls.refund_probe("c:443", "192.0.2.0/24")  # c was refused by policy
-    controls.admit_probe(None, "c:443", "192.0.2.0/24", 0.0)
+    controls.admit_probe(None, "c:443", 0.0)  # unlimited client
+    with pytest.raises(ProbeThrottled):
+        controls.admit_probe(None, "c:443", 0.0)
+    controls.refund_probe("c:443")  # c was refused by policy
+    controls.admit_probe(None, "c:443", 0.0)
     stats = controls.statistics()
-    assert (stats.probes_refused_client, stats.probes_refused_target,
-            stats.probes_refused_destination) == (1, 1, 1)
+    assert (stats.probes_refused_client, stats.probes_refused_target) == (1, 2)
     assert controls.target_spacing_s == 30.0
+
+
+def test_the_destination_budget_is_keyed_by_the_resolved_address_prefix() -> None:
+    controls = AbuseControls(LimitsConfig(
+        probes_per_s_per_destination_prefix=1.0, destination_probe_burst=3,
+    ))
+    for address in ("192.0.2.1", "192.0.2.200", "192.0.2.7"):  # one /24
+        controls.admit_destination(address, 0.0)
+    with pytest.raises(ProbeThrottled):
+        controls.admit_destination("192.0.2.99", 0.0)
+    controls.admit_destination("198.51.100.1", 0.0)  # another /24
+    controls.admit_destination("2001:db8:1:2::1", 0.0)
+    controls.admit_destination("2001:db8:1:ffff::1", 0.0)
+    controls.admit_destination("2001:db8:1::9", 0.0)
+    with pytest.raises(ProbeThrottled):  # one /48
+        controls.admit_destination("2001:db8:1:1::1", 0.0)
+    controls.admit_destination("192.0.2.99", 1.0)  # refilled
+    assert controls.statistics().probes_refused_destination == 2
 
 
 def test_limits_off() -> None:
@@ -226,7 +242,8 @@ def test_limits_off() -> None:
     ))
     for _ in range(1000):
         controls.admit_query(b"\x01\x02\x03", 0.0, 100)
-        controls.admit_probe(b"\x01\x02\x03", "a:443", "a", 0.0)
+        controls.admit_probe(b"\x01\x02\x03", "a:443", 0.0)
+        controls.admit_destination("192.0.2.1", 0.0)
     assert controls.statistics().tracked == {}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 import trio
 
 from notary.protocol.targets import Target
@@ -235,3 +236,58 @@ async def test_v2_and_websocket_refuse_another_sites_page(tmp_path: Path) -> Non
             ))
             assert answer.status == 200
             assert site.accepted == 1
+
+
+# -- item 5: the politeness limit is keyed by the address a probe connects to --------------
+
+
+async def test_five_names_of_one_address_share_one_destination_budget(tmp_path: Path) -> None:
+    names = [f"n{index}.example.test" for index in range(5)]
+    async with open_tls_target(names=names) as site:
+        async with open_notary(
+            tmp_path, names={name: [site.host] for name in names},
+            limits={"probes_per_s_per_destination_prefix": 0.001, "destination_probe_burst": 2},
+            answers={"failures_at_deadline": False}, rescan={"enabled": False},
+        ) as notary:
+            statuses = [
+                (await legacy_query(notary.port, f"{name}+{site.port}", None)).status
+                for name in names
+            ]
+            assert statuses == [200, 200, 503, 503, 503]
+            assert site.accepted == 2  # no connection for a throttled probe
+            stats = notary.running.abuse.statistics()
+            assert stats.probes_refused_destination == 3
+
+
+async def test_the_prober_admits_every_probe_by_its_resolved_address() -> None:
+    """On-demand and scheduled probes alike go through ``Prober.probe``:
+    the limit is applied there, after resolution, before connecting."""
+    from notary.config import LimitsConfig
+    from notary.errors import ProbeThrottled
+    from notary.policy import AddressPolicy
+    from notary.probe import open_prober
+    from notary.server.abuse import AbuseControls
+    from tests.support.tls_targets import static_resolver
+
+    controls = AbuseControls(LimitsConfig(
+        probes_per_s_per_destination_prefix=0.001, destination_probe_burst=1,
+    ))
+    admitted: list[str] = []
+
+    def admit(address: str) -> None:
+        admitted.append(address)
+        controls.admit_destination(address, 0.0)
+
+    async with open_tls_target(names=["a.example.test", "b.example.test"]) as site:
+        resolver = static_resolver({"a.example.test": ["127.0.0.1"],
+                                    "b.example.test": ["127.0.0.1"]})
+        async with open_prober(
+            policy=AddressPolicy.from_cidrs(["127.0.0.0/8"]), timeout_s=10.0,
+            max_concurrent=4, resolver=resolver, admit_destination=admit,
+        ) as prober:
+            await prober.probe(Target("a.example.test", site.port))
+            with pytest.raises(ProbeThrottled):  # another name, the same address
+                await prober.probe(Target("b.example.test", site.port))
+            assert prober.statistics().failures == {"throttled": 1}
+    assert admitted == ["127.0.0.1", "127.0.0.1"]
+    assert site.accepted == 1

@@ -299,11 +299,11 @@ def test_abuse_controls_refusals_are_counted() -> None:
     for _ in range(3):
         with pytest.raises(RateLimited):
             controls.admit_query(client, 0.0)
-    controls.admit_probe(client, "a:443", "192.0.2.0/24", 0.0)
+    controls.admit_probe(client, "a:443", 0.0)
     with pytest.raises(RateLimited):
-        controls.admit_probe(client, "b:443", "192.0.2.0/24", 0.0)
+        controls.admit_probe(client, "b:443", 0.0)
     with pytest.raises(ProbeThrottled):
-        controls.admit_probe(other, "a:443", "192.0.2.0/24", 0.0)
+        controls.admit_probe(other, "a:443", 0.0)
     assert controls.connections.open(client + b"\x01")
     assert not controls.connections.open(client + b"\x01")  # the address is at its cap
     metrics.fold()

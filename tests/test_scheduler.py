@@ -21,7 +21,7 @@ import pytest
 import trio
 import trio.testing
 
-from notary.errors import ProbeConnectFailed, ProbeError, ProbeTimeout
+from notary.errors import ProbeConnectFailed, ProbeError, ProbeThrottled, ProbeTimeout
 from notary.observations import ProbeResult
 from notary.protocol.targets import Target
 from notary.scheduler import (
@@ -32,6 +32,7 @@ from notary.scheduler import (
     NEW_TARGET_DELAY_S,
     POPULARITY_HALF_LIFE_S,
     STALENESS_HEADROOM,
+    THROTTLED_RETRY_S,
     RescanScheduler,
     address_prefix,
     decayed,
@@ -317,6 +318,29 @@ async def test_failures_back_off_exponentially_capped_and_success_resets(
     later = [at for at in after_reset if at > recovered_at]
     assert len(later) >= 2
     assert later[1] - later[0] == pytest.approx(FIRST_RETRY_S + 1.0, abs=EPS)
+
+
+async def test_a_throttled_probe_is_retried_soon_and_is_no_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The prober's politeness limit per destination prefix applies to
+    scheduled probes too (ProbeThrottled, no connection made): the target is
+    due again THROTTLED_RETRY_S later, without a failure's back-off."""
+    probe = FakeProbe(duration_s=1.0)
+    scheduler = make_scheduler(probe)
+    busy = target("busy")
+    probe.failing[busy] = lambda: ProbeThrottled("throttled")
+    async with serving(scheduler):
+        scheduler.note_query(busy)
+        await trio.sleep(NEW_TARGET_DELAY_S + 3 * THROTTLED_RETRY_S + 10)
+        starts = probe.starts(busy)
+        statistics = scheduler.statistics()
+
+    assert [gap - 1.0 for gap in gaps(starts)] == pytest.approx(
+        [THROTTLED_RETRY_S] * (len(starts) - 1), abs=EPS
+    )
+    assert len(starts) == 4
+    assert statistics.failures == {"throttled": 4}
 
 
 async def test_failing_target_is_still_tried_by_its_freshness_deadline(

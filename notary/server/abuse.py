@@ -19,18 +19,23 @@ Rules this module keeps:
 3. **Queries**: a token bucket per client prefix (``queries_per_s_per_prefix``,
    ``query_burst``); a query costs 1, a v2 query one per target.
 4. **Probes**: an on-demand probe a query would *start* (not one it joins) is
-   admitted when all three allow it, and then charged to all three: the
-   client prefix's bucket (``probes_per_s_per_prefix``, ``probe_burst``;
-   refused: :class:`~notary.ratelimit.RateLimited`, 429), the target's
-   spacing (``probes_per_minute_per_target``: one probe at most every
-   ``60 / N`` seconds, so at most N in any minute) and the target prefix's
-   bucket (``probes_per_s_per_destination_prefix``,
-   ``destination_probe_burst``); refused by either of the last two:
-   :class:`ProbeThrottled`, answered as a failed probe. A probe the address
-   policy refuses (no connection made) is given back to the target and its
-   prefix (:meth:`AbuseControls.refund_probe`), so a refused target keeps
-   getting 403, never a throttled 503.
-5. **Bounded**: each rate table holds at most ``max_tracked`` entries
+   admitted when both allow it, and then charged to both: the client
+   prefix's bucket (``probes_per_s_per_prefix``, ``probe_burst``; refused:
+   :class:`~notary.ratelimit.RateLimited`, 429) and the target's spacing
+   (``probes_per_minute_per_target``: one probe at most every ``60 / N``
+   seconds, so at most N in any minute; refused: :class:`ProbeThrottled`,
+   answered as a failed probe). A probe the address policy refuses (no
+   connection made) is given back to the target
+   (:meth:`AbuseControls.refund_probe`), so a refused target keeps getting
+   403, never a throttled 503.
+5. **Destinations**: every probe, on-demand or scheduled, is admitted by the
+   bucket of the address prefix it is about to connect to
+   (``probes_per_s_per_destination_prefix``, ``destination_probe_burst``;
+   :meth:`AbuseControls.admit_destination`, which the prober calls after the
+   name resolved and the address policy passed, before connecting): keyed
+   by the resolved address, so five names of one address share one budget.
+   Refused: :class:`ProbeThrottled`, no connection made.
+6. **Bounded**: each rate table holds at most ``max_tracked`` entries
    (:class:`~notary.ratelimit.TokenBuckets` rule 3); the connection tables
    hold one entry per address and prefix with an open connection.
 """
@@ -40,12 +45,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from notary.config import LimitsConfig
-from notary.errors import ProbeError
+from notary.errors import ProbeThrottled
 from notary.ratelimit import (
     ClientConnections,
     Exemptions,
     RateLimited,
     TokenBuckets,
+    destination_prefix,
     packed_address,
     retry_after_s,
 )
@@ -54,13 +60,6 @@ __all__ = ["AbuseControls", "AbuseStatistics", "ProbeThrottled"]
 
 #: Seconds per minute (``probes_per_minute_per_target``).
 MINUTE_S = 60.0
-
-
-class ProbeThrottled(ProbeError):
-    """The target (or its address prefix) was probed as often as the limits
-    allow: the query is answered as if its probe had failed (503)."""
-
-    reason = "throttled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,15 +138,12 @@ class AbuseControls:
         if wait:
             raise RateLimited("too many queries; retry later", retry_after_s=retry_after_s(wait))
 
-    def admit_probe(
-        self, client: bytes | None, target_key: str, destination: str, now: float
-    ) -> None:
-        """Rule 4 for a probe of ``target_key`` (at the target prefix
-        ``destination``) that the client prefix ``client`` would start.
+    def admit_probe(self, client: bytes | None, target_key: str, now: float) -> None:
+        """Rule 4 for a probe of ``target_key`` that the client prefix
+        ``client`` would start.
 
         Error handling: :class:`~notary.ratelimit.RateLimited` (the client's
-        budget) or :class:`ProbeThrottled` (the target's or its prefix's),
-        charging nothing."""
+        budget) or :class:`ProbeThrottled` (the target's), charging nothing."""
         mine = self.client_probes if client is not None else None
         if mine is not None:
             wait = mine.wait_s(client, now)
@@ -156,29 +152,34 @@ class AbuseControls:
                 raise RateLimited(
                     "too many probes asked for; retry later", retry_after_s=retry_after_s(wait)
                 )
-        targets, destinations = self.target_probes, self.destination_probes
+        targets = self.target_probes
         if targets is not None and targets.wait_s(target_key, now):
             self._refused_target += 1
             raise ProbeThrottled("could not observe the target's certificate")
-        if destinations is not None and destinations.wait_s(destination, now):
-            self._refused_destination += 1
-            raise ProbeThrottled("could not observe the target's certificate")
         if targets is not None:
             targets.take(target_key, now)
-        if destinations is not None:
-            destinations.take(destination, now)
         if mine is not None:
             mine.take(client, now)
 
-    def refund_probe(self, target_key: str, destination: str) -> None:
-        """Give the target and its prefix back the probe ``admit_probe``
-        charged them: it was refused by the address policy, so no
-        connection was made (the client's charge stays: it made the notary
-        resolve a name)."""
+    def refund_probe(self, target_key: str) -> None:
+        """Give the target back the probe ``admit_probe`` charged it: it was
+        refused by the address policy, so no connection was made (the
+        client's charge stays: it made the notary resolve a name)."""
         if self.target_probes is not None:
             self.target_probes.refund(target_key)
-        if self.destination_probes is not None:
-            self.destination_probes.refund(destination)
+
+    def admit_destination(self, address: str, now: float) -> None:
+        """Rule 5 for a probe about to connect to ``address`` (a resolved
+        IP address the policy allows), charging its prefix.
+
+        Error handling: :class:`ProbeThrottled` when the prefix's budget is
+        spent, charging nothing."""
+        destinations = self.destination_probes
+        if destinations is None:
+            return
+        if destinations.take(destination_prefix(address), now):
+            self._refused_destination += 1
+            raise ProbeThrottled("could not observe the target's certificate")
 
     def statistics(self) -> AbuseStatistics:
         tables = {

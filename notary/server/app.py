@@ -544,6 +544,7 @@ async def _serve_notary(
                 resolver=resolver,
                 clock=clock,
                 on_result=service.observe,
+                admit_destination=lambda address: abuse.admit_destination(address, clock()),
             ) as prober:
                 service.prober = prober
                 scheduler = make_scheduler(

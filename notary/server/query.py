@@ -25,8 +25,9 @@ Invariants
    (``client`` not None: its prefix key) is admitted by its query bucket
    first, once, whichever path answers it; a refusal raises ``RateLimited``
    (429), or is the 429 response on the fast path. A probe a query would
-   start (not one it joins: ``_probing``) is admitted by the client's, the
-   target's and the target prefix's probe budgets. A throttled query (the
+   start (not one it joins: ``_probing``) is admitted by the client's and
+   the target's probe budgets; the prober admits every probe by the budget
+   of the address prefix it connects to (after resolution). A throttled query (the
    target's or its prefix's budget) is answered from the target's newest
    observation when it is more recent than the target's probe spacing (as
    within ``reprobe_after_s``: 200 or 409), else as a failed probe (a GET
@@ -72,6 +73,7 @@ from notary.errors import (
     ProbeError,
     ProbeHandshakeFailed,
     ProbeRefused,
+    ProbeThrottled,
     ProbeTimeout,
     StoreError,
 )
@@ -81,8 +83,8 @@ from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.convergence import Decision
 from notary.protocol.targets import Target
 from notary.ratelimit import RateLimited, retry_after_s
-from notary.scheduler import RescanScheduler, address_prefix
-from notary.server.abuse import AbuseControls, ProbeThrottled
+from notary.scheduler import RescanScheduler
+from notary.server.abuse import AbuseControls
 from notary.server.known_targets import KnownTargets
 from notary.server.storage import Storage
 from notary.server.websocket import WatchHub
@@ -599,10 +601,10 @@ class QueryService:
         key = target.key
         probing = self._probing
         abuse = self.abuse
-        destination = None
+        charged = False
         if abuse is not None and key not in probing:
-            destination = self._destination(target, record)
-            abuse.admit_probe(client, key, destination, self._clock())
+            abuse.admit_probe(client, key, self._clock())
+            charged = True
         probing[key] = probing.get(key, 0) + 1
         try:
             with trio.fail_after(self._query_timeout_s):
@@ -610,8 +612,8 @@ class QueryService:
         except trio.TooSlowError:
             raise QueryDeadline("probe did not finish in time") from None
         except ProbeRefused:
-            if abuse is not None and destination is not None:
-                abuse.refund_probe(key, destination)
+            if abuse is not None and charged:
+                abuse.refund_probe(key)
             raise
         finally:
             waiting = probing[key] - 1
@@ -629,16 +631,6 @@ class QueryService:
         if abuse is None or newest is None:
             return False
         return newest.last_seen >= self._clock() - abuse.target_spacing_s
-
-    @staticmethod
-    def _destination(target: Target, record: TargetRecord | None) -> str:
-        """The politeness key of ``target``: the /24 or /48 of the address
-        that last served it, else of the target itself if it is an IP
-        literal, else its name (the scheduler's rule 8b)."""
-        newest = record.timeline.newest if record is not None else None
-        if newest is not None and newest.addresses:
-            return address_prefix(newest.addresses[0])
-        return address_prefix(target.host)
 
     async def _at_failure_deadline(self, started: float) -> None:
         """Return ``failure_delay_s`` after ``started`` (Trio time):
@@ -667,13 +659,12 @@ class QueryService:
             return Answer(503, b"observation store unavailable\n", b"text/plain")
         if record is None or record.perspectives_body is None:
             assert self.prober is not None, "QueryService.prober was never set"
-            destination = self._destination(target, record)
             try:
                 if abuse is not None:
-                    abuse.admit_probe(client, target.key, destination, self._clock())
+                    abuse.admit_probe(client, target.key, self._clock())
                 started = self.prober.probe_soon(target)
                 if not started and abuse is not None:  # the prober is full: nothing spent
-                    abuse.refund_probe(target.key, destination)
+                    abuse.refund_probe(target.key)
             except ProbeThrottled:
                 started = False
             message = b"unknown service; probing it now, ask again\n" if started else (
