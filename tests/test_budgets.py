@@ -291,3 +291,32 @@ async def test_the_prober_admits_every_probe_by_its_resolved_address() -> None:
             assert prober.statistics().failures == {"throttled": 1}
     assert admitted == ["127.0.0.1", "127.0.0.1"]
     assert site.accepted == 1
+
+
+CROSS_SITE_CORPUS = sorted(
+    (Path(__file__).parent / "corpus" / "requests").glob("cross-site-*.http")
+)
+
+
+def test_the_cross_site_corpus_is_there() -> None:
+    assert len(CROSS_SITE_CORPUS) >= 6
+
+
+async def test_each_cross_site_corpus_request_is_refused_without_a_probe(
+    tmp_path: Path,
+) -> None:
+    """``tests/corpus/requests/cross-site-*.http``, each sent as it is over
+    TLS (they also go through the request reader in tests/test_fuzz.py)."""
+    from notary import crypto
+    from tests.support.notaries import open_v2_notary, send_raw
+
+    key_path = tmp_path / "perspectives.key"
+    crypto.write_new_file(
+        key_path, crypto.private_key_pem(crypto.generate_perspectives_key()), mode=0o600
+    )
+    async with open_v2_notary(tmp_path, {}, perspectives={"key_file": key_path}) as notary:
+        for path in CROSS_SITE_CORPUS:
+            answer = await send_raw(notary.port, path.read_bytes())
+            assert answer.status == 403, path.name
+        assert notary.running.prober.statistics().started == 0
+        assert notary.running.service.answered["convergence"] == {}
