@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import trio
 
 from notary import __version__, crypto
-from notary.config import Config, load_config, parse_endpoint
+from notary.config import Config, StoreConfig, load_config, parse_endpoint
 from notary.errors import BadTarget, ConfigError, NotaryError, ProtocolError, StoreError, UsageError
 from notary.protocol.bundle import make_bundle, parse_bundle, parse_host_spec
 from notary.protocol.convergence import format_fingerprint, parse_fingerprint
 from notary.protocol.targets import Target, make_target
 from notary.protocol.voting import Outcome, Threshold
-from notary.store import Store
+from notary.store import Store, database_file_mode
 
 if TYPE_CHECKING:
     from notary.client import CheckReport
@@ -118,8 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--v2", action="store_true",
                        help="ask through the signed v2 API (Ed25519, nonce, freshness)")
 
-    db = commands.add_parser("db", help="create/migrate the database, or print statistics")
-    db.add_argument("action", choices=["init", "stats"])
+    db = commands.add_parser(
+        "db", help="create/migrate the database, print statistics, or compact it"
+    )
+    db.add_argument("action", choices=["init", "stats", "compact"])
     db.add_argument("--db", type=Path, help="database file (default: from --config)")
     db.add_argument("--config", type=Path)
 
@@ -532,19 +534,38 @@ def report_json(report: CheckReport) -> str:
 # -- db -------------------------------------------------------------------------
 
 
-def _db_path(args: argparse.Namespace) -> Path:
-    if args.db is not None:
-        return args.db
-    if args.config is not None:
-        return load_config(args.config).server.db_file
-    raise UsageError("db needs --db FILE or --config FILE")
+def _db_settings(args: argparse.Namespace) -> tuple[Path, StoreConfig, int]:
+    """The database file, its ``[store]`` settings and its files' mode:
+    from ``--config`` (``--db`` overriding its file), else the defaults."""
+    if args.db is None and args.config is None:
+        raise UsageError("db needs --db FILE or --config FILE")
+    if args.config is None:
+        return args.db, StoreConfig(), database_file_mode("")
+    config = load_config(args.config)
+    path = args.db if args.db is not None else config.server.db_file
+    return path, config.store, database_file_mode(config.node.group)
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    path = _db_path(args)
+    path, settings, mode = _db_settings(args)
     if args.action == "init":
-        with Store(path) as store:
-            print(f"{path}: schema version {store.schema_version()}")
+        # Creates or migrates, sets the files' mode, and brings rows kept
+        # under looser limits within these (what ``serve`` does at start).
+        with Store(path, merge_window_s=settings.merge_window_s,
+                   limits=settings.timeline_limits(), file_mode=mode) as store:
+            report = store.enforce_limits()
+            print(f"{path}: schema version {store.schema_version()}, mode {mode:04o}")
+        if report:
+            print(f"brought within the [store] limits: {report}")
+        return 0
+    if args.action == "compact":
+        with Store(path, create=False, merge_window_s=settings.merge_window_s,
+                   limits=settings.timeline_limits()) as store:
+            before = store.statistics().file_bytes
+            report = store.compact(int(time.time()), settings.forget_unasked_after_s)
+            after = store.statistics().file_bytes
+        print(f"{path}: {report}")
+        print(f"file bytes: {before} -> {after}")
         return 0
     with Store(path, create=False) as store:
         stats = store.statistics()

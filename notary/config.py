@@ -38,6 +38,7 @@ from typing import Any
 
 from notary._cachecommon import bloom_parameters
 from notary.errors import ConfigError
+from notary.observations import TimelineLimits
 from notary.policy import AddressPolicy
 from notary.protocol.relay import RelayMode
 from notary.ratelimit import Exemptions
@@ -214,6 +215,26 @@ class StoreConfig:
     #: Sightings of a certificate closer than this form one run of the
     #: history (Perspectives timespans); a longer gap starts a new run.
     merge_window_s: int = 48 * 3600
+    #: What a target keeps (README "What the notary keeps"), in every
+    #: protocol's answer alike: a leaf certificate larger than this is kept
+    #: by its hashes only (no protocol answer needs its DER; 0: never keep
+    #: the DER)...
+    max_certificate_bytes: int = 8192
+    #: ...its newest certificates (by last sighting; the oldest dropped)...
+    max_certificates_per_target: int = 64
+    #: ...and each certificate's newest runs of sightings.
+    max_runs_per_certificate: int = 32
+    #: A target nobody asked about this long is removed with its history
+    #: (at least ``[rescan] forget_after_s``, so no rescanned target goes).
+    forget_unasked_after_s: int = 90 * 86400
+
+    def timeline_limits(self) -> TimelineLimits:
+        """The limits of a target's timeline, for the store and the cache."""
+        return TimelineLimits(
+            max_certificate_bytes=self.max_certificate_bytes,
+            max_certificates_per_target=self.max_certificates_per_target,
+            max_runs_per_certificate=self.max_runs_per_certificate,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,7 +536,10 @@ def _validate(config: Config) -> None:
             "probe_burst", "destination_probe_burst", "max_tracked",
         ),
         "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
-        "store": ("batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s"),
+        "store": (
+            "batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s",
+            "max_certificates_per_target", "max_runs_per_certificate", "forget_unasked_after_s",
+        ),
         "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
         "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),
         "rescan": tuple(
@@ -569,6 +593,13 @@ def _validate(config: Config) -> None:
         raise ConfigError("[node] restart_max_delay_s must be at least restart_delay_s")
     if config.store.synchronous.upper() not in _SYNCHRONOUS:
         raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+    if config.store.max_certificate_bytes < 0:
+        raise ConfigError("[store] max_certificate_bytes must be 0 (never keep the DER) or more")
+    if config.rescan.enabled and config.store.forget_unasked_after_s < config.rescan.forget_after_s:
+        raise ConfigError(
+            "[store] forget_unasked_after_s must be at least [rescan] forget_after_s "
+            "(a target still rescanned must not be removed)"
+        )
     if not config.server.api:
         raise ConfigError("[server] api needs at least one HOST:PORT")
     try:

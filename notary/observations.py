@@ -180,6 +180,37 @@ class Observation:
 
 
 @dataclass(frozen=True, slots=True)
+class TimelineLimits:
+    """What one target's timeline keeps (README "What the notary keeps").
+
+    - A certificate's DER only up to ``max_certificate_bytes``: a larger one
+      is kept by its hashes, with ``der`` empty (no protocol answer needs the
+      DER: Convergence answers with SHA-1, Perspectives with MD5, v2 with
+      SHA-256, SPKI SHA-256 and SHA-1; the web page then shows the hashes).
+    - The ``max_certificates_per_target`` newest observations, in the
+      timeline's order (newest ``last_seen`` first): the oldest go first.
+    - The ``max_runs_per_certificate`` newest runs of each observation: the
+      oldest go first, and the observation's ``first_seen`` moves to the
+      start of its oldest kept run.
+
+    The cache (``Timeline.merged``) and the store (``notary.store``) apply
+    the same limits, so a timeline read back from the store equals the one
+    built in memory. Raises ``ValueError`` for a limit out of range."""
+
+    max_certificate_bytes: int = 8192
+    max_certificates_per_target: int = 64
+    max_runs_per_certificate: int = 32
+
+    def __post_init__(self) -> None:
+        if self.max_certificate_bytes < 0:
+            raise ValueError("max_certificate_bytes must be 0 or more")
+        if self.max_certificates_per_target < 1:
+            raise ValueError("max_certificates_per_target must be at least 1")
+        if self.max_runs_per_certificate < 1:
+            raise ValueError("max_runs_per_certificate must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
 class Timeline:
     """Every certificate observed for one target, newest ``last_seen`` first."""
 
@@ -208,13 +239,44 @@ class Timeline:
     def newest(self) -> Observation | None:
         return self.observations[0] if self.observations else None
 
+    def bounded(self, limits: TimelineLimits) -> Timeline:
+        """This timeline within ``limits`` (see :class:`TimelineLimits`):
+        DER larger than the limit dropped (hashes kept), then each
+        observation's oldest runs beyond the limit, then the oldest
+        observations beyond the limit. ``self`` when it is within them."""
+        max_der = limits.max_certificate_bytes
+        max_runs = limits.max_runs_per_certificate
+        kept = []
+        changed = False
+        for observation in self.observations:
+            certificate = observation.certificate
+            if len(certificate.der) > max_der:
+                observation = replace(observation, certificate=replace(certificate, der=b""))
+                changed = True
+            if len(observation.runs) > max_runs:
+                runs = tuple(sorted(observation.runs))[-max_runs:]
+                observation = replace(observation, runs=runs, first_seen=runs[0][0])
+                changed = True
+            kept.append(observation)
+        # Dropping runs may move a first_seen, hence the order: sort again.
+        timeline = Timeline(self.target, tuple(kept)) if changed else self
+        if len(timeline.observations) > limits.max_certificates_per_target:
+            timeline = Timeline(
+                self.target, timeline.observations[: limits.max_certificates_per_target]
+            )
+        return timeline
+
     def merged(
-        self, result: ProbeResult, merge_window_s: int = DEFAULT_MERGE_WINDOW_S
+        self,
+        result: ProbeResult,
+        merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
+        limits: TimelineLimits | None = None,
     ) -> Timeline:
         """The timeline after ``result``: the seen certificate's ``last_seen``
         moves forward (never back), its address is remembered and its runs
         take the sighting (see :func:`add_sighting`), or a new observation
-        starts."""
+        starts; then, with ``limits``, :meth:`bounded` by them (what the
+        store keeps of the same sightings)."""
         sha256 = result.leaf.sha256
         kept = []
         found = None
@@ -240,4 +302,5 @@ class Timeline:
                 addresses=addresses[:MAX_ADDRESSES_PER_OBSERVATION],
                 runs=add_sighting(found.timespans, result.observed_at, merge_window_s),
             )
-        return Timeline(self.target, (updated, *kept))
+        timeline = Timeline(self.target, (updated, *kept))
+        return timeline if limits is None else timeline.bounded(limits)

@@ -10,6 +10,19 @@ Resource handling: a ``Store`` owns one ``sqlite3.Connection``; ``close()``
 releases it (also via ``with``). A connection must be used by one thread at a
 time: callers serialise access (the Trio edge uses a limiter of 1 per store).
 
+What it keeps is bounded (README "What the notary keeps"): with
+``TimelineLimits`` a target keeps its newest certificates, each its newest
+runs, and a certificate's DER only up to a size, exactly as
+``Timeline.merged`` does in memory; targets nobody asked about for a while
+are removed by ``prune``. Rows are deleted, so ids can be reused: each
+deletion is counted in the ``settings`` table, and a connection that sees
+the count change forgets the ids it memoised (another process, a node's
+other worker or ``notary db compact``, may have deleted their rows).
+
+Files: the database and its ``-wal`` and ``-shm`` files are created with
+``file_mode`` (0600 by default; SQLite gives the latter two the database's
+mode), and a writable open sets the mode of existing ones.
+
 Error handling: every ``sqlite3`` error is raised as ``StoreError`` with the
 path and a short reason.
 """
@@ -18,9 +31,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+import stat
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 
@@ -32,6 +46,7 @@ from notary.observations import (
     ProbeResult,
     Run,
     Timeline,
+    TimelineLimits,
     add_sighting,
 )
 from notary.protocol.targets import Target
@@ -88,15 +103,50 @@ MIGRATIONS: tuple[str, ...] = (
           AND o.first_seen = runs.start AND o.last_seen = runs.end
     );
     """,
+    # 4: bounded storage. ``asked_at``: when someone last asked about the
+    # target (Unix seconds; targets recorded before this migration count as
+    # asked now, so none is forgotten at the upgrade). Indexes for the
+    # retention's scan and for deleting certificates (the foreign keys'
+    # child lookups). ``settings``: ``deletions`` counts transactions that
+    # deleted rows (id memos), the limits the rows are within (absent: not
+    # swept yet).
+    """
+    ALTER TABLE targets ADD COLUMN asked_at INTEGER NOT NULL DEFAULT 0;
+    UPDATE targets SET asked_at = CAST(strftime('%s', 'now') AS INTEGER);
+    CREATE INDEX targets_by_asked_at ON targets (asked_at);
+    CREATE INDEX observations_by_certificate ON observations (certificate_id);
+    CREATE INDEX runs_by_certificate ON runs (certificate_id);
+    CREATE TABLE settings (
+        name  TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO settings VALUES ('deletions', 0);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 5000
 #: ``INSERT ... RETURNING`` (``Store.record``) came with SQLite 3.35.
 MIN_SQLITE_VERSION = (3, 35, 0)
 MAX_ADDRESSES = 8
+#: The database and its ``-wal``/``-shm`` files: the owner only, or with a
+#: service group (``[node] group``) the group may read too.
+DATABASE_FILE_MODE = 0o600
+DATABASE_GROUP_FILE_MODE = 0o640
+#: Targets removed per transaction by ``prune_unasked`` (the writer lock is
+#: held that long; batches go in between).
+PRUNE_CHUNK_TARGETS = 500
+#: Targets per transaction of ``enforce_limits`` (target ids, a range).
+SWEEP_CHUNK_TARGETS = 10_000
+
+
+def database_file_mode(group: str) -> int:
+    """The mode of the database files: 0640 when the service runs with a
+    group of its own (``[node] group``), else 0600."""
+    return DATABASE_GROUP_FILE_MODE if group else DATABASE_FILE_MODE
+
 
 _LOAD_TIMELINE = """
-    SELECT c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
+    SELECT c.id, c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
            o.first_seen, o.last_seen, o.addresses
     FROM targets t
     JOIN observations o ON o.target_id = t.id
@@ -104,13 +154,71 @@ _LOAD_TIMELINE = """
     WHERE t.host = ? AND t.port = ?
 """
 _LOAD_RUNS = """
-    SELECT c.sha256, r.start, r.end
+    SELECT r.certificate_id, r.start, r.end
     FROM targets t
     JOIN runs r ON r.target_id = t.id
-    JOIN certificates c ON c.id = r.certificate_id
     WHERE t.host = ? AND t.port = ?
     ORDER BY r.start
 """
+_LOAD_TARGET_ROWS = """
+    SELECT c.id, c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
+           o.first_seen, o.last_seen, o.addresses
+    FROM observations o JOIN certificates c ON c.id = o.certificate_id
+    WHERE o.target_id = ?
+"""
+_LOAD_TARGET_RUNS = "SELECT certificate_id, start, end FROM runs WHERE target_id = ? ORDER BY start"
+_COUNT_OBSERVATIONS = "SELECT count(*) FROM observations WHERE target_id = ?"
+_COUNT_RUNS = "SELECT count(*) FROM runs WHERE target_id = ? AND certificate_id = ?"
+_DELETIONS = "SELECT value FROM settings WHERE name = 'deletions'"
+_COUNT_DELETION = "UPDATE settings SET value = value + 1 WHERE name = 'deletions' RETURNING value"
+# A certificate no observation refers to any more (runs rows always belong
+# to an observation's pair).
+_DELETE_ORPHAN_CERTIFICATE = """
+    DELETE FROM certificates WHERE id = ?
+    AND NOT EXISTS (SELECT 1 FROM observations WHERE certificate_id = ?)
+    RETURNING sha256
+"""
+_NOTE_ASKED = "UPDATE targets SET asked_at = ? WHERE host = ? AND port = ? AND asked_at < ?"
+# Rows beyond the limits among targets first_id..last_id, oldest first, as
+# ``Timeline.bounded`` drops them: runs by start, observations in the
+# timeline's order (newest last_seen, first_seen, sha256 first).
+_RUNS_BEYOND_LIMIT = """
+    SELECT target_id, certificate_id, start FROM (
+        SELECT target_id, certificate_id, start, row_number() OVER (
+            PARTITION BY target_id, certificate_id ORDER BY start DESC) AS newer
+        FROM runs WHERE target_id BETWEEN ? AND ?)
+    WHERE newer > ?
+"""
+_OBSERVATIONS_BEYOND_LIMIT = """
+    SELECT target_id, certificate_id FROM (
+        SELECT o.target_id, o.certificate_id, row_number() OVER (
+            PARTITION BY o.target_id
+            ORDER BY o.last_seen DESC, o.first_seen DESC, c.sha256 DESC) AS newer
+        FROM observations o JOIN certificates c ON c.id = o.certificate_id
+        WHERE o.target_id BETWEEN ? AND ?)
+    WHERE newer > ?
+"""
+#: The limits ``settings`` records the rows to be within.
+_LIMIT_NAMES = tuple(f.name for f in fields(TimelineLimits))
+
+
+def _timeline_of(target: Target, rows: list[tuple], run_rows: list[tuple]) -> Timeline:
+    """The timeline of ``target`` from its rows (``_LOAD_TIMELINE`` and
+    ``_LOAD_RUNS`` shapes): a pair without runs rows has one run,
+    ``first_seen``..``last_seen``."""
+    runs: dict[int, list[tuple[int, int]]] = {}
+    for certificate_id, start, end in run_rows:
+        runs.setdefault(certificate_id, []).append((start, end))
+    return Timeline(target, tuple(
+        Observation(
+            certificate=Certificate(der, sha1, sha256, md5, spki),
+            first_seen=first,
+            last_seen=last,
+            addresses=tuple(a for a in addresses.split(",") if a),
+            runs=tuple(runs.get(certificate_id, ())) or ((first, last),),
+        )
+        for certificate_id, der, sha1, sha256, md5, spki, first, last, addresses in rows
+    ))
 
 
 #: Entries of each id memo before it is cleared.
@@ -153,9 +261,11 @@ def _flat(rows: list[tuple], columns: int) -> list:
 # plans the latter as a scan of the whole table. NULL padding rows match no row.
 @cache
 def _insert_targets_sql(rows: int) -> str:
+    """A new target counts as asked about when first observed (a probe
+    follows a query, or a rescan of a target asked about lately)."""
     return (
-        "INSERT INTO targets (host, port) SELECT column1, column2 FROM ("
-        + _values(rows, 2)
+        "INSERT INTO targets (host, port, asked_at) SELECT column1, column2, column3 FROM ("
+        + _values(rows, 3)
         + ") WHERE column1 IS NOT NULL ON CONFLICT DO NOTHING RETURNING id, host, port"
     )
 
@@ -253,8 +363,72 @@ class StoreStatistics:
     file_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """Rows removed (``ders_dropped``: certificates whose DER was dropped,
+    their hashes kept). Reports add up with ``+``."""
+
+    targets: int = 0
+    observations: int = 0
+    runs: int = 0
+    certificates: int = 0
+    ders_dropped: int = 0
+
+    def __add__(self, other: PruneReport) -> PruneReport:
+        return PruneReport(*(getattr(self, f.name) + getattr(other, f.name)
+                             for f in fields(PruneReport)))
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(PruneReport))
+
+    def __str__(self) -> str:
+        return (
+            f"{self.targets} targets, {self.observations} observations, {self.runs} runs, "
+            f"{self.certificates} certificates removed; {self.ders_dropped} certificates' "
+            "DER dropped"
+        )
+
+
+def _ensure_file_mode(path: Path, mode: int) -> None:
+    """Create the database file ``path`` with ``mode`` if it is missing, and
+    give it and its existing ``-wal``/``-shm`` files exactly ``mode``.
+    Raises ``StoreError``."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreError(f"database {path}: {exc.strerror}") from None
+    else:
+        os.close(fd)
+    for name in (str(path), f"{path}-wal", f"{path}-shm"):
+        try:
+            status = os.stat(name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"database {name}: {exc.strerror}") from None
+        if not stat.S_ISREG(status.st_mode):
+            raise StoreError(f"database {name}: not a regular file")
+        if stat.S_IMODE(status.st_mode) != mode:
+            try:
+                os.chmod(name, mode)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot make {name} mode {mode:04o} ({exc.strerror}): run as its "
+                    f"owner, or chmod {mode:04o} it"
+                ) from None
+
+
 class Store:
-    """One connection to the observation database."""
+    """One connection to the observation database.
+
+    ``limits``: what a target keeps (``TimelineLimits``): ``record`` keeps
+    the rows within them and ``load_timeline`` reads within them; None keeps
+    everything. ``create``: make the file if it is missing, with
+    ``file_mode``, and set that mode on the existing files (the database,
+    ``-wal``, ``-shm``); a reader opens with ``create=False`` and touches no
+    mode."""
 
     def __init__(
         self,
@@ -263,13 +437,19 @@ class Store:
         synchronous: str = "NORMAL",
         create: bool = True,
         merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
+        limits: TimelineLimits | None = None,
+        file_mode: int = DATABASE_FILE_MODE,
     ) -> None:
         self.path = Path(path)
         self.merge_window_s = merge_window_s
+        self.limits = limits
         #: Row ids of targets and certificates known to be committed (a
-        #: bounded memo: cleared when full; rows are never deleted).
+        #: bounded memo: cleared when full, and when rows were deleted:
+        #: ``_deletions``).
         self._target_ids: dict[tuple[str, int], int] = {}
         self._certificate_ids: dict[bytes, int] = {}
+        #: The ``deletions`` count the memos are valid for.
+        self._deletions = 0
         if not create and not self.path.exists():
             raise StoreError(f"database {self.path} does not exist (run `notary db init`)")
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -279,6 +459,8 @@ class Store:
                 f"SQLite {sqlite3.sqlite_version} is too old: the store needs "
                 f"{'.'.join(map(str, MIN_SQLITE_VERSION))} or newer (INSERT ... RETURNING)"
             )
+        if create:
+            _ensure_file_mode(self.path, file_mode)
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
@@ -294,6 +476,7 @@ class Store:
             self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             self._db.execute("PRAGMA foreign_keys = ON")
             self.migrate()
+            self._deletions = self._db.execute(_DELETIONS).fetchone()[0]
         except BaseException as exc:
             self._db.close()  # a failed open leaves no connection behind
             if isinstance(exc, sqlite3.Error):
@@ -347,26 +530,14 @@ class Store:
     def load_timeline(self, target: Target) -> Timeline:
         """Every observation of ``target`` (an empty timeline if unknown),
         with its runs (one, ``first_seen``..``last_seen``, if it has no runs
-        rows)."""
+        rows), within ``limits``."""
         try:
             rows = self._db.execute(_LOAD_TIMELINE, (target.host, target.port)).fetchall()
             run_rows = self._db.execute(_LOAD_RUNS, (target.host, target.port)).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
-        runs: dict[bytes, list[tuple[int, int]]] = {}
-        for sha256, start, end in run_rows:
-            runs.setdefault(sha256, []).append((start, end))
-        observations = tuple(
-            Observation(
-                certificate=Certificate(der, sha1, sha256, md5, spki),
-                first_seen=first,
-                last_seen=last,
-                addresses=tuple(a for a in addresses.split(",") if a),
-                runs=tuple(runs.get(sha256, ())) or ((first, last),),
-            )
-            for der, sha1, sha256, md5, spki, first, last, addresses in rows
-        )
-        return Timeline(target, observations)
+        timeline = _timeline_of(target, rows, run_rows)
+        return timeline if self.limits is None else timeline.bounded(self.limits)
 
     def iter_target_keys(self, chunk_rows: int = 10_000) -> Iterator[list[str]]:
         """The key (``Target.key``) of every stored target, ``chunk_rows`` at a
@@ -394,7 +565,15 @@ class Store:
         certificates not in the memo (and one joined ``SELECT`` for those
         that turn out to exist already), one read of the batch's stored
         observations with the runs near its sightings, one ``executemany``
-        per kind of write."""
+        per kind of write.
+
+        With ``limits``, the targets whose rows this batch could take beyond
+        them (a new certificate where the target has nearly its maximum, a
+        new run where a certificate has nearly its maximum) are written
+        apart, by :meth:`Timeline.merged` with the limits, one sighting at a
+        time: the rows are what the in-memory merge gives. Certificates no
+        target refers to any more are deleted. A certificate's DER larger
+        than the limit is not written (its hashes are)."""
         if not results:
             return
         if self.merge_window_s < 0:
@@ -404,14 +583,39 @@ class Store:
         learnt_targets: dict[tuple[str, int], int] = {}
         learnt_certificates: dict[bytes, int] = {}
         with self._transaction() as db:
+            deletions = db.execute(_DELETIONS).fetchone()[0]
+            if deletions != self._deletions:  # rows were deleted: ids may name others
+                self._target_ids.clear()
+                self._certificate_ids.clear()
+                self._deletions = deletions
             target_ids, new_targets = self._target_ids_of(db, results, learnt_targets)
             certificate_ids, new_certificates = self._certificate_ids_of(
                 db, results, learnt_certificates
             )
             pairs = list(zip(target_ids, certificate_ids, strict=True))
-            self._write(db, pairs, results, new_targets, new_certificates)
+            dropped = self._write(db, pairs, results, new_targets, new_certificates)
+            deleted = self._delete_orphans(db, dropped)
+            if deleted:
+                deletions = db.execute(_COUNT_DELETION).fetchone()[0]
+        if deleted:
+            self._deletions = deletions
+            for sha256 in deleted:
+                learnt_certificates.pop(sha256, None)
+                self._certificate_ids.pop(sha256, None)
         _remember(self._target_ids, learnt_targets)
         _remember(self._certificate_ids, learnt_certificates)
+
+    def _delete_orphans(self, db: sqlite3.Connection, certificate_ids: Iterable[int]) -> list[bytes]:
+        """Delete those of ``certificate_ids`` no observation refers to;
+        return their SHA-256."""
+        deleted = []
+        for certificate_id in certificate_ids:
+            row = db.execute(
+                _DELETE_ORPHAN_CERTIFICATE, (certificate_id, certificate_id)
+            ).fetchone()
+            if row is not None:
+                deleted.append(row[0])
+        return deleted
 
     def _target_ids_of(
         self, db: sqlite3.Connection, results: Sequence[ProbeResult],
@@ -425,10 +629,15 @@ class Store:
         inserted: set[int] = set()
         if None not in ids:
             return ids, inserted
-        missing = list(dict.fromkeys([k for k, i in zip(keys, ids, strict=True) if i is None]))
-        for chunk in _chunks(missing):
+        asked_at: dict[tuple[str, int], int] = {}
+        for key, i, result in zip(keys, ids, results, strict=True):
+            if i is None:
+                asked_at[key] = max(asked_at.get(key, result.observed_at), result.observed_at)
+        missing = list(asked_at)
+        rows = [(host, port, asked_at[(host, port)]) for host, port in missing]
+        for chunk in _chunks(rows):
             sql = _insert_targets_sql(_padded_rows(len(chunk)))
-            for row_id, host, port in db.execute(sql, _flat(chunk, 2)).fetchall():
+            for row_id, host, port in db.execute(sql, _flat(chunk, 3)).fetchall():
                 learnt[(host, port)] = row_id
                 inserted.add(row_id)
         # Not inserted: the row exists (it left the memo when the memo was
@@ -455,7 +664,12 @@ class Store:
         for sha256, i, result in zip(shas, ids, results, strict=True):
             if i is None and sha256 not in missing:
                 missing[sha256] = result.leaf
-        rows = [(c.sha256, c.sha1, c.md5, c.spki_sha256, c.der) for c in missing.values()]
+        max_der = self.limits.max_certificate_bytes if self.limits is not None else None
+        rows = [
+            (c.sha256, c.sha1, c.md5, c.spki_sha256,
+             c.der if max_der is None or len(c.der) <= max_der else b"")
+            for c in missing.values()
+        ]
         for chunk in _chunks(rows):
             sql = _insert_certificates_sql(_padded_rows(len(chunk)))
             for row_id, sha256 in db.execute(sql, _flat(chunk, 5)).fetchall():
@@ -470,15 +684,21 @@ class Store:
     def _write(
         self, db: sqlite3.Connection, pairs: list[tuple[int, int]],
         results: Sequence[ProbeResult], new_targets: set[int], new_certificates: set[int],
-    ) -> None:
+    ) -> set[int]:
         """Upsert the observation of each (target, certificate) pair and add
-        its sightings to its runs (``pairs[i]`` is that of ``results[i]``).
+        its sightings to its runs (``pairs[i]`` is that of ``results[i]``);
+        return the ids of the certificates some target dropped (limits).
 
         Only runs within the merge window of the batch's sightings are read:
         no other run can change (stored runs are more than the window apart).
         A pair whose history is one run keeps no runs rows (schema 3): the run
         is its observation's ``first_seen``..``last_seen``; rows are written
-        once a second run starts, and kept from then on."""
+        once a second run starts, and kept from then on.
+
+        With ``limits``, the rows are within them before the batch (they
+        are swept when the limits change, ``enforce_limits``), so a target
+        whose rows cannot go beyond them through this batch is written here
+        and needs no limit; the others are rewritten by ``_rewrite``."""
         window = self.merge_window_s
         # Most pairs have one sighting in a batch: ``singles`` maps them to
         # it; ``groups`` holds the others, sightings in recording order.
@@ -515,6 +735,12 @@ class Store:
             for row in rows:
                 touching.setdefault(row[:2], []).append(row[5:7])
             touching = {pair: runs for pair, runs in touching.items() if len(runs) > 1}
+        rewritten: set[int] = set()
+        if self.limits is not None:
+            rewritten = self._may_exceed_limits(db, singles, groups, found, touching, new_targets)
+            if rewritten:
+                singles = {pair: r for pair, r in singles.items() if pair[0] not in rewritten}
+                groups = {pair: rs for pair, rs in groups.items() if pair[0] not in rewritten}
 
         # The common case inline: one sighting of a pair, at most one run
         # near it.
@@ -572,6 +798,89 @@ class Store:
         ):
             if parameters:
                 db.executemany(sql, parameters)
+        dropped: set[int] = set()
+        if rewritten:
+            sightings: dict[int, list[tuple[ProbeResult, int]]] = {}
+            for (t, c), result in zip(pairs, results, strict=True):
+                if t in rewritten:
+                    sightings.setdefault(t, []).append((result, c))
+            for t, seen in sightings.items():
+                dropped |= self._rewrite(db, t, seen)
+        return dropped
+
+    def _may_exceed_limits(
+        self, db: sqlite3.Connection, singles: dict[tuple[int, int], ProbeResult],
+        groups: dict[tuple[int, int], list[ProbeResult]], found: dict[tuple[int, int], tuple],
+        touching: dict[tuple[int, int], list[Run]], new_targets: set[int],
+    ) -> set[int]:
+        """The targets whose rows this batch could take beyond ``limits`` at
+        some sighting (an upper bound: each sighting adds at most one
+        observation, or one run to its pair). Counts are read only where a
+        sighting adds one."""
+        limits = self.limits
+        assert limits is not None
+        window = self.merge_window_s
+        max_runs = limits.max_runs_per_certificate
+        new_pairs: dict[int, int] = {}
+        for pair in (*singles, *groups):
+            if pair not in found:
+                new_pairs[pair[0]] = new_pairs.get(pair[0], 0) + 1
+        exceeding: set[int] = set()
+        for t, added in new_pairs.items():
+            stored = 0 if t in new_targets else db.execute(_COUNT_OBSERVATIONS, (t,)).fetchone()[0]
+            if stored + added > limits.max_certificates_per_target:
+                exceeding.add(t)
+        for pair, result in singles.items():
+            row = found.get(pair)
+            if row is None or pair[0] in exceeding or pair in touching:
+                continue  # a new pair (one run), or a sighting that merges runs
+            _, _, first, last, _, start, _, has_runs = row
+            seen = result.observed_at
+            if has_runs:
+                if start is None and db.execute(_COUNT_RUNS, pair).fetchone()[0] + 1 > max_runs:
+                    exceeding.add(pair[0])
+            elif (seen < first - window or seen > last + window) and max_runs < 2:
+                exceeding.add(pair[0])
+        for pair, sightings in groups.items():
+            if pair[0] in exceeding:
+                continue
+            row = found.get(pair)
+            stored = 0 if row is None else (
+                db.execute(_COUNT_RUNS, pair).fetchone()[0] if row[7] else 1
+            )
+            if stored + len(sightings) > max_runs:
+                exceeding.add(pair[0])
+        return exceeding
+
+    def _rewrite(
+        self, db: sqlite3.Connection, target_id: int, sightings: list[tuple[ProbeResult, int]]
+    ) -> set[int]:
+        """Merge ``sightings`` (results with their certificate ids, in
+        recording order) into the stored timeline of ``target_id`` one at a
+        time with ``limits``, as the cache does, and write the result in
+        place of its rows. Return the ids of the certificates it dropped."""
+        limits = self.limits
+        assert limits is not None
+        rows = db.execute(_LOAD_TARGET_ROWS, (target_id,)).fetchall()
+        run_rows = db.execute(_LOAD_TARGET_RUNS, (target_id,)).fetchall()
+        ids = {row[3]: row[0] for row in rows}
+        timeline = _timeline_of(sightings[0][0].target, rows, run_rows).bounded(limits)
+        for result, certificate_id in sightings:
+            ids[result.leaf.sha256] = certificate_id
+            timeline = timeline.merged(result, self.merge_window_s, limits)
+        db.execute("DELETE FROM runs WHERE target_id = ?", (target_id,))
+        db.execute("DELETE FROM observations WHERE target_id = ?", (target_id,))
+        kept = {ids[o.certificate.sha256]: o for o in timeline.observations}
+        db.executemany(_INSERT_OBSERVATIONS, [
+            (target_id, c, o.first_seen, o.last_seen, ",".join(o.addresses))
+            for c, o in kept.items()
+        ])
+        db.executemany(_INSERT_RUNS, [
+            (target_id, c, start, end)
+            for c, o in kept.items() if len(o.timespans) > 1
+            for start, end in o.timespans
+        ])
+        return set(ids.values()) - kept.keys()
 
     def _write_group(
         self, pair: tuple[int, int], results: list[ProbeResult], row: tuple | None,
@@ -620,6 +929,193 @@ class Store:
                 writes.runs_inserted.append((*pair, start, end))
             elif ends_before[start] != end:
                 writes.runs_updated.append((end, *pair, start))
+
+    # -- what is kept: asked-about times, retention, limits, compaction ------------
+
+    def note_asked(self, targets: Iterable[tuple[str, int]], at: int) -> int:
+        """Record that each ``(host, port)`` of ``targets`` was asked about
+        at ``at`` (Unix seconds; never moved back), in one transaction; a
+        target not stored is skipped. Return how many rows changed."""
+        rows = [(at, host, port, at) for host, port in targets]
+        if not rows:
+            return 0
+        with self._transaction() as db:
+            return db.executemany(_NOTE_ASKED, rows).rowcount
+
+    def prune_unasked(self, asked_before: int, max_targets: int = PRUNE_CHUNK_TARGETS
+                      ) -> PruneReport:
+        """Remove up to ``max_targets`` targets last asked about before
+        ``asked_before`` (Unix seconds), with their observations and runs and
+        the certificates no other target refers to, in one transaction. A
+        report of fewer than ``max_targets`` targets means none is left."""
+        if not 1 <= max_targets <= ROWS_PER_STATEMENT:
+            raise ValueError(f"max_targets must be 1-{ROWS_PER_STATEMENT}")
+        with self._transaction() as db:
+            ids = [row[0] for row in db.execute(
+                "SELECT id FROM targets WHERE asked_at < ? LIMIT ?", (asked_before, max_targets)
+            )]
+            if not ids:
+                return PruneReport()
+            marks = ", ".join("?" * len(ids))
+            certificates = [row[0] for row in db.execute(
+                f"SELECT DISTINCT certificate_id FROM observations WHERE target_id IN ({marks})",
+                ids,
+            )]
+            runs = db.execute(f"DELETE FROM runs WHERE target_id IN ({marks})", ids).rowcount
+            observations = db.execute(
+                f"DELETE FROM observations WHERE target_id IN ({marks})", ids
+            ).rowcount
+            targets = db.execute(f"DELETE FROM targets WHERE id IN ({marks})", ids).rowcount
+            deleted = self._delete_orphans(db, certificates)
+            self._deleted(db)
+        return PruneReport(targets, observations, runs, len(deleted))
+
+    def prune(self, now: int, forget_unasked_after_s: int) -> PruneReport:
+        """``prune_unasked`` until no target nobody asked about within
+        ``forget_unasked_after_s`` of ``now`` is left."""
+        report = PruneReport()
+        while True:
+            chunk = self.prune_unasked(now - forget_unasked_after_s)
+            report += chunk
+            if chunk.targets < PRUNE_CHUNK_TARGETS:
+                return report
+
+    def limits_enforced(self) -> bool:
+        """Whether the rows are known to be within ``limits``: ``settings``
+        records limits no looser than them (then ``record`` keeps them so).
+        True without limits."""
+        if self.limits is None:
+            return True
+        try:
+            recorded = dict(self._db.execute("SELECT name, value FROM settings").fetchall())
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+        return all(
+            name in recorded and recorded[name] <= getattr(self.limits, name)
+            for name in _LIMIT_NAMES
+        )
+
+    def enforce_limits(self, *, force: bool = False) -> PruneReport:
+        """Bring every target's rows within ``limits``, as
+        :meth:`Timeline.bounded` does in memory, unless they are known to be
+        (``force``: check all the same), a transaction per
+        ``SWEEP_CHUNK_TARGETS`` targets (``enforce_limits_in``), then record
+        the limits (``record_limits``)."""
+        if self.limits is None or (not force and self.limits_enforced()):
+            return PruneReport()
+        report = PruneReport()
+        for first_id, last_id in self.target_id_ranges():
+            report += self.enforce_limits_in(first_id, last_id)
+        return report + self.record_limits()
+
+    def target_id_ranges(self) -> list[tuple[int, int]]:
+        """Ranges of target ids, ``SWEEP_CHUNK_TARGETS`` wide, covering every
+        stored target."""
+        try:
+            last = self._db.execute("SELECT max(id) FROM targets").fetchone()[0] or 0
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+        return [(first, first + SWEEP_CHUNK_TARGETS - 1)
+                for first in range(1, last + 1, SWEEP_CHUNK_TARGETS)]
+
+    def enforce_limits_in(self, first_id: int, last_id: int) -> PruneReport:
+        """Bring the rows of the targets with ids ``first_id``..``last_id``
+        within ``limits`` (runs, then observations, as ``Timeline.bounded``)
+        in one transaction."""
+        limits = self.limits
+        if limits is None:
+            return PruneReport()
+        with self._transaction() as db:
+            runs = db.execute(_RUNS_BEYOND_LIMIT, (
+                first_id, last_id, limits.max_runs_per_certificate)).fetchall()
+            db.executemany(_DELETE_RUNS, runs)
+            for pair in {(t, c) for t, c, _ in runs}:
+                kept = db.execute(
+                    "SELECT start FROM runs WHERE target_id = ? AND certificate_id = ?"
+                    " ORDER BY start", pair,
+                ).fetchall()
+                db.execute(
+                    "UPDATE observations SET first_seen = ?"
+                    " WHERE target_id = ? AND certificate_id = ?", (kept[0][0], *pair),
+                )
+                if len(kept) == 1:  # one run keeps no row: first_seen..last_seen
+                    db.execute(
+                        "DELETE FROM runs WHERE target_id = ? AND certificate_id = ?", pair
+                    )
+            doomed = db.execute(_OBSERVATIONS_BEYOND_LIMIT, (
+                first_id, last_id, limits.max_certificates_per_target)).fetchall()
+            dropped_runs = sum(
+                db.execute("DELETE FROM runs WHERE target_id = ? AND certificate_id = ?",
+                           pair).rowcount
+                for pair in doomed
+            )
+            db.executemany(
+                "DELETE FROM observations WHERE target_id = ? AND certificate_id = ?", doomed
+            )
+            deleted = self._delete_orphans(db, {c for _, c in doomed})
+            if runs or doomed:
+                self._deleted(db)
+        return PruneReport(0, len(doomed), len(runs) + dropped_runs, len(deleted))
+
+    def record_limits(self) -> PruneReport:
+        """Drop the DER of certificates larger than ``limits`` allows and
+        record the limits in ``settings`` (``limits_enforced``): call it
+        once every target is within them (``enforce_limits_in``)."""
+        limits = self.limits
+        if limits is None:
+            return PruneReport()
+        with self._transaction() as db:
+            stripped = db.execute(
+                "UPDATE certificates SET der = x'' WHERE length(der) > ?",
+                (limits.max_certificate_bytes,),
+            ).rowcount
+            db.executemany(
+                "INSERT INTO settings VALUES (?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                [(name, getattr(limits, name)) for name in _LIMIT_NAMES],
+            )
+        return PruneReport(ders_dropped=stripped)
+
+    def delete_orphans(self) -> PruneReport:
+        """Delete runs rows of no observation and certificates no observation
+        refers to (none should be left: ``record`` and ``prune`` delete their
+        own), in one transaction."""
+        with self._transaction() as db:
+            runs = db.execute(
+                "DELETE FROM runs WHERE NOT EXISTS (SELECT 1 FROM observations o"
+                " WHERE o.target_id = runs.target_id"
+                " AND o.certificate_id = runs.certificate_id)"
+            ).rowcount
+            certificates = db.execute(
+                "DELETE FROM certificates WHERE NOT EXISTS (SELECT 1 FROM observations o"
+                " WHERE o.certificate_id = certificates.id)"
+            ).rowcount
+            if runs or certificates:
+                self._deleted(db)
+        return PruneReport(runs=runs, certificates=certificates)
+
+    def compact(self, now: int, forget_unasked_after_s: int) -> PruneReport:
+        """``notary db compact``: targets nobody asked about within
+        ``forget_unasked_after_s`` of ``now`` removed, every other one within
+        ``limits`` (checked whatever ``settings`` records), orphans removed,
+        then ``VACUUM`` (the file shrinks to what is kept; it needs as much
+        free disk again while it runs)."""
+        report = self.prune(now, forget_unasked_after_s)
+        report += self.enforce_limits(force=True)
+        report += self.delete_orphans()
+        try:
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+        return report
+
+    def _deleted(self, db: sqlite3.Connection) -> None:
+        """This transaction deleted rows: count it (``settings``) and forget
+        the memoised ids (the rows of some may be gone)."""
+        self._deletions = db.execute(_COUNT_DELETION).fetchone()[0]
+        self._target_ids.clear()
+        self._certificate_ids.clear()
 
     def statistics(self) -> StoreStatistics:
         try:

@@ -17,6 +17,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from notary import cli, crypto
 from notary.cli import build_parser, config_from_args
 from notary.config import Endpoint, load_config
 from notary.protocol.bundle import parse_bundle
+from notary.protocol.targets import Target
 from notary.store import SCHEMA_VERSION, Store
 from tests.support.observations import probe_result
 
@@ -587,6 +589,71 @@ def test_db_with_a_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     config = tmp_path / "n.toml"
     config.write_text("[server\n")
     assert "TOML" in usage_error(["db", "init", "--config", str(config)], capsys)
+
+
+def _file_modes(db: Path) -> dict[str, int]:
+    return {suffix or "db": stat.S_IMODE(os.stat(f"{db}{suffix}").st_mode)
+            for suffix in ("", "-wal", "-shm") if os.path.exists(f"{db}{suffix}")}
+
+
+def test_db_init_makes_the_files_owner_only_and_fixes_existing_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17 item 11: the database was created 0644."""
+    previous = os.umask(0o022)
+    try:
+        db = tmp_path / "n.db"
+        status, out, _ = run(["db", "init", "--db", str(db)], capsys)
+        assert status == 0 and out.endswith(", mode 0600\n")
+        assert _file_modes(db) == {"db": 0o600}
+        os.chmod(db, 0o644)
+        assert run(["db", "init", "--db", str(db)], capsys)[0] == 0
+        assert _file_modes(db) == {"db": 0o600}
+        # A service group ([node] group) may read it.
+        config = tmp_path / "n.toml"
+        config.write_text('[server]\nkey_file = "k"\ncert_file = "c"\ndb_file = "n.db"\n'
+                          '[node]\nuser = "notary"\ngroup = "notary"\n')
+        status, out, _ = run(["db", "init", "--config", str(config)], capsys)
+        assert status == 0 and out.endswith(", mode 0640\n")
+        assert _file_modes(db) == {"db": 0o640}
+    finally:
+        os.umask(previous)
+
+
+def test_db_compact_applies_the_limits_and_the_retention(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17 item 10: `db compact` removes what the [store] settings do
+    not keep, vacuums, and says what went."""
+    db = tmp_path / "n.db"
+    with Store(db) as store:
+        store.record([probe_result(f"h{i % 3}.example.test", cert=f"c{i}.example.test",
+                                   at=1_700_000_000 + i) for i in range(12)])
+        store.note_asked([("h0.example.test", 443)], int(time.time()))
+    config = tmp_path / "n.toml"
+    config.write_text('[server]\nkey_file = "k"\ncert_file = "c"\ndb_file = "n.db"\n'
+                      "[store]\nmax_certificates_per_target = 2\n")
+    status, out, err = run(["db", "compact", "--config", str(config)], capsys)
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    # h1 and h2 were last asked about in 2023 (older than the 90-day
+    # retention): gone; h0 keeps its newest two certificates.
+    assert lines[0] == (f"{db}: 2 targets, 10 observations, 0 runs, 10 certificates removed; "
+                        "0 certificates' DER dropped")
+    assert re.fullmatch(r"file bytes: \d+ -> \d+", lines[1])
+    with Store(db) as store:
+        assert store.statistics().observations == 2
+        assert [o.last_seen for o in store.load_timeline(
+            Target("h0.example.test", 443)).observations] == [1_700_000_009, 1_700_000_006]
+
+
+def test_db_compact_of_a_missing_database_is_a_runtime_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run(["db", "compact", "--db", str(tmp_path / "missing.db")], capsys)
+    assert (status, out) == (1, "")
+    assert "does not exist" in err and err.count("\n") == 1
+    assert not (tmp_path / "missing.db").exists()
 
 
 # -- serve -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from notary.config import (
     parse_endpoint,
 )
 from notary.errors import ConfigError, UsageError
+from notary.observations import TimelineLimits
 
 FILES = 'key_file = "notary.key"\ncert_file = "notary.crt"\ndb_file = "notary.db"\n'
 REQUIRED = {"key_file": "k.pem", "cert_file": "c.pem", "db_file": "n.db"}
@@ -536,3 +537,43 @@ def test_bloom_sizing_and_plain_api_from_the_file(tmp_path: Path) -> None:
     )
     assert config.server.plain_api == (Endpoint("127.0.0.1", 8080),)
     assert load_config(server_file(tmp_path)).server.plain_api == ()
+
+
+# -- [store]: what the notary keeps (issue 17) ----------------------------------------
+
+
+def test_store_limits_are_read_and_make_the_timeline_limits(tmp_path: Path) -> None:
+    config = load_config(server_file(tmp_path, rest=(
+        "[store]\nmax_certificate_bytes = 0\nmax_certificates_per_target = 3\n"
+        "max_runs_per_certificate = 4\nforget_unasked_after_s = 864000\n"
+    )))
+    assert config.store.timeline_limits() == TimelineLimits(0, 3, 4)
+    assert config.store.forget_unasked_after_s == 864000
+
+
+def test_store_limit_defaults_are_the_timeline_limit_defaults() -> None:
+    assert StoreConfig().timeline_limits() == TimelineLimits()
+    assert StoreConfig().forget_unasked_after_s == 90 * 86400
+
+
+@pytest.mark.parametrize(("rest", "message"), [
+    ("[store]\nmax_certificate_bytes = -1\n", "[store] max_certificate_bytes must be 0"),
+    ("[store]\nmax_certificates_per_target = 0\n",
+     "[store] max_certificates_per_target must be greater than 0"),
+    ("[store]\nmax_runs_per_certificate = -2\n",
+     "[store] max_runs_per_certificate must be greater than 0"),
+    ("[store]\nforget_unasked_after_s = 0\n",
+     "[store] forget_unasked_after_s must be greater than 0"),
+    ("[store]\nforget_unasked_after_s = 86400\n",
+     "[store] forget_unasked_after_s must be at least [rescan] forget_after_s"),
+    ("[store]\nmax_certificates_per_target = 1.5\n", "must be an integer"),
+    ('[store]\nforget_unasked_after_s = "90d"\n', "must be an integer"),
+])
+def test_bad_store_limits(tmp_path: Path, rest: str, message: str) -> None:
+    assert message in config_error(tmp_path, rest=rest)
+
+
+def test_a_short_retention_is_allowed_without_rescans(tmp_path: Path) -> None:
+    config = load_config(server_file(
+        tmp_path, rest="[store]\nforget_unasked_after_s = 86400\n[rescan]\nenabled = false\n"))
+    assert config.store.forget_unasked_after_s == 86400

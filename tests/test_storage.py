@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
+import stat
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ import trio
 import trio.testing
 
 from notary.errors import StoreError
-from notary.observations import ProbeResult
+from notary.observations import ProbeResult, TimelineLimits
 from notary.protocol.targets import Target
 from notary.server import storage as storage_module
 from notary.server.storage import open_storage
@@ -331,3 +334,163 @@ async def test_statistics_start_at_zero(db_path: Path) -> None:
         stats = storage.statistics()
         assert (stats.queued, stats.committed, stats.batches, stats.failed_batches,
                 stats.producer_waits) == (0, 0, 0, 0, 0)
+
+
+# -- what is kept: limits, asked-about notes, retention, file modes (issue 17) ---------
+
+DAY = 86400
+
+
+async def until(condition: Callable[[], bool], *, step_s: float = 0.01) -> None:
+    """Return once ``condition()`` holds, checking it every ``step_s`` of
+    Trio time: under an autojump clock time jumps while the writer's threads
+    work, so a test waits for what they did, not for a time; with ``step_s``
+    0 Trio time stands still meanwhile (no timer fires: not the writer's
+    batch interval, not the maintenance's). A guard of ``THREAD_WAIT_S`` of
+    real time stops a test that would hang."""
+    give_up_at = time.monotonic() + THREAD_WAIT_S
+    while not condition():
+        if time.monotonic() > give_up_at:
+            pytest.fail("the condition never held")
+        await trio.sleep(step_s)
+
+
+def asked_at(path: Path) -> dict[str, int]:
+    db = sqlite3.connect(path)
+    try:
+        return dict(db.execute("SELECT host, asked_at FROM targets"))
+    finally:
+        db.close()
+
+
+async def test_the_writer_keeps_each_target_within_the_limits(db_path: Path) -> None:
+    async with open_storage(db_path, max_certificates_per_target=2) as storage:
+        for i in range(5):
+            await storage.record(probe_result(cert=f"c{i}.example.test", at=T0 + i))
+    assert count_rows(db_path) == (1, 2, 2)
+
+
+async def test_rows_kept_under_looser_limits_are_swept_at_start(db_path: Path) -> None:
+    with Store(db_path) as store:
+        store.record([probe_result(cert=f"c{i}.example.test", at=T0 + i) for i in range(5)])
+    limits = TimelineLimits(max_certificates_per_target=2)
+    def swept() -> bool:
+        with Store(db_path, create=False, limits=limits) as store:
+            return store.limits_enforced()
+
+    async with open_storage(db_path, max_certificates_per_target=2) as storage:
+        await storage.record(probe_result(cert="c8.example.test", at=T0 + 8))
+        await until(swept)
+        assert count_rows(db_path)[2] == 2
+        # Batches go on after.
+        await storage.record(probe_result(cert="c9.example.test", at=T0 + 9))
+    assert count_rows(db_path) == (1, 2, 2)
+
+
+async def test_targets_asked_about_are_written_in_periodic_batches(
+    db_path: Path, autojump_clock: trio.testing.MockClock,
+) -> None:
+    now = T0 + 5 * DAY
+    async with open_storage(db_path, clock=lambda: now) as storage:
+        await storage.record(probe_result(at=T0))
+        await storage.record(probe_result("other.example.test", at=T0))
+        await until(lambda: storage.statistics().committed == 2)
+        assert asked_at(db_path) == {"www.example.test": T0, "other.example.test": T0}
+        for _ in range(1000):  # one note per target, whatever the queries
+            storage.note_asked(Target("www.example.test", 443))
+        storage.note_asked(Target("never-observed.example.test", 443))
+        assert storage.statistics().asked_queued == 2
+        await until(lambda: asked_at(db_path)["www.example.test"] == now, step_s=1)
+        assert storage.statistics().asked_queued == 0
+    assert asked_at(db_path) == {"www.example.test": now, "other.example.test": T0}
+
+
+async def test_a_clean_stop_writes_the_last_notes(db_path: Path) -> None:
+    async with open_storage(db_path, clock=lambda: T0 + 7) as storage:
+        await storage.record(probe_result(at=T0))
+        storage.note_asked(Target("www.example.test", 443))
+    assert asked_at(db_path) == {"www.example.test": T0 + 7}
+
+
+async def test_notes_are_bounded_and_a_full_set_is_written_at_once(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock,
+) -> None:
+    monkeypatch.setattr(storage_module, "MAX_ASKED_NOTES", 2)
+    async with open_storage(db_path, clock=lambda: T0 + 7) as storage:
+        await storage.record(probe_result(at=T0))
+        await until(lambda: storage.statistics().committed == 1)
+        for name in ("www", "a", "b", "c"):
+            storage.note_asked(Target(f"{name}.example.test", 443))
+        stats = storage.statistics()
+        assert (stats.asked_queued, stats.asked_dropped) == (2, 2)
+        # Written while Trio time stands still: the full set brought the flush forward.
+        await until(lambda: asked_at(db_path)["www.example.test"] == T0 + 7, step_s=0)
+
+
+async def test_notes_that_fail_to_be_written_are_kept_for_the_next_flush(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock,
+) -> None:
+    real = Store.note_asked
+    calls: list[int] = []
+
+    def failing_once(self: Store, targets: list, at: int) -> int:
+        calls.append(len(targets))
+        if len(calls) == 1:
+            raise StoreError("database is locked")
+        return real(self, targets, at)
+
+    monkeypatch.setattr(Store, "note_asked", failing_once)
+    async with open_storage(db_path, clock=lambda: T0 + 7) as storage:
+        await storage.record(probe_result(at=T0))
+        await until(lambda: storage.statistics().committed == 1)
+        storage.note_asked(Target("www.example.test", 443))
+        await until(lambda: len(calls) == 2 and storage.statistics().asked_queued == 0,
+                    step_s=1)
+    assert calls[:2] == [1, 1]
+    assert asked_at(db_path) == {"www.example.test": T0 + 7}
+
+
+async def test_targets_nobody_asked_about_are_pruned_periodically(
+    db_path: Path, autojump_clock: trio.testing.MockClock,
+) -> None:
+    now = T0 + 90 * DAY
+    async with open_storage(
+        db_path, forget_unasked_after_s=60 * DAY, clock=lambda: now
+    ) as storage:
+        await storage.record(probe_result("asked.example.test", at=T0))
+        await storage.record(probe_result("forgotten.example.test", at=T0))
+        await until(lambda: storage.statistics().committed == 2)
+        storage.note_asked(Target("asked.example.test", 443))
+        await until(lambda: storage.statistics().pruned_targets > 0, step_s=1)
+        assert storage.statistics().pruned_targets == 1
+        timeline = await storage.load_timeline(Target("asked.example.test", 443))
+        assert timeline.newest is not None
+    assert list(asked_at(db_path)) == ["asked.example.test"]
+
+
+async def test_without_a_retention_nothing_is_pruned(
+    db_path: Path, autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_storage(db_path, clock=lambda: T0 + 900 * DAY) as storage:
+        await storage.record(probe_result(at=T0))
+        await until(lambda: storage.statistics().committed == 1)
+        await trio.sleep(3 * storage_module.PRUNE_INTERVAL_S)
+        assert storage.statistics().pruned_targets == 0
+    assert count_rows(db_path) == (1, 1, 1)
+
+
+async def test_start_up_creates_the_files_owner_only_and_fixes_existing_ones(
+    db_path: Path,
+) -> None:
+    previous = os.umask(0o022)
+    try:
+        async with open_storage(db_path) as storage:
+            await storage.record(probe_result(at=T0))
+            assert stat.S_IMODE(os.stat(db_path).st_mode) == 0o600
+        os.chmod(db_path, 0o644)
+        async with open_storage(db_path, file_mode=0o640) as storage:
+            await storage.record(probe_result(at=T0 + 1))
+            for suffix in ("", "-wal", "-shm"):
+                assert stat.S_IMODE(os.stat(f"{db_path}{suffix}").st_mode) == 0o640
+    finally:
+        os.umask(previous)

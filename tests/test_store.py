@@ -521,6 +521,13 @@ def test_runs_do_not_depend_on_arrival_order(
     assert timeline.observations[0].runs == runs
 
 
+#: Undoes migration 4 (a database of schema 3 from one of today's).
+DOWNGRADE_TO_3 = """
+    DROP TABLE settings; DROP INDEX targets_by_asked_at; DROP INDEX observations_by_certificate;
+    DROP INDEX runs_by_certificate; ALTER TABLE targets DROP COLUMN asked_at;
+"""
+
+
 def test_migration_keeps_history_recorded_before_runs(tmp_path: Path) -> None:
     path = tmp_path / "v1.db"
     db = sqlite3.connect(path)
@@ -535,7 +542,7 @@ def test_migration_keeps_history_recorded_before_runs(tmp_path: Path) -> None:
     with Store(path2) as store:
         store.record([probe_result(at=T0), probe_result(at=T0 + 500 * HOUR)])
     db = sqlite3.connect(path2)
-    db.executescript("DROP TABLE runs; PRAGMA user_version = 1;")
+    db.executescript(DOWNGRADE_TO_3 + "DROP TABLE runs; PRAGMA user_version = 1;")
     db.close()
     with Store(path2, create=False) as store:
         (observation,) = store.load_timeline(WWW).observations

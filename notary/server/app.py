@@ -54,6 +54,7 @@ from notary.server.sockets import Sockets, bind_sockets, close_all
 from notary.server.storage import Storage, open_storage
 from notary.server.web import WebPages, notary_profile
 from notary.server.websocket import FIGURES_INTERVAL_S, WATCH_PATH, WebSocketService
+from notary.store import database_file_mode
 
 log = logging.getLogger(__name__)
 
@@ -510,6 +511,12 @@ async def _serve_notary(
         queue_rows=store.queue_rows,
         synchronous=store.synchronous,
         merge_window_s=store.merge_window_s,
+        max_certificate_bytes=store.max_certificate_bytes,
+        max_certificates_per_target=store.max_certificates_per_target,
+        max_runs_per_certificate=store.max_runs_per_certificate,
+        forget_unasked_after_s=store.forget_unasked_after_s,
+        file_mode=database_file_mode(config.node.group),
+        clock=clock,
     ) as storage:
         known = KnownTargets(
             config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate
@@ -526,6 +533,7 @@ async def _serve_notary(
             query_timeout_s=config.answers.query_timeout_s,
             clock=clock,
             merge_window_s=store.merge_window_s,
+            timeline_limits=store.timeline_limits(),
             perspectives_signer=perspectives_signer,
             v2_signer=v2_signer,
             v2_config=config.v2,

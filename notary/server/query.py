@@ -77,7 +77,7 @@ from notary.errors import (
     ProbeTimeout,
     StoreError,
 )
-from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
+from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline, TimelineLimits
 from notary.probe import Prober
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.convergence import Decision
@@ -347,6 +347,7 @@ class QueryService:
         query_timeout_s: float,
         clock: Callable[[], float],
         merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
+        timeline_limits: TimelineLimits | None = None,
         perspectives_signer: PerspectivesSigner | None = None,
         v2_signer: Ed25519Signer | None = None,
         v2_config: V2Config | None = None,
@@ -362,6 +363,8 @@ class QueryService:
         self._query_timeout_s = query_timeout_s
         self._clock = clock
         self._merge_window_s = merge_window_s
+        #: What a timeline keeps (the store keeps the same: ``[store]``).
+        self._timeline_limits = timeline_limits
         self._perspectives_signer = perspectives_signer
         self._v2_signer = v2_signer
         self._v2 = v2_config or V2Config()
@@ -438,7 +441,7 @@ class QueryService:
         target = result.target
         record = await self._lookup(target)
         old = record.timeline if record is not None else Timeline(target)
-        timeline = old.merged(result, self._merge_window_s)
+        timeline = old.merged(result, self._merge_window_s, self._timeline_limits)
         previous: bytes | None = None
         if record is not None:
             newest = old.newest
@@ -500,6 +503,7 @@ class QueryService:
             if wait:
                 self._count("convergence", 429)
                 return too_many_response(retry_after_s(wait), keep_alive, self._too_many)
+        self._storage.note_asked(target, key)
         if self.scheduler is not None:  # invariant 8: answered from an observation
             self.scheduler.note_query(target, key)
         answered = self._convergence_answered
@@ -509,6 +513,7 @@ class QueryService:
     def _note_query(self, target: Target) -> None:
         """Tell the scheduler of an admitted query of a real target
         (invariant 8)."""
+        self._storage.note_asked(target)
         if self.scheduler is not None:
             self.scheduler.note_query(target)
 
@@ -521,6 +526,11 @@ class QueryService:
         invariant 8 lets it register the target, then the probe's outcome
         (the scheduler ignores outcomes of targets it does not know)."""
         scheduler = self.scheduler
+        registers = result is not None or isinstance(failure, _REACHED_FAILURES) or (
+            record is not None and not isinstance(failure, ProbeRefused)
+        )
+        if registers:
+            self._storage.note_asked(target)
         if scheduler is None:
             return
         if result is not None:
@@ -528,9 +538,7 @@ class QueryService:
             scheduler.note_probe(target, result, None, False)  # a repeat counts once
             return
         assert failure is not None
-        if isinstance(failure, _REACHED_FAILURES) or (
-            record is not None and not isinstance(failure, ProbeRefused)
-        ):
+        if registers:
             scheduler.note_query(target)
         if not isinstance(failure, _NOT_PROBE_OUTCOMES):
             scheduler.note_probe(target, None, failure.reason, False)
@@ -583,7 +591,9 @@ class QueryService:
             # ``observe`` ran before probe() returned; the fallback covers an
             # eviction in between.
             record = self._cache.peek(target.key) or self._make_record(
-                (timeline or Timeline(target)).merged(result, self._merge_window_s)
+                (timeline or Timeline(target)).merged(
+                    result, self._merge_window_s, self._timeline_limits
+                )
             )
         return self._answer_from(record, fingerprint)
 
@@ -743,6 +753,7 @@ class QueryService:
             reprobe_after_s=self._mismatch_reprobe_after_s,
         ) is Decision.PROBE:
             return None
+        self._storage.note_asked(target, key)
         if self.scheduler is not None:  # invariant 8: answered from an observation
             self.scheduler.note_query(target, key)
         record = self._renewed(record, now)

@@ -18,23 +18,35 @@ line. A crash or power loss loses what was still queued: at most
 ``batch_interval_ms`` of observations under normal load (queries are answered
 from memory meanwhile), plus, with ``synchronous=NORMAL``, the last committed
 transactions on power loss (never corruption: WAL).
+
+What is kept (README "What the notary keeps"): the writer keeps each
+target within ``limits`` (``notary.store``); a maintenance task, on the
+writer's connection between batches, first brings rows written under looser
+limits within them, then every ``ASKED_FLUSH_INTERVAL_S`` writes the
+targets asked about meanwhile (``note_asked``, a bounded set: queries never
+wait on the disk) and every ``PRUNE_INTERVAL_S`` removes the targets nobody
+asked about for ``forget_unasked_after_s``. A failure there is logged and
+tried again at the next interval; a crash loses at most one interval of
+asked-about notes (a target asked about again is noted again).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from notary.errors import StoreError
-from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline
+from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline, TimelineLimits
 from notary.protocol.targets import Target
-from notary.store import Store
+from notary.store import DATABASE_FILE_MODE, PruneReport, Store
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +55,16 @@ MAX_RETRY_DELAY_S = 5.0
 #: After a clean stop began, how long failing batches are still retried
 #: before what is left is given up (see the module docstring).
 SHUTDOWN_RETRY_S = 30.0
+#: How often the targets asked about are written (``note_asked``)...
+ASKED_FLUSH_INTERVAL_S = 60.0
+#: ...and how many distinct ones are held meanwhile (about 200 bytes each);
+#: a full set is written at once, and notes that find it full are dropped
+#: (counted) until then.
+MAX_ASKED_NOTES = 65_536
+#: How often targets nobody asked about are removed (the first time one
+#: ``ASKED_FLUSH_INTERVAL_S`` after the start).
+PRUNE_INTERVAL_S = 3600.0
+_DEFAULT_LIMITS = TimelineLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +83,11 @@ class StorageStatistics:
     producer_waits: int
     failing: bool = False
     lost: int = 0
+    #: Targets asked about, not yet written; notes dropped because the set
+    #: was full (cumulative); targets removed by the retention (cumulative).
+    asked_queued: int = 0
+    asked_dropped: int = 0
+    pruned_targets: int = 0
 
 
 class Storage:
@@ -71,6 +98,9 @@ class Storage:
         reader: Store,
         writer: Store,
         send: trio.MemorySendChannel[ProbeResult],
+        *,
+        forget_unasked_after_s: int | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = reader.path
         self._reader = reader
@@ -87,6 +117,13 @@ class Storage:
         #: batches are retried; after it, what is left is given up.
         self._give_up_at: float | None = None
         self._lost = 0
+        self._forget_unasked_after_s = forget_unasked_after_s
+        self._clock = clock
+        #: Targets asked about since the last flush, by key.
+        self._asked: dict[str, Target] = {}
+        self._asked_full = trio.Event()
+        self._asked_dropped = 0
+        self._pruned_targets = 0
         #: Called after each committed batch with its rows and the seconds
         #: its successful write took (metrics); must not raise.
         self.on_batch: Callable[[int, float], None] | None = None
@@ -122,6 +159,23 @@ class Storage:
         finally:
             stop.set()
 
+    def note_asked(self, target: Target, key: str | None = None) -> None:
+        """Someone asked about ``target`` (``key``: its ``Target.key``, when
+        the caller has it): it is written with the next flush, so the
+        retention does not remove it. Never waits, never touches the disk:
+        a dictionary store; when ``MAX_ASKED_NOTES`` are pending the note is
+        dropped (counted) and the flush is brought forward."""
+        asked = self._asked
+        if key is None:
+            key = target.key
+        if key in asked:
+            return
+        if len(asked) >= MAX_ASKED_NOTES:
+            self._asked_dropped += 1
+            self._asked_full.set()
+            return
+        asked[key] = target
+
     async def record(self, result: ProbeResult) -> None:
         """Queue ``result`` for the writer; waits while the queue is full."""
         try:
@@ -139,7 +193,83 @@ class Storage:
             producer_waits=self._producer_waits,
             failing=self._failing,
             lost=self._lost,
+            asked_queued=len(self._asked),
+            asked_dropped=self._asked_dropped,
+            pruned_targets=self._pruned_targets,
         )
+
+    async def _on_writer(self, function: Callable[..., Any], *args: object) -> Any:
+        """Run ``function(*args)`` with the writer's connection, between
+        batches."""
+        return await trio.to_thread.run_sync(function, *args, limiter=self._write_limiter)
+
+    async def _serve_maintenance(self) -> None:
+        """Bring the rows within the limits, then flush the asked-about
+        notes and prune, for ever (see the module docstring)."""
+        try:
+            await self._enforce_limits()
+        except StoreError as exc:
+            log.error("store: could not bring the stored targets within the limits "
+                      "(tried again at the next start): %s", exc)
+        next_prune = trio.current_time() + ASKED_FLUSH_INTERVAL_S
+        while True:
+            with trio.move_on_after(ASKED_FLUSH_INTERVAL_S):
+                await self._asked_full.wait()
+            await self._flush_asked()
+            if self._forget_unasked_after_s is not None and trio.current_time() >= next_prune:
+                next_prune = trio.current_time() + PRUNE_INTERVAL_S
+                await self._prune()
+
+    async def _enforce_limits(self) -> None:
+        """``Store.enforce_limits`` a chunk of targets at a time, so batches
+        are committed in between."""
+        writer = self._writer
+        if await self._on_writer(writer.limits_enforced):
+            return
+        report = PruneReport()
+        for first_id, last_id in await self._on_writer(writer.target_id_ranges):
+            report += await self._on_writer(writer.enforce_limits_in, first_id, last_id)
+        report += await self._on_writer(writer.record_limits)
+        log.info("store: every target is now within the limits: %s", report)
+
+    async def _flush_asked(self) -> None:
+        """Write the targets asked about since the last flush; on failure,
+        keep them (as many as fit) for the next one."""
+        asked = self._asked
+        if not asked:
+            return
+        self._asked = {}
+        self._asked_full = trio.Event()
+        keys = [(target.host, target.port) for target in asked.values()]
+        try:
+            await self._on_writer(self._writer.note_asked, keys, int(self._clock()))
+        except StoreError as exc:
+            log.error("store: could not note %d targets asked about, retrying: %s",
+                      len(keys), exc)
+            for key, target in asked.items():
+                if len(self._asked) >= MAX_ASKED_NOTES:
+                    break
+                self._asked.setdefault(key, target)
+
+    async def _prune(self) -> None:
+        """Remove the targets nobody asked about for
+        ``forget_unasked_after_s``, a chunk a transaction; log what went."""
+        assert self._forget_unasked_after_s is not None
+        asked_before = int(self._clock()) - self._forget_unasked_after_s
+        report = PruneReport()
+        try:
+            while True:
+                chunk = await self._on_writer(self._writer.prune_unasked, asked_before)
+                report += chunk
+                self._pruned_targets += chunk.targets
+                if chunk.targets == 0:
+                    break
+        except StoreError as exc:
+            log.error("store: removing targets nobody asked about failed, "
+                      "tried again in %gs: %s", PRUNE_INTERVAL_S, exc)
+        if report:
+            log.info("store: removed what nobody asked about for %d days: %s",
+                     self._forget_unasked_after_s // 86400, report)
 
     def _closing(self) -> None:
         """The queue is being closed (a clean stop): start the bound on
@@ -230,30 +360,61 @@ async def open_storage(
     queue_rows: int = 10_000,
     synchronous: str = "NORMAL",
     merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
+    max_certificate_bytes: int = _DEFAULT_LIMITS.max_certificate_bytes,
+    max_certificates_per_target: int = _DEFAULT_LIMITS.max_certificates_per_target,
+    max_runs_per_certificate: int = _DEFAULT_LIMITS.max_runs_per_certificate,
+    forget_unasked_after_s: int | None = None,
+    file_mode: int = DATABASE_FILE_MODE,
+    clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Storage]:
-    """Open the database at ``path`` (created and migrated if needed) and run
-    its writer until the block exits. Raises ``StoreError`` if it cannot be
-    opened."""
+    """Open the database at ``path`` (created and migrated if needed, its
+    files given ``file_mode``) and run its writer and its maintenance
+    (module docstring) until the block exits. The keywords are the
+    ``[store]`` keys: ``max_*``: what a target keeps (``TimelineLimits``);
+    ``forget_unasked_after_s``: the retention of targets nobody asked about
+    (None: for ever), by ``clock`` (Unix seconds). Raises ``StoreError`` if
+    it cannot be opened, ``ValueError`` for a limit out of range."""
+    limits = TimelineLimits(
+        max_certificate_bytes, max_certificates_per_target, max_runs_per_certificate
+    )
     writer = await trio.to_thread.run_sync(
-        lambda: Store(path, synchronous=synchronous, merge_window_s=merge_window_s)
+        lambda: Store(path, synchronous=synchronous, merge_window_s=merge_window_s,
+                      limits=limits, file_mode=file_mode)
     )
     try:
-        reader = await trio.to_thread.run_sync(lambda: Store(path, synchronous=synchronous))
+        reader = await trio.to_thread.run_sync(
+            lambda: Store(path, synchronous=synchronous, create=False, limits=limits)
+        )
     except BaseException:
         writer.close()
         raise
     send, receive = trio.open_memory_channel[ProbeResult](queue_rows)
-    storage = Storage(reader, writer, send)
+    storage = Storage(
+        reader, writer, send, forget_unasked_after_s=forget_unasked_after_s, clock=clock
+    )
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
                 storage._serve_writer, receive, batch_rows, batch_interval_ms / 1000
             )
+            maintenance = trio.CancelScope()
+            nursery.start_soon(_run_in, maintenance, storage._serve_maintenance)
             try:
                 yield storage
             finally:
+                maintenance.cancel()
                 storage._closing()
                 await send.aclose()  # the writer drains what is queued, then returns
+        if not storage._lost:  # a clean stop: the last notes too (one try)
+            with trio.CancelScope(shield=True):
+                await storage._flush_asked()
     finally:
         reader.close()
         writer.close()
+
+
+async def _run_in(scope: trio.CancelScope, function: Callable[[], Any]) -> None:
+    """Run ``await function()`` under ``scope`` (cancelled apart from the
+    nursery it runs in)."""
+    with scope:
+        await function()
