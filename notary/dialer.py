@@ -10,6 +10,10 @@ An I/O edge (Trio). Rules this module keeps:
    as the IPv4 address they carry.
 2. A name the policy refuses as such (an operator's opt-out,
    :meth:`AddressPolicy.name_refusal`) is refused before it is resolved.
+   Names are resolved as absolute names (:func:`absolute_name`): the system
+   resolver never completes them with its search domains. Special-use and
+   single-label names never get here as targets: the target parsers refuse
+   them (:func:`notary.protocol.targets.public_name_refusal`).
 3. At most ``MAX_ADDRESSES_PER_DIAL`` allowed addresses are tried, in the
    resolver's order, staggered happy-eyeballs style; the first to connect
    wins and the other attempts are cancelled or closed.
@@ -41,6 +45,7 @@ __all__ = [
     "CONNECT_STAGGER_S",
     "MAX_ADDRESSES_PER_DIAL",
     "Resolver",
+    "absolute_name",
     "allowed_addresses",
     "connect_first",
     "dial",
@@ -51,8 +56,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``(host, port) -> IP address strings``. Raises ``ProbeResolveFailed`` (or
-#: ``OSError``, mapped to it) when the name does not resolve.
+#: ``(host, port) -> IP address strings``, ``host`` a normalised name
+#: (no trailing dot) to be resolved as an absolute name. Raises
+#: ``ProbeResolveFailed`` (or ``OSError``, mapped to it) when the name does
+#: not resolve.
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 #: At most this many resolved (and allowed) addresses are tried per dial.
@@ -63,8 +70,28 @@ MAX_ADDRESSES_PER_DIAL = 8
 CONNECT_STAGGER_S = 0.25
 
 
+def absolute_name(host: str) -> str:
+    """``host`` spelt for the system resolver as an absolute name: with a
+    trailing dot, so that no search domain of the machine's resolver
+    configuration is tried with it (a stub resolver tries
+    ``name.<search domain>`` before ``name`` when ``name`` has fewer dots
+    than ``ndots``, and after it when ``name`` does not resolve).
+
+    Left as they are: IP literals, names already ending in a dot, and
+    ``localhost`` and names under it (RFC 6761 section 6.3: answered by the
+    machine itself, e.g. from ``/etc/hosts``, which lists them without the
+    dot; the client may name a notary so, targets never are).
+    """
+    if not host or host.endswith(".") or _is_ip_literal(host):
+        return host
+    if host == "localhost" or host.endswith(".localhost"):
+        return host
+    return host + "."
+
+
 async def system_resolver(host: str, port: int) -> list[str]:
-    """Resolve ``host`` with the system resolver (``getaddrinfo``, TCP).
+    """Resolve ``host`` with the system resolver (``getaddrinfo``, TCP), as
+    an absolute name (:func:`absolute_name`).
 
     Returns the IP address strings in the resolver's order, without
     duplicates.
@@ -74,7 +101,9 @@ async def system_resolver(host: str, port: int) -> list[str]:
     empty answer too.
     """
     try:
-        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = await trio.socket.getaddrinfo(
+            absolute_name(host), port, type=socket.SOCK_STREAM
+        )
     except (OSError, UnicodeError):
         raise ProbeResolveFailed("name did not resolve") from None
     addresses: list[str] = []

@@ -67,6 +67,17 @@ RESOLVED_NAMES = (
     "xn--pypal-4ve.example.test",  # Latin and Cyrillic mixed: valid IDNA 2008
     "xn--4dbc.example.test",  # right-to-left label
     LONG_NAME,
+    # Not public DNS names: refused (400) before any lookup, so the answer
+    # their mapping to the site would give (200) is never seen.
+    "localhost",
+    "www.localhost",
+    "printer.local",
+    "x.onion",
+    "x.invalid",
+    "corp.internal",
+    "nas.home.arpa",
+    "x.alt",
+    "intranet",
 )
 
 
@@ -379,7 +390,8 @@ MALFORMED: list[tuple[str, bytes, int | frozenset[int | str] | str]] = [
     ("method-only", b"GET\r\n\r\n", 400),
     ("lower-case-method", b"get / HTTP/1.1\r\n\r\n", 400),
     ("unknown-method", b"BREW / HTTP/1.1\r\n\r\n", 400),
-    ("http-0.9-line", b"GET /\r\n\r\n", 505),
+    ("http-0.9-line", b"GET /\r\n\r\n", 400),
+    ("no-version-target", b"GET /target/www.example.test+443\r\n\r\n", 400),
     ("http-1.2", b"GET / HTTP/1.2\r\n\r\n", 505),
     ("lower-case-version", b"GET / http/1.1\r\n\r\n", 400),
     ("junk-after-version", b"GET / HTTP/1.1 extra\r\n\r\n", 400),
@@ -558,6 +570,20 @@ TARGETS: list[tuple[str, str, int]] = [
     ("idn-xn-not-idna2008", "GET xn--ls8h.example.test+443", 400),
     ("idn-zero-width-joiner", "GET ex%E2%80%8Dample.test+443", 400),
     ("idn-emoji", "GET %F0%9F%98%80.example.test+443", 400),
+    # names that are not public DNS names
+    ("name-localhost", "GET localhost+{port}", 400),
+    ("name-localhost-upper-case-dot", "GET LOCALHOST.+{port}", 400),
+    ("name-under-localhost", "GET www.localhost+{port}", 400),
+    ("name-mdns", "GET printer.local+{port}", 400),
+    ("name-onion", "GET x.onion+{port}", 400),
+    ("name-onion-post", "POST x.onion+{port} fingerprint={fp}", 400),
+    ("name-invalid", "GET x.invalid+{port}", 400),
+    ("name-internal", "GET corp.internal+{port}", 400),
+    ("name-home-arpa", "GET nas.home.arpa+{port}", 400),
+    ("name-home-arpa-fullwidth-dots", "GET nas%E3%80%82home%EF%BC%8Earpa+{port}", 400),
+    ("name-alt", "GET x.alt+{port}", 400),
+    ("name-single-label", "GET intranet+{port}", 400),
+    ("name-single-label-dot", "GET intranet.+{port}", 400),
     # IP literals
     ("ipv4-short", "GET 127.1+443", 400),
     ("ipv4-hex", "GET 0x7f.0.0.1+443", 400),
@@ -657,6 +683,10 @@ PERSPECTIVES: list[tuple[str, str, int]] = [
     ("host-invalid-xn", "host=xn--zz.test&port=443", 400),
     ("host-zone-id", "host=%5Bfe80::1%25eth0%5D&port=443", 400),
     ("host-ipv4-short", "host=127.1&port=443", 400),
+    ("host-localhost", "host=localhost&port=443&service_type=2", 400),
+    ("host-onion", "host=x.onion&port=443", 400),
+    ("host-home-arpa", "host=nas.home.arpa", 400),
+    ("host-single-label", "host=intranet&port=443", 400),
     ("too-many-parameters", "&".join(["host=a.test"] + ["x=1"] * 20), 400),
     ("query-over-limit", "host=" + "a" * 5000, 414),
     ("bad-percent-name", "%zz=1", 400),

@@ -19,6 +19,7 @@ second, an alert instead of a ServerHello, and the bound on what is read.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import socket
 import struct
@@ -29,12 +30,23 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+import trio_websocket
 
 from notary import crypto
 from notary import probe as probe_module
+from notary.config import Endpoint
 from notary.probe import DEFAULT_MAX_HANDSHAKE_BYTES
 from notary.protocol.convergence import format_fingerprint
-from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary
+from tests.support import notaries
+from tests.support.notaries import (
+    NotaryUnderTest,
+    client_context,
+    legacy_query,
+    legacy_request,
+    open_notary,
+    open_v2_notary,
+    send_raw,
+)
 from tests.support.tls_targets import (
     LOCALHOST,
     RawTarget,
@@ -43,6 +55,7 @@ from tests.support.tls_targets import (
     open_raw_target,
     open_tls_target,
     open_truncating_proxy,
+    static_resolver,
 )
 
 PROBE_TIMEOUT_S = 5.0
@@ -345,3 +358,148 @@ async def test_many_hostile_targets_at_once_do_not_block_the_notary(
                     assert trio.current_time() - started < 0.01
                 assert trio.current_time() - started <= PROBE_TIMEOUT_S + 0.01
     assert statuses == [503] * 30
+
+
+
+# -- names that are not public DNS names ---------------------------------------------------
+
+#: Special-use and private names (README "What it refuses"), each mapped by
+#: the notary's resolver to the local site: were one resolved, its query
+#: would be answered.
+NOT_PUBLIC = (
+    "localhost",
+    "www.localhost",
+    "printer.local",
+    "duckduckgogg42xjoc72x3sjasowoarfbgcmvfimaftt6twagswzczad.onion",
+    "x.invalid",
+    "corp.internal",
+    "nas.home.arpa",
+    "x.alt",
+    "intranet",
+)
+NOT_PUBLIC_MESSAGE = b"not a public DNS name"
+
+
+async def _plain_exchange(port: int, request: bytes) -> tuple[int, bytes]:
+    """Send ``request`` over plain TCP; the status and body of the answer
+    (read up to its Content-Length: a relay's tunnel stays open)."""
+    with trio.fail_after(20):
+        stream = await trio.open_tcp_stream(LOCALHOST, port)
+        async with stream:
+            await stream.send_all(request)
+            data = b""
+            while True:
+                head, found, body = data.partition(b"\r\n\r\n")
+                if found:
+                    length = 0
+                    for line in head.split(b"\r\n")[1:]:
+                        name, _, value = line.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    if len(body) >= length:
+                        return int(head.split(b" ", 2)[1]), body
+                chunk = await stream.receive_some(65536)
+                assert chunk, data[:200]
+                data += chunk
+
+
+async def _https_exchange(port: int, request: bytes) -> tuple[int, bytes]:
+    answer = await send_raw(port, request)
+    return answer.status, answer.body
+
+
+async def _websocket_exchanges(port: int, host: str, target_port: int) -> list[tuple[int, bytes]]:
+    """A v2 query and a watch of ``host`` over one WebSocket: each reply's
+    status (200 unless an error) and message."""
+    replies = []
+    async with trio_websocket.open_websocket(
+        LOCALHOST, port, "/v2/ws", use_ssl=client_context()
+    ) as ws:
+        for message in (
+            {"type": "query", "id": 1, "targets": [{"host": host, "port": target_port}]},
+            {"type": "watch", "id": 2, "host": host, "port": target_port},
+        ):
+            await ws.send_message(json.dumps(message))
+            reply = json.loads(await ws.get_message())
+            status = reply["status"] if reply["type"] == "error" else 200
+            replies.append((status, str(reply.get("message", "")).encode()))
+    return replies
+
+
+async def _ask_every_protocol(
+    notary: NotaryUnderTest, host: str, port: int
+) -> dict[str, tuple[int, bytes]]:
+    """Ask about ``host`` port ``port`` every way a client can: what -> (status, body)."""
+    api = notary.port
+    perspectives = notary.running.perspectives[0].port
+    v2_body = json.dumps({"targets": [{"host": host, "port": port}], "nonce": "n"}).encode()
+    answers = {
+        "convergence GET": await _https_exchange(api, legacy_request(f"{host}+{port}", None)),
+        "convergence POST": await _https_exchange(
+            api, legacy_request(f"{host}+{port}", ":".join(["AB"] * 20))
+        ),
+        "v2": await _https_exchange(api, (
+            b"POST /v2/query HTTP/1.0\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(v2_body), v2_body)
+        )),
+        "perspectives port": await _plain_exchange(perspectives, (
+            f"GET /?host={host}&port={port}&service_type=2 HTTP/1.0\r\n\r\n".encode()
+        )),
+        "perspectives on the API": await _https_exchange(
+            api, f"GET /?host={host}&port={port} HTTP/1.0\r\n\r\n".encode()
+        ),
+        "web lookup form": await _https_exchange(
+            api, f"GET /site?host={host}&port={port} HTTP/1.0\r\n\r\n".encode()
+        ),
+        "web site page": await _https_exchange(
+            api, f"GET /site/{host}+{port} HTTP/1.0\r\n\r\n".encode()
+        ),
+        "web check now": await _https_exchange(
+            api, f"POST /site/{host}+{port}/check HTTP/1.0\r\nContent-Length: 0\r\n\r\n".encode()
+        ),
+        "relay CONNECT": await _plain_exchange(
+            notary.relay_port, f"CONNECT {host}:4242 HTTP/1.1\r\n\r\n".encode()
+        ),
+        "relay header": await _plain_exchange(notary.relay_port, (
+            f"CONNECT 127.0.0.1:4242 HTTP/1.1\r\nX-Convergence-Notary: {host}+4242\r\n\r\n"
+        ).encode()),
+    }
+    query, watch = await _websocket_exchanges(api, host, port)
+    answers["websocket query"], answers["websocket watch"] = query, watch
+    return answers
+
+
+async def test_non_public_names_get_400_from_every_protocol_before_any_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Convergence (GET, POST), v2, the WebSocket (query, watch), Perspectives
+    (its port and the API), the web pages (lookup form, site page, check
+    now) and the relay (CONNECT line, destination header) answer 400 "not a
+    public DNS name", and the resolver is never asked: no oracle for the
+    operator's DNS, no .onion name leaked. A name under .test, asked the
+    same ways, is resolved and answered."""
+    key_path = tmp_path / "perspectives.key"
+    crypto.write_new_file(
+        key_path, crypto.private_key_pem(crypto.generate_perspectives_key()), mode=0o600
+    )
+    async with open_tls_target(names=[GOOD, *NOT_PUBLIC]) as site:
+        resolver = static_resolver({name: [site.host] for name in (GOOD, *NOT_PUBLIC)})
+        monkeypatch.setattr(notaries, "static_resolver", lambda _names: resolver)
+        async with open_v2_notary(
+            tmp_path, {},
+            perspectives={"key_file": key_path, "listen": (Endpoint(LOCALHOST, 0),)},
+            relay={"destinations": "public", "dial_port": site.port},
+            rescan={"enabled": False}, admin={"listen": (), "metrics_interval_s": 3600.0},
+        ) as notary:
+            asked = {host: await _ask_every_protocol(notary, host, site.port) for host in NOT_PUBLIC}
+            assert resolver.calls == []
+            good = await _ask_every_protocol(notary, GOOD, site.port)
+            calls = list(resolver.calls)
+    for host, answers in asked.items():
+        for what, (status, body) in answers.items():
+            assert status == 400, (host, what, status, body[:200])
+            assert NOT_PUBLIC_MESSAGE in body, (host, what, body[:200])
+    # The control: the same requests about GOOD were resolved and answered.
+    assert calls and {host for host, _port in calls} == {GOOD}
+    assert good["convergence GET"][0] == 200 and good["v2"][0] == 200
+    assert good["web site page"][0] == 200 and good["websocket query"][0] == 200

@@ -7,7 +7,9 @@ Invariants
    ``max_body_bytes``; beyond that a ``ProtocolError`` with 431 or 413.
 2. A malformed request (llhttp refuses it: bad line, obsolete folding,
    conflicting Content-Length/Transfer-Encoding, NUL bytes, ...) is a
-   ``ProtocolError`` with 400; an HTTP version other than 1.0/1.1 is 505.
+   ``ProtocolError`` with 400, and so is a request line without an HTTP
+   version (``GET /x``: HTTP/0.9's form); any other HTTP version than
+   1.0/1.1 is 505.
 3. Requests are returned whole and in order (pipelining works); after a
    request that does not keep the connection alive, or an upgrade request,
    the reader is ``finished`` and ignores further bytes. After an upgrade
@@ -34,6 +36,10 @@ DEFAULT_MAX_HEADER_BYTES = 8 * 1024
 DEFAULT_MAX_HEADERS = 64
 DEFAULT_MAX_BODY_BYTES = 4 * 1024
 SERVER_NAME = b"notary"
+#: The version llhttp reports for a request line without one (``GET /x``,
+#: HTTP/0.9's only form). A written ``HTTP/0.9`` is reported the same way;
+#: HTTP/0.9 requests never carried that token, so it is malformed too (400).
+_NO_VERSION = "0.9"
 
 
 class Request:
@@ -260,6 +266,8 @@ class RequestReader:
         parser = self._parser
         version = self._version = parser.get_http_version()
         if version != "1.1" and version != "1.0":
+            if version == _NO_VERSION:
+                self._fail(ProtocolError("malformed request: no HTTP version"))
             self._fail(ProtocolError("HTTP version not supported", status=505))
         self._method = parser.get_method()
         self._keep_alive = parser.should_keep_alive()

@@ -12,9 +12,12 @@ Rules this module keeps:
 
 1. Only ``CONNECT`` is relayed, and only to port :data:`RELAY_PORT` (4242);
    anything else is a :class:`RelayRefused` (403).
-2. Every destination is a normalised host (:func:`~notary.protocol.targets.normalise_host`):
-   a malformed one is a :class:`~notary.errors.ProtocolError` (400), as are
-   more destinations than the caller's bound.
+2. Every destination is a normalised host (:func:`~notary.protocol.targets.normalise_host`)
+   and a public DNS name or an IP literal
+   (:func:`~notary.protocol.targets.check_public_name`: no ``localhost``,
+   ``.local``, ``.onion``, single label, ...), in every relay mode: a
+   malformed or non-public one is a :class:`~notary.errors.ProtocolError`
+   (400), as are more destinations than the caller's bound.
 3. Destinations keep the client's order (the request-target first, then the
    headers in order), without duplicates.
 
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from notary.errors import BadTarget, PeerError, ProtocolError
 from notary.protocol.bundle import Bundle
 from notary.protocol.http import SERVER_NAME, Request, error_response, response
-from notary.protocol.targets import normalise_host, parse_port
+from notary.protocol.targets import check_public_name, normalise_host, parse_port
 
 __all__ = [
     "DESTINATION_HEADER",
@@ -128,7 +131,9 @@ def _parse_destination(raw: bytes) -> str:
             raise RelayRefused("only CONNECT to port 4242 is relayed")
         if not host:
             raise BadTarget("missing host")
-        return normalise_host(host)
+        normal = normalise_host(host)
+        check_public_name(normal)
+        return normal
     except BadTarget as exc:
         raise ProtocolError(f"bad destination: {exc.message}") from None
 

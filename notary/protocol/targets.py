@@ -40,6 +40,15 @@ Normalisation rules for hosts (:func:`normalise_host`):
    shortened forms), so the notary would observe a host the client did not
    mean.
 
+A *target* must moreover be a public DNS name or an IP literal
+(:func:`public_name_refusal`): :func:`make_target` and
+:func:`parse_convergence_target` refuse special-use and private names
+(``localhost``, ``.local``, ``.onion``, single labels, ...) with ``"not a
+public DNS name"``, before anything could resolve them, so every protocol
+that reads a target with them inherits the rule. :func:`normalise_host`
+alone does not apply it: it also spells the hosts of notaries (bundles,
+notary lists, relay destinations) and of opt-outs, which the callers judge.
+
 Every error is :class:`~notary.errors.BadTarget` with a short message that
 never echoes the input, so it is safe as an HTTP 400 body.
 """
@@ -61,12 +70,16 @@ __all__ = [
     "MAX_PORT",
     "MAX_PORT_DIGITS",
     "MAX_TARGET_SEGMENT_CHARS",
+    "NON_PUBLIC_SUFFIXES",
+    "NOT_PUBLIC_NAME",
     "Target",
+    "check_public_name",
     "format_convergence_target",
     "make_target",
     "normalise_host",
     "parse_convergence_target",
     "parse_port",
+    "public_name_refusal",
 ]
 
 #: Longest host text looked at, in characters, before normalisation. UTS #46
@@ -88,6 +101,22 @@ MAX_TARGET_SEGMENT_CHARS = MAX_HOST_INPUT_CHARS + 1 + MAX_PORT_DIGITS
 #: The separator between host and port in a Convergence path segment.
 CONVERGENCE_SEPARATOR = "+"
 
+#: Names that are not public DNS names: a host equal to one of these or
+#: under it is refused as a target (:func:`public_name_refusal`).
+NON_PUBLIC_SUFFIXES: tuple[str, ...] = (
+    "localhost",  # RFC 6761 6.3: the loopback host, answered locally
+    "local",  # RFC 6762: multicast DNS, the local link
+    "onion",  # RFC 7686: Tor onion services, never looked up in the DNS
+    "invalid",  # RFC 6761 6.4: guaranteed not to exist
+    "internal",  # ICANN Board, July 2024 (SSAC SAC113): private use
+    "home.arpa",  # RFC 8375: home networks
+    "alt",  # RFC 9476: names outside the DNS
+)
+#: The :class:`~notary.errors.BadTarget` message for such a name.
+NOT_PUBLIC_NAME = "not a public DNS name"
+#: The refusal reason of a name without a dot.
+SINGLE_LABEL = "single-label"
+
 _LDH_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?")
 _NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*")
 _DECIMAL = re.compile(r"[0-9]+")
@@ -106,11 +135,7 @@ class Target:
 
     @property
     def is_ip_literal(self) -> bool:
-        try:
-            ipaddress.ip_address(self.host)
-        except ValueError:
-            return False
-        return True
+        return _is_ip_literal(self.host)
 
     @property
     def key(self) -> str:
@@ -150,6 +175,52 @@ def normalise_host(text: str) -> str:
     return _normalise_ascii_host(name)
 
 
+def public_name_refusal(host: str) -> str | None:
+    """Why the normalised host ``host`` is not a public DNS name, or None if
+    it is one (or is an IP literal: the address policy judges those).
+
+    The reason is the entry of :data:`NON_PUBLIC_SUFFIXES` that ``host`` is
+    or is under, or ``"single-label"`` for a name without a dot:
+
+    - ``localhost`` and ``*.localhost`` (RFC 6761 section 6.3), ``*.invalid``
+      (RFC 6761 section 6.4);
+    - ``*.local``: multicast DNS on the notary's own link (RFC 6762);
+    - ``*.onion``: Tor onion services, which RFC 7686 section 2 says must
+      not be looked up in the DNS (a lookup leaks the name);
+    - ``*.internal``: private use, reserved by the ICANN Board in July 2024
+      (SSAC advisory SAC113);
+    - ``*.home.arpa``: home networks (RFC 8375);
+    - ``*.alt``: names of non-DNS name spaces (RFC 9476);
+    - single-label names (``intranet``): a stub resolver completes them with
+      its search domains, i.e. the operator's own zones.
+
+    ``.test`` and ``.example`` (RFC 6761 sections 6.2 and 6.5) are ordinary
+    names here: resolvers look them up like any other.
+
+    Pure: ``host`` is expected as :func:`normalise_host` returns it
+    (lower case, A-labels, no trailing dot). Never raises.
+    """
+    if not isinstance(host, str) or _is_ip_literal(host):
+        return None
+    for suffix in NON_PUBLIC_SUFFIXES:
+        if host == suffix or host.endswith("." + suffix):
+            return suffix
+    if "." not in host:
+        return SINGLE_LABEL
+    return None
+
+
+def check_public_name(host: str) -> None:
+    """Return if the normalised ``host`` may be a target (see
+    :func:`public_name_refusal`).
+
+    Error handling: raises :class:`~notary.errors.BadTarget` with the
+    message :data:`NOT_PUBLIC_NAME` otherwise.
+    """
+    if public_name_refusal(host) is not None:
+        raise BadTarget(NOT_PUBLIC_NAME)
+
+
 def parse_port(text: str) -> int:
     """The port written as ``text``: 1 to :data:`MAX_PORT_DIGITS` ASCII decimal
     digits (leading zeros allowed), value 1..65535.
@@ -175,7 +246,8 @@ def make_target(host: str, port: int | str) -> Target:
     as :func:`parse_port` accepts).
 
     Error handling: raises :class:`~notary.errors.BadTarget` if the host does
-    not normalise or the port is not 1..65535 (``bool`` is not a port).
+    not normalise, is not a public DNS name (:func:`check_public_name`), or
+    the port is not 1..65535 (``bool`` is not a port).
     """
     if isinstance(port, str):
         port_number = parse_port(port)
@@ -185,7 +257,9 @@ def make_target(host: str, port: int | str) -> Target:
         port_number = port
     else:
         raise BadTarget("port must be a number from 1 to 65535")
-    return Target(normalise_host(host), port_number)
+    host = normalise_host(host)
+    check_public_name(host)
+    return Target(host, port_number)
 
 
 def parse_convergence_target(segment: str) -> Target:
@@ -198,7 +272,8 @@ def parse_convergence_target(segment: str) -> Target:
     Error handling: raises :class:`~notary.errors.BadTarget`: ``"missing
     port"`` when there is no ``+`` or nothing after it, ``"missing host"``
     when nothing is before it, ``"more than one '+' in target"``, and the
-    errors of :func:`normalise_host` and :func:`parse_port`.
+    errors of :func:`normalise_host`, :func:`check_public_name` and
+    :func:`parse_port`.
     """
     if not isinstance(segment, str):
         raise BadTarget("target must be text")
@@ -214,7 +289,9 @@ def parse_convergence_target(segment: str) -> Target:
         raise BadTarget("missing host")
     if not port:
         raise BadTarget("missing port (expected host+port)")
-    return Target(normalise_host(host), parse_port(port))
+    normal = normalise_host(host)
+    check_public_name(normal)
+    return Target(normal, parse_port(port))
 
 
 def format_convergence_target(target: Target) -> str:
@@ -225,6 +302,14 @@ def format_convergence_target(target: Target) -> str:
     targets."""
     host = f"[{target.host}]" if ":" in target.host else target.host
     return f"{host}{CONVERGENCE_SEPARATOR}{target.port}"
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _normalise_ipv6(text: str) -> str:

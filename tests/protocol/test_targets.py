@@ -7,16 +7,21 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from notary.errors import BadTarget, ProtocolError
+from notary.protocol import perspectives, relay, v2
+from notary.protocol.http import RequestReader
 from notary.protocol.targets import (
     MAX_HOST_CHARS,
     MAX_HOST_INPUT_CHARS,
     MAX_LABEL_CHARS,
+    NON_PUBLIC_SUFFIXES,
+    NOT_PUBLIC_NAME,
     Target,
     format_convergence_target,
     make_target,
     normalise_host,
     parse_convergence_target,
     parse_port,
+    public_name_refusal,
 )
 
 # --- normalise_host: names ----------------------------------------------------
@@ -367,6 +372,142 @@ def test_target_api_unchanged() -> None:
     assert target.key == str(target) == "[::1]:443"
     assert Target("example.com", 443).key == "example.com:443"
     assert not Target("example.com", 443).is_ip_literal
+
+
+# --- public names only --------------------------------------------------------
+
+#: (normalised host, reason): names a target may not have.
+NOT_PUBLIC = [
+    ("localhost", "localhost"),
+    ("www.localhost", "localhost"),
+    ("printer.local", "local"),
+    ("a.b.local", "local"),
+    ("duckduckgogg42xjoc72x3sjasowoarfbgcmvfimaftt6twagswzczad.onion", "onion"),
+    ("www.example.onion", "onion"),
+    ("x.invalid", "invalid"),
+    ("invalid", "invalid"),
+    ("corp.internal", "internal"),
+    ("nas.home.arpa", "home.arpa"),
+    ("home.arpa", "home.arpa"),
+    ("x.alt", "alt"),
+    ("intranet", "single-label"),
+    ("com", "single-label"),
+    ("xn--bcher-kva", "single-label"),
+]
+
+#: Names and IP literals the rule lets through (the address policy judges
+#: the addresses).
+PUBLIC = [
+    "example.com",
+    "www.example.test",  # RFC 6761: .test and .example are ordinary names
+    "x.example",
+    "localhost.example.com",  # the special labels elsewhere than at the end
+    "local.example.com",
+    "onion.example",
+    "www.notlocal",
+    "www.myalt",
+    "x.arpa",
+    "home.arpa.example",
+    "127.0.0.1",
+    "10.0.0.1",
+    "::1",
+    "fe80::1",
+    "::",
+]
+
+
+@pytest.mark.parametrize(("host", "reason"), NOT_PUBLIC)
+def test_non_public_names_are_refused(host: str, reason: str) -> None:
+    assert normalise_host(host) == host  # well-formed: the rule is not syntax
+    assert public_name_refusal(host) == reason
+    with pytest.raises(BadTarget) as info:
+        make_target(host, 443)
+    assert info.value.message == NOT_PUBLIC_NAME
+    assert info.value.status == 400
+    with pytest.raises(BadTarget, match=NOT_PUBLIC_NAME):
+        parse_convergence_target(format_convergence_target(Target(host, 443)))
+
+
+@pytest.mark.parametrize("host", PUBLIC)
+def test_public_names_and_ip_literals_pass(host: str) -> None:
+    assert public_name_refusal(host) is None
+    assert make_target(host, 443) == Target(normalise_host(host), 443)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "LOCALHOST",
+        "localhost.",
+        "Printer.Local.",
+        "drucker.l\u00f6cal.local",  # an IDN under .local
+        "nas\u3002home\uff0earpa",  # ideographic and fullwidth full stops
+        "WWW.Example.ONION",
+        "intranet.",
+        "INTRANET",
+        "b\u00fccher",  # one IDN label
+    ],
+)
+def test_every_spelling_of_a_non_public_name_is_refused(spelling: str) -> None:
+    with pytest.raises(BadTarget, match=NOT_PUBLIC_NAME):
+        make_target(spelling, "443")
+    with pytest.raises(BadTarget, match=NOT_PUBLIC_NAME):
+        parse_convergence_target(f"{spelling}+443")
+
+
+def test_the_suffixes_are_normalised_names() -> None:
+    for suffix in NON_PUBLIC_SUFFIXES:
+        assert normalise_host(suffix) == suffix
+    assert "test" not in NON_PUBLIC_SUFFIXES and "example" not in NON_PUBLIC_SUFFIXES
+
+
+def test_normalise_host_alone_keeps_such_names() -> None:
+    """Notary hosts (bundles, notary lists, relay bundles) and opt-outs are
+    spelt by normalise_host; the name rule is the target parsers'."""
+    assert normalise_host("Notary.Internal.") == "notary.internal"
+    assert normalise_host("localhost") == "localhost"
+
+
+def _request(data: bytes):
+    [request] = RequestReader().feed(data)
+    return request
+
+
+@pytest.mark.parametrize("host", ["localhost", "printer.local", "x.onion", "intranet"])
+def test_every_protocol_parser_refuses_non_public_names(host: str) -> None:
+    """The parsers of each protocol's request (v2 batches, WebSocket
+    queries, Perspectives queries, relay CONNECT lines) inherit the rule."""
+    body = (
+        b'{"targets":[{"host":"www.example.test","port":443},{"host":"%s","port":443}]}'
+        % host.encode()
+    )
+    with pytest.raises(BadTarget) as info:
+        v2.parse_query_request(body, max_batch=10, max_body_bytes=4096)
+    assert info.value.status == 400
+    assert info.value.message == f"targets[1].host: {NOT_PUBLIC_NAME}"
+    with pytest.raises(BadTarget, match=NOT_PUBLIC_NAME) as info:
+        perspectives.parse_query(b"host=%s&port=443&service_type=2" % host.encode())
+    assert info.value.status == 400
+    for head in (
+        b"CONNECT %s:4242 HTTP/1.1\r\nHost: %s\r\n\r\n" % (host.encode(), host.encode()),
+        b"CONNECT notary.example.test:4242 HTTP/1.1\r\nX-Convergence-Notary: %s+4242\r\n\r\n"
+        % host.encode(),
+    ):
+        for mode_independent in (1, 8):
+            with pytest.raises(ProtocolError) as error:
+                relay.parse_connect_request(_request(head), max_destinations=mode_independent)
+            assert error.value.status == 400
+            assert error.value.message == f"bad destination: {NOT_PUBLIC_NAME}"
+
+
+def test_relay_destinations_may_still_be_public_names_and_ip_literals() -> None:
+    head = (
+        b"CONNECT notary.example.test:4242 HTTP/1.1\r\n"
+        b"X-Convergence-Notary: 127.0.0.2+4242, [::1]+4242\r\n\r\n"
+    )
+    request = _request(head)
+    parsed = relay.parse_connect_request(request, max_destinations=8)
+    assert parsed.destinations == ("notary.example.test", "127.0.0.2", "::1")
 
 
 # --- properties ---------------------------------------------------------------
