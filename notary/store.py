@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, fields
@@ -125,6 +126,8 @@ MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 5000
+#: Pause between attempts to switch a file other processes hold to WAL.
+WAL_SWITCH_RETRY_S = 0.01
 #: ``INSERT ... RETURNING`` (``Store.record``) came with SQLite 3.35.
 MIN_SQLITE_VERSION = (3, 35, 0)
 MAX_ADDRESSES = 8
@@ -470,9 +473,7 @@ class Store:
             raise StoreError(f"database {self.path}: {exc}") from None
         try:
             self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise StoreError(f"database {self.path}: cannot enable WAL mode")
+            self._enable_wal()
             self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             self._db.execute("PRAGMA foreign_keys = ON")
             self.migrate()
@@ -482,6 +483,23 @@ class Store:
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"database {self.path}: {exc}") from None
             raise
+
+    def _enable_wal(self) -> None:
+        """Switch the file to WAL. The switch needs the file to itself and
+        SQLite reports "locked" at once, without waiting, while another
+        process (a worker starting beside this one) opens or switches it:
+        retry for up to the busy timeout."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(WAL_SWITCH_RETRY_S)
+        if mode.lower() != "wal":
+            raise StoreError(f"database {self.path}: cannot enable WAL mode")
 
     def __enter__(self) -> Store:
         return self
@@ -509,23 +527,34 @@ class Store:
         return self._db.execute("PRAGMA user_version").fetchone()[0]
 
     def migrate(self) -> int:
-        """Apply pending migrations; return how many ran. Idempotent.
+        """Apply pending migrations; return how many this connection ran.
+        Idempotent, and safe when several processes (a node's workers) open
+        one new file at once: each step reads the version under the write
+        lock, so a step another process applied meanwhile is not run again.
 
         Raises ``StoreError`` if the file was made by a newer notary.
         """
-        current = self.schema_version()
-        if current > SCHEMA_VERSION:
-            raise StoreError(
-                f"database {self.path} has schema {current}, newer than this notary's "
-                f"{SCHEMA_VERSION}"
-            )
-        for version in range(current, SCHEMA_VERSION):
+        ran = 0
+        self._check_not_newer(self.schema_version())
+        while self.schema_version() < SCHEMA_VERSION:  # read without the write lock
             with self._transaction() as db:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                self._check_not_newer(version)
+                if version == SCHEMA_VERSION:
+                    return ran
                 for statement in MIGRATIONS[version].split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version = {version + 1}")
-        return SCHEMA_VERSION - current
+            ran += 1
+        return ran
+
+    def _check_not_newer(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {self.path} has schema {version}, newer than this "
+                f"notary's {SCHEMA_VERSION}"
+            )
 
     def load_timeline(self, target: Target) -> Timeline:
         """Every observation of ``target`` (an empty timeline if unknown),

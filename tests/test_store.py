@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import multiprocessing.synchronize
 import os
 import random
 import sqlite3
@@ -71,6 +73,31 @@ def test_migrate_on_an_empty_file_runs_every_migration(db_path: Path) -> None:
     db_path.write_bytes(b"")
     with Store(db_path, create=False) as store:
         assert store.schema_version() == SCHEMA_VERSION
+
+
+def _open_at_once(path: str, barrier: multiprocessing.synchronize.Barrier) -> None:
+    barrier.wait()
+    Store(path).close()  # raises (exit status 1) if another process's migration got in
+
+
+def test_workers_opening_a_fresh_file_at_once_each_migrate_it_once(db_path: Path) -> None:
+    """The workers of a node open the same new database at the same moment:
+    each migration step runs once, whoever takes the write lock first; the
+    others see the schema it left and open it (none exits on 'table already
+    exists')."""
+    context = multiprocessing.get_context("spawn")
+    for _ in range(3):
+        db_path.unlink(missing_ok=True)
+        barrier = context.Barrier(4)
+        openers = [context.Process(target=_open_at_once, args=(str(db_path), barrier))
+                   for _ in range(4)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(60)
+        assert [opener.exitcode for opener in openers] == [0, 0, 0, 0]
+        with Store(db_path) as store:
+            assert store.schema_version() == SCHEMA_VERSION
 
 
 def test_newer_schema_is_refused(db_path: Path) -> None:
