@@ -1,8 +1,8 @@
-"""Build the optional compiled cache (``notary._fastcache``).
+"""Build the optional compiled cache (``notary.state._fastcache``).
 
 The extension is optional: when Cython or a C compiler is missing, or
 ``NOTARY_NO_EXTENSIONS=1`` is set, the project installs in pure-Python mode and
-``notary.cache`` uses the twin in ``notary/_fastcache_py.py``.
+``notary.state.cache`` uses the twin in ``notary/state/_fastcache_py.py``.
 """
 
 import os
@@ -30,7 +30,7 @@ class OptionalBuildExt(build_ext):
     @staticmethod
     def _warn(exc):
         print(
-            f"WARNING: notary._fastcache was not compiled ({exc}); "
+            f"WARNING: notary.state._fastcache was not compiled ({exc}); "
             "installing the pure-Python cache instead.",
             file=sys.stderr,
         )
@@ -44,7 +44,7 @@ def extensions():
     except ImportError:
         return []
     exts = cythonize(
-        ["notary/_fastcache.pyx"],
+        ["notary/state/_fastcache.pyx"],
         compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
         quiet=True,
     )

@@ -3,8 +3,8 @@
     .venv/bin/python bench/bench_cache.py            # full run (about three minutes)
     .venv/bin/python bench/bench_cache.py --quick    # smoke run (seconds)
 
-Imports both implementations directly (``notary._fastcache`` and
-``notary._fastcache_py``), whatever ``NOTARY_NO_EXTENSIONS`` says, and exits
+Imports both implementations directly (``notary.state._fastcache`` and
+``notary.state._fastcache_py``), whatever ``NOTARY_NO_EXTENSIONS`` says, and exits
 with a message if the compiled one is not built.
 
 Three tables, every ratio measured in the same run:
@@ -62,7 +62,7 @@ BLOOM_GOAL_RATIO = 10.0
 class OrderedDictLRU:
     """The textbook LRU on ``collections.OrderedDict``, bounded like ``LRUCache``.
 
-    Same ``get``/``put`` semantics as ``notary._fastcache.LRUCache`` (hits,
+    Same ``get``/``put`` semantics as ``notary.state._fastcache.LRUCache`` (hits,
     misses, evictions and rejected items counted the same way), without the
     robustness of ours against keys whose ``__eq__``/``__hash__`` misbehave.
     """
@@ -381,9 +381,9 @@ def _resident_bytes() -> int:
 def memory_child(impl: str, targets: int, method: str) -> None:
     """Runs in a subprocess: print a JSON line with bytes per target."""
     if impl == "compiled":
-        factory: Callable[[int, int], Any] = importlib.import_module("notary._fastcache").LRUCache
+        factory: Callable[[int, int], Any] = importlib.import_module("notary.state._fastcache").LRUCache
     elif impl == "twin":
-        factory = importlib.import_module("notary._fastcache_py").LRUCache
+        factory = importlib.import_module("notary.state._fastcache_py").LRUCache
     else:
         factory = OrderedDictLRU
     keys: list[Any] = [None] * targets
@@ -456,10 +456,10 @@ def bench_memory(quick: bool) -> None:
 
 def import_compiled() -> ModuleType:
     try:
-        return importlib.import_module("notary._fastcache")
+        return importlib.import_module("notary.state._fastcache")
     except ImportError as exc:
         sys.exit(
-            f"bench_cache: the compiled cache notary._fastcache does not import ({exc}).\n"
+            f"bench_cache: the compiled cache notary.state._fastcache does not import ({exc}).\n"
             f"Build it first: cd {common.ROOT} && .venv/bin/python setup.py build_ext --inplace"
         )
 
@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     repeat = common.repetitions(args, full=3)
     fast = import_compiled()
-    twin = importlib.import_module("notary._fastcache_py")
+    twin = importlib.import_module("notary.state._fastcache_py")
     impls: dict[str, Callable[[int, int], Any]] = {
         "compiled": fast.LRUCache, "twin": twin.LRUCache, "OrderedDict": OrderedDictLRU,
     }

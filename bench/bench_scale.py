@@ -27,7 +27,7 @@ Three parts, each printed as one Markdown table (loopback only):
    (total, 200 x 10^6 bytes).
 3. **Start-up with a large store.** A database of 1,000,000 targets (one
    observation each, a distinct 1,200-byte certificate each) is built with
-   ``notary.store.Store.record`` in batches of 500 (the real write path; a
+   ``notary.state.store.Store.record`` in batches of 500 (the real write path; a
    minute or two) and cached under ``<project>/.bench-tmp/`` as
    ``scale-store-schema<SCHEMA_VERSION>-<targets>-g<generator>.db``: a later
    run with the same schema version and size reuses it (its counts are
@@ -111,9 +111,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from notary.config import CacheConfig, load_config
-from notary.observations import Certificate, ProbeResult
-from notary.protocol.targets import Target
-from notary.store import SCHEMA_VERSION, Store
+from notary.model.observations import Certificate, ProbeResult
+from notary.model.targets import Target
+from notary.state.store import SCHEMA_VERSION, Store
 
 PARTS = ("connections", "idle", "startup")
 NOFILE = 65_536

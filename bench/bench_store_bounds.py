@@ -31,9 +31,9 @@ from pathlib import Path
 import common
 
 from notary.config import LimitsConfig, StoreConfig
-from notary.observations import Certificate, ProbeResult
-from notary.protocol.targets import Target
-from notary.store import Store
+from notary.model.observations import Certificate, ProbeResult
+from notary.model.targets import Target
+from notary.state.store import Store
 
 T0 = 1_700_000_000
 #: Eight IPv6 addresses of the longest text form (39 characters).

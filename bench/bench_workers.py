@@ -61,7 +61,7 @@ import harness  # also puts the project root on sys.path
 from harness import LOOPBACK, BenchError, Processes
 
 from notary.config import load_config
-from notary.devsetup import DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT
+from notary.node.devsetup import DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT
 
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 WARM_UP_S = 1

@@ -4,11 +4,11 @@
     .venv/bin/python bench/bench_writer.py --quick   # smoke run (seconds)
 
 Every mode writes the same kind of workload to a fresh database with the
-notary's schema (``notary.store``), in a temporary directory on the project's
+notary's schema (``notary.state.store``), in a temporary directory on the project's
 disk (``<project>/.bench-tmp/``, removed afterwards; not tmpfs, so commits
 really reach a disk), in one run:
 
-a. **batched**: ``notary.server.storage.open_storage`` with the default
+a. **batched**: ``notary.outbound.writer.open_storage`` with the default
    ``StoreConfig`` (500 rows or 50 ms per batch, queue of 10,000, WAL,
    ``synchronous=NORMAL``, every other ``[store]`` setting at its default),
    under Trio; one task feeds the observations through ``Storage.record`` as
@@ -73,10 +73,10 @@ import common
 import trio
 
 from notary.config import StoreConfig
-from notary.observations import Certificate, ProbeResult, Run, add_sighting
-from notary.protocol.targets import Target
-from notary.server.storage import StorageStatistics, open_storage
-from notary.store import MAX_ADDRESSES, Store
+from notary.model.observations import Certificate, ProbeResult, Run, add_sighting
+from notary.model.targets import Target
+from notary.outbound.writer import StorageStatistics, open_storage
+from notary.state.store import MAX_ADDRESSES, Store
 
 BATCH_ROWS = StoreConfig().batch_rows
 #: Goals of the issue.

@@ -287,7 +287,7 @@ def machine_line(wrk: str | None = None) -> str:
     import httptools
     import trio
 
-    from notary.cache import IMPLEMENTATION
+    from notary.state.cache import IMPLEMENTATION
 
     cores, usable, load = cores_and_load()
     return (

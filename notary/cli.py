@@ -24,17 +24,18 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import trio
 
-from notary import __version__, crypto
+from notary import __version__
 from notary.config import Config, StoreConfig, load_config, parse_endpoint
 from notary.errors import BadTarget, ConfigError, NotaryError, ProtocolError, StoreError, UsageError
+from notary.model.targets import Target, make_target
 from notary.protocol.bundle import make_bundle, parse_bundle, parse_host_spec
 from notary.protocol.convergence import format_fingerprint, parse_fingerprint
-from notary.protocol.targets import Target, make_target
 from notary.protocol.voting import Outcome, Threshold
-from notary.store import Store, database_file_mode
+from notary.state import crypto
+from notary.state.store import Store, database_file_mode
 
 if TYPE_CHECKING:
-    from notary.client import CheckReport
+    from notary.client.check import CheckReport
 
 log = logging.getLogger("notary")
 
@@ -293,13 +294,13 @@ def _bundle_show(path: Path) -> int:
 
 
 def _notary_dir(args: argparse.Namespace) -> Path:
-    from notary.client import default_notary_dir
+    from notary.client.check import default_notary_dir
 
     return args.notaries if args.notaries is not None else default_notary_dir()
 
 
 def _bundle_fetch(args: argparse.Namespace) -> int:
-    from notary.bundle_store import bundle_pins, fetch_bundle, format_pins, store_bundle
+    from notary.client.trusted import bundle_pins, fetch_bundle, format_pins, store_bundle
 
     _check_timeout(args.timeout)
     pin = None
@@ -327,7 +328,7 @@ def _bundle_fetch(args: argparse.Namespace) -> int:
 
 
 def _bundle_list(args: argparse.Namespace) -> int:
-    from notary.bundle_store import list_bundles
+    from notary.client.trusted import list_bundles
 
     directory = _notary_dir(args)
     stored = list_bundles(directory)
@@ -340,7 +341,7 @@ def _bundle_list(args: argparse.Namespace) -> int:
 
 
 def _bundle_remove(args: argparse.Namespace) -> int:
-    from notary.bundle_store import remove_bundle
+    from notary.client.trusted import remove_bundle
 
     removed = remove_bundle(_notary_dir(args), args.name)
     print(f"removed {removed.bundle.name!r} ({removed.path})")
@@ -382,7 +383,7 @@ def parse_site(text: str) -> Target:
 def cmd_check(args: argparse.Namespace) -> int:
     """`notary check`; any failure but a usage error and an unreachable site
     exits 5 on one line, never 1 (which means "rejected by the vote")."""
-    from notary import client
+    from notary.client import check as client
 
     try:
         return _check(args)
@@ -398,7 +399,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from notary import client
+    from notary.client import check as client
 
     _check_timeout(args.timeout)
     target = parse_site(args.site)
@@ -432,7 +433,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from notary import client
+    from notary.client import check as client
 
     _check_timeout(args.timeout)
     targets = [parse_site(site) for site in args.sites]
@@ -477,7 +478,7 @@ def _duration(seconds: float | None) -> str:
 def _cell(text: str) -> str:
     """``text`` (a notary's name or detail, from a bundle or a notary) with
     no character that could break a line or drive the terminal."""
-    from notary.client import one_line
+    from notary.client.check import one_line
 
     return one_line(text, limit=None)
 
@@ -617,10 +618,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("configuration OK")
         return 0
     from notary.logs import configure_logging, set_worker
-    from notary.server.privileges import drop_privileges
-    from notary.server.sockets import bind_sockets, check_roles, inherited_sockets
-    from notary.server.supervisor import default_workers, supervise, worker_index
-    from notary.server.systemd import listen_fds
+    from notary.node.privileges import drop_privileges
+    from notary.node.sockets import bind_sockets, check_roles, inherited_sockets
+    from notary.node.supervisor import default_workers, supervise, worker_index
+    from notary.node.systemd import listen_fds
 
     index = worker_index()
     set_worker(index)
@@ -648,7 +649,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_config(config)  # once here, rather than a failed start per worker
         log.info("notary %s: starting %d workers", __version__, workers)
         return trio.run(supervise, config, sockets, workers, args.argv)
-    from notary.server.lifecycle import run_serving_process
+    from notary.node.lifecycle import run_serving_process
 
     try:
         # A worker shares the database with the node's other workers.
@@ -686,7 +687,7 @@ def cmd_perspectives_entry(args: argparse.Namespace) -> int:
 
 def cmd_dev_init(args: argparse.Namespace) -> int:
     """Everything ``make run`` needs under ``args.dir``, made once."""
-    from notary.devsetup import ensure_dev_notary
+    from notary.node.devsetup import ensure_dev_notary
 
     try:
         ensure_dev_notary(args.dir, api_port=args.api_port, relay_api_port=args.relay_api_port)

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from notary._cachecommon import bloom_parameters
 from notary.errors import ConfigError
-from notary.observations import TimelineLimits
-from notary.policy import AddressPolicy
+from notary.model.observations import TimelineLimits
+from notary.model.policy import AddressPolicy
+from notary.model.ratelimit import Exemptions
 from notary.protocol.relay import RelayMode
-from notary.ratelimit import Exemptions
+from notary.state._cachecommon import bloom_parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +289,7 @@ class PerspectivesConfig:
 @dataclass(frozen=True, slots=True)
 class RescanConfig:
     """The rescan scheduler: re-probes what people ask about (see
-    ``notary.scheduler``)."""
+    ``notary.service.scheduler``)."""
 
     enabled: bool = True
     #: Global budget of scheduled probes (on-demand probes are not counted).

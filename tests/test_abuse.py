@@ -19,17 +19,17 @@ import pytest
 import trio
 import trio.testing
 
-from notary import crypto
 from notary.config import Endpoint, LimitsConfig, load_config
-from notary.dialer import dial
 from notary.errors import ConfigError, ProbeRefused
-from notary.policy import AddressPolicy
+from notary.model.policy import AddressPolicy
+from notary.model.ratelimit import RateLimited
+from notary.outbound.dialer import dial
 from notary.protocol import v2
 from notary.protocol.http import RequestReader
-from notary.ratelimit import RateLimited
-from notary.server.abuse import AbuseControls, ProbeThrottled
 from notary.server.connection import ConnectionLimits, serve_http_connection
 from notary.server.websocket import WebSocketLimits, WebSocketService
+from notary.service.abuse import AbuseControls, ProbeThrottled
+from notary.state import crypto
 from tests.support.notaries import (
     client_context,
     legacy_query,

@@ -8,8 +8,8 @@ import trio
 
 from notary.config import Endpoint
 from notary.errors import StoreError
+from notary.outbound.writer import StorageStatistics
 from notary.server.admin import readiness_problems
-from notary.server.storage import StorageStatistics
 from tests.support.notaries import legacy_query, open_notary
 from tests.support.tls_targets import open_tls_target
 from tests.test_metrics import http_get, value, wait_for

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from notary.protocol.targets import Target
+from notary.model.targets import Target
 from tests.support.notaries import legacy_query, open_notary
 from tests.support.tls_targets import closed_port, open_tls_target
 
@@ -264,9 +264,9 @@ async def test_the_prober_admits_every_probe_by_its_resolved_address() -> None:
     the limit is applied there, after resolution, before connecting."""
     from notary.config import LimitsConfig
     from notary.errors import ProbeThrottled
-    from notary.policy import AddressPolicy
-    from notary.probe import open_prober
-    from notary.server.abuse import AbuseControls
+    from notary.model.policy import AddressPolicy
+    from notary.outbound.probe import open_prober
+    from notary.service.abuse import AbuseControls
     from tests.support.tls_targets import static_resolver
 
     controls = AbuseControls(LimitsConfig(
@@ -307,7 +307,7 @@ async def test_each_cross_site_corpus_request_is_refused_without_a_probe(
 ) -> None:
     """``tests/corpus/requests/cross-site-*.http``, each sent as it is over
     TLS (they also go through the request reader in tests/test_fuzz.py)."""
-    from notary import crypto
+    from notary.state import crypto
     from tests.support.notaries import open_v2_notary, send_raw
 
     key_path = tmp_path / "perspectives.key"

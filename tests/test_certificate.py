@@ -1,4 +1,4 @@
-"""``notary.observations.Certificate.from_der`` and the SubjectPublicKeyInfo
+"""``notary.model.observations.Certificate.from_der`` and the SubjectPublicKeyInfo
 walk it hashes: every key algorithm, known to ``cryptography`` or not, and
 hostile DER that must end in ``ValueError``, never another exception."""
 
@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
-from notary.observations import Certificate, subject_public_key_info
+from notary.model.observations import Certificate, subject_public_key_info
 from tests.support.odd_certificates import ODD_KEYS, odd_certificate
 
 VERSION_3 = bytes.fromhex("a003020102")  # [0] EXPLICIT INTEGER 2

@@ -1,4 +1,4 @@
-"""The ``notary`` command line (notary.cli) and ``dev-init`` (notary.devsetup).
+"""The ``notary`` command line (notary.cli) and ``dev-init`` (notary.node.devsetup).
 
 Most tests call ``main()`` in-process; a few run ``python -m notary`` in a
 subprocess to prove that what the operator sees has no traceback. Nothing here
@@ -24,12 +24,13 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from notary import cli, crypto
+from notary import cli
 from notary.cli import build_parser, config_from_args
 from notary.config import Endpoint, load_config
+from notary.model.targets import Target
 from notary.protocol.bundle import parse_bundle
-from notary.protocol.targets import Target
-from notary.store import SCHEMA_VERSION, Store
+from notary.state import crypto
+from notary.state.store import SCHEMA_VERSION, Store
 from tests.support.observations import probe_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -501,7 +502,7 @@ def test_check_exits_1_only_for_a_rejection(
 ) -> None:
     """A failure of the check itself is exit 5 on one line, never a
     traceback and exit 1 (which means "rejected by the vote")."""
-    from notary import client
+    from notary.client import check as client
 
     bundle = _bundle_file(tmp_path, "x.notary", "X", keypair[1], capsys)
     fingerprint = ":".join(["AB"] * 20)
@@ -952,7 +953,7 @@ def test_python_m_notary_dev_init_and_check_config(tmp_path: Path) -> None:
 def test_dev_init_rewrites_its_own_config_from_before_the_relay(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from notary.devsetup import CONFIG_HEADER
+    from notary.node.devsetup import CONFIG_HEADER
 
     directory = tmp_path / "var"
     assert run(["dev-init", "--dir", str(directory)], capsys)[0] == 0

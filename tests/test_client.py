@@ -1,4 +1,4 @@
-"""The client (notary.client, `notary check`, `notary bundle fetch|list|remove`)
+"""The client (notary.client.check, `notary check`, `notary bundle fetch|list|remove`)
 against real local notaries. Loopback only: names reach local servers through
 injected resolvers; the CLI runs as a subprocess against IP literals.
 """
@@ -20,8 +20,9 @@ import trio
 import trio.testing
 import trustme
 
-from notary import client, crypto
-from notary.bundle_store import (
+from notary.cli import report_json, report_table
+from notary.client import check as client
+from notary.client.trusted import (
     BundleFetchFailed,
     PinsChanged,
     bundle_pins,
@@ -30,12 +31,12 @@ from notary.bundle_store import (
     remove_bundle,
     store_bundle,
 )
-from notary.cli import report_json, report_table
 from notary.errors import UsageError
+from notary.model.targets import Target
 from notary.protocol.bundle import Bundle, BundleHost, make_bundle, parse_bundle
 from notary.protocol.convergence import format_fingerprint
-from notary.protocol.targets import Target
 from notary.protocol.voting import Outcome, Threshold, Verdict
+from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, open_notary
 from tests.support.tls_targets import closed_port, open_tls_target, static_resolver
 

@@ -43,13 +43,14 @@ import trustme
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from notary import client, crypto
-from notary.bundle_store import store_bundle
 from notary.cli import report_table
+from notary.client import check as client
+from notary.client.trusted import store_bundle
+from notary.model.targets import Target
 from notary.protocol import v2
 from notary.protocol.bundle import Bundle, BundleHost, make_bundle
-from notary.protocol.targets import Target
 from notary.protocol.voting import Threshold, Verdict, tally
+from notary.state import crypto
 from tests.support.notaries import open_notary
 from tests.support.tls_targets import (
     LOCALHOST,

@@ -22,7 +22,7 @@ from notary.config import (
     parse_endpoint,
 )
 from notary.errors import ConfigError, UsageError
-from notary.observations import TimelineLimits
+from notary.model.observations import TimelineLimits
 
 FILES = 'key_file = "notary.key"\ncert_file = "notary.crt"\ndb_file = "notary.db"\n'
 REQUIRED = {"key_file": "k.pem", "cert_file": "c.pem", "db_file": "n.db"}

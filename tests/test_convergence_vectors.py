@@ -7,9 +7,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from notary.crypto import verify_convergence_signature
 from notary.protocol import convergence
 from notary.protocol.bundle import parse_bundle
+from notary.state.crypto import verify_convergence_signature
 from tests.vectors_path import SHARED_VECTORS, VECTORS
 
 DIR = VECTORS / "convergence"

@@ -1,4 +1,4 @@
-"""notary.dialer's name resolution: the system resolver is asked for absolute
+"""notary.outbound.dialer's name resolution: the system resolver is asked for absolute
 names, so the machine's search domains never complete a name.
 
 No name is resolved here: Trio's custom hostname resolver hook stands in for
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from notary.dialer import absolute_name, system_resolver
+from notary.outbound.dialer import absolute_name, system_resolver
 
 
 class RecordingHostnameResolver(trio.abc.HostnameResolver):

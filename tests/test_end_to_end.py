@@ -11,9 +11,9 @@ import pytest
 import trio
 
 from notary.config import Endpoint
-from notary.crypto import verify_convergence_signature
 from notary.protocol import convergence
 from notary.protocol.convergence import format_fingerprint
+from notary.state.crypto import verify_convergence_signature
 from tests.support.notaries import legacy_query, open_notary, parse_response, send_raw
 from tests.support.tls_targets import (
     closed_port,

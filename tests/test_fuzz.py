@@ -1,6 +1,6 @@
 """Fuzzing of what a client's bytes reach first: the request parser
 (``notary.protocol.http.RequestReader``) and the target normaliser
-(``notary.protocol.targets``), plus the parsers behind them (Convergence
+(``notary.model.targets``), plus the parsers behind them (Convergence
 form, Perspectives query, relay CONNECT, the API's percent-decoding).
 
 Two parts: the checked-in seed corpus (``tests/corpus/``, see its README)
@@ -41,11 +41,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from notary.errors import BadTarget, ProtocolError
-from notary.protocol.convergence import parse_fingerprint_form
-from notary.protocol.http import Request, RequestReader
-from notary.protocol.perspectives import parse_query
-from notary.protocol.relay import RelayRefused, parse_connect_request
-from notary.protocol.targets import (
+from notary.model.targets import (
     MAX_HOST_CHARS,
     Target,
     format_convergence_target,
@@ -53,6 +49,10 @@ from notary.protocol.targets import (
     normalise_host,
     parse_convergence_target,
 )
+from notary.protocol.convergence import parse_fingerprint_form
+from notary.protocol.http import Request, RequestReader
+from notary.protocol.perspectives import parse_query
+from notary.protocol.relay import RelayRefused, parse_connect_request
 from notary.server.api import _parse_target
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -37,10 +37,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from notary import crypto, dialer
 from notary.config import Endpoint
 from notary.errors import ProbeConnectFailed
+from notary.outbound import dialer
 from notary.protocol.convergence import format_fingerprint
+from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, client_context, open_notary
 from tests.support.tls_targets import LOCALHOST, TLSTarget, open_tls_target
 

@@ -24,8 +24,9 @@ import pytest
 import trio
 import trio.testing
 
-from notary import crypto, dialer
 from notary.errors import ProbeConnectFailed
+from notary.outbound import dialer
+from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, open_notary
 from tests.test_relay import (
     A_HOST,

@@ -30,9 +30,9 @@ import pytest
 import trio
 import trio.testing
 
-from notary import crypto
 from notary.config import Endpoint
 from notary.protocol.http import RequestReader
+from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, client_context, open_notary
 from tests.support.tls_targets import LOCALHOST
 

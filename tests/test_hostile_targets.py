@@ -32,11 +32,11 @@ import trio
 import trio.testing
 import trio_websocket
 
-from notary import crypto
-from notary import probe as probe_module
 from notary.config import Endpoint
-from notary.probe import DEFAULT_MAX_HANDSHAKE_BYTES
+from notary.outbound import probe as probe_module
+from notary.outbound.probe import DEFAULT_MAX_HANDSHAKE_BYTES
 from notary.protocol.convergence import format_fingerprint
+from notary.state import crypto
 from tests.support import notaries
 from tests.support.notaries import (
     NotaryUnderTest,

@@ -1,4 +1,4 @@
-"""The known-targets bloom filter (notary.server.known_targets) and its use on
+"""The known-targets bloom filter (notary.service.stored_targets) and its use on
 the query path: a target never seen costs no database read."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 import trio
 
 from notary.errors import StoreError
-from notary.protocol.targets import Target
-from notary.server import known_targets as known_module
+from notary.model.targets import Target
+from notary.outbound.writer import Storage, open_storage
 from notary.server.app import store_observed_age
-from notary.server.known_targets import KnownTargets
-from notary.server.storage import Storage, open_storage
-from notary.store import Store
+from notary.service import stored_targets as known_module
+from notary.service.stored_targets import KnownTargets
+from notary.state.store import Store
 from tests.support.notaries import legacy_query, open_notary
 from tests.support.observations import probe_result
 from tests.support.tls_targets import open_tls_target

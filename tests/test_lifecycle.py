@@ -12,18 +12,18 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from notary import crypto
 from notary.config import Endpoint, load_config
 from notary.errors import ConfigError, UsageError
-from notary.policy import AddressPolicy
-from notary.protocol.bundle import BundleHost, make_bundle
-from notary.server.app import Reloader
-from notary.server.sockets import (
+from notary.model.policy import AddressPolicy
+from notary.node.sockets import (
     WORKER_FDS_ENV,
     bind_endpoint,
     inherited_sockets,
     worker_environment,
 )
+from notary.protocol.bundle import BundleHost, make_bundle
+from notary.server.app import Reloader
+from notary.state import crypto
 from tests.support.notaries import LOCALHOST, make_notary_files, open_notary
 
 PLAIN = {"plain_api": (Endpoint(LOCALHOST, 0),)}

@@ -17,19 +17,19 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from notary import crypto
-from notary._cachecommon import CacheStatistics
 from notary.config import Endpoint, LimitsConfig
-from notary.probe import ProbeStatistics
+from notary.model.ratelimit import RateLimited
+from notary.outbound.probe import ProbeStatistics
+from notary.outbound.writer import StorageStatistics
 from notary.protocol.convergence import format_fingerprint
-from notary.ratelimit import RateLimited
 from notary.server import metrics as metrics_module
-from notary.server.abuse import AbuseControls, ProbeThrottled
-from notary.server.known_targets import KnownTargetsStatistics
 from notary.server.metrics import NotaryMetrics
-from notary.server.query import QUERY_PROTOCOLS
-from notary.server.storage import StorageStatistics
 from notary.server.websocket import WebSocketLimits
+from notary.service.abuse import AbuseControls, ProbeThrottled
+from notary.service.query import QUERY_PROTOCOLS
+from notary.service.stored_targets import KnownTargetsStatistics
+from notary.state import crypto
+from notary.state._cachecommon import CacheStatistics
 from tests.support.notaries import LOCALHOST, legacy_query, open_notary, send_raw
 from tests.support.tls_targets import open_tls_target
 from tests.test_websocket import Server, ask, open_client

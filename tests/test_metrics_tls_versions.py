@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from notary.probe import ProbeStatistics
-from notary.protocol.targets import Target
+from notary.model.targets import Target
+from notary.outbound.probe import ProbeStatistics
 from tests.support.notaries import open_notary
 from tests.support.tls_targets import open_tls_target
 from tests.test_metrics import metrics_of, samples, stand_ins, value

@@ -25,9 +25,9 @@ import trio
 import trustme
 
 from notary.config import Endpoint
-from notary.protocol.targets import Target
-from notary.server.sockets import bind_endpoint
-from notary.store import Store
+from notary.model.targets import Target
+from notary.node.sockets import bind_endpoint
+from notary.state.store import Store
 from tests.support.notaries import LOCALHOST, make_notary_files
 
 ROOT = Path(__file__).resolve().parent.parent

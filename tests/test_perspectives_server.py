@@ -20,12 +20,12 @@ import trio
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 
-from notary import crypto
 from notary.config import Endpoint
 from notary.errors import StoreError
-from notary.protocol.targets import Target
-from notary.server.known_targets import KnownTargets
-from notary.server.storage import Storage
+from notary.model.targets import Target
+from notary.outbound.writer import Storage
+from notary.service.stored_targets import KnownTargets
+from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, open_notary, parse_response, send_raw
 from tests.support.tls_targets import open_tls_target
 

@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from notary.crypto import verify_perspectives_signature
+from notary.model.targets import make_target
 from notary.protocol import perspectives
-from notary.protocol.targets import make_target
+from notary.state.crypto import verify_perspectives_signature
 from tests.vectors_path import SHARED_VECTORS, VECTORS
 
 DIR = VECTORS / "perspectives"

@@ -1,4 +1,4 @@
-"""Tests of notary.policy: pure functions only.
+"""Tests of notary.model.policy: pure functions only.
 
 Nothing here connects anywhere or resolves any name: addresses, including the
 public ones (8.8.8.8, 1.1.1.1, ...), are only evaluated by the policy.
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from notary.errors import ConfigError, ProbeRefused
-from notary.policy import (
+from notary.model.policy import (
     IPV4_EMBEDDING_PREFIXES,
     REASONS,
     REFUSED_NETWORKS,

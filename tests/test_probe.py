@@ -1,4 +1,4 @@
-"""Tests of notary.probe against local targets (tests/support/tls_targets.py).
+"""Tests of notary.outbound.probe against local targets (tests/support/tls_targets.py).
 
 Every connection goes to 127.0.0.1; names are resolved only by the fake
 ``static_resolver``.
@@ -16,7 +16,6 @@ import trio
 import trio.testing
 import trustme
 
-from notary.dialer import system_resolver
 from notary.errors import (
     ProbeConnectFailed,
     ProbeError,
@@ -25,9 +24,10 @@ from notary.errors import (
     ProbeResolveFailed,
     ProbeTimeout,
 )
-from notary.policy import AddressPolicy
-from notary.probe import DEFAULT_MAX_HANDSHAKE_BYTES, open_prober
-from notary.protocol.targets import Target
+from notary.model.policy import AddressPolicy
+from notary.model.targets import Target
+from notary.outbound.dialer import system_resolver
+from notary.outbound.probe import DEFAULT_MAX_HANDSHAKE_BYTES, open_prober
 from tests.support.odd_certificates import ODD_KEYS, odd_certificate
 from tests.support.tls_targets import (
     LOCALHOST,

@@ -13,22 +13,22 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notary import crypto
 from notary.config import V2Config
 from notary.errors import ProtocolError
-from notary.observations import Certificate, Observation, Timeline
+from notary.model.observations import Certificate, Observation, Timeline
+from notary.model.targets import Target
 from notary.protocol import convergence, http
 from notary.protocol.convergence import Decision
-from notary.protocol.targets import Target
 from notary.server import api
 from notary.server.api import ApiHandler
-from notary.server.query import (
+from notary.service.query import (
     RECORD_OVERHEAD_BYTES,
     Answer,
     RecordSigner,
     TargetRecord,
     response_index,
 )
+from notary.state import crypto
 
 TARGET = Target("example.com", 443)
 SHA1S = [hashlib.sha1(bytes([i])).digest() for i in range(4)]

@@ -1,4 +1,4 @@
-"""``notary.ratelimit``: token buckets (property tests: never more than
+"""``notary.model.ratelimit``: token buckets (property tests: never more than
 ``burst + rate * t`` in any window, refill, bounded size), client prefixes,
 exemptions and connection counts. Pure: plain ``def`` tests, time is a number."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from notary.errors import ConfigError
-from notary.ratelimit import (
+from notary.model.ratelimit import (
     BYTES_PER_BUCKET,
     ClientConnections,
     Exemptions,

@@ -25,12 +25,12 @@ import trio
 import trio.testing
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from notary import crypto
 from notary.config import RelayConfig
 from notary.errors import UsageError
 from notary.protocol import convergence
 from notary.protocol.bundle import BundleHost, make_bundle
 from notary.server.relay import RelayHandler, TrustedDestinations
+from notary.state import crypto
 from tests.support.notaries import (
     NotaryUnderTest,
     RawResponse,

@@ -1,4 +1,4 @@
-"""Tests of notary.scheduler with an autojump clock and a fake probe (no sockets).
+"""Tests of notary.service.scheduler with an autojump clock and a fake probe (no sockets).
 
 The fake probe records when each probe started and answers with
 :func:`tests.support.observations.probe_result` objects, or raises the
@@ -22,9 +22,9 @@ import trio
 import trio.testing
 
 from notary.errors import ProbeConnectFailed, ProbeError, ProbeThrottled, ProbeTimeout
-from notary.observations import ProbeResult
-from notary.protocol.targets import Target
-from notary.scheduler import (
+from notary.model.observations import ProbeResult
+from notary.model.targets import Target
+from notary.service.scheduler import (
     CHANGE_WEIGHT,
     FIRST_RETRY_S,
     HOLD_BACK_POLL_S,

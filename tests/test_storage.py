@@ -1,5 +1,5 @@
 """The Trio edge of the store: reads in a thread, one batched writer task
-(notary.server.storage)."""
+(notary.outbound.writer)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import trio
 import trio.testing
 
 from notary.errors import StoreError
-from notary.observations import ProbeResult, TimelineLimits
-from notary.protocol.targets import Target
-from notary.server import storage as storage_module
-from notary.server.storage import open_storage
-from notary.store import SCHEMA_VERSION, Store
+from notary.model.observations import ProbeResult, TimelineLimits
+from notary.model.targets import Target
+from notary.outbound import writer as storage_module
+from notary.outbound.writer import open_storage
+from notary.state.store import SCHEMA_VERSION, Store
 from tests.support.observations import probe_result
 
 T0 = 1_700_000_000

@@ -1,4 +1,4 @@
-"""The synchronous SQLite observation store (notary.store)."""
+"""The synchronous SQLite observation store (notary.state.store)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from notary.errors import StoreError
-from notary.observations import MAX_ADDRESSES_PER_OBSERVATION, Timeline
-from notary.protocol.targets import Target
-from notary.store import MAX_ADDRESSES, MIGRATIONS, SCHEMA_VERSION, Store
+from notary.model.observations import MAX_ADDRESSES_PER_OBSERVATION, Timeline
+from notary.model.targets import Target
+from notary.state.store import MAX_ADDRESSES, MIGRATIONS, SCHEMA_VERSION, Store
 from tests.support.observations import certificate, probe_result
 
 T0 = 1_700_000_000

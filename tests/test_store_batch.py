@@ -1,7 +1,7 @@
 """``Store.record`` on batches: the set-based writer (ids from ``INSERT ...
 RETURNING``, one read per batch, the one-sighting fast path, runs rows only
 for pairs with several runs) against the in-memory merge of
-``notary.observations``."""
+``notary.model.observations``."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import notary.store
+import notary.state.store
 from notary.errors import StoreError
-from notary.observations import Certificate, ProbeResult, Timeline
-from notary.protocol.targets import Target
-from notary.store import MIGRATIONS, SCHEMA_VERSION, Store, _padded_rows
+from notary.model.observations import Certificate, ProbeResult, Timeline
+from notary.model.targets import Target
+from notary.state.store import MIGRATIONS, SCHEMA_VERSION, Store, _padded_rows
 from tests.support.observations import certificate, probe_result
 
 T0 = 1_700_000_000
@@ -198,7 +198,7 @@ def test_rows_inserted_by_another_connection_are_found(db_path: Path) -> None:
 
 def test_a_small_memo_is_cleared_and_refilled(db_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(notary.store, "ID_MEMO_ENTRIES", 3)
+    monkeypatch.setattr(notary.state.store, "ID_MEMO_ENTRIES", 3)
     batches = [[probe_result(f"h{(i + j) % 5}.example.test", at=T0 + 10 * i + j)
                 for j in range(3)] for i in range(6)]
     with Store(db_path, merge_window_s=WINDOW) as store:
@@ -326,7 +326,7 @@ def test_padded_rows_are_powers_of_two() -> None:
 
 def test_a_batch_larger_than_one_statement(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunked ``VALUES`` lists: every id, read and write across chunks."""
-    monkeypatch.setattr(notary.store, "ROWS_PER_STATEMENT", 4)
+    monkeypatch.setattr(notary.state.store, "ROWS_PER_STATEMENT", 4)
     certs = [synthetic_certificate(i) for i in range(11)]
     targets = [Target(f"h{i}.example.test", 443) for i in range(11)]
 

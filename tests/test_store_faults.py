@@ -45,12 +45,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from notary import crypto
-from notary import store as store_module
 from notary.config import Endpoint
-from notary.server import storage as storage_module
-from notary.server.storage import open_storage
-from notary.store import Store
+from notary.outbound import writer as storage_module
+from notary.outbound.writer import open_storage
+from notary.state import crypto
+from notary.state import store as store_module
+from notary.state.store import Store
 from tests.support.notaries import legacy_query, open_notary, parse_response
 from tests.support.observations import probe_result
 from tests.support.tls_targets import LOCALHOST, open_tls_target
@@ -218,7 +218,7 @@ _FULL_DISK_CHILD = textwrap.dedent(
     import json, resource, signal, sys
     from pathlib import Path
     from notary.errors import StoreError
-    from notary.store import Store
+    from notary.state.store import Store
     from tests.support.observations import probe_result
 
     path = Path(sys.argv[1])
@@ -405,7 +405,7 @@ _DIE_WITHOUT_CLOSE = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from notary.store import Store
+    from notary.state.store import Store
     from tests.support.observations import probe_result
 
     store = Store(Path(sys.argv[1]))
@@ -442,7 +442,7 @@ _WRITER_CHILD = textwrap.dedent(
     """
     import sys, trio
     from pathlib import Path
-    from notary.server.storage import open_storage
+    from notary.outbound.writer import open_storage
     from tests.support.observations import probe_result
 
     path, start = Path(sys.argv[1]), int(sys.argv[2])

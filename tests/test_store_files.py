@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from notary.errors import StoreError
-from notary.store import (
+from notary.state.store import (
     DATABASE_FILE_MODE,
     DATABASE_GROUP_FILE_MODE,
     Store,

@@ -17,16 +17,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from notary.observations import (
+from notary.model.observations import (
     Certificate,
     Observation,
     ProbeResult,
     Timeline,
     TimelineLimits,
 )
+from notary.model.targets import Target
 from notary.protocol import convergence, perspectives, v2
-from notary.protocol.targets import Target
-from notary.store import PruneReport, Store
+from notary.state.store import PruneReport, Store
 from notary.web.certificates import details_of
 from tests.support.observations import certificate
 

@@ -1,4 +1,4 @@
-"""The systemd protocol (notary.server.systemd) and the units in systemd/.
+"""The systemd protocol (notary.node.systemd) and the units in systemd/.
 
 Notifications go to real AF_UNIX datagram sockets (a path in a tmp dir, and
 the abstract namespace). Socket activation runs a child process that gets
@@ -27,10 +27,10 @@ import pytest
 
 from notary.config import load_config
 from notary.errors import UsageError
-from notary.server import systemd
-from notary.server.sockets import ROLES
-from notary.server.supervisor import KILL_MARGIN_S
-from notary.server.systemd import Notifier, listen_fds, notify, watchdog_interval_s
+from notary.node import systemd
+from notary.node.sockets import ROLES
+from notary.node.supervisor import KILL_MARGIN_S
+from notary.node.systemd import Notifier, listen_fds, notify, watchdog_interval_s
 
 REPO = Path(__file__).resolve().parents[1]
 UNITS = REPO / "systemd"
@@ -104,7 +104,7 @@ def test_a_missing_socket_returns_false_and_warns_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "nobody-here"))
-    with caplog.at_level(logging.DEBUG, logger="notary.server.systemd"):
+    with caplog.at_level(logging.DEBUG, logger="notary.node.systemd"):
         assert notify("READY=1") is False
         assert notify("WATCHDOG=1") is False
     levels = [record.levelno for record in caplog.records]
@@ -201,7 +201,7 @@ def test_a_malformed_watchdog_variable_is_a_usage_error(
 CHILD = textwrap.dedent("""
     import json, os, socket, sys
     from notary.errors import UsageError
-    from notary.server.systemd import listen_fds
+    from notary.node.systemd import listen_fds
 
     unset = sys.argv[1] == "unset"
     try:

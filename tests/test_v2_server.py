@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from notary import crypto
+from notary.model.targets import Target
 from notary.protocol import v2
-from notary.protocol.targets import Target
+from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, open_notary, open_v2_notary, send_raw
 from tests.support.tls_targets import closed_port, open_tls_target
 
@@ -184,7 +184,7 @@ async def test_websocket_query_with_an_independent_client(tmp_path: Path) -> Non
 
 
 async def test_watch_sees_exactly_one_signed_event_per_new_certificate(tmp_path: Path) -> None:
-    from notary import client
+    from notary.client import check as client
     from notary.protocol.bundle import BundleHost, make_bundle
 
     async with open_tls_target(names=[SITE]) as site:

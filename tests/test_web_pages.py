@@ -207,10 +207,10 @@ async def test_checks_are_rate_limited_like_queries(tmp_path: Path) -> None:
 
 
 def test_a_reloaded_bundle_changes_the_identity_shown(tmp_path: Path) -> None:
-    from notary import crypto
     from notary.protocol.bundle import BundleHost, make_bundle
     from notary.server.api import ApiHandler
     from notary.server.web import WebPages
+    from notary.state import crypto
     from notary.web.pages import NotaryProfile
 
     key = crypto.generate_rsa_key()

@@ -1,4 +1,4 @@
-"""The web pages' pure parts (notary.web, notary.server.figures): escaping,
+"""The web pages' pure parts (notary.web, notary.service.figures): escaping,
 the SVG timeline (lanes, runs, gaps, bounds), certificate details, the
 security headers and the live figures' arithmetic."""
 
@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
-from notary.observations import Certificate, Observation, Timeline
-from notary.protocol.targets import Target
-from notary.server.figures import figures_between
+from notary.model.observations import Certificate, Observation, Timeline
+from notary.model.targets import Target
+from notary.service.figures import figures_between
 from notary.web import headers, pages, timeline_svg
 from notary.web.assets import load_assets
 from notary.web.certificates import details_of

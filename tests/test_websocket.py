@@ -12,9 +12,9 @@ import trio
 import trio.testing
 import trio_websocket
 
+from notary.model.targets import Target
 from notary.protocol import v2
 from notary.protocol.http import RequestReader
-from notary.protocol.targets import Target
 from notary.server.websocket import WebSocketLimits, WebSocketService
 
 

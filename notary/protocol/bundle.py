@@ -20,8 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from notary.errors import BadTarget, UsageError
+from notary.model.targets import normalise_host
 from notary.protocol.convergence import format_fingerprint
-from notary.protocol.targets import normalise_host
 
 BUNDLE_VERSION = 1
 MAX_BUNDLE_BYTES = 1024 * 1024

@@ -23,7 +23,7 @@ from enum import Enum
 from urllib.parse import parse_qsl
 
 from notary.errors import ProtocolError
-from notary.observations import Observation, Timeline
+from notary.model.observations import Observation, Timeline
 from notary.protocol import strictjson
 
 SHA1_BYTES = 20

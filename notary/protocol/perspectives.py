@@ -5,7 +5,7 @@ Sans-IO: no sockets, no clock. Times are parameters (whole Unix seconds).
 
 Invariants
 1. A service id is ``host:port,2`` in ASCII: the normalised host of
-   :class:`~notary.protocol.targets.Target`, IPv6 literals in brackets
+   :class:`~notary.model.targets.Target`, IPv6 literals in brackets
    (``[::1]:443,2``; a bare ``::1:443`` would be ambiguous). It is the
    target's ``key`` plus ``,2``, so the signed id and the cache/store key
    never disagree.
@@ -13,11 +13,11 @@ Invariants
    then every key **in reverse order of the XML**, each as ``>H`` timespan
    count, ``>H`` key length (16), ``B`` key type (3 = SSL), the 16 MD5 bytes,
    then each timespan in XML order as ``>I`` start, ``>I`` end. It is signed
-   with RSA PKCS1-v1_5 over MD5 (:mod:`notary.crypto`).
+   with RSA PKCS1-v1_5 over MD5 (:mod:`notary.state.crypto`).
 3. The order of keys and of timespans is part of what is signed, so the XML
    and the blob are always written from the same sequence, and a parsed reply
    keeps document order. The notary's own histories list timespans by start
-   (runs never overlap, :func:`notary.observations.add_sighting`) and keys by MD5 ascending, as
+   (runs never overlap, :func:`notary.model.observations.add_sighting`) and keys by MD5 ascending, as
    the original notaries did (:func:`canonical_key_order`).
 4. :func:`reply_xml` writes one fixed layout, the one of the captured
    replies (``tests/vectors/perspectives/response.1``), so our serialiser
@@ -57,9 +57,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from notary.errors import BadTarget, ProtocolError, UsageError
-from notary.observations import Timeline
+from notary.model.observations import Timeline
+from notary.model.targets import Target, make_target, normalise_host, parse_port
 from notary.protocol.http import response
-from notary.protocol.targets import Target, make_target, normalise_host, parse_port
 
 __all__ = [
     "CONTENT_TYPE",
@@ -162,7 +162,7 @@ class KeyHistory:
 
     ``md5`` is the MD5 of the leaf certificate's DER; ``timespans`` are
     ``(start, end)`` pairs of whole Unix seconds. The notary's own histories
-    are ordered by start and never overlap (:func:`notary.observations.add_sighting`); a
+    are ordered by start and never overlap (:func:`notary.model.observations.add_sighting`); a
     parsed reply keeps the order of the document, because that order is
     signed (invariant 3).
 
@@ -369,7 +369,7 @@ def parse_query(query: bytes) -> Target | None:
     about (invariant 7), or None when it has no parameters (the index page).
 
     ``host`` is required and normalised with
-    :func:`~notary.protocol.targets.make_target`; ``port`` defaults to 443;
+    :func:`~notary.model.targets.make_target`; ``port`` defaults to 443;
     ``service_type`` must be 2 when given. Values are percent-decoded
     (``+`` is a space, as in any form).
 

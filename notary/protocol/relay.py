@@ -12,9 +12,9 @@ Rules this module keeps:
 
 1. Only ``CONNECT`` is relayed, and only to port :data:`RELAY_PORT` (4242);
    anything else is a :class:`RelayRefused` (403).
-2. Every destination is a normalised host (:func:`~notary.protocol.targets.normalise_host`)
+2. Every destination is a normalised host (:func:`~notary.model.targets.normalise_host`)
    and a public DNS name or an IP literal
-   (:func:`~notary.protocol.targets.check_public_name`: no ``localhost``,
+   (:func:`~notary.model.targets.check_public_name`: no ``localhost``,
    ``.local``, ``.onion``, single label, ...), in every relay mode: a
    malformed or non-public one is a :class:`~notary.errors.ProtocolError`
    (400), as are more destinations than the caller's bound.
@@ -33,9 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from notary.errors import BadTarget, PeerError, ProtocolError
+from notary.model.targets import check_public_name, normalise_host, parse_port
 from notary.protocol.bundle import Bundle
 from notary.protocol.http import SERVER_NAME, Request, error_response, response
-from notary.protocol.targets import check_public_name, normalise_host, parse_port
 
 __all__ = [
     "DESTINATION_HEADER",

@@ -4,7 +4,7 @@ and answers, and the key document of ``GET /v2/key``.
 Sans-IO: no Trio, no sockets, no clock reads (``now`` and ``signed_at`` are
 parameters), no key files. Signing is a callable the caller passes in
 (``sign(data: bytes) -> base64 str``, e.g.
-:meth:`notary.crypto.Ed25519Signer.sign`); verification uses
+:meth:`notary.state.crypto.Ed25519Signer.sign`); verification uses
 ``cryptography``'s Ed25519 directly.
 
 Canonical JSON (:func:`canonical_json`) -- what is signed
@@ -46,7 +46,7 @@ S1. A *statement* says what the notary observed for one target::
                            "addresses": [STR, ...]}, ...],
          "signed_at": INT, "valid_until": INT, "key_id": KEYID}
 
-    Observations newest first, in :class:`~notary.observations.Timeline`
+    Observations newest first, in :class:`~notary.model.observations.Timeline`
     order, at most :data:`MAX_STATEMENT_OBSERVATIONS` (the newest ones);
     hex in lower case; times are whole Unix seconds; ``valid_until =
     signed_at + valid_for_s``.
@@ -102,7 +102,7 @@ R3. ``targets`` is a non-empty array of at most ``max_batch`` entries (more
     is a 413: the client should split its batch). A target may appear more
     than once (e.g. with two hashes); each entry is answered, in order.
 R4. An entry is an object with ``host`` (string, normalised by
-    :func:`~notary.protocol.targets.make_target`) and ``port`` (JSON integer
+    :func:`~notary.model.targets.make_target`) and ``port`` (JSON integer
     1-65535, both required), ``sha256`` and ``sha1`` (optional: 32 or 20
     bytes as hex digits, either case, plain or as colon-separated pairs); no
     other key.
@@ -152,11 +152,11 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from notary.errors import BadTarget, ProtocolError
-from notary.observations import Observation, Timeline
+from notary.model.observations import Observation, Timeline
+from notary.model.targets import Target, make_target
 from notary.protocol.convergence import Decision
 from notary.protocol.strictjson import DuplicateKey as _DuplicateKey
 from notary.protocol.strictjson import loads as _loads
-from notary.protocol.targets import Target, make_target
 
 __all__ = [
     "ANSWER_TYPE",

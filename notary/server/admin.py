@@ -30,11 +30,11 @@ import logging
 import trio
 
 from notary.config import Config
+from notary.outbound.writer import Storage, StorageStatistics
 from notary.protocol import http
 from notary.protocol.http import Request
 from notary.server.connection import limits_from, serve_http_connection
 from notary.server.metrics import CONTENT_TYPE, NotaryMetrics
-from notary.server.storage import Storage, StorageStatistics
 
 __all__ = ["ADMIN_MAX_CONNECTIONS", "AdminServer", "readiness_problems"]
 

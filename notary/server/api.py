@@ -9,7 +9,7 @@ status; nothing here raises to the connection handler. A query over its
 client's rate gets 429 with ``Retry-After`` (whole seconds).
 
 ``client`` (every entry point takes it; None: unlimited) is the client
-prefix key of the connection (``notary.server.abuse``), bound per
+prefix key of the connection (``notary.service.abuse``), bound per
 connection by ``app.ConnectionHandler``.
 """
 
@@ -19,12 +19,12 @@ from collections import Counter
 from urllib.parse import unquote
 
 from notary.errors import ProtocolError
+from notary.model.ratelimit import RateLimited
+from notary.model.targets import Target, parse_convergence_target
 from notary.protocol import bundle, convergence, http, perspectives, v2
 from notary.protocol.http import Request
-from notary.protocol.targets import Target, parse_convergence_target
-from notary.ratelimit import RateLimited
-from notary.server.query import QueryService
 from notary.server.web import WebPages
+from notary.service.query import QueryService
 from notary.web.headers import is_cross_site_request
 
 TARGET_PREFIX = b"/target/"

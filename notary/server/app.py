@@ -27,34 +27,35 @@ from pathlib import Path
 
 import trio
 
-from notary import __version__, crypto
-from notary.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
-from notary.cache import LRUCache
+from notary import __version__
 from notary.config import Config, Endpoint
-from notary.dialer import Resolver, system_resolver
 from notary.errors import NotaryError, UsageError
-from notary.policy import AddressPolicy
-from notary.probe import Prober, open_prober
+from notary.model.policy import AddressPolicy
+from notary.model.ratelimit import client_prefix
+from notary.model.targets import Target
+from notary.node.sockets import Sockets, bind_sockets, close_all
+from notary.outbound.dialer import Resolver, system_resolver
+from notary.outbound.probe import Prober, open_prober
+from notary.outbound.writer import Storage, open_storage
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
-from notary.protocol.targets import Target
-from notary.ratelimit import client_prefix
-from notary.scheduler import RescanScheduler
-from notary.server.abuse import AbuseControls
 from notary.server.accept import serve_socket
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Drain, limits_from, serve_http_connection
-from notary.server.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
-from notary.server.known_targets import KnownTargets
 from notary.server.metrics import NotaryMetrics
-from notary.server.query import QueryService
 from notary.server.relay import RelayHandler, TrustedDestinations
-from notary.server.sockets import Sockets, bind_sockets, close_all
-from notary.server.storage import Storage, open_storage
 from notary.server.web import WebPages, notary_profile
 from notary.server.websocket import FIGURES_INTERVAL_S, WATCH_PATH, WebSocketService
-from notary.store import database_file_mode
+from notary.service.abuse import AbuseControls
+from notary.service.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
+from notary.service.query import QueryService
+from notary.service.scheduler import RescanScheduler
+from notary.service.stored_targets import KnownTargets
+from notary.state import crypto
+from notary.state.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
+from notary.state.cache import LRUCache
+from notary.state.store import database_file_mode
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class ConnectionHandler:
     this handler) at once, and, with ``abuse``, those beyond a client's
     connections per address or prefix (shared by every handler given the
     same ``abuse``); the client's prefix is bound to the handler's calls
-    for the query limits (``notary.server.abuse``)."""
+    for the query limits (``notary.service.abuse``)."""
 
     def __init__(
         self,
@@ -451,7 +452,7 @@ async def serve_notary(
 ) -> None:
     """Run a notary until cancelled (or stopped through ``RunningNotary``).
 
-    ``sockets``: the listening sockets by role (``notary.server.sockets``),
+    ``sockets``: the listening sockets by role (``notary.node.sockets``),
     bound or inherited by the caller; they are bound here from the config
     when None. Either way they are closed when this returns.
     ``reload_config``: reads the configuration again on SIGHUP (``Reloader``).

@@ -146,7 +146,7 @@ async def serve_http_connection(
     over (outside this loop's deadlines: the new protocol keeps its own).
     ``answer_now``, when given, is tried first for each request.
     ``client``: who the application limits this connection as (its client
-    prefix key, ``notary.server.abuse``); passed on with every request when
+    prefix key, ``notary.service.abuse``); passed on with every request when
     not None."""
     drain = drain or Drain()
     try:

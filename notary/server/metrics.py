@@ -72,16 +72,16 @@ from prometheus_client import Counter as PrometheusCounter
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from notary import __version__
-from notary.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
-from notary.cache import LRUCache
-from notary.probe import Prober
-from notary.scheduler import RescanScheduler
-from notary.server.abuse import AbuseControls
-from notary.server.known_targets import KnownTargets
-from notary.server.query import QueryService
+from notary.outbound.probe import Prober
+from notary.outbound.writer import Storage
 from notary.server.relay import RelayHandler
-from notary.server.storage import Storage
 from notary.server.websocket import WebSocketService
+from notary.service.abuse import AbuseControls
+from notary.service.query import QueryService
+from notary.service.scheduler import RescanScheduler
+from notary.service.stored_targets import KnownTargets
+from notary.state.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
+from notary.state.cache import LRUCache
 
 __all__ = [
     "CONTENT_TYPE",
@@ -666,7 +666,7 @@ class NotaryMetrics:
 
     async def node_totals(self) -> dict[str, float]:
         """The node's totals behind the web page's live figures
-        (``notary.server.figures``): queries answered, cache hits and misses,
+        (``notary.service.figures``): queries answered, cache hits and misses,
         probes ended (every outcome), scheduler targets (absent when
         rescanning is off) and uptime. Folds first; in the multiprocess mode
         the sums are over every worker's files, read in a worker thread (one

@@ -47,9 +47,9 @@ from pathlib import Path
 import trio
 
 from notary.config import RelayConfig
-from notary.dialer import Resolver, dial_first
 from notary.errors import PeerError, ProbeError, ProbeRefused, ProtocolError, UsageError
-from notary.policy import AddressPolicy
+from notary.model.policy import AddressPolicy
+from notary.outbound.dialer import Resolver, dial_first
 from notary.protocol.bundle import BUNDLE_SUFFIX, BundleError, parse_bundle
 from notary.protocol.http import Request, RequestReader, error_response
 from notary.protocol.relay import (
@@ -61,8 +61,8 @@ from notary.protocol.relay import (
     refusal,
     relay_page,
 )
-from notary.server.abuse import AbuseControls
 from notary.server.connection import linger_before_close
+from notary.service.abuse import AbuseControls
 
 __all__ = ["RelayHandler", "RelayStatistics", "TrustedDestinations", "read_trusted_bundles"]
 

@@ -11,7 +11,7 @@ before):
 * ``GET /site?host=H&port=P[&watch=1]``: the lookup form; 303 to the
   site's page, or a 400 page naming the problem.
 * ``GET /site/<host>+<port>``: the site's certificate timeline; a target
-  normalised as in the Convergence path (``notary.protocol.targets``); 400
+  normalised as in the Convergence path (``notary.model.targets``); 400
   page for a bad one, a page saying nothing was observed for an unknown one.
 * ``POST /site/<host>+<port>/check``: "check now" (``QueryService.check_now``):
   JSON ``{"outcome", "message", "target"}`` when the request accepts
@@ -41,12 +41,12 @@ from urllib.parse import parse_qsl, unquote
 from notary import __version__
 from notary.config import Config
 from notary.errors import BadTarget, StoreError
+from notary.model.ratelimit import RateLimited
+from notary.model.targets import Target, make_target, parse_convergence_target
 from notary.protocol import bundle as bundle_format
 from notary.protocol.http import Request
-from notary.protocol.targets import Target, make_target, parse_convergence_target
-from notary.ratelimit import RateLimited
-from notary.server.figures import LiveFigures
-from notary.server.query import QueryService
+from notary.service.figures import LiveFigures
+from notary.service.query import QueryService
 from notary.web import pages
 from notary.web.assets import STATIC_PREFIX, StaticAssets, load_assets
 from notary.web.headers import HTML_CONTENT_TYPE, asset_headers, is_cross_site, page_headers

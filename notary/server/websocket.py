@@ -10,7 +10,7 @@ Messages are JSON objects. Client to server:
   ``{"type": "unwatch", ...}``: answered ``{"type": "watching" |
   "unwatched", "id": ID, "target": "host:port"}``.
 * ``{"type": "figures", "id": ID}``: subscribe to the live figures (the web
-  page's; ``notary.server.figures``), answered at once ``{"type":
+  page's; ``notary.service.figures``), answered at once ``{"type":
   "figures", "id": ID, "figures": {"queries_per_s": ..., "cache_hit_ratio":
   ..., "probes_per_s": ..., "targets_known": ..., "uptime_s": ...}}`` and
   pushed the same with ``"id": null`` every ``FIGURES_INTERVAL_S``;
@@ -63,10 +63,10 @@ import trio_websocket
 
 from notary.config import WebSocketConfig
 from notary.errors import PeerError
+from notary.model.ratelimit import RateLimited
+from notary.model.targets import Target, make_target
 from notary.protocol import v2
 from notary.protocol.http import Request
-from notary.protocol.targets import Target, make_target
-from notary.ratelimit import RateLimited
 from notary.web.headers import is_cross_site_request
 
 __all__ = [

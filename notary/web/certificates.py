@@ -17,7 +17,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa, x448, x25519
 
-from notary.observations import Certificate
+from notary.model.observations import Certificate
 
 __all__ = [
     "MAX_NAMES",

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from html import escape
 from urllib.parse import quote
 
-from notary.observations import Observation, Timeline
-from notary.protocol.targets import Target, format_convergence_target
+from notary.model.observations import Observation, Timeline
+from notary.model.targets import Target, format_convergence_target
 from notary.web.certificates import details_of
 from notary.web.timeline_svg import chart_lanes, timeline_svg
 

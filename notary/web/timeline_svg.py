@@ -1,7 +1,7 @@
 """A target's certificate history as an SVG chart: one lane per
 certificate, one bar per run of sightings, gaps left empty.
 
-A pure function of a :class:`~notary.observations.Timeline` and a time
+A pure function of a :class:`~notary.model.observations.Timeline` and a time
 window. Lanes are ordered by first sighting, oldest on top, so a change of
 certificate reads as a step down to the right. A run shorter than
 :data:`MIN_RUN_WIDTH` units (one sighting) is drawn that wide, so it stays
@@ -21,7 +21,7 @@ import datetime
 from dataclasses import dataclass
 from html import escape
 
-from notary.observations import Observation, Timeline
+from notary.model.observations import Observation, Timeline
 
 __all__ = [
     "MAX_LANES",

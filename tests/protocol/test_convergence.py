@@ -7,12 +7,12 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notary import crypto
 from notary.errors import ProtocolError
-from notary.observations import Certificate, ProbeResult, Timeline
+from notary.model.observations import Certificate, ProbeResult, Timeline
+from notary.model.targets import Target
 from notary.protocol import convergence
 from notary.protocol.convergence import Decision, decide
-from notary.protocol.targets import Target
+from notary.state import crypto
 
 FP = "8F:C0:79:E8:14:77:7F:68:8B:A4:C8:07:D9:BD:67:D6:2A:F7:1A:EB"
 TARGET = Target("example.com", 443)

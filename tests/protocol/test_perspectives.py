@@ -18,13 +18,13 @@ from cryptography.hazmat.primitives.serialization import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notary import crypto
 from notary.errors import BadTarget, ProtocolError, UsageError
-from notary.observations import add_sighting
+from notary.model.observations import add_sighting
+from notary.model.targets import Target, make_target
 from notary.protocol import perspectives
 from notary.protocol.http import parse_response
 from notary.protocol.perspectives import KeyHistory
-from notary.protocol.targets import Target, make_target
+from notary.state import crypto
 
 HOUR = 3600
 WINDOW = 48 * HOUR

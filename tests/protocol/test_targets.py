@@ -1,4 +1,4 @@
-"""Tests of notary.protocol.targets: pure functions, no name is resolved."""
+"""Tests of notary.model.targets: pure functions, no name is resolved."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from notary.errors import BadTarget, ProtocolError
-from notary.protocol import perspectives, relay, v2
-from notary.protocol.http import RequestReader
-from notary.protocol.targets import (
+from notary.model.targets import (
     MAX_HOST_CHARS,
     MAX_HOST_INPUT_CHARS,
     MAX_LABEL_CHARS,
@@ -23,6 +21,8 @@ from notary.protocol.targets import (
     parse_port,
     public_name_refusal,
 )
+from notary.protocol import perspectives, relay, v2
+from notary.protocol.http import RequestReader
 
 # --- normalise_host: names ----------------------------------------------------
 

@@ -22,12 +22,11 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from notary import crypto
 from notary.errors import BadTarget, ProtocolError, UsageError
-from notary.observations import Certificate, Observation, Timeline
+from notary.model.observations import Certificate, Observation, Timeline
+from notary.model.targets import Target
 from notary.protocol import v2
 from notary.protocol.convergence import Decision
-from notary.protocol.targets import Target
 from notary.protocol.v2 import (
     QueryResult,
     TargetQuery,
@@ -36,6 +35,7 @@ from notary.protocol.v2 import (
     parse_query_request,
     verdict_of,
 )
+from notary.state import crypto
 
 DAY = 86400
 NOW = 1_770_000_000

@@ -7,8 +7,8 @@ from functools import cache
 
 import trustme
 
-from notary.observations import Certificate, ProbeResult
-from notary.protocol.targets import Target
+from notary.model.observations import Certificate, ProbeResult
+from notary.model.targets import Target
 
 
 @cache

@@ -42,7 +42,7 @@ import trio
 import trustme
 
 from notary.errors import ProbeResolveFailed
-from notary.protocol.targets import Target
+from notary.model.targets import Target
 
 __all__ = [
     "DEFAULT_NAME",
@@ -519,7 +519,7 @@ def closed_port(host: str = LOCALHOST) -> int:
 
 
 class StaticResolver:
-    """A fake :data:`notary.dialer.Resolver`: answers from ``mapping`` (name ->
+    """A fake :data:`notary.outbound.dialer.Resolver`: answers from ``mapping`` (name ->
     IP address strings; edit it to simulate a DNS change), raises
     ``ProbeResolveFailed`` for names it does not know, and records every
     ``(host, port)`` it was asked in ``calls``. Never touches the network."""

@@ -56,16 +56,16 @@ import trio
 import trio_websocket
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from notary import crypto
-from notary.dialer import Resolver, dial, dial_first, system_resolver
 from notary.errors import NotaryError, PeerError, ProbeError, ProtocolError, UsageError
-from notary.policy import ANY_ADDRESS
+from notary.model.policy import ANY_ADDRESS
+from notary.model.targets import Target, format_convergence_target, normalise_host
+from notary.outbound.dialer import Resolver, dial, dial_first, system_resolver
 from notary.protocol import convergence, strictjson, v2
 from notary.protocol.bundle import BUNDLE_SUFFIX, Bundle, BundleHost, parse_bundle
 from notary.protocol.http import Response, parse_response
 from notary.protocol.relay import DESTINATION_HEADER, RELAY_PORT
-from notary.protocol.targets import Target, format_convergence_target, normalise_host
 from notary.protocol.voting import Tally, Threshold, Verdict, classify, tally
+from notary.state import crypto
 
 __all__ = [
     "DEFAULT_QUORUM",

@@ -146,9 +146,9 @@ from dataclasses import dataclass
 import trio
 
 from notary.errors import ProbeError, ProbeThrottled, ProbeTimeout
-from notary.observations import ProbeResult
-from notary.protocol.targets import Target
-from notary.ratelimit import destination_prefix
+from notary.model.observations import ProbeResult
+from notary.model.ratelimit import destination_prefix
+from notary.model.targets import Target
 
 __all__ = [
     "CHANGE_SMOOTHING",
@@ -241,7 +241,7 @@ def retry_delay_s(failures: int, *, max_backoff_s: float) -> float:
     return min(FIRST_RETRY_S * 2.0**exponent, max_backoff_s)
 
 
-#: The politeness key of rule 8b (:func:`notary.ratelimit.destination_prefix`).
+#: The politeness key of rule 8b (:func:`notary.model.ratelimit.destination_prefix`).
 address_prefix = destination_prefix
 
 
@@ -327,7 +327,7 @@ class RescanScheduler:
     Arguments (all keyword-only; durations in seconds, rates per second):
 
     * ``probe``: probes a target (``Prober.probe``); returns a
-      :class:`~notary.observations.ProbeResult` or raises a
+      :class:`~notary.model.observations.ProbeResult` or raises a
       :class:`~notary.errors.ProbeError`.
     * ``probes_per_s``: the global budget of scheduled probes (rule 8a).
     * ``max_staleness_s``: ``S``; a target still asked about is re-probed

@@ -42,14 +42,14 @@ from urllib.parse import urlsplit
 
 import trio
 
-from notary import crypto
-from notary.dialer import Resolver, dial, system_resolver
 from notary.errors import NotaryError, PeerError, ProbeError, UsageError
-from notary.policy import ANY_ADDRESS
+from notary.model.policy import ANY_ADDRESS
+from notary.model.targets import normalise_host
+from notary.outbound.dialer import Resolver, dial, system_resolver
 from notary.protocol import convergence
 from notary.protocol.bundle import BUNDLE_SUFFIX, MAX_BUNDLE_BYTES, Bundle, parse_bundle
 from notary.protocol.http import parse_response
-from notary.protocol.targets import normalise_host
+from notary.state import crypto
 
 __all__ = [
     "BundleFetchFailed",

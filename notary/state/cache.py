@@ -1,7 +1,7 @@
 """The fingerprint cache: ``LRUCache``, ``BloomFilter`` and ``bloom_digest``.
 
-Two implementations behave identically: the compiled ``notary._fastcache``
-(Cython) and its pure-Python twin ``notary._fastcache_py``. This module picks
+Two implementations behave identically: the compiled ``notary.state._fastcache``
+(Cython) and its pure-Python twin ``notary.state._fastcache_py``. This module picks
 one at import time, the way aio-libs frozenlist and yarl do:
 
 * ``NOTARY_NO_EXTENSIONS`` set (non-empty, not ``"0"``): the pure twin.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from notary._cachecommon import BloomStatistics, CacheStatistics
+from notary.state._cachecommon import BloomStatistics, CacheStatistics
 
 __all__ = [
     "IMPLEMENTATION",
@@ -47,20 +47,20 @@ if _flag(NO_EXTENSIONS_ENV):
             f"{NO_EXTENSIONS_ENV} and {REQUIRE_EXTENSION_ENV} are both set: "
             "the compiled cache cannot be both forbidden and required; unset one"
         )
-    from notary._fastcache_py import BloomFilter, LRUCache, bloom_digest
+    from notary.state._fastcache_py import BloomFilter, LRUCache, bloom_digest
 
     IMPLEMENTATION = "pure"
 else:
     try:
-        from notary._fastcache import BloomFilter, LRUCache, bloom_digest
+        from notary.state._fastcache import BloomFilter, LRUCache, bloom_digest
     except ImportError as exc:
         if _flag(REQUIRE_EXTENSION_ENV):
             raise ImportError(
-                f"compiled cache required but notary._fastcache failed to import: {exc} "
+                f"compiled cache required but notary.state._fastcache failed to import: {exc} "
                 f"(build it with `python setup.py build_ext --inplace`, or unset "
                 f"{REQUIRE_EXTENSION_ENV})"
             ) from exc
-        from notary._fastcache_py import BloomFilter, LRUCache, bloom_digest
+        from notary.state._fastcache_py import BloomFilter, LRUCache, bloom_digest
 
         IMPLEMENTATION = "pure"
     else:

@@ -45,7 +45,7 @@ on the operator's prefix length) are refused outright, whatever they embed.
 
 Names: :meth:`AddressPolicy.name_refusal` refuses a host name that is, or is
 under, an opted-out name (``"example.org"`` covers ``www.example.org``), before
-any resolution (``notary.dialer.dial`` asks it first, so an opted-out name is
+any resolution (``notary.outbound.dialer.dial`` asks it first, so an opted-out name is
 never even resolved); the addresses it resolves to then meet the rules above.
 
 Reason words (short, stable, safe to show a client and to count in
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from notary.errors import BadTarget, ConfigError, ProbeRefused
-from notary.protocol.targets import normalise_host
+from notary.model.targets import normalise_host
 
 __all__ = [
     "IPV4_EMBEDDING_PREFIXES",

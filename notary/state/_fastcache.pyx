@@ -2,9 +2,9 @@
 # cython: initializedcheck=False, embedsignature=True
 """Compiled fingerprint cache: an LRU map and a Bloom filter.
 
-The pure-Python twin is ``notary._fastcache_py``; both behave identically
+The pure-Python twin is ``notary.state._fastcache_py``; both behave identically
 (same results, exception types and messages) and ``tests/test_cache.py`` runs
-every behaviour test against both. Import through ``notary.cache``.
+every behaviour test against both. Import through ``notary.state.cache``.
 
 LRUCache layout and invariants
 ------------------------------
@@ -43,7 +43,7 @@ from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy
 
-from notary._cachecommon import (
+from notary.state._cachecommon import (
     BloomStatistics,
     CacheStatistics,
     bloom_digest,
@@ -398,7 +398,7 @@ cdef class BloomFilter:
     """Bloom filter over byte digests (see ``bloom_digest``). Never a false negative.
 
     Sized for ``expected_items`` at ``false_positive_rate``: ``m`` bits (a
-    multiple of 64) and ``k`` hashes, see ``notary._cachecommon.bloom_parameters``.
+    multiple of 64) and ``k`` hashes, see ``notary.state._cachecommon.bloom_parameters``.
     Bit positions come from the digest itself: ``h1`` and ``h2`` are its first
     two little-endian 64-bit words, ``h2`` forced odd, and the ``i``-th position
     is ``((h1 + i * h2) mod 2**64) mod m``.
@@ -457,7 +457,7 @@ cdef class BloomFilter:
         return bloom_statistics(self._nbits, self._hashes, self._items_added, bits_set)
 
     def to_bytes(self):
-        """Serialise (format in ``notary._cachecommon``); ``from_bytes`` reverses it."""
+        """Serialise (format in ``notary.state._cachecommon``); ``from_bytes`` reverses it."""
         return pack_bloom_header(self._nbits, self._hashes, self._items_added) + \
             PyBytes_FromStringAndSize(<char *>self._bits, <Py_ssize_t>(self._nbits // 8))
 

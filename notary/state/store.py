@@ -2,7 +2,7 @@
 operations the notary needs (load one target's timeline, record a batch of
 probe results in one transaction).
 
-Synchronous on purpose: the Trio edge (``notary.server.storage``) runs these
+Synchronous on purpose: the Trio edge (``notary.outbound.writer``) runs these
 methods in worker threads, one connection per thread role, so the event loop
 never waits on the disk.
 
@@ -40,7 +40,7 @@ from functools import cache
 from pathlib import Path
 
 from notary.errors import StoreError
-from notary.observations import (
+from notary.model.observations import (
     DEFAULT_MERGE_WINDOW_S,
     Certificate,
     Observation,
@@ -50,7 +50,7 @@ from notary.observations import (
     TimelineLimits,
     add_sighting,
 )
-from notary.protocol.targets import Target
+from notary.model.targets import Target
 
 #: Migrations, applied in order; ``PRAGMA user_version`` is the index of the
 #: last applied one. Never edit a released migration: append a new one.
@@ -587,7 +587,7 @@ class Store:
         be retried after a newer one committed; the address list is ordered
         by recording (newest recorded first), not by ``observed_at``. The
         sighting also joins the runs within ``merge_window_s`` of it, as
-        :func:`~notary.observations.add_sighting` does in memory.
+        :func:`~notary.model.observations.add_sighting` does in memory.
 
         Set-based, a few statements per batch whatever its size: one
         ``INSERT ... RETURNING`` per table for the ids of targets and

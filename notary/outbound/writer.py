@@ -20,7 +20,7 @@ from memory meanwhile), plus, with ``synchronous=NORMAL``, the last committed
 transactions on power loss (never corruption: WAL).
 
 What is kept (README "What the notary keeps"): the writer keeps each
-target within ``limits`` (``notary.store``); a maintenance task, on the
+target within ``limits`` (``notary.state.store``); a maintenance task, on the
 writer's connection between batches, first brings rows written under looser
 limits within them, then every ``ASKED_FLUSH_INTERVAL_S`` writes the
 targets asked about meanwhile (``note_asked``, a bounded set: queries never
@@ -44,9 +44,9 @@ from typing import Any
 import trio
 
 from notary.errors import StoreError
-from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline, TimelineLimits
-from notary.protocol.targets import Target
-from notary.store import DATABASE_FILE_MODE, PruneReport, Store
+from notary.model.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline, TimelineLimits
+from notary.model.targets import Target
+from notary.state.store import DATABASE_FILE_MODE, PruneReport, Store
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from cryptography import x509
 
-from notary.protocol.targets import Target
+from notary.model.targets import Target
 
 #: How many distinct addresses are remembered per observation (newest first).
 MAX_ADDRESSES_PER_OBSERVATION = 8
@@ -193,7 +193,7 @@ class TimelineLimits:
       oldest go first, and the observation's ``first_seen`` moves to the
       start of its oldest kept run.
 
-    The cache (``Timeline.merged``) and the store (``notary.store``) apply
+    The cache (``Timeline.merged``) and the store (``notary.state.store``) apply
     the same limits, so a timeline read back from the store equals the one
     built in memory. Raises ``ValueError`` for a limit out of range."""
 

@@ -13,15 +13,15 @@ Invariants
 3. A record loaded from the store never replaces a record already in the
    cache (the cached one is at least as new).
 4. A cache miss for a target the known-targets filter has never seen reads
-   no database: the store cannot hold it (see ``notary.server.known_targets``;
+   no database: the store cannot hold it (see ``notary.service.stored_targets``;
    a node's workers share the store and have no filter: every miss reads).
 5. A cache hit that can be answered at once (``convergence.answer_status``)
    is decided with one cache lookup and one clock read, without awaiting,
    and ``respond_at_once`` returns the complete HTTP response made with the record
    (``TargetRecord.http_responses``): no response bytes are built per query.
    A limited client's query costs one token-bucket admission more (a dict
-   lookup and a few float operations, ``notary.ratelimit``).
-6. Limits (``notary.server.abuse``): every query of a limited client
+   lookup and a few float operations, ``notary.model.ratelimit``).
+6. Limits (``notary.service.abuse``): every query of a limited client
    (``client`` not None: its prefix key) is admitted by its query bucket
    first, once, whichever path answers it; a refusal raises ``RateLimited``
    (429), or is the 429 response on the fast path. A probe a query would
@@ -65,9 +65,7 @@ from typing import Any
 
 import trio
 
-from notary.cache import LRUCache
 from notary.config import V2Config
-from notary.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
 from notary.errors import (
     ProbeConnectFailed,
     ProbeError,
@@ -77,17 +75,19 @@ from notary.errors import (
     ProbeTimeout,
     StoreError,
 )
-from notary.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline, TimelineLimits
-from notary.probe import Prober
+from notary.model.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline, TimelineLimits
+from notary.model.ratelimit import RateLimited, retry_after_s
+from notary.model.targets import Target
+from notary.outbound.probe import Prober
+from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.convergence import Decision
-from notary.protocol.targets import Target
-from notary.ratelimit import RateLimited, retry_after_s
-from notary.scheduler import RescanScheduler
-from notary.server.abuse import AbuseControls
-from notary.server.known_targets import KnownTargets
-from notary.server.storage import Storage
 from notary.server.websocket import WatchHub
+from notary.service.abuse import AbuseControls
+from notary.service.scheduler import RescanScheduler
+from notary.service.stored_targets import KnownTargets
+from notary.state.cache import LRUCache
+from notary.state.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
 
 log = logging.getLogger(__name__)
 

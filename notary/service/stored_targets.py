@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import trio
 
-from notary._cachecommon import bloom_parameters
-from notary.cache import BloomFilter, BloomStatistics, bloom_digest
 from notary.errors import StoreError
-from notary.server.storage import Storage
+from notary.outbound.writer import Storage
+from notary.state._cachecommon import bloom_parameters
+from notary.state.cache import BloomFilter, BloomStatistics, bloom_digest
 
 __all__ = ["KnownTargets", "KnownTargetsStatistics"]
 

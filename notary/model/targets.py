@@ -5,7 +5,7 @@ cache entry, one store row and one probe.
 
 Pure and sans-IO: nothing here resolves a name or opens a socket. Whether the
 notary may *connect* to a target's addresses is a separate question, answered
-by :mod:`notary.policy` after resolution; this module only decides whether a
+by :mod:`notary.model.policy` after resolution; this module only decides whether a
 target is well-formed and what its canonical spelling is.
 
 Normalisation rules for hosts (:func:`normalise_host`):

@@ -13,7 +13,7 @@ An I/O edge (Trio). Rules this module keeps:
    Names are resolved as absolute names (:func:`absolute_name`): the system
    resolver never completes them with its search domains. Special-use and
    single-label names never get here as targets: the target parsers refuse
-   them (:func:`notary.protocol.targets.public_name_refusal`).
+   them (:func:`notary.model.targets.public_name_refusal`).
 3. At most ``MAX_ADDRESSES_PER_DIAL`` allowed addresses are tried, in the
    resolver's order, staggered happy-eyeballs style; the first to connect
    wins and the other attempts are cancelled or closed.
@@ -39,7 +39,7 @@ from functools import partial
 import trio
 
 from notary.errors import ProbeConnectFailed, ProbeError, ProbeRefused, ProbeResolveFailed
-from notary.policy import AddressPolicy
+from notary.model.policy import AddressPolicy
 
 __all__ = [
     "CONNECT_STAGGER_S",

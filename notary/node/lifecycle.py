@@ -1,5 +1,5 @@
 """One serving process from start to exit: a single-process node under
-systemd, or one worker under the supervisor (``notary.server.supervisor``).
+systemd, or one worker under the supervisor (``notary.node.supervisor``).
 Both report to ``$NOTIFY_SOCKET`` the same way; for a worker it is the
 supervisor's socket, not systemd's.
 
@@ -31,9 +31,9 @@ from functools import partial
 import trio
 
 from notary.config import Config
+from notary.node.sockets import Sockets
+from notary.node.systemd import Notifier, watchdog_interval_s
 from notary.server.app import RunningNotary, serve_notary
-from notary.server.sockets import Sockets
-from notary.server.systemd import Notifier, watchdog_interval_s
 
 log = logging.getLogger(__name__)
 

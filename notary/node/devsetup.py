@@ -9,10 +9,10 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from notary import crypto
 from notary.errors import UsageError
 from notary.protocol.bundle import BundleHost, make_bundle
-from notary.store import Store
+from notary.state import crypto
+from notary.state.store import Store
 
 DEV_HOST = "127.0.0.1"
 #: The dev relay's port (the bundle's ``http_port``; Convergence uses 80).

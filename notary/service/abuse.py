@@ -3,7 +3,7 @@ client is (for limits), how many connections it has open, and whether it may
 ask a query or cause a probe now.
 
 Pure (no Trio, no clock: ``now`` is a parameter, the query service's clock),
-built on :mod:`notary.ratelimit`. One instance per notary process (worker):
+built on :mod:`notary.model.ratelimit`. One instance per notary process (worker):
 the limits are per worker.
 
 Rules this module keeps:
@@ -21,7 +21,7 @@ Rules this module keeps:
 4. **Probes**: an on-demand probe a query would *start* (not one it joins) is
    admitted when both allow it, and then charged to both: the client
    prefix's bucket (``probes_per_s_per_prefix``, ``probe_burst``; refused:
-   :class:`~notary.ratelimit.RateLimited`, 429) and the target's spacing
+   :class:`~notary.model.ratelimit.RateLimited`, 429) and the target's spacing
    (``probes_per_minute_per_target``: one probe at most every ``60 / N``
    seconds, so at most N in any minute; refused: :class:`ProbeThrottled`,
    answered as a failed probe). A probe the address policy refuses (no
@@ -36,7 +36,7 @@ Rules this module keeps:
    by the resolved address, so five names of one address share one budget.
    Refused: :class:`ProbeThrottled`, no connection made.
 6. **Bounded**: each rate table holds at most ``max_tracked`` entries
-   (:class:`~notary.ratelimit.TokenBuckets` rule 3); the connection tables
+   (:class:`~notary.model.ratelimit.TokenBuckets` rule 3); the connection tables
    hold one entry per address and prefix with an open connection.
 """
 
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from notary.config import LimitsConfig
 from notary.errors import ProbeThrottled
-from notary.ratelimit import (
+from notary.model.ratelimit import (
     ClientConnections,
     Exemptions,
     RateLimited,
@@ -130,7 +130,7 @@ class AbuseControls:
     def admit_query(self, client: bytes | None, now: float, cost: int = 1) -> None:
         """Rule 3 for the client prefix ``client`` (None: unlimited).
 
-        Error handling: :class:`~notary.ratelimit.RateLimited` when refused."""
+        Error handling: :class:`~notary.model.ratelimit.RateLimited` when refused."""
         queries = self.queries
         if client is None or queries is None:
             return
@@ -142,7 +142,7 @@ class AbuseControls:
         """Rule 4 for a probe of ``target_key`` that the client prefix
         ``client`` would start.
 
-        Error handling: :class:`~notary.ratelimit.RateLimited` (the client's
+        Error handling: :class:`~notary.model.ratelimit.RateLimited` (the client's
         budget) or :class:`ProbeThrottled` (the target's), charging nothing."""
         mine = self.client_probes if client is not None else None
         if mine is not None:

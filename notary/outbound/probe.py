@@ -1,15 +1,15 @@
 """The prober: which certificate does ``host:port`` present, from here?
 
 An I/O edge (Trio + pyOpenSSL). One probe resolves the target (names only),
-checks every resolved address against the :class:`~notary.policy.AddressPolicy`,
+checks every resolved address against the :class:`~notary.model.policy.AddressPolicy`,
 connects by IP literal to an allowed address, and runs the client side of a
 TLS handshake far enough to receive the server's certificates.
 
 Rules this module keeps:
 
 1. The address checked by the policy is the address connected to:
-   connections are made by :func:`notary.dialer.dial` (see its rules).
-2. Single-flight: at most one probe per :class:`~notary.protocol.targets.Target`
+   connections are made by :func:`notary.outbound.dialer.dial` (see its rules).
+2. Single-flight: at most one probe per :class:`~notary.model.targets.Target`
    runs at a time. Concurrent :meth:`Prober.probe` calls for one target wait
    for that probe; a waiter that gives up (its own deadline) does not cancel
    it. There is no result cache here: once a probe finished, the next call
@@ -23,7 +23,7 @@ TLS
 ---
 SNI is sent for names, not for IP literals; TLS 1.0 to 1.3 are offered and
 the version negotiated is recorded (:attr:`ProbeResult.tls_version
-<notary.observations.ProbeResult.tls_version>`); the cipher list is OpenSSL's
+<notary.model.observations.ProbeResult.tls_version>`); the cipher list is OpenSSL's
 ``DEFAULT`` at security level 0 (which OpenSSL 3 needs for TLS 1.0 and 1.1)
 because we observe, we do not trust: an old protocol, a weak key or a SHA-1
 signature is something to record, not a reason to see nothing. Offering old
@@ -86,11 +86,11 @@ import trio
 from cryptography.hazmat.primitives.serialization import Encoding
 from OpenSSL import SSL
 
-from notary.dialer import Resolver, dial, system_resolver
 from notary.errors import ProbeError, ProbeHandshakeFailed, ProbeTimeout
-from notary.observations import Certificate, ProbeResult
-from notary.policy import AddressPolicy
-from notary.protocol.targets import Target
+from notary.model.observations import Certificate, ProbeResult
+from notary.model.policy import AddressPolicy
+from notary.model.targets import Target
+from notary.outbound.dialer import Resolver, dial, system_resolver
 
 __all__ = [
     "DEFAULT_MAX_HANDSHAKE_BYTES",

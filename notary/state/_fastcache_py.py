@@ -1,8 +1,8 @@
-"""Pure-Python twin of ``notary._fastcache``.
+"""Pure-Python twin of ``notary.state._fastcache``.
 
 Behaviour, exception types and messages are identical to the compiled module;
 ``tests/test_cache.py`` runs every behaviour test against both. Import the
-cache through ``notary.cache``, which picks one of the two.
+cache through ``notary.state.cache``, which picks one of the two.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import struct
 from collections.abc import Hashable
 from typing import Any
 
-from notary._cachecommon import (
+from notary.state._cachecommon import (
     BLOOM_DIGEST_BYTES,
     BloomStatistics,
     CacheStatistics,
@@ -60,7 +60,7 @@ class LRUCache:
     ``TypeError``, as does an unhashable key.
 
     The layout mirrors the compiled module (see the invariants at the top of
-    ``notary/_fastcache.pyx``): a dict from key to ``_Node`` plus a circular
+    ``notary/state/_fastcache.pyx``): a dict from key to ``_Node`` plus a circular
     doubly linked list through ``_root`` (``_root.next`` is the most recently
     used); a node is linked exactly when ``node.prev`` is not None, and a node
     found in the dict but unlinked counts as absent. A plain dict is used
@@ -274,7 +274,7 @@ class BloomFilter:
     """Bloom filter over byte digests (see ``bloom_digest``). Never a false negative.
 
     Sized for ``expected_items`` at ``false_positive_rate``: ``m`` bits (a
-    multiple of 64) and ``k`` hashes, see ``notary._cachecommon.bloom_parameters``.
+    multiple of 64) and ``k`` hashes, see ``notary.state._cachecommon.bloom_parameters``.
     Bit positions come from the digest itself: ``h1`` and ``h2`` are its first
     two little-endian 64-bit words, ``h2`` forced odd, and the ``i``-th position
     is ``((h1 + i * h2) mod 2**64) mod m``.
@@ -318,7 +318,7 @@ class BloomFilter:
         return bloom_statistics(self._nbits, self._hashes, self._items_added, bits_set)
 
     def to_bytes(self) -> bytes:
-        """Serialise (format in ``notary._cachecommon``); ``from_bytes`` reverses it."""
+        """Serialise (format in ``notary.state._cachecommon``); ``from_bytes`` reverses it."""
         return pack_bloom_header(self._nbits, self._hashes, self._items_added) + bytes(self._bits)
 
     @classmethod
