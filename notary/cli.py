@@ -619,9 +619,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     from notary.logs import configure_logging, set_worker
     from notary.node.privileges import drop_privileges
-    from notary.node.sockets import bind_sockets, check_roles, inherited_sockets
     from notary.node.supervisor import default_workers, supervise, worker_index
     from notary.node.systemd import listen_fds
+    from notary.server.sockets import bind_sockets, check_roles, inherited_sockets
 
     index = worker_index()
     set_worker(index)

@@ -15,14 +15,14 @@ import trio
 from notary.config import Endpoint, load_config
 from notary.errors import ConfigError, UsageError
 from notary.model.policy import AddressPolicy
-from notary.node.sockets import (
+from notary.protocol.bundle import BundleHost, make_bundle
+from notary.server.app import Reloader
+from notary.server.sockets import (
     WORKER_FDS_ENV,
     bind_endpoint,
     inherited_sockets,
     worker_environment,
 )
-from notary.protocol.bundle import BundleHost, make_bundle
-from notary.server.app import Reloader
 from notary.state import crypto
 from tests.support.notaries import LOCALHOST, make_notary_files, open_notary
 

@@ -26,7 +26,7 @@ import trustme
 
 from notary.config import Endpoint
 from notary.model.targets import Target
-from notary.node.sockets import bind_endpoint
+from notary.server.sockets import bind_endpoint
 from notary.state.store import Store
 from tests.support.notaries import LOCALHOST, make_notary_files
 

@@ -28,9 +28,9 @@ import pytest
 from notary.config import load_config
 from notary.errors import UsageError
 from notary.node import systemd
-from notary.node.sockets import ROLES
 from notary.node.supervisor import KILL_MARGIN_S
 from notary.node.systemd import Notifier, listen_fds, notify, watchdog_interval_s
+from notary.server.sockets import ROLES
 
 REPO = Path(__file__).resolve().parents[1]
 UNITS = REPO / "systemd"

@@ -31,9 +31,9 @@ from functools import partial
 import trio
 
 from notary.config import Config
-from notary.node.sockets import Sockets
 from notary.node.systemd import Notifier, watchdog_interval_s
 from notary.server.app import RunningNotary, serve_notary
+from notary.server.sockets import Sockets
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 One Trio loop per core: the supervisor starts ``workers`` processes, each
 ``python -m notary <the same serve arguments>`` running its own loop, cache
 and writer on the listening sockets the supervisor opened (or took from
-systemd) and passed down (``notary.node.sockets``). The kernel spreads the
+systemd) and passed down (``notary.server.sockets``). The kernel spreads the
 connections among the workers accepting on a shared socket. All workers
 write to the one SQLite database (WAL, busy timeout); each worker rescans
 the targets asked of it with its share of the budgets, and skips a target
@@ -55,9 +55,9 @@ from pathlib import Path
 import trio
 
 from notary.config import Config
-from notary.node.sockets import Sockets, close_all, worker_environment
 from notary.node.systemd import Notifier, watchdog_interval_s
 from notary.server.metrics import worker_exited
+from notary.server.sockets import Sockets, close_all, worker_environment
 
 log = logging.getLogger(__name__)
 

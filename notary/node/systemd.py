@@ -29,11 +29,11 @@ Socket activation
     ==============================  ================  =========================
 
     ``plain_api`` (``[server] plain_api``) and ``admin`` (``[admin] listen``)
-    are understood too (``notary.node.sockets.ROLES``) but not shipped: the
+    are understood too (``notary.server.sockets.ROLES``) but not shipped: the
     admin port is above 1024, so the supervisor binds it from the config, and
     a health check then sees "connection refused" when the service is down
     instead of starting it. The supervisor maps names to roles
-    (``notary.node.sockets.check_roles`` refuses unknown names: a socket
+    (``notary.server.sockets.check_roles`` refuses unknown names: a socket
     unit without ``FileDescriptorName=`` passes its unit name, such as
     ``notary-api.socket``, and a manager that passes no names at all gives
     ``unknown``): a role that has sockets from systemd uses them and ignores

@@ -33,7 +33,6 @@ from notary.errors import NotaryError, UsageError
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import client_prefix
 from notary.model.targets import Target
-from notary.node.sockets import Sockets, bind_sockets, close_all
 from notary.outbound.dialer import Resolver, system_resolver
 from notary.outbound.probe import Prober, open_prober
 from notary.outbound.writer import Storage, open_storage
@@ -45,6 +44,7 @@ from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Drain, limits_from, serve_http_connection
 from notary.server.metrics import NotaryMetrics
 from notary.server.relay import RelayHandler, TrustedDestinations
+from notary.server.sockets import Sockets, bind_sockets, close_all
 from notary.server.web import WebPages, notary_profile
 from notary.server.websocket import FIGURES_INTERVAL_S, WATCH_PATH, WebSocketService
 from notary.service.abuse import AbuseControls
@@ -52,6 +52,7 @@ from notary.service.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
 from notary.service.query import QueryService
 from notary.service.scheduler import RescanScheduler
 from notary.service.stored_targets import KnownTargets
+from notary.service.watch import WatchHub
 from notary.state import crypto
 from notary.state.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
 from notary.state.cache import LRUCache
@@ -452,7 +453,7 @@ async def serve_notary(
 ) -> None:
     """Run a notary until cancelled (or stopped through ``RunningNotary``).
 
-    ``sockets``: the listening sockets by role (``notary.node.sockets``),
+    ``sockets``: the listening sockets by role (``notary.server.sockets``),
     bound or inherited by the caller; they are bound here from the config
     when None. Either way they are closed when this returns.
     ``reload_config``: reads the configuration again on SIGHUP (``Reloader``).
@@ -524,6 +525,7 @@ async def _serve_notary(
         )
         if shared_store:
             known.switch_off()
+        watch_hub = WatchHub() if v2_signer is not None else None
         service = QueryService(
             cache=cache,
             storage=storage,
@@ -540,6 +542,7 @@ async def _serve_notary(
             v2_config=config.v2,
             abuse=abuse,
             failure_delay_s=failure_delay_s(config),
+            watch_hub=watch_hub,
         )
         # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
         # connections but not the storage block around it, which then exits
@@ -598,8 +601,8 @@ async def _serve_notary(
                         answer_query=service.answer_v2_bytes,
                         limits=config.websocket,
                         max_batch=config.v2.max_batch,
+                        hub=watch_hub,
                     )
-                    service.watch_hub = websocket.hub
                 connections = ConnectionHandler(
                     context, handler, config, max_body_bytes=body_limit, websocket=websocket,
                     abuse=abuse,

@@ -42,7 +42,8 @@ Rules this module keeps:
 
 Resource handling: :meth:`WebSocketService.serve` owns the stream it is given and
 a nursery for the connection's reader, writer and pinger; everything is
-closed when it returns. The :class:`WatchHub` holds only bounded channels.
+closed when it returns. The watch hub (``notary.service.watch``) holds only
+the connections' bounded channels.
 
 Error handling: a malformed message is answered with an error message; a
 peer that breaks the protocol or the transport ends the connection
@@ -64,14 +65,15 @@ import trio_websocket
 from notary.config import WebSocketConfig
 from notary.errors import PeerError
 from notary.model.ratelimit import RateLimited
-from notary.model.targets import Target, make_target
+from notary.model.targets import make_target
 from notary.protocol import v2
 from notary.protocol.http import Request
+from notary.service.watch import FiguresHub, WatchHub
 from notary.web.headers import is_cross_site_request
 
 __all__ = [
-    "FIGURES_INTERVAL_S", "WATCH_PATH", "FiguresHub", "WatchHub", "WebSocketLimits",
-    "WebSocketService", "WebSocketStatistics",
+    "FIGURES_INTERVAL_S", "WATCH_PATH", "WebSocketLimits", "WebSocketService",
+    "WebSocketStatistics",
 ]
 
 logger = logging.getLogger(__name__)
@@ -85,75 +87,6 @@ FIGURES_INTERVAL_S = 5.0
 
 #: The limits of rule 1 and 2 are the ``[websocket]`` config section.
 WebSocketLimits = WebSocketConfig
-
-
-class WatchHub:
-    """Who watches which target: target key -> the send channels of the
-    connections watching it. :meth:`publish` never blocks: a full channel
-    marks its connection as too slow (rule 1)."""
-
-    def __init__(self) -> None:
-        self._watchers: dict[str, set[_Connection]] = {}
-        self.events_published = 0
-
-    def watched(self, key: str) -> bool:
-        """Whether any connection watches the target ``key`` (a publisher
-        may skip making the entry, a signature, when none does)."""
-        return key in self._watchers
-
-    def publish(self, target: Target, entry: bytes) -> None:
-        """A probe of ``target`` saw a new certificate; ``entry`` is the
-        signed statement (``SignedStatement.entry``)."""
-        watchers = self._watchers.get(target.key)
-        if not watchers:
-            return
-        message = (
-            b'{"statement":' + entry + b',"target":' + json.dumps(target.key).encode()
-            + b',"type":"observation"}'
-        )
-        self.events_published += 1
-        for connection in list(watchers):
-            connection.push(message)
-
-    def _add(self, key: str, connection: _Connection) -> None:
-        self._watchers.setdefault(key, set()).add(connection)
-
-    def _remove(self, key: str, connection: _Connection) -> None:
-        watchers = self._watchers.get(key)
-        if watchers is not None:
-            watchers.discard(connection)
-            if not watchers:
-                del self._watchers[key]
-
-    def watcher_count(self) -> int:
-        return sum(len(w) for w in self._watchers.values())
-
-
-class FiguresHub:
-    """Who subscribed to the live figures. :meth:`publish` never blocks: a
-    full channel marks its connection as too slow (rule 1)."""
-
-    def __init__(self, source: Callable[[], Awaitable[Mapping[str, object]]] | None) -> None:
-        #: Makes a figures document (None: figures are not served).
-        self.source = source
-        self._subscribers: set[_Connection] = set()
-
-    @property
-    def subscribers(self) -> int:
-        return len(self._subscribers)
-
-    def publish(self, figures: Mapping[str, object]) -> None:
-        message = json.dumps(
-            {"figures": figures, "id": None, "type": "figures"}, sort_keys=True
-        ).encode()
-        for connection in list(self._subscribers):
-            connection.push(message)
-
-    def _add(self, connection: _Connection) -> None:
-        self._subscribers.add(connection)
-
-    def _remove(self, connection: _Connection) -> None:
-        self._subscribers.discard(connection)
 
 
 class _Connection:
@@ -229,9 +162,11 @@ class WebSocketService:
         answer_query: Callable[[v2.QueryRequest], Awaitable[bytes]],
         limits: WebSocketLimits,
         max_batch: int,
+        hub: WatchHub | None = None,
         figures: Callable[[], Awaitable[Mapping[str, object]]] | None = None,
     ) -> None:
-        self.hub = WatchHub()
+        #: Who watches which target; the query service publishes to it.
+        self.hub = hub if hub is not None else WatchHub()
         #: The live figures' subscribers; ``figures`` makes the documents.
         self.figures = FiguresHub(figures)
         self._answer_query = answer_query
@@ -386,8 +321,8 @@ async def _serve(
         await done.wait()
     finally:
         for key in connection.watching:
-            hub._remove(key, connection)
-        figures._remove(connection)
+            hub.unsubscribe(key, connection)
+        figures.unsubscribe(connection)
         connection.send.close()
 
 
@@ -439,11 +374,11 @@ async def _handle(
                     if len(connection.watching) >= limits.max_watches:
                         raise PeerError(f"at most {limits.max_watches} watches per connection")
                     connection.watching.add(target.key)
-                    hub._add(target.key, connection)
+                    hub.subscribe(target.key, connection)
                 reply = "watching"
             else:
                 connection.watching.discard(target.key)
-                hub._remove(target.key, connection)
+                hub.unsubscribe(target.key, connection)
                 reply = "unwatched"
             connection.push(json.dumps(
                 {"id": request_id, "target": target.key, "type": reply}, sort_keys=True
@@ -454,14 +389,14 @@ async def _handle(
                 raise PeerError("live figures are not served here", status=404)
             if document:
                 raise PeerError("figures takes only an id")
-            figures._add(connection)
+            figures.subscribe(connection)
             connection.push(json.dumps(
                 {"figures": await figures.source(), "id": request_id, "type": "figures"},
                 sort_keys=True,
             ).encode())
             return
         if kind == "stop_figures":
-            figures._remove(connection)
+            figures.unsubscribe(connection)
             connection.push(json.dumps(
                 {"id": request_id, "type": "figures_stopped"}, sort_keys=True
             ).encode())

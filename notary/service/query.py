@@ -82,10 +82,10 @@ from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.convergence import Decision
-from notary.server.websocket import WatchHub
 from notary.service.abuse import AbuseControls
 from notary.service.scheduler import RescanScheduler
 from notary.service.stored_targets import KnownTargets
+from notary.service.watch import WatchHub
 from notary.state.cache import LRUCache
 from notary.state.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
 
@@ -353,6 +353,7 @@ class QueryService:
         v2_config: V2Config | None = None,
         abuse: AbuseControls | None = None,
         failure_delay_s: float = 0.0,
+        watch_hub: WatchHub | None = None,
     ) -> None:
         self._cache = cache
         self._storage = storage
@@ -385,7 +386,7 @@ class QueryService:
         #: Told of every query and probe outcome, when rescanning is on.
         self.scheduler: RescanScheduler | None = None
         #: Told of every new certificate seen, when v2 watches are served.
-        self.watch_hub: WatchHub | None = None
+        self._watch_hub = watch_hub
         self.prober: Prober | None = None
         #: Queries answered, by protocol (``QUERY_PROTOCOLS``) then HTTP
         #: status, cumulative (requests refused before reaching the service
@@ -455,7 +456,7 @@ class QueryService:
         if record.latest_sha256 != sha256:
             record = record.with_latest(sha256)
         self._cache.put(target.key, record, record.size)
-        hub = self.watch_hub
+        hub = self._watch_hub
         if new_certificate and hub is not None and hub.watched(target.key):
             statement = record.v2_statement  # signed here only when someone watches
             if statement is not None:

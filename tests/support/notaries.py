@@ -22,9 +22,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from notary.config import Config, Endpoint, load_config
-from notary.node.sockets import Sockets
 from notary.protocol.bundle import BundleHost, make_bundle
 from notary.server.app import RunningNotary, serve_notary
+from notary.server.sockets import Sockets
 from notary.state import crypto
 from tests.support.tls_targets import static_resolver
 
