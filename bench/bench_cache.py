@@ -48,7 +48,7 @@ from collections.abc import Callable, Hashable, Sequence
 from types import ModuleType
 from typing import Any
 
-import common
+import harness
 
 #: Bloom filter goal of the issue: compiled membership checks >= 10x the twin.
 BLOOM_GOAL_RATIO = 10.0
@@ -254,50 +254,50 @@ def bench_lru(impls: dict[str, Callable[[int, int], Any]], quick: bool, repeat: 
         cache = factory(capacity, max_bytes)
         for key in resident:
             cache.put(key, value, size)
-        rates[name, "get_hit"] = common.rate(
-            n_ops, common.best_seconds(lambda c=cache: time_gets(c, hit_keys), repeat))
-        rates[name, "get_miss"] = common.rate(
-            n_ops, common.best_seconds(lambda c=cache: time_gets(c, miss_keys), repeat))
-        rates[name, "put_replace"] = common.rate(
-            n_ops, common.best_seconds(lambda c=cache: time_puts(c, hit_keys, value, size), repeat))
-        rates[name, "put_new"] = common.rate(
-            len(fresh), common.best_seconds(lambda c=cache: time_puts(c, fresh, value, size), repeat))
+        rates[name, "get_hit"] = harness.rate(
+            n_ops, harness.best_seconds(lambda c=cache: time_gets(c, hit_keys), repeat))
+        rates[name, "get_miss"] = harness.rate(
+            n_ops, harness.best_seconds(lambda c=cache: time_gets(c, miss_keys), repeat))
+        rates[name, "put_replace"] = harness.rate(
+            n_ops, harness.best_seconds(lambda c=cache: time_puts(c, hit_keys, value, size), repeat))
+        rates[name, "put_new"] = harness.rate(
+            len(fresh), harness.best_seconds(lambda c=cache: time_puts(c, fresh, value, size), repeat))
         del cache
         gc.collect()
         cache = factory(capacity, max_bytes)
         time_mixed(cache, mixed_ops, value, size)  # warm up to the steady state
         before = counters(cache)
-        rates[name, "mixed"] = common.rate(
-            n_ops, common.best_seconds(lambda c=cache: time_mixed(c, mixed_ops, value, size),
+        rates[name, "mixed"] = harness.rate(
+            n_ops, harness.best_seconds(lambda c=cache: time_mixed(c, mixed_ops, value, size),
                                        repeat))
         after = counters(cache)
         hits, misses = after[2] - before[2], after[3] - before[3]
         hit_rates[name] = hits / (hits + misses) if hits + misses else 0.0
         del cache
         gc.collect()
-    loop_rate = common.rate(n_ops, common.best_seconds(lambda: time_empty_loop(hit_keys), repeat))
+    loop_rate = harness.rate(n_ops, harness.best_seconds(lambda: time_empty_loop(hit_keys), repeat))
 
     names = list(impls)
     compiled, twin, baseline = names
     print(f"## LRU cache: operations per second (capacity {capacity:,} entries, "
           f"{n_ops:,} operations per pass, best of {repeat})")
     print()
-    common.print_table(
+    harness.print_table(
         ["operation", *names, f"{compiled} / {twin}", f"{compiled} / {baseline}",
          f"{twin} / {baseline}"],
         [
             [label,
-             *(common.format_rate(rates[name, key]) for name in names),
-             common.format_ratio(rates[compiled, key] / rates[twin, key]),
-             common.format_ratio(rates[compiled, key] / rates[baseline, key]),
-             common.format_ratio(rates[twin, key] / rates[baseline, key])]
+             *(harness.format_rate(rates[name, key]) for name in names),
+             harness.format_ratio(rates[compiled, key] / rates[twin, key]),
+             harness.format_ratio(rates[compiled, key] / rates[baseline, key]),
+             harness.format_ratio(rates[twin, key] / rates[baseline, key])]
             for label, key in workloads
         ],
     )
     print("Mixed-workload get hit rate at steady state: "
           + ", ".join(f"{name} {hit_rates[name]:.1%}" for name in names))
     print(f"Reference: the empty `for` loop over the same keys runs at "
-          f"{common.format_rate(loop_rate)} ({1e9 / loop_rate:.0f} ns per iteration, "
+          f"{harness.format_rate(loop_rate)} ({1e9 / loop_rate:.0f} ns per iteration, "
           f"included in every figure above).")
     print()
 
@@ -334,13 +334,13 @@ def bench_bloom(fast: ModuleType, twin: ModuleType, quick: bool, repeat: int
             fresh_filter = module.BloomFilter(expected, fpr)
             return time_adds(fresh_filter, extra)
 
-        rates[name, "add"] = common.rate(n_ops, common.best_seconds(adds, repeat))
-        rates[name, "present"] = common.rate(
-            n_ops, common.best_seconds(lambda b=bloom: time_contains(b, present), repeat))
-        rates[name, "absent"] = common.rate(
-            n_ops, common.best_seconds(lambda b=bloom: time_contains(b, absent), repeat))
-        rates[name, "digest"] = common.rate(
-            n_ops, common.best_seconds(
+        rates[name, "add"] = harness.rate(n_ops, harness.best_seconds(adds, repeat))
+        rates[name, "present"] = harness.rate(
+            n_ops, harness.best_seconds(lambda b=bloom: time_contains(b, present), repeat))
+        rates[name, "absent"] = harness.rate(
+            n_ops, harness.best_seconds(lambda b=bloom: time_contains(b, absent), repeat))
+        rates[name, "digest"] = harness.rate(
+            n_ops, harness.best_seconds(
                 lambda b=bloom, m=module: time_digest_and_check(b, lookup_items, m.bloom_digest),
                 repeat))
         del bloom
@@ -356,10 +356,10 @@ def bench_bloom(fast: ModuleType, twin: ModuleType, quick: bool, repeat: int
           f"false positives: {bits:,} bits = {bits / 8 / 2**20:.2f} MiB, {hashes} hashes; "
           f"{n_ops:,} operations per pass, best of {repeat})")
     print()
-    common.print_table(
+    harness.print_table(
         ["operation", "compiled", "twin", "compiled / twin"],
-        [[label, common.format_rate(rates["compiled", key]), common.format_rate(rates["twin", key]),
-          common.format_ratio(rates["compiled", key] / rates["twin", key])]
+        [[label, harness.format_rate(rates["compiled", key]), harness.format_rate(rates["twin", key]),
+          harness.format_ratio(rates["compiled", key] / rates["twin", key])]
          for label, key in rows],
     )
     print("Measured false-positive rate on absent digests: "
@@ -425,7 +425,7 @@ def bench_memory(quick: bool) -> None:
         for method in ("tracemalloc", "rss"):
             out = subprocess.run(
                 [sys.executable, __file__, "--memory-child", impl, str(targets), method],
-                check=True, capture_output=True, text=True, cwd=common.ROOT,
+                check=True, capture_output=True, text=True, cwd=harness.ROOT,
             ).stdout
             results[impl, method] = json.loads(out.strip().splitlines()[-1])
     print(f"## Memory per cached target ({targets:,} targets, one subprocess per "
@@ -436,7 +436,7 @@ def bench_memory(quick: bool) -> None:
           "the declared size is a fresh `int` per put.")
     print()
     data = results["compiled", "tracemalloc"]["data"]
-    common.print_table(
+    harness.print_table(
         ["implementation", "cache overhead, tracemalloc", "cache overhead, RSS delta",
          "overhead / data"],
         [[impl, f"{results[impl, 'tracemalloc']['cache']:.0f} B/target",
@@ -460,7 +460,7 @@ def import_compiled() -> ModuleType:
     except ImportError as exc:
         sys.exit(
             f"bench_cache: the compiled cache notary.state._fastcache does not import ({exc}).\n"
-            f"Build it first: cd {common.ROOT} && .venv/bin/python setup.py build_ext --inplace"
+            f"Build it first: cd {harness.ROOT} && .venv/bin/python setup.py build_ext --inplace"
         )
 
 
@@ -469,19 +469,19 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["--memory-child"]:
         memory_child(argv[1], int(argv[2]), argv[3])
         return
-    parser = common.argument_parser(__doc__.split("\n", 1)[0])
+    parser = harness.argument_parser(__doc__.split("\n", 1)[0])
     parser.add_argument("--skip-memory", action="store_true",
                         help="leave out the memory measurement (the slowest part)")
     args = parser.parse_args(argv)
-    repeat = common.repetitions(args, full=3)
+    repeat = harness.repetitions(args, full=3)
     fast = import_compiled()
     twin = importlib.import_module("notary.state._fastcache_py")
     impls: dict[str, Callable[[int, int], Any]] = {
         "compiled": fast.LRUCache, "twin": twin.LRUCache, "OrderedDict": OrderedDictLRU,
     }
-    common.header("Cache micro-benchmark",
+    harness.header("Cache micro-benchmark",
                   " ".join([".venv/bin/python bench/bench_cache.py", *argv]))
-    print(f"compiled module: {os.path.relpath(fast.__file__, common.ROOT)}")
+    print(f"compiled module: {os.path.relpath(fast.__file__, harness.ROOT)}")
     check_same_semantics(impls)
     print("Semantics check: compiled, twin and OrderedDict baseline return the same "
           "results and counters on 30,000 random operations.")
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     membership = min(ratios["present"], ratios["absent"])
     verdict = "met" if membership >= BLOOM_GOAL_RATIO else "NOT met"
     print(f"Goal: compiled bloom membership checks >= {BLOOM_GOAL_RATIO:.0f}x the twin: "
-          f"{common.format_ratio(membership)} (the lower of present/absent): {verdict}.")
+          f"{harness.format_ratio(membership)} (the lower of present/absent): {verdict}.")
 
 
 if __name__ == "__main__":

@@ -2,38 +2,10 @@
 per second, measured with wrk over HTTP/1.1 keep-alive, against a minimal
 Trio server that returns the same bytes (the ceiling), in the same run.
 
-What runs (loopback only, every server pinned to one core, wrk to another):
-
-- (c) ``bench/minimal_server.py``, plain HTTP: reads requests by byte
-  scanning (head end + Content-Length), answers each with the exact bytes the
-  notary returned for the query, nothing else: the ceiling.
-- (a) the notary over its plain-HTTP API listener (``[server] plain_api``).
-- (b) the notary over its HTTPS API listener (``[server] api``).
-- (d) the minimal server over TLS (the notary's key, certificate and TLS
-  settings): the HTTPS ceiling.
-- (e) the minimal server parsing with httptools (what the notary parses
-  with): shows the parser's own share of the gap. Information only.
-- (f) a second notary, plain HTTP, with every per-client limit applying to
-  the load client (``[limits] exempt_clients = []``, rates and caps it never
-  reaches): against (a), what the limits cost a limited client's query.
-
-Set-up: a fresh notary made by ``notary dev-init`` in a temporary directory,
-its config adjusted (plain_api added, relay off, log_level warning). The
-target is the notary itself (``127.0.0.1+<its HTTPS port>``, allowed by the
-dev config), asked with its own SHA-1 pin: one priming POST makes it probe
-and cache the answer, then every query is a cache hit answered 200. Each
-target is measured twice, interleaved (round 1: c a b d e, round 2: same),
-and the better run is used for the ratios.
-
-``--profile cprofile`` then restarts the notary under cProfile (enabled by
-SIGUSR1, dumped by SIGUSR2, only while wrk runs) and prints where the time
-goes per request over plain HTTP, with calls per request; ``--profile py-spy``
-samples it from outside instead (``.venv/bin/python -m pip install py-spy``):
-truer shares, turned into microseconds per request.
-
-wrk comes from ``.ci/install-tools bench`` (apt-get), run by this script when
-``wrk`` is missing. Every process this script starts is stopped on every exit
-path.
+Rows (c) minimal server, (a) notary plain HTTP, (b) notary HTTPS, (d)
+minimal server over TLS, (e) minimal server with httptools, (f) notary with
+per-client limits on; ``--profile`` then profiles the notary. Details:
+``bench/README.md``.
 
     .venv/bin/python bench/bench_http.py            # about 2 minutes
     .venv/bin/python bench/bench_http.py --quick    # 2 s per run: a smoke run
@@ -56,62 +28,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
-from harness import (  # re-exported: bench_scale.py and older scripts import them from here
+from harness import (
     LOOPBACK,
     MINIMAL_SERVER,
-    ROOT,
     BenchError,
     NotarySetup,
     Processes,
     WrkResult,
-    choose_cpus,
-    cpu_model,
-    cpu_seconds,
     describe_busy,
-    edit_config,
-    ensure_wrk,
     exchange,
-    free_ports,
-    machine_line,
-    make_notary,
-    notary_argv,
-    notary_version,
     post_request,
     prime_notary,
     print_table,
-    run_benchmark,
-    served_sha1_pin,
     tail,
-    wait_listening,
-    wait_quiet,
-    wrk_script,
 )
 
-__all__ = [
-    "LOOPBACK", "MINIMAL_SERVER", "ROOT", "BenchError", "NotarySetup", "Processes", "WrkResult",
-    "choose_cpus", "cpu_model", "cpu_seconds", "describe_busy", "edit_config", "ensure_wrk",
-    "exchange", "free_ports", "machine_line", "make_notary", "notary_argv", "notary_version",
-    "post_request", "prime_notary", "print_table", "run_benchmark", "run_wrk",
-    "served_sha1_pin", "tail", "wait_listening", "wait_quiet", "wrk_script",
-]
-
 GOAL = 0.80  # the issue: notary plain keep-alive >= 80% of the minimal Trio server
-
-
-def run_wrk(wrk: str, processes: Processes, url: str, script: Path,
-            args: argparse.Namespace | None = None, cpu: int | None = None,
-            seconds: int | None = None, server_pid: int | None = None,
-            **keywords: object) -> WrkResult:
-    """``harness.run_wrk``, also callable the old way (``args`` giving
-    ``threads`` and ``connections``, ``server_pid`` for the server's CPU)."""
-    if args is not None:
-        keywords.setdefault("threads", args.threads)
-        keywords.setdefault("connections", args.connections)
-    if server_pid is not None:
-        keywords.setdefault("server_cpu_seconds", lambda: cpu_seconds(server_pid))
-    return harness.run_wrk(wrk, processes, url, script, cpu=cpu,
-                           seconds=seconds if seconds is not None else args.duration,  # type: ignore[union-attr]
-                           **keywords)  # type: ignore[arg-type]
 
 
 def wrk_run(wrk: str, processes: Processes, url: str, script: Path, args: argparse.Namespace,
@@ -120,7 +52,7 @@ def wrk_run(wrk: str, processes: Processes, url: str, script: Path, args: argpar
     return harness.run_wrk(
         wrk, processes, url, script, threads=args.threads, connections=args.connections,
         seconds=args.duration, cpu=cpu,
-        server_cpu_seconds=(lambda: cpu_seconds(server_pid)) if server_pid else None,
+        server_cpu_seconds=(lambda: harness.cpu_seconds(server_pid)) if server_pid else None,
     )
 
 
@@ -207,10 +139,9 @@ def profile_notary(
     py_spy = None if cprofile else find_py_spy()
     if not cprofile and py_spy is None:
         raise BenchError("--profile py-spy: py-spy not found (.venv/bin/python -m pip install py-spy)")
-    argv = notary_argv(setup, profile_out=stats_path if cprofile else None)
-    notary = processes.start("notary (profiled)", argv, cpu=server_cpu, log=log,
-                             cwd=setup.directory)
-    wait_listening(notary, [setup.plain_port, setup.api_port], "notary (profiled)", log)
+    argv = harness.notary_argv(setup, profile_out=stats_path if cprofile else None)
+    notary = harness.start_notary(processes, setup, "notary (profiled)", cpu=server_cpu,
+                                  log=log, argv=argv, prime=False).process
     if prime_notary(setup, body) != expected:
         raise BenchError("the restarted notary answers different bytes")
     url = f"http://{LOOPBACK}:{setup.plain_port}{setup.path}"
@@ -261,7 +192,7 @@ def print_cprofile(stats_path: Path, result: WrkResult, top: int) -> None:
     entries = sorted(table.items(), key=lambda item: item[1][2], reverse=True)
     for (filename, line, name), (_cc, calls, tottime, cumtime, _callers) in entries[:top]:
         rows.append([
-            f"{short_path(filename)}:{line}({name})",
+            f"{harness.short_path(filename)}:{line}({name})",
             f"{calls / requests:.2f}",
             f"{tottime / requests * 1e6:.2f}",
             f"{tottime / total_s:.1%}",
@@ -310,31 +241,15 @@ def print_py_spy(raw: Path, result: WrkResult, top: int) -> None:
 def short_frame(frame: str) -> str:
     """``func (path/to/file.py)`` -> ``func (package/file.py)``."""
     name, _, where = frame.partition(" (")
-    return f"{name} ({short_path(where.rstrip(')'))})" if where else name
-
-
-def short_path(filename: str) -> str:
-    for marker in ("/site-packages/", str(ROOT) + "/"):
-        if marker in filename:
-            return filename.split(marker, 1)[1]
-    if filename.startswith("~"):
-        return "builtin"
-    return filename.rsplit("/lib/python", 1)[-1]
+    return f"{name} ({harness.short_path(where.rstrip(')'))})" if where else name
 
 
 # -- main ------------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="2 s per run instead of 10: a smoke run, not a measurement")
-    parser.add_argument("--duration", type=int, default=None, help="seconds per wrk run")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each target (default 2)")
-    parser.add_argument("--connections", type=int, default=64, help="wrk -c (default 64)")
-    parser.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
-    parser.add_argument("--server-cpu", type=int, help="core for the servers (default: first)")
-    parser.add_argument("--client-cpu", type=int, help="core for wrk (default: second)")
+    parser = harness.load_parser(__doc__.split("\n\n")[0], rounds=2,
+                                 quick="2 s per run instead of 10: a smoke run, not a measurement")
     parser.add_argument("--no-limits-row", action="store_true",
                         help="skip (f), the notary with per-client limits on")
     parser.add_argument("--no-httptools-row", action="store_true",
@@ -343,24 +258,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="then profile the notary under load (plain HTTP): cProfile "
                         "(calls per request) or py-spy (truer shares; pip install it)")
     parser.add_argument("--top", type=int, default=30, help="profile rows to print")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="first wait up to SECONDS for both cores to be idle (shared machines)")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args(argv)
-    if args.duration is None:
-        args.duration = 2 if args.quick else 10
-    return args
+    return harness.finish_load_args(parser.parse_args(argv), quick_rounds=2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_benchmark("bench_http", parse_args(argv), run)
-
-
-@dataclass(frozen=True)
-class LimitedNotary:
-    setup: NotarySetup
-    pid: int
-    script: Path
+    return harness.run_benchmark("bench_http", parse_args(argv), run)
 
 
 #: Row (f): every per-client limit applies to the loopback load client, with
@@ -375,43 +277,33 @@ max_connections_per_prefix = 4096
 """
 
 
-def start_limited_notary(
-    processes: Processes, directory: Path, ports: Sequence[int], server_cpu: int
-) -> LimitedNotary:
+def start_limited_notary(processes: Processes, directory: Path, ports: Sequence[int],
+                         server_cpu: int) -> harness.RunningNotary:
     """A second notary like the first, with ``LIMITS_ON``, primed."""
-    api_port, relay_api_port, plain_port, *spare = ports
-    setup = make_notary(directory, api_port, relay_api_port, plain_port, spare)
+    setup = harness.new_notary(directory, ports=ports)
     setup.config.write_text(setup.config.read_text() + LIMITS_ON)
-    log = directory / "notary.log"
-    process = processes.start("notary (limits on)", notary_argv(setup), cpu=server_cpu,
-                              log=log, cwd=setup.directory)
-    wait_listening(process, [plain_port, api_port], "notary (limits on)", log)
-    body = f"fingerprint={served_sha1_pin(api_port)}"
-    prime_notary(setup, body)
-    return LimitedNotary(setup, process.pid, wrk_script(directory, body))
+    return harness.start_notary(processes, setup, "notary (limits on)", cpu=server_cpu,
+                                log=directory / "notary.log")
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = ensure_wrk()
-    server_cpu, client_cpu = choose_cpus(args)
-    ports = free_ports(10)
-    limited_ports = free_ports(7)
+    wrk = harness.ensure_wrk()
+    server_cpu, client_cpu = harness.choose_cpus(args)
+    ports = harness.free_ports(10)
+    limited_ports = harness.free_ports(7)
     api_port, relay_api_port, plain_port, min_port, min_tls_port, min_httptools_port = ports[:6]
     harness.print_preamble("End to end: cache-hit POST /target requests per second (wrk)", wrk)
     print(f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s, pinned to CPU "
           f"{client_cpu}; each server pinned to CPU {server_cpu}; {args.rounds} runs per target")
     if args.wait_quiet:
-        wait_quiet([server_cpu, client_cpu], args.wait_quiet)
+        harness.wait_quiet([server_cpu, client_cpu], args.wait_quiet)
     print(describe_busy([server_cpu, client_cpu], "before the runs"), flush=True)
 
-    setup = make_notary(directory / "notary", api_port, relay_api_port, plain_port, ports[6:])
+    setup = harness.new_notary(directory / "notary", ports=[api_port, relay_api_port, plain_port,
+                                                             *ports[6:]])
     log = directory / "notary.log"
-    notary = processes.start("notary", notary_argv(setup), cpu=server_cpu, log=log,
-                             cwd=setup.directory)
-    wait_listening(notary, [plain_port, api_port], "notary", log)
-    pin = served_sha1_pin(api_port)
-    body = f"fingerprint={pin}"
-    answer = prime_notary(setup, body)
+    running = harness.start_notary(processes, setup, "notary", cpu=server_cpu, log=log)
+    notary, body, answer = running.process, running.body, running.answer
     response_file = directory / "response.bin"
     response_file.write_bytes(answer)
     head = answer.split(b"\r\n\r\n", 1)[0].decode("ascii").replace("\r\n", " | ")
@@ -432,15 +324,13 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                         min_httptools_port, False))
     pids = {"notary": notary.pid}
     for name, argv, port, tls in servers:
-        server_log = directory / f"{name.replace(' ', '-')}.log"
-        process = processes.start(name, argv, cpu=server_cpu, log=server_log)
-        pids[name] = process.pid
-        wait_listening(process, [port], name, server_log)
+        pids[name] = harness.start_server(processes, name, argv, [port], cpu=server_cpu,
+                                          log=directory / f"{name.replace(' ', '-')}.log").pid
         got = exchange(port, post_request(port, setup.path, body), tls=tls, count=2)
         if got != [answer, answer]:
             raise BenchError(f"{name} does not answer the notary's bytes: {got!r}")
 
-    script = wrk_script(directory, body)
+    script = harness.wrk_script(directory, body)
     limited = None
     if not args.no_limits_row:
         limited = start_limited_notary(processes, directory / "limited", limited_ports,
@@ -461,7 +351,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         targets.append(Target(
             "f", "notary, plain HTTP, per-client limits on (loopback not exempt)",
             limited.setup.plain_port, False, "c", limited.pid, limited.setup.path,
-            limited.script))
+            harness.wrk_script(directory, limited.body, name="limited")))
     runs: dict[str, list[WrkResult]] = {t.key: [] for t in targets}
     for round_number in range(args.rounds):
         for target in targets:

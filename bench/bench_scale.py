@@ -1,76 +1,8 @@
 """Scale: how the notary holds up with many connections and a large store.
-Three parts, each printed as one Markdown table (loopback only):
-
-1. **Concurrent connections.** Cache-hit ``POST /target/<host>+<port>`` (the
-   query of ``bench_http.py``) over plain-HTTP keep-alive, wrk with 10, 100,
-   1,000 and 10,000 connections (``wrk -t1 -cN``: one wrk thread holds all N;
-   with ``--threads T`` each thread gets N / T, rounded down). Per run:
-   req/s, latency p50 / p99 (and N / rate, the latency Little's law predicts
-   when the server is the bottleneck), wrk's socket errors (connect, read,
-   write, timeout), non-2xx answers, the notary's CPU time per request, its
-   RSS before the run and its peak RSS during it (``VmHWM``, reset before
-   each run through ``/proc/<pid>/clear_refs``), and the connections the
-   notary itself counted mid-run (``/metrics``). wrk runs with
-   ``--timeout 10s`` (its default, 2 s, is below what Little's law gives at
-   10,000 connections on one core: it would count slow answers as errors).
-   Errors are reported, not fatal, in this part. Before each run the script
-   waits until the previous run's connections are gone (none open at the
-   notary, the accept queue empty): a wrk that exits leaves the connections
-   the notary had not accepted yet in the queue, to be accepted and closed.
-2. **Memory per idle connection.** A client in this script opens N plain
-   sockets one after the other (N = 1,000 and 10,000), sends the query on
-   each, reads the answer and leaves the connection open and idle; the
-   notary's ``VmRSS`` before and after gives bytes per idle connection. Then
-   each connection is asked once more (all must still answer the same
-   bytes), closed, and the RSS read again. One fresh notary per N. The
-   issue's goal: 10,000 idle connections held under 200 MB of server RSS
-   (total, 200 x 10^6 bytes).
-3. **Start-up with a large store.** A database of 1,000,000 targets (one
-   observation each, a distinct 1,200-byte certificate each) is built with
-   ``notary.state.store.Store.record`` in batches of 500 (the real write path; a
-   minute or two) and cached under ``<project>/.bench-tmp/`` as
-   ``scale-store-schema<SCHEMA_VERSION>-<targets>-g<generator>.db``: a later
-   run with the same schema version and size reuses it (its counts are
-   checked through ``Store.statistics``); ``--rebuild-store`` builds it
-   again. ``notary serve --workers 1`` then starts on it (``[server]
-   db_file``), pinned, with ``NOTIFY_SOCKET`` set to a datagram socket bound
-   here, and the script times: the listener accepting TCP (the socket is
-   bound and listening), the first HTTP answer on it (``GET /``: the accept
-   loop runs), ``READY=1`` (sent once the known-targets Bloom filter is
-   rebuilt from the store), the notary's own "known targets: N loaded from
-   the store in X s", and reads ``VmRSS`` / ``VmHWM`` at READY. Rows: an
-   empty store (the baseline), the large store with the database evicted
-   from the page cache first (``posix_fadvise(DONTNEED)`` on the file: cold
-   as far as this VM's kernel knows; the host may still cache it), the
-   large store warm, and ``[cache] bloom_expected_items`` below the number
-   of targets (a tenth), which logs the notary's warning. The database is
-   used in place: only its ``-wal``/``-shm`` files come and go; its counts
-   are checked again afterwards.
-
-Set-up (``bench_http.py``'s functions, imported): a ``notary dev-init``
-notary in a temporary directory with a plain-HTTP listener, relay off,
-every listener on a free port, asked about itself with its own SHA-1 pin and
-primed, so every query is a cache hit answered 200. The notary runs one
-worker pinned to one core; wrk, the idle-connection client (this process)
-and the store build run pinned to the other.
-
-Limits raised: ``RLIMIT_NOFILE`` of this process to 65,536 (soft and hard),
-or to its hard limit where raising that is refused (20,000 in the VM these
-figures come from, even as root: enough, each process needs about 10,000
-plus the margin), inherited by the notary and wrk (``/proc/<pid>/limits``
-is printed); the idle client in this process holds up to 10,000 sockets.
-The bench config sets ``[http] max_connections`` to the largest N + 2,000
-(the default, 10,000, leaves no margin for wrk's 10,000 plus the priming
-and scraping connections) and, in part 2 only, ``[http]
-keepalive_timeout_s`` to 120 (the default, 30 s, is near the time 10,000
-sequential opens plus the measurement take on a busy machine; the longest
-idle time is printed). The kernel's accept queue is ``min(65535,
-net.core.somaxconn)``, printed too.
-
-Part 2 then starts one more notary under ``tracemalloc`` (a wrapper like
-``bench_http.py``'s cProfile one: SIGUSR1 writes a snapshot) and prints the
-Python allocations held per idle connection by allocation site
-(``--trace-memory N``, default 1,000 connections; 0 skips it).
+Three parts, each printed as one Markdown table (loopback only): 1.
+concurrent keep-alive connections (wrk, 10 to 10,000), 2. memory per idle
+connection (and, under tracemalloc, where it goes), 3. start-up with a
+store of 1,000,000 targets. What each part measures and how: ``bench/README.md``.
 
     .venv/bin/python bench/bench_scale.py --wait-quiet 120   # about 5 min (+1-2 min to build the store once)
     .venv/bin/python bench/bench_scale.py --quick            # 10/100/1000 connections, 100k targets, 2 s runs
@@ -82,13 +14,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import random
 import re
 import resource
 import select
-import shlex
 import shutil
 import signal
 import socket
@@ -97,20 +27,16 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 import tracemalloc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_http as common
-from bench_http import LOOPBACK, ROOT, BenchError, Processes
+import harness
+from harness import LOOPBACK, ROOT, BenchError, Processes, RunningNotary
 
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from notary.config import CacheConfig, load_config
+from notary.config import CacheConfig
 from notary.model.observations import Certificate, ProbeResult
 from notary.model.targets import Target
 from notary.state.store import SCHEMA_VERSION, Store
@@ -165,18 +91,6 @@ KNOWN_WARNING = re.compile(r"known targets: \d+ targets exceed .*")
 # -- small helpers ---------------------------------------------------------------
 
 
-def status_bytes(pid: int) -> dict[str, int]:
-    """``VmRSS``, ``VmHWM``, ``RssAnon``, ... of ``pid`` in bytes."""
-    figures = {}
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            parts = value.split()
-            if len(parts) == 2 and parts[1] == "kB":
-                figures[name] = int(parts[0]) * 1024
-    return figures
-
-
 def reset_peak(pid: int) -> bool:
     """Reset ``VmHWM`` to the current RSS (Linux >= 4.0, same user or root)."""
     try:
@@ -207,15 +121,11 @@ def raise_nofile(wanted: int) -> tuple[int, int]:
 
 
 def accept_queue(port: int) -> int:
-    """Connections waiting in the accept queue of the listener on ``port``
-    (``/proc/net/tcp``: a LISTEN socket's rx_queue is that queue's length)."""
-    wanted = f":{port:04X}"
-    with open("/proc/net/tcp", encoding="ascii") as table:
-        for line in table:
-            fields = line.split()
-            if len(fields) > 4 and fields[1].endswith(wanted) and fields[3] == "0A":
-                return int(fields[4].split(":")[1], 16)
-    raise BenchError(f"no listener on port {port} in /proc/net/tcp")
+    """Connections waiting in the accept queue of the listener on ``port``."""
+    queued = harness.listen_queue(port)
+    if queued is None:
+        raise BenchError(f"no listener on port {port} in /proc/net/tcp")
+    return queued
 
 
 def somaxconn() -> str:
@@ -232,120 +142,29 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.0f} ms" if seconds >= 0.1 else f"{seconds * 1e3:,.1f} ms"
 
 
-@contextlib.contextmanager
-def environment(**values: str | None) -> Iterator[None]:
-    """``os.environ`` changed while children are started (``Processes.start``
-    passes a copy of it), restored afterwards."""
-    saved = {name: os.environ.get(name) for name in values}
-    try:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def set_options(config: Path, options: dict[str, dict[str, object]]) -> None:
-    """Set ``key = value`` in ``[section]`` of ``config`` (the section is
-    added if missing), then check that the notary reads them back."""
-    section, seen, lines = "", set(), []
-    for line in config.read_text().splitlines():
-        header = re.fullmatch(r"\s*\[([\w.-]+)\]\s*(#.*)?", line)
-        if header:
-            section = header.group(1)
-            seen.add(section)
-            lines.append(line)
-            lines += [f"{key} = {json.dumps(value)}" for key, value in
-                      options.get(section, {}).items()]
-            continue
-        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(
-            "#") else ""
-        if key and key in options.get(section, {}):
-            continue  # replaced under the header
-        lines.append(line)
-    for name, values in options.items():
-        if name not in seen:
-            lines += ["", f"[{name}]", *(f"{k} = {json.dumps(v)}" for k, v in values.items())]
-    config.write_text("\n".join(lines) + "\n")
-    loaded = load_config(config)
-    for name, values in options.items():
-        for key, value in values.items():
-            got = getattr(getattr(loaded, name), key)
-            if str(got) != str(value) and got != value:
-                raise BenchError(f"config edit: [{name}] {key} reads back {got!r}, not {value!r}")
-
-
-def admin_port(setup: common.NotarySetup) -> int:
-    listen = tomllib.loads(setup.config.read_text()).get("admin", {}).get("listen", [])
-    if len(listen) != 1:
-        raise BenchError(f"the bench config has admin listeners {listen}")
-    return int(listen[0].rsplit(":", 1)[1])
-
-
-def plain_metrics(port: int) -> dict[str, float]:
+def plain_metrics(notary: RunningNotary) -> dict[str, float]:
     """The plain-HTTP listener's open and refused connections (``/metrics``)."""
-    request = f"GET /metrics HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n\r\n".encode()
-    response = common.exchange(port, request, tls=False)[0]
-    if not response.startswith(b"HTTP/1.1 200 "):
-        raise BenchError(f"GET /metrics answered {response[:200]!r}")
     figures = {"open": 0.0, "refused": 0.0}
-    for line in response.split(b"\r\n\r\n", 1)[1].decode().splitlines():
-        name, _, value = line.rpartition(" ")
+    for name, value in harness.get_metrics(admin_port(notary)):
         if 'listener="plain_api"' not in name:
             continue
         if name.startswith("notary_http_connections{"):
-            figures["open"] = float(value)
+            figures["open"] = value
         elif name.startswith("notary_http_refused_connections"):
-            figures["refused"] = float(value)
+            figures["refused"] = value
     return figures
 
 
-# -- a notary --------------------------------------------------------------------
+def admin_port(notary: RunningNotary) -> int:
+    if notary.setup.admin_port is None:
+        raise BenchError("the bench config has no admin listener")
+    return notary.setup.admin_port
 
 
-@dataclass
-class Notary:
-    setup: common.NotarySetup
-    process: subprocess.Popen[bytes]
-    log: Path
-    admin_port: int
-    body: str = ""
-    answer: bytes = b""
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise BenchError(f"the notary exited ({self.process.returncode}):\n"
-                             f"{common.tail(self.log)}")
-
-
-def new_notary(directory: Path, options: dict[str, dict[str, object]]) -> common.NotarySetup:
-    api_port, relay_api_port, plain_port, *spare = common.free_ports(7)
-    setup = common.make_notary(directory, api_port, relay_api_port, plain_port, spare)
-    set_options(setup.config, options)
-    return setup
-
-
-def start_primed(processes: Processes, setup: common.NotarySetup, server_cpu: int,
-                 name: str, argv: Sequence[str] | None = None) -> Notary:
-    log = setup.directory.parent / f"{name}.log"
-    process = processes.start(name, argv or common.notary_argv(setup), cpu=server_cpu, log=log,
-                              cwd=setup.directory)
-    common.wait_listening(process, [setup.plain_port, setup.api_port], name, log)
-    notary = Notary(setup, process, log, admin_port(setup))
-    notary.body = f"fingerprint={common.served_sha1_pin(setup.api_port)}"
-    notary.answer = common.prime_notary(setup, notary.body)
-    return notary
+def start_primed(processes: Processes, setup: harness.NotarySetup, server_cpu: int,
+                 name: str, argv: Sequence[str] | None = None) -> RunningNotary:
+    return harness.start_notary(processes, setup, name, cpu=server_cpu, argv=argv,
+                                log=setup.directory.parent / f"{name}.log")
 
 
 def connection_options(max_connections: int, **http: object) -> dict[str, dict[str, object]]:
@@ -358,7 +177,7 @@ def connection_options(max_connections: int, **http: object) -> dict[str, dict[s
 @dataclass(frozen=True)
 class LoadRun:
     connections: int
-    wrk: common.WrkResult
+    wrk: harness.WrkResult
     rss_before: int
     peak_rss: int
     #: The notary's open connections at SAMPLE_AT fractions of the run, and
@@ -385,16 +204,7 @@ class LoadRun:
         return " / ".join(f"{n:,}" for n in self.queued_during) or "?"
 
 
-def wrk_with_timeout(directory: Path, wrk: str) -> Path:
-    """wrk with ``--timeout``: ``run_wrk`` passes no extra options, so a
-    two-line wrapper (``exec``: the same process, pinned as wrk would be)."""
-    path = directory / "wrk-timeout"
-    path.write_text(f'#!/bin/sh\nexec {shlex.quote(wrk)} --timeout={WRK_TIMEOUT_S}s "$@"\n')
-    path.chmod(0o755)
-    return path
-
-
-def wait_drained(notary: Notary) -> float:
+def wait_drained(notary: RunningNotary) -> float:
     """Wait until the previous run's connections are gone: none open at the
     notary (twice in a row: /metrics lags) and none left in the accept queue
     (a wrk that exits leaves the connections the notary never accepted
@@ -403,7 +213,7 @@ def wait_drained(notary: Notary) -> float:
     zero = 0
     while zero < 2:
         idle = (accept_queue(notary.setup.plain_port) == 0
-                and plain_metrics(notary.admin_port)["open"] == 0)
+                and plain_metrics(notary)["open"] == 0)
         zero = zero + 1 if idle else 0
         if time.monotonic() - started > DRAIN_TIMEOUT_S:
             print(f"  warning: connections of the previous run still open or queued after "
@@ -413,7 +223,7 @@ def wait_drained(notary: Notary) -> float:
     return time.monotonic() - started
 
 
-def load_run(wrk: Path, processes: Processes, notary: Notary, script: Path, connections: int,
+def load_run(wrk: str, processes: Processes, notary: RunningNotary, script: Path, connections: int,
              threads: int, seconds: int, client_cpu: int) -> LoadRun:
     """One wrk run (``run_wrk``, socket errors counted rather than fatal), with
     the notary's RSS before, its peak during the run (VmHWM reset first),
@@ -421,8 +231,8 @@ def load_run(wrk: Path, processes: Processes, notary: Notary, script: Path, conn
     notary.check_alive()
     url = f"http://{LOOPBACK}:{notary.setup.plain_port}{notary.setup.path}"
     drained_s = wait_drained(notary)
-    refused_before = plain_metrics(notary.admin_port)["refused"]
-    rss_before = status_bytes(notary.pid)["VmRSS"]
+    refused_before = plain_metrics(notary)["refused"]
+    rss_before = harness.proc_status(notary.pid)["VmRSS"]
     if not reset_peak(notary.pid):
         raise BenchError("cannot reset the notary's VmHWM (/proc/<pid>/clear_refs)")
     samples: list[float] = []
@@ -436,24 +246,24 @@ def load_run(wrk: Path, processes: Processes, notary: Notary, script: Path, conn
                 return
             try:
                 queued.append(accept_queue(notary.setup.plain_port))
-                samples.append(plain_metrics(notary.admin_port)["open"])
+                samples.append(plain_metrics(notary)["open"])
             except (OSError, BenchError):
                 samples.append(float("nan"))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        result = common.run_wrk(
-            str(wrk), processes, url, script,
-            argparse.Namespace(threads=threads, connections=connections, duration=seconds),
-            client_cpu, seconds, server_pid=notary.pid, allow_errors=True,
-        )
+        result = harness.run_wrk(
+            wrk, processes, url, script, threads=threads, connections=connections,
+            seconds=seconds, cpu=client_cpu, allow_errors=True,
+            server_cpu_seconds=lambda: harness.cpu_seconds(notary.pid),
+            extra=[f"--timeout={WRK_TIMEOUT_S}s"])
     finally:
         stop.set()
         sampler.join()
-    peak = status_bytes(notary.pid)["VmHWM"]
+    peak = harness.proc_status(notary.pid)["VmHWM"]
     time.sleep(SETTLE_S)  # /metrics folds every [admin] metrics_interval_s
-    refused = plain_metrics(notary.admin_port)["refused"] - refused_before
+    refused = plain_metrics(notary)["refused"] - refused_before
     return LoadRun(connections, result, rss_before, peak, tuple(samples), tuple(queued),
                    drained_s, refused)
 
@@ -462,10 +272,9 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
                      cpus: tuple[int, int]) -> None:
     server_cpu, client_cpu = cpus
     max_connections = max(args.connections) + CONNECTION_MARGIN
-    setup = new_notary(directory / "connections", connection_options(max_connections))
+    setup = harness.new_notary(directory / "connections", connection_options(max_connections))
     notary = start_primed(processes, setup, server_cpu, "notary-connections")
-    script = common.wrk_script(directory, notary.body)
-    wrapper = wrk_with_timeout(directory, wrk)
+    script = harness.wrk_script(directory, notary.body)
     print(f"## 1. Concurrent keep-alive connections: cache-hit POST {setup.path}, plain HTTP (wrk)")
     print(f"notary pid {notary.pid} pinned to CPU {server_cpu}, open files limit "
           f"{open_files_limit(notary.pid)}, [http] max_connections = {max_connections:,}; "
@@ -479,7 +288,7 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
             print(f"  warning: wrk gives each of its {args.threads} threads {connections} // "
                   f"{args.threads} connections: {connections % args.threads} fewer than asked")
         for round_number in range(args.rounds):
-            run = load_run(wrapper, processes, notary, script, connections, args.threads,
+            run = load_run(wrk, processes, notary, script, connections, args.threads,
                            args.duration, client_cpu)
             runs.append(run)
             print(f"  N={connections:,} run {round_number + 1}: "
@@ -503,7 +312,7 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
             run.open_text(), run.queued_text(), f"{run.refused:,.0f}",
             mb(run.rss_before), mb(run.peak_rss),
         ])
-    common.print_table(
+    harness.print_table(
         ["connections (wrk -c)", "req/s", "latency p50", "latency p99", "N / rate",
          "socket errors connect / read / write / timeout", "non-2xx", "server CPU us/req",
          "server core use", "wrk core use", f"open at the notary at {when} of the run",
@@ -531,7 +340,7 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
           "peak RSS: VmHWM, reset at the start of each run.")
     print()
     processes.stop(notary.process)
-    text = common.tail(notary.log)
+    text = harness.tail(notary.log)
     if text.strip():
         print(f"notary log (warnings and errors):\n{text}\n")
 
@@ -590,13 +399,13 @@ def still_alive(socks: Sequence[socket.socket], request: bytes, answer: bytes) -
     return alive
 
 
-def traced_argv(setup: common.NotarySetup, prefix: Path) -> list[str]:
-    argv = common.notary_argv(setup)
+def traced_argv(setup: harness.NotarySetup, prefix: Path) -> list[str]:
+    argv = harness.notary_argv(setup)
     return [sys.executable, "-c", TRACE_WRAPPER, str(prefix), str(TRACE_FRAMES),
             *argv[argv.index("serve"):]]
 
 
-def snapshot(notary: Notary, prefix: Path, index: int) -> Path:
+def snapshot(notary: RunningNotary, prefix: Path, index: int) -> Path:
     """Ask the traced notary for a tracemalloc snapshot; wait for the file."""
     path = Path(f"{prefix}.{index}")
     notary.process.send_signal(signal.SIGUSR1)
@@ -612,12 +421,12 @@ def snapshot(notary: Notary, prefix: Path, index: int) -> Path:
 def idle_run(processes: Processes, directory: Path, connections: int, server_cpu: int,
              max_connections: int, trace: bool = False) -> IdleRun:
     name = f"idle-{connections}" + ("-traced" if trace else "")
-    setup = new_notary(directory / name, connection_options(
+    setup = harness.new_notary(directory / name, connection_options(
         max_connections, keepalive_timeout_s=IDLE_KEEPALIVE_S))
     prefix = directory / f"{name}.snapshot"
     notary = start_primed(processes, setup, server_cpu, f"notary-{name}",
                           traced_argv(setup, prefix) if trace else None)
-    request = common.post_request(setup.plain_port, setup.path, notary.body)
+    request = harness.post_request(setup.plain_port, setup.path, notary.body)
     snapshots = []
     try:
         # Warm-up: a few connections through the same path, closed, so that
@@ -625,7 +434,7 @@ def idle_run(processes: Processes, directory: Path, connections: int, server_cpu
         for sock in open_idle(setup.plain_port, request, notary.answer, 100):
             sock.close()
         time.sleep(SETTLE_S)
-        before = status_bytes(notary.pid)
+        before = harness.proc_status(notary.pid)
         if trace:
             snapshots.append(snapshot(notary, prefix, 0))
         started = time.monotonic()
@@ -633,8 +442,8 @@ def idle_run(processes: Processes, directory: Path, connections: int, server_cpu
         try:
             open_s = time.monotonic() - started
             time.sleep(SETTLE_S)
-            idle = status_bytes(notary.pid)
-            counted = plain_metrics(notary.admin_port)["open"]
+            idle = harness.proc_status(notary.pid)
+            counted = plain_metrics(notary)["open"]
             if trace:
                 snapshots.append(snapshot(notary, prefix, 1))
             longest_idle_s = time.monotonic() - started
@@ -644,7 +453,7 @@ def idle_run(processes: Processes, directory: Path, connections: int, server_cpu
             for sock in socks:
                 sock.close()
         time.sleep(SETTLE_S)
-        closed = status_bytes(notary.pid)
+        closed = harness.proc_status(notary.pid)
     finally:
         processes.stop(notary.process)
     run = IdleRun(connections, before["VmRSS"], idle["VmRSS"], before["RssAnon"],
@@ -669,24 +478,17 @@ def print_traced(run: IdleRun, before_path: Path, after_path: Path, top: int = 1
     rows = []
     for stat in after.compare_to(before, "lineno")[:top]:
         frame = stat.traceback[0]
-        rows.append([f"{short_path(frame.filename)}:{frame.lineno}",
+        rows.append([f"{harness.short_path(frame.filename)}:{frame.lineno}",
                      f"{stat.size_diff / n:,.0f}", f"{stat.count_diff / n:.2f}",
                      f"{stat.size_diff / total:.0%}" if total else "?"])
-    common.print_table(["allocation site (innermost frame)", "bytes per connection",
+    harness.print_table(["allocation site (innermost frame)", "bytes per connection",
                         "blocks per connection", "share"], rows)
     rows = []
     for stat in after.compare_to(before, "filename")[:8]:
-        rows.append([short_path(stat.traceback[0].filename), f"{stat.size_diff / n:,.0f}",
+        rows.append([harness.short_path(stat.traceback[0].filename), f"{stat.size_diff / n:,.0f}",
                      f"{stat.count_diff / n:.2f}"])
-    common.print_table(["allocated in (file)", "bytes per connection", "blocks per connection"],
+    harness.print_table(["allocated in (file)", "bytes per connection", "blocks per connection"],
                        rows)
-
-
-def short_path(filename: str) -> str:
-    for marker in ("/site-packages/", f"{ROOT}/", "/lib/python3"):
-        if marker in filename:
-            return filename.split(marker, 1)[1]
-    return filename
 
 
 def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
@@ -715,7 +517,7 @@ def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
             f"{run.open_counted:,.0f}", f"{run.open_s:.1f} s", f"{run.longest_idle_s:.1f} s",
             f"{run.alive:,}", mb(run.rss_closed),
         ])
-    common.print_table(
+    harness.print_table(
         ["idle connections", "server RSS before", "server RSS with them idle",
          "bytes per connection (VmRSS)", "bytes per connection (RssAnon)",
          "open at the notary (/metrics)", "time to open them", "longest idle",
@@ -838,7 +640,7 @@ class StartRun:
     warning: str
 
 
-def timed_start(processes: Processes, setup: common.NotarySetup, label: str, targets: int,
+def timed_start(processes: Processes, setup: harness.NotarySetup, label: str, targets: int,
                 bloom_expected: int, page_cache: str, server_cpu: int) -> StartRun:
     """Start the notary with ``NOTIFY_SOCKET`` bound here; time the listener
     (TCP connect), the first HTTP answer and READY=1; RSS at READY."""
@@ -852,10 +654,11 @@ def timed_start(processes: Processes, setup: common.NotarySetup, label: str, tar
         notify.bind(str(notify_path))
         notify.setblocking(False)
         request = f"GET / HTTP/1.1\r\nHost: {LOOPBACK}:{setup.plain_port}\r\n\r\n".encode()
-        with environment(NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC=None, WATCHDOG_PID=None):
-            started = time.monotonic()
-            process = processes.start(name, common.notary_argv(setup), cpu=server_cpu, log=log,
-                                      cwd=setup.directory)
+        started = time.monotonic()
+        process = processes.start(name, harness.notary_argv(setup), cpu=server_cpu, log=log,
+                                  cwd=setup.directory, env={"NOTIFY_SOCKET": str(notify_path),
+                                                            "WATCHDOG_USEC": None,
+                                                            "WATCHDOG_PID": None})
         listening = answering = ready = None
         probe: socket.socket | None = None
         answer = b""
@@ -866,11 +669,11 @@ def timed_start(processes: Processes, setup: common.NotarySetup, label: str, tar
                 now = time.monotonic()
                 if process.poll() is not None:
                     raise BenchError(f"{name} exited with {process.returncode}:\n"
-                                     f"{common.tail(log)}")
+                                     f"{harness.tail(log)}")
                 if now - started > START_TIMEOUT_S:
                     raise BenchError(f"{name}: not ready after {START_TIMEOUT_S:g} s "
                                      f"(listening {listening}, answering {answering}, "
-                                     f"states {states}):\n{common.tail(log)}")
+                                     f"states {states}):\n{harness.tail(log)}")
                 if listening is None:
                     try:
                         probe = socket.create_connection((LOOPBACK, setup.plain_port),
@@ -889,7 +692,7 @@ def timed_start(processes: Processes, setup: common.NotarySetup, label: str, tar
                         states += message.split(b"\n")
                         if b"READY=1" in message.split(b"\n") and ready is None:
                             ready = time.monotonic() - started
-                            memory = status_bytes(process.pid)
+                            memory = harness.proc_status(process.pid)
                             rss, peak = memory["VmRSS"], memory["VmHWM"]
                 if probe is not None and probe in readable:
                     data = probe.recv(65536)
@@ -914,7 +717,7 @@ def timed_start(processes: Processes, setup: common.NotarySetup, label: str, tar
     known = KNOWN_LINE.search(text)
     if known is None:
         raise BenchError(f"{name}: no 'known targets: N loaded' line in the log:\n"
-                         f"{common.tail(log)}")
+                         f"{harness.tail(log)}")
     if int(known.group(1)) != targets:
         raise BenchError(f"{name}: the notary loaded {known.group(1)} targets, not {targets}")
     warning = KNOWN_WARNING.search(text)
@@ -943,7 +746,7 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
         print(f"reusing {path.relative_to(ROOT)} ({mb(size)}; --rebuild-store to build it "
               "again)", flush=True)
     if args.wait_quiet:
-        common.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
+        harness.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
     default_bloom = CacheConfig().bloom_expected_items
     below = max(1, targets // 10)
     variants = [("empty", 0, default_bloom, "warm")]
@@ -957,7 +760,7 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
             "server": {"log_level": "info"}, "cache": {"bloom_expected_items": bloom}}
         if count:
             options["server"]["db_file"] = str(path)
-        setup = new_notary(directory / f"startup-{label}", options)
+        setup = harness.new_notary(directory / f"startup-{label}", options)
         page_cache = resident(path) if count else "-"
         if count and cache == "cold":
             page_cache = evict_from_page_cache(path)
@@ -976,7 +779,7 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
             f"{run.known_s:.1f} s" if run.known_s is not None else "?",
             mb(run.rss_ready), mb(run.peak_ready), "yes" if run.warning else "no",
         ])
-    common.print_table(
+    harness.print_table(
         ["targets in the store", "[cache] bloom_expected_items", "database in page cache",
          "listening (TCP connect)", "first HTTP answer", "READY=1",
          "notary's 'loaded ... in X s'", "RSS at READY", "peak RSS at READY (VmHWM)",
@@ -1056,12 +859,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return common.run_benchmark("bench_scale", parse_args(argv), run)
+    return harness.run_benchmark("bench_scale", parse_args(argv), run)
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = common.ensure_wrk()
-    cpus = common.choose_cpus(args)
+    wrk = harness.ensure_wrk()
+    cpus = harness.choose_cpus(args)
     server_cpu, client_cpu = cpus
     needed = max([*args.connections, *args.idle]) + CONNECTION_MARGIN + 1000
     soft, hard = raise_nofile(max(NOFILE, needed))
@@ -1069,30 +872,27 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         raise BenchError(f"RLIMIT_NOFILE is {soft} (hard {hard}): {needed} needed; raise the "
                          "hard limit (ulimit -Hn, or prlimit as root)")
     os.environ.pop("NOTIFY_SOCKET", None)  # no notary here talks to a real manager
-    print("# Scale: concurrent connections, memory per idle connection, start-up with a "
-          "large store")
-    print(f"machine: {common.machine_line(wrk)}")
-    print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
-    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {common.notary_version()}; "
-          f"SQLite {sqlite3.sqlite_version}, store schema {SCHEMA_VERSION}")
+    harness.print_preamble("Scale: concurrent connections, memory per idle connection, "
+                           "start-up with a large store", wrk,
+                           f"; SQLite {sqlite3.sqlite_version}, store schema {SCHEMA_VERSION}")
     print(f"notary pinned to CPU {server_cpu}, wrk and this script to CPU {client_cpu}; "
           f"RLIMIT_NOFILE {soft}/{hard} (this process, inherited by the notary and wrk; "
           f"{needed:,} needed); parts: {', '.join(args.parts)}")
     os.sched_setaffinity(0, {client_cpu})  # the idle client and the store build
     if args.wait_quiet:
-        common.wait_quiet(list(cpus), args.wait_quiet)
-    print(common.describe_busy(list(cpus), "before the runs"), flush=True)
+        harness.wait_quiet(list(cpus), args.wait_quiet)
+    print(harness.describe_busy(list(cpus), "before the runs"), flush=True)
     print()
     for index, part in enumerate(args.parts):
         if index and args.wait_quiet and part != "startup":
-            common.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
+            harness.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
         if part == "connections":
             part_connections(args, processes, directory, wrk, cpus)
         elif part == "idle":
             part_idle(args, processes, directory, cpus)
         else:
             part_startup(args, processes, directory, cpus)
-    print(common.describe_busy(list(cpus), "after the runs"))
+    print(harness.describe_busy(list(cpus), "after the runs"))
     return 0
 
 

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import common
+import harness
 
 from notary.config import LimitsConfig, StoreConfig
 from notary.model.observations import Certificate, ProbeResult
@@ -101,8 +101,8 @@ def per_probe(directory: Path, settings: StoreConfig, probes: int = 4000) -> flo
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    common.argument_parser(__doc__.split("\n", 1)[0]).parse_args(argv)
-    common.header("Store bounds", " ".join([".venv/bin/python bench/bench_store_bounds.py", *argv]))
+    harness.argument_parser(__doc__.split("\n", 1)[0]).parse_args(argv)
+    harness.header("Store bounds", " ".join([".venv/bin/python bench/bench_store_bounds.py", *argv]))
     settings, limits = StoreConfig(), LimitsConfig()
     directory = Path(tempfile.mkdtemp(prefix="store-bounds-"))
     try:
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     probes_per_day = limits.probes_per_s_per_prefix * 86400 + limits.probe_burst
     print(f"SQLite {sqlite3.sqlite_version}; {settings.timeline_limits()}")
     print()
-    common.print_table(["measure", "bytes"], [
+    harness.print_table(["measure", "bytes"], [
         ["a. per target at its limits, as written", f"{written:,.0f}"],
         ["a. per target at its limits, after compact", f"{compacted:,.0f}"],
         ["b. per probe (new target, new certificate)", f"{probe:,.0f}"],

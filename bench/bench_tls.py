@@ -1,50 +1,10 @@
 """TLS: the notary against nginx and the minimal Trio TLS server, same
 certificate and key, same wrk command, same run (issue: scenarios 1 and 2).
 
-Scenario 1, cache hit over HTTPS keep-alive: ``POST /target/127.0.0.1+<port>``
-(``bench_http.py``'s query: the notary asked about itself with its own SHA-1
-pin, a cache hit answered 200) with ``wrk -t1 -c64 -d10s --latency``, against
-
-- the notary (``notary serve --workers 1``, stock TLS settings);
-- ``minimal_server.py --cert --key``: Trio + ``ssl``, the notary's exact
-  response bytes, nothing else (the ceiling; goal: notary >= 80% of it);
-- nginx: the same body bytes and Content-Type (``return 200 '<body>'`` with
-  ``default_type``), the notary's certificate and key, TLS 1.2+. Its head
-  differs: ``Server: nginx/<version>`` and a ``Date`` header (the notary sends
-  neither a Date nor a version), so its answer is ~45 bytes longer.
-
-Scenario 2, cache hit with one new TLS connection per query (the legacy
-client: HTTP/1.0, the server closes after the answer): a wrk script sending
-the HTTP/1.0 request (wrk reconnects after each answer), against the notary
-and nginx (goal: notary >= 75% of nginx), plus the minimal Trio server
-(``--close``) as information; then ``openssl s_time -new`` (handshake only,
-``--s-time-clients`` processes at once, so the server is saturated) as a
-second measure. Full handshakes only: wrk *does* resume TLS sessions when it
-reconnects (this script checks: a short wrk run against an nginx logging
-``$ssl_session_reused``), so for this scenario every server has session
-resumption off: nginx ``ssl_session_tickets off; ssl_session_cache off``;
-the notary started through a wrapper that sets ``num_tickets = 0`` and
-``OP_NO_TICKET`` on the context ``make_server_ssl_context`` returns (TLS 1.3,
-which wrk negotiates, resumes through tickets only); the minimal server
-``--no-resumption`` (the same). A Python client then checks that no server
-resumes. Note: wrk's latency starts when the request is written, after the
-TCP and TLS handshakes: it leaves the handshake out.
-
-Each server runs alone on ``--server-cpu`` (nginx as one foreground process:
-``daemon off; master_process off``), wrk and s_time on ``--client-cpu``.
-Reported per server: req/s (best of ``--rounds`` interleaved runs),
-p50/p99/p99.9 latency (wrk's Lua ``done`` hook), errors, server CPU us per
-request and share of its core, wrk's share of its core, peak RSS (VmHWM).
-A run where the server's core was < 90% busy (the server was not the limit)
-or the client's core > 95% busy (the generator was the limit) is printed
-with a WARNING and marked ``*``; the best unmarked run is used when there is
-one. Core busy counts everything on that core, the loopback traffic's
-softirq time included (no process is charged with it: nginx's keep-alive
-runs spend as much core time there as in nginx itself). Each goal is judged
-twice: by the measured rates, and by server CPU time per request (the rate
-each server would reach with its core to itself: the figure to use when the
-runs are flagged; in scenario 2 wrk's side of a full handshake, with OpenSSL
-3.0, costs about as much as the server's, so one wrk core is the limit).
+Scenario 1: cache hit over HTTPS keep-alive (goal: notary >= 80% of the
+minimal Trio TLS server). Scenario 2: one new TLS connection per query, full
+handshakes (resumption off everywhere; goal: notary >= 75% of nginx), with
+wrk and ``openssl s_time -new``. Set-up, flags and columns: ``bench/README.md``.
 
     .venv/bin/python bench/bench_tls.py --wait-quiet 120   # about 4 minutes
     .venv/bin/python bench/bench_tls.py --quick            # 2 s runs, one round
@@ -53,7 +13,6 @@ runs are flagged; in scenario 2 wrk's side of a full handshake, with OpenSSL
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import resource
 import socket
@@ -71,7 +30,6 @@ from harness import LOOPBACK, MINIMAL_SERVER, BenchError, NotarySetup, Processes
 
 GOAL_KEEPALIVE = 0.80  # scenario 1: notary / minimal Trio TLS server
 GOAL_HANDSHAKE = 0.75  # scenario 2: notary / nginx, full handshakes
-CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 #: ``notary serve`` with TLS session resumption off (scenario 2): the
 #: context from ``make_server_ssl_context`` (looked up at call time) issues no
@@ -150,7 +108,7 @@ class Meter:
         self.server_s = server.cpu()
         self.children = self._children()
         self.cores = harness.cpu_times(cpus)
-        self.machine = machine_busy_seconds()
+        self.machine = harness.machine_busy_seconds()
         self.started = time.monotonic()
 
     @staticmethod
@@ -165,15 +123,9 @@ class Meter:
         cores = harness.cpu_times(self.cpus)
         busy = [(cores[c][0] - self.cores[c][0]) / max(1, cores[c][1] - self.cores[c][1])
                 for c in self.cpus]
-        other = machine_busy_seconds() - self.machine - server_s - client_s
+        other = harness.machine_busy_seconds() - self.machine - server_s - client_s
         return Run(rate, count, server_s / count * 1e6, server_s / elapsed, client_s / elapsed,
                    busy[0], busy[1], max(0.0, other) / elapsed, **extra)  # type: ignore[arg-type]
-
-
-def machine_busy_seconds() -> float:
-    """Busy CPU seconds of every core since boot (/proc/stat)."""
-    cpus = range(os.cpu_count() or 1)
-    return sum(busy for busy, _ in harness.cpu_times(cpus).values()) / CLOCK_TICK
 
 
 def pick(runs: Sequence[Run]) -> Run:
@@ -249,10 +201,10 @@ http {{
 
 def start_nginx(processes: Processes, nginx: str, config: Path, port: int, label: str,
                 cpu: int, key: str = "nginx") -> Server:
-    log = config.parent / "nginx.out"
-    process = processes.start(label, [nginx, "-p", str(config.parent), "-c", str(config),
-                                      "-e", str(config.parent / "error.log")], cpu=cpu, log=log)
-    harness.wait_listening(process, [port], label, log)
+    process = harness.start_server(
+        processes, label, [nginx, "-p", str(config.parent), "-c", str(config), "-e",
+                           str(config.parent / "error.log")], [port], cpu=cpu,
+        log=config.parent / "nginx.out")
     return Server(key, label, port, process)
 
 
@@ -265,9 +217,8 @@ def start_minimal(processes: Processes, directory: Path, setup: NotarySetup, res
             str(response_file), "--cert", str(setup.cert), "--key", str(setup.key)]
     if close:
         argv += ["--close", "--no-resumption"]
-    log = directory / f"{name}.log"
-    process = processes.start(name, argv, cpu=cpu, log=log)
-    harness.wait_listening(process, [port], name, log)
+    process = harness.start_server(processes, name, argv, [port], cpu=cpu,
+                                   log=directory / f"{name}.log")
     return Server("minimal", "minimal Trio TLS server", port, process)
 
 
@@ -279,8 +230,8 @@ def start_notary(processes: Processes, setup: NotarySetup, directory: Path, cpu:
         argv = [sys.executable, "-c", NOTARY_NO_RESUMPTION, *argv[3:]]  # after "-m notary"
         label = "notary (no session tickets)"
     log = directory / ("notary.log" if resumption else "notary-no-tickets.log")
-    process = processes.start(label, argv, cpu=cpu, log=log, cwd=setup.directory)
-    harness.wait_listening(process, [setup.plain_port, setup.api_port], label, log)
+    process = harness.start_notary(processes, setup, label, cpu=cpu, log=log, argv=argv,
+                                   prime=False).process
     return Server("notary", label, setup.api_port, process)
 
 
@@ -462,7 +413,7 @@ def print_report(servers: Sequence[Server], runs: dict[str, list[Run]], unit: st
             f"{top.server_core:.0%} / {top.server_busy:.0%}",
             f"{top.client_core:.0%} / {top.client_busy:.0%}",
             f"{top.other_cores:.2f}",
-            f"{peak_rss[server.key] / 1024:.1f} MiB" if peak_rss.get(server.key) else "?",
+            f"{peak_rss[server.key] / 2**20:.1f} MiB" if peak_rss.get(server.key) else "?",
             "1.00" if server.key == "notary" else f"{notary / top.rate:.2f}",
         ])
     harness.print_table(
@@ -495,28 +446,14 @@ def verdict(name: str, ours: Run, theirs: Run, goal: float) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="2 s per run, one round: a smoke run, not a measurement")
-    parser.add_argument("--duration", type=int, default=None, help="seconds per run (10)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="runs of each server, interleaved (default 2)")
-    parser.add_argument("--connections", type=int, default=64, help="wrk -c (default 64)")
-    parser.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
+    parser = harness.load_parser(
+        __doc__.split("\n\n")[0], rounds=2,
+        quick="2 s per run, one round: a smoke run, not a measurement",
+        wait_quiet=", and up to min(SECONDS, 30) before scenario 2")
     parser.add_argument("--s-time-clients", type=int, default=16,
                         help="openssl s_time processes at once (default 16)")
     parser.add_argument("--scenario", choices=["1", "2", "all"], default="all")
-    parser.add_argument("--server-cpu", type=int, help="core for the servers (default: first)")
-    parser.add_argument("--client-cpu", type=int, help="core for wrk, s_time (default: second)")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="first wait up to SECONDS for both cores to be idle, and up to "
-                        "min(SECONDS, 30) before scenario 2")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args(argv)
-    if args.duration is None:
-        args.duration = 2 if args.quick else 10
-    if args.rounds is None:
-        args.rounds = 1 if args.quick else 2
+    args = harness.finish_load_args(parser.parse_args(argv))
     if args.duration < 1 or args.rounds < 1 or args.connections < args.threads:
         parser.error("--duration and --rounds >= 1, --connections >= --threads")
     return args
@@ -632,7 +569,7 @@ def scenario_keepalive(plan: Plan, processes: Processes, directory: Path, setup:
     runs = run_rounds(plan, processes, servers,
                       lambda server: measure_wrk(plan, processes, server, setup.path, script),
                       "wrk keep-alive")
-    peak = {s.key: harness.peak_rss_kib(s.process.pid) for s in servers}
+    peak = {s.key: harness.proc_status(s.process.pid).get("VmHWM") for s in servers}
     print()
     best = print_report(servers, runs, "req/s", "request", "wrk", peak)
     print(verdict("the minimal Trio TLS server", best["notary"], best["minimal"],
@@ -697,7 +634,7 @@ def scenario_handshakes(plan: Plan, processes: Processes, directory: Path, setup
     s_time_runs = run_rounds(plan, processes, servers,
                              lambda server: measure_s_time(plan, processes, server),
                              "openssl s_time -new")
-    peak = {s.key: harness.peak_rss_kib(s.process.pid) for s in servers}
+    peak = {s.key: harness.proc_status(s.process.pid).get("VmHWM") for s in servers}
     print()
     print("wrk, one query per TLS connection (wrk's latency leaves the handshake out):")
     print()

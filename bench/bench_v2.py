@@ -4,24 +4,7 @@ query messages per second over one WebSocket (``wss://…/v2/ws``, a window of
 outstanding queries), against legacy ``POST /target/<host>+<port>`` (one
 target per request, fingerprint form, HTTPS keep-alive, wrk) in the same run.
 
-Set-up (loopback only): a fresh notary made by ``notary dev-init`` in a
-temporary directory, its config edited as ``bench_http.py`` does (plain_api
-added, relay off, log_level warning) plus extra HTTPS API listeners, so that
-the notary has ``--targets`` distinct TLS targets to be asked about: its own
-API ports ``127.0.0.1:P1 … Pk``, all serving the same certificate. Each is
-primed once (one probe), after which every answer is a cache hit: the legacy
-query asks about ``127.0.0.1+P1`` with its SHA-1 pin (answered 200), a v2
-batch of N names the k targets in turn with their SHA-256 (verdict
-``match``). The notary runs in its own process pinned to one core; wrk and
-the WebSocket client (trio-websocket, a subprocess) run on the other.
-
-Checks: wrk must see no socket error and no non-2xx answer; every WebSocket
-answer must carry its request id; one ``/v2/query`` answer and one WebSocket
-answer are verified with ``notary.protocol.v2.verify_answer`` (keys from
-``GET /v2/key``, nonce, targets in order, matches backed by statements).
-
-Each measurement runs ``--rounds`` times (interleaved), the best is kept.
-Ratios are targets per second against the legacy figure of the same run.
+Set-up and checks: ``bench/README.md``.
 
     .venv/bin/python bench/bench_v2.py            # about 3 minutes
     .venv/bin/python bench/bench_v2.py --quick    # 2 s per run, one round: a smoke run
@@ -215,27 +198,13 @@ def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="2 s per run, one round: a smoke run, not a measurement")
-    parser.add_argument("--duration", type=int, default=None, help="seconds per run (default 10)")
-    parser.add_argument("--rounds", type=int, default=None, help="runs of each row (default 2)")
-    parser.add_argument("--connections", type=int, default=64, help="wrk -c (default 64)")
-    parser.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
+    parser = harness.load_parser(__doc__.split("\n\n")[0], rounds=2, cpus="the notary",
+                                 quick="2 s per run, one round: a smoke run, not a measurement")
     parser.add_argument("--window", type=int, default=16,
                         help="WebSocket queries outstanding (default 16; the send queue is 64)")
     parser.add_argument("--targets", type=int, default=4,
                         help="distinct cache-hit targets (the notary's API ports, default 4)")
-    parser.add_argument("--server-cpu", type=int, help="core for the notary (default: first)")
-    parser.add_argument("--client-cpu", type=int, help="core for the clients (default: second)")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="first wait up to SECONDS for both cores to be idle (shared machines)")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args(argv)
-    if args.duration is None:
-        args.duration = 2 if args.quick else 10
-    if args.rounds is None:
-        args.rounds = 1 if args.quick else 2
+    args = harness.finish_load_args(parser.parse_args(argv))
     if args.targets < 2:
         parser.error("--targets must be at least 2 (the dev config has two API ports)")
     return args
@@ -263,9 +232,9 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     setup = harness.make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
     add_api_ports(setup.config, api_ports[2:])
     log = directory / "notary.log"
-    notary = processes.start("notary", harness.notary_argv(setup), cpu=server_cpu, log=log,
-                             cwd=setup.directory)
-    harness.wait_listening(notary, [plain_port, *api_ports], "notary", log)
+    notary = harness.start_server(processes, "notary", harness.notary_argv(setup),
+                                  [plain_port, *api_ports], cpu=server_cpu, log=log,
+                                  cwd=setup.directory)
 
     # Legacy: prime 127.0.0.1+P1 (its SHA-1 pin), answered 200 from the cache.
     sha1_pin = harness.served_sha1_pin(api_ports[0])

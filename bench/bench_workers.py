@@ -3,41 +3,9 @@ requests per second, measured with wrk over HTTP/1.1 keep-alive (plain HTTP
 and HTTPS), against ``notary serve --workers 1`` and ``--workers 2`` in the
 same run: the 1-worker figure is the baseline.
 
-The query and set-up are ``bench_http.py``'s (both from ``harness.py``): a
-fresh ``notary dev-init`` notary in a temporary directory, its config edited (plain_api added, relay off, log_level warning, every other
-``listen``, ``[admin]`` included, moved off dev-init's fixed ports), asked
-about itself (``127.0.0.1+<its HTTPS port>``) with its own SHA-1 pin, primed
-once so that every query is a cache hit answered 200. ``--workers N`` is
-given on the command line (dev-init writes ``[node] workers = 1``).
-
-Rows (one node each, all started at once, runs interleaved; loopback only):
-
-- ``1 worker, pinned``: ``bench_http.py``'s set-up, the notary pinned to one
-  core and wrk (``-t1``) to the other. A reference, to compare with
-  ``bench_http.py``'s figures.
-- ``1 worker``: nothing pinned, wrk ``-t2`` (``--threads``): the baseline.
-- ``2 workers``: nothing pinned, wrk ``-t2``: a supervisor and two worker
-  processes accepting on the same inherited sockets.
-
-Why nothing is pinned in the compared rows: wrk needs cores too. On this
-2-core VM two busy workers leave no core for wrk, so wrk shares the cores
-with the workers whatever is pinned; pinning the workers one per core would
-only stop the kernel from moving wrk's threads and the workers around the
-cores that happen to be free. wrk gets two threads so that it can run on
-whichever core is free, and the 1-worker baseline uses the same client, so
-the ratio reflects the workers alone. The script prints the CPU time per
-request of the notary (supervisor + workers, summed) and of wrk, the share
-of each core each took, and the other load measured during each run: with
-C cores the rate cannot exceed C / (notary + wrk CPU per request), which is
-printed as "CPU ceiling".
-
-Checks: the config listens on the chosen free ports only; a ``--workers 2``
-node has exactly 2 worker children (``/proc``, ``NOTARY_WORKER_INDEX`` 0
-and 1), and both take a share of a warm-up run's load (their CPU time
-grows) before anything is measured; the worker pids do not change during
-the run (no restart); every worker answers the same bytes; wrk sees no
-socket error and no non-2xx answer; the node's ``/metrics`` shows no cache
-miss and no probe during a measured run.
+Rows: 1 worker pinned (``bench_http.py``'s set-up, a reference), 1 worker
+and N workers with nothing pinned (wrk ``-t2``). Why nothing is pinned, and
+the checks made: ``bench/README.md``.
 
     .venv/bin/python bench/bench_workers.py --wait-quiet 120   # about 5 minutes
     .venv/bin/python bench/bench_workers.py --quick            # 2 s per run: a smoke run
@@ -63,7 +31,6 @@ from harness import LOOPBACK, BenchError, Processes
 from notary.config import load_config
 from notary.node.devsetup import DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT
 
-CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 WARM_UP_S = 1
 #: In a warm-up run, each worker must take at least this share of the workers' CPU.
 MIN_WORKER_SHARE = 0.10
@@ -162,21 +129,10 @@ class Measurement:
 # -- processes of a node ---------------------------------------------------------
 
 
-def parent_pids() -> dict[int, int]:
-    """pid -> ppid of every process (``/proc/<pid>/task/*/children`` is not
-    in every kernel: this VM has no CONFIG_PROC_CHILDREN)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError), open(
-                f"/proc/{entry}/stat", encoding="ascii", errors="replace"
-            ) as stat:
-                parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
-    return parents
-
-
 def descendants(pid: int) -> list[int]:
-    parents = parent_pids()
+    """Every process below ``pid`` (``/proc/<pid>/task/*/children`` is not
+    in every kernel: this VM has no CONFIG_PROC_CHILDREN)."""
+    parents = {child: int(fields[1]) for child, fields in harness.all_proc_stats().items()}
     found, frontier = [], [pid]
     while frontier:
         children = [child for child, parent in parents.items() if parent in frontier]
@@ -195,12 +151,6 @@ def tree_cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
         except OSError:
             raise BenchError(f"process {pid} of the node vanished during the run") from None
     return times
-
-
-def machine_busy_seconds() -> float:
-    """Busy CPU seconds of every core since boot."""
-    cpus = range(os.cpu_count() or 1)
-    return sum(busy for busy, _ in harness.cpu_times(cpus).values()) / CLOCK_TICK
 
 
 def worker_index_of(pid: int) -> str | None:
@@ -263,16 +213,13 @@ def check_listeners(setup: harness.NotarySetup) -> int:
 
 
 def start_node(processes: Processes, directory: Path, variant: Variant, server_cpu: int) -> Node:
-    api_port, relay_api_port, plain_port, *spare = harness.free_ports(7)
-    setup = harness.make_notary(directory / variant.key, api_port, relay_api_port, plain_port,
-                               spare)
+    setup = harness.new_notary(directory / variant.key)
     admin_port = check_listeners(setup)
     log = directory / f"{variant.key}.log"
-    argv = harness.notary_argv(setup, ["--workers", str(variant.workers)])
-    process = processes.start(f"notary {variant.key}", argv,
-                              cpu=server_cpu if variant.pinned else None, log=log,
-                              cwd=setup.directory)
-    harness.wait_listening(process, [plain_port, api_port], f"notary {variant.key}", log)
+    process = harness.start_notary(
+        processes, setup, f"notary {variant.key}", cpu=server_cpu if variant.pinned else None,
+        log=log, argv=harness.notary_argv(setup, ["--workers", str(variant.workers)]),
+        prime=False).process
     workers = wait_for_workers(process, variant.workers, log)
     return Node(variant, setup, process, log, admin_port, workers)
 
@@ -302,19 +249,14 @@ def prime(node: Node) -> None:
 def scrape(node: Node) -> dict[str, float]:
     """Node totals from ``/metrics`` (summed over the workers, each as of its
     last fold, at most ``[admin] metrics_interval_s`` old)."""
-    request = f"GET /metrics HTTP/1.1\r\nHost: {LOOPBACK}:{node.admin_port}\r\n\r\n".encode()
-    response = harness.exchange(node.admin_port, request, tls=False)[0]
-    if harness.status_of(response) != 200:
-        raise BenchError(f"GET /metrics answered {response[:200]!r}")
     totals = {"queries": 0.0, "misses": 0.0, "probes": 0.0}
-    for line in response.split(b"\r\n\r\n", 1)[1].decode().splitlines():
-        name, _, value = line.rpartition(" ")
+    for name, value in harness.get_metrics(node.admin_port):
         if name.startswith("notary_queries_total{") and 'protocol="convergence"' in name:
-            totals["queries"] += float(value)
+            totals["queries"] += value
         elif name == "notary_cache_misses_total":
-            totals["misses"] += float(value)
+            totals["misses"] += value
         elif name.startswith("notary_probes_total{"):
-            totals["probes"] += float(value)
+            totals["probes"] += value
     return totals
 
 
@@ -342,14 +284,14 @@ def measure(wrk: str, processes: Processes, node: Node, transport: str,
                          f"a worker restarted\n{harness.tail(node.log)}")
     before_metrics = scrape(node)
     before = tree_cpu_seconds(pids)
-    busy_before = machine_busy_seconds()
+    busy_before = harness.machine_busy_seconds()
     started = time.monotonic()
     result = harness.run_wrk(
         wrk, processes, node.url(transport), node.script, threads=node.variant.wrk_threads,
         connections=args.connections, seconds=seconds,
         cpu=client_cpu if node.variant.pinned else None)
     elapsed = time.monotonic() - started
-    busy = machine_busy_seconds() - busy_before
+    busy = harness.machine_busy_seconds() - busy_before
     after = tree_cpu_seconds(pids)
     time.sleep(settle_s)  # every worker folds its counters into /metrics
     after_metrics = scrape(node)
@@ -423,30 +365,15 @@ def report(variants: Sequence[Variant], runs: dict[tuple[str, str], list[Measure
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="2 s per run, one round: a smoke run, not a measurement")
-    parser.add_argument("--duration", type=int, default=None, help="seconds per wrk run (10)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="runs of each row and transport, interleaved (default 3)")
-    parser.add_argument("--connections", type=int, default=64, help="wrk -c (default 64)")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="wrk -t of the unpinned rows (default 2; the pinned row uses 1)")
+    parser = harness.load_parser(
+        __doc__.split("\n\n")[0], rounds=3, threads=2, cpus="the pinned row's notary",
+        quick="2 s per run, one round: a smoke run, not a measurement",
+        wait_quiet=", and up to min(SECONDS, 30) before each further round")
     parser.add_argument("--workers", type=int, default=2,
                         help="workers of the scaled node (default 2)")
     parser.add_argument("--no-pinned-row", action="store_true",
                         help="skip the 1-worker row pinned like bench_http.py")
-    parser.add_argument("--server-cpu", type=int, help="pinned row: core for the notary")
-    parser.add_argument("--client-cpu", type=int, help="pinned row: core for wrk")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="first wait up to SECONDS for every core to be idle (shared machines), "
-                        "and up to min(SECONDS, 30) before each further round")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args(argv)
-    if args.duration is None:
-        args.duration = 2 if args.quick else 10
-    if args.rounds is None:
-        args.rounds = 1 if args.quick else 3
+    args = harness.finish_load_args(parser.parse_args(argv))
     if args.workers < 2:
         parser.error("--workers must be 2 or more (the baseline is 1)")
     if args.connections < max(args.threads, 1) or args.duration < 1:

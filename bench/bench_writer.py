@@ -69,7 +69,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import common
+import harness
 import trio
 
 from notary.config import StoreConfig
@@ -449,18 +449,18 @@ def noop_record(self: Store, batch: Sequence[ProbeResult]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = common.argument_parser(__doc__.split("\n", 1)[0])
+    parser = harness.argument_parser(__doc__.split("\n", 1)[0])
     parser.add_argument("--no-diagnosis", action="store_true",
                         help="measure the four modes of the goals only")
-    parser.add_argument("--tmp-dir", type=Path, default=common.ROOT / ".bench-tmp",
+    parser.add_argument("--tmp-dir", type=Path, default=harness.ROOT / ".bench-tmp",
                         help="parent of the temporary databases (default: <project>/.bench-tmp)")
     args = parser.parse_args(argv)
-    repeat = common.repetitions(args, full=1)
+    repeat = harness.repetitions(args, full=1)
     n_batched = 5_000 if args.quick else 100_000
     n_per_row_default = 100 if args.quick else 1_500
     n_per_row_wal = 1_000 if args.quick else 20_000
 
-    common.header("Writer micro-benchmark",
+    harness.header("Writer micro-benchmark",
                   " ".join([".venv/bin/python bench/bench_writer.py", *argv]))
     parent = args.tmp_dir
     created_parent = not parent.exists()
@@ -488,31 +488,31 @@ def run(directory: Path, args: Any, repeat: int, n_batched: int, n_per_row_defau
 
     batched_runs = [run_batched(path("batched"), workload) for _ in range(repeat)]
     batched = min(batched_runs, key=lambda r: r.seconds)
-    per_row_default = common.best_seconds(
+    per_row_default = harness.best_seconds(
         lambda: run_per_row(path("default"), observations(n_per_row_default), default_mode=True),
         repeat)
-    per_row_wal = common.best_seconds(
+    per_row_wal = harness.best_seconds(
         lambda: run_per_row(path("wal"), observations(n_per_row_wal), default_mode=False), repeat)
-    raw = common.best_seconds(lambda: run_raw_executemany(path("raw"), workload), repeat)
-    raw_schema = common.best_seconds(
+    raw = harness.best_seconds(lambda: run_raw_executemany(path("raw"), workload), repeat)
+    raw_schema = harness.best_seconds(
         lambda: run_raw_schema_executemany(path("raw-schema"), workload), repeat)
 
     rates = {
-        "batched": common.rate(n_batched, batched.seconds),
-        "default": common.rate(n_per_row_default, per_row_default),
-        "wal": common.rate(n_per_row_wal, per_row_wal),
-        "raw": common.rate(n_batched, raw),
-        "raw_schema": common.rate(n_batched, raw_schema),
+        "batched": harness.rate(n_batched, batched.seconds),
+        "default": harness.rate(n_per_row_default, per_row_default),
+        "wal": harness.rate(n_per_row_wal, per_row_wal),
+        "raw": harness.rate(n_batched, raw),
+        "raw_schema": harness.rate(n_batched, raw_schema),
     }
 
     def row(label: str, n: int, key: str) -> list[str]:
-        return [label, f"{n:,}", common.format_rate(rates[key]),
-                common.format_ratio(rates[key] / rates["default"]),
+        return [label, f"{n:,}", harness.format_rate(rates[key]),
+                harness.format_ratio(rates[key] / rates["default"]),
                 f"{rates[key] / rates['raw']:.1%}"]
 
     print(f"## Observations committed per second (best of {repeat})")
     print()
-    common.print_table(
+    harness.print_table(
         ["mode", "observations", "rows/s", "vs per-row default", "vs raw executemany"],
         [
             row("a. batched writer (open_storage, StoreConfig defaults)", n_batched, "batched"),
@@ -533,7 +533,7 @@ def run(directory: Path, args: Any, repeat: int, n_batched: int, n_per_row_defau
     vs_default = rates["batched"] / rates["default"]
     vs_raw = rates["batched"] / rates["raw"]
     print(f"Goal: batched >= {GOAL_VS_PER_ROW_DEFAULT:.0f}x per-row default mode: "
-          f"{common.format_ratio(vs_default)}: "
+          f"{harness.format_ratio(vs_default)}: "
           f"{'met' if vs_default >= GOAL_VS_PER_ROW_DEFAULT else 'NOT met'}.")
     print(f"Goal: batched >= {GOAL_VS_RAW:.0%} of raw executemany: {vs_raw:.1%}: "
           f"{'met' if vs_raw >= GOAL_VS_RAW else 'NOT met'}.")
@@ -550,22 +550,22 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
     results: list[tuple[str, float]] = []
 
     def pipeline(name: str) -> float:
-        return common.rate(n, run_batched(path(name), workload).seconds)
+        return harness.rate(n, run_batched(path(name), workload).seconds)
 
     with patched(Store, "record", noop_record):
         results.append(("1. open_storage pipeline, Store.record a no-op (channel + thread only)",
                         pipeline("noop")))
     seconds, _ = run_record_in_batches(path("record"), workload)
     results.append((f"2. Store.record alone, {BATCH_ROWS}-row batches, one thread, no channel",
-                    common.rate(n, seconds)))
+                    harness.rate(n, seconds)))
     timed_seconds, proxy = run_record_in_batches(path("record-timed"), workload, timed=True)
 
     print("## Diagnosis: where the batched writer's time goes")
     print()
-    common.print_table(
+    harness.print_table(
         ["variant", "rows/s", "vs raw executemany", "vs per-row default"],
-        [[label, common.format_rate(r), f"{r / rates['raw']:.1%}",
-          common.format_ratio(r / rates["default"])] for label, r in results],
+        [[label, harness.format_rate(r), f"{r / rates['raw']:.1%}",
+          harness.format_ratio(r / rates["default"])] for label, r in results],
     )
     assert proxy is not None
     in_sql = sum(proxy.seconds.values())
@@ -585,7 +585,7 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
     table.append(["rest: Python of Store.record, the proxy's own calls", "",
                   f"{outside * 1e6 / n:.2f}", f"{outside / timed_seconds:.0%}"])
     table.append(["total", f"{calls:,}", f"{timed_seconds * 1e6 / n:.2f}", "100%"])
-    common.print_table(["statement", "calls", "µs per observation", "share"], table)
+    harness.print_table(["statement", "calls", "µs per observation", "share"], table)
 
 
 if __name__ == "__main__":

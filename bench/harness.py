@@ -1,34 +1,18 @@
-"""The harness of the load benchmarks (``bench_http.py``, ``bench_v2.py``,
-``bench_workers.py``, ``bench_tls.py``, ``bench_scale.py``): processes,
-the machine lock, wrk, CPU and machine figures, loopback HTTP exchanges and
-the benchmark notary's set-up. One place; the scripts import it as
-``harness``.
-
-``common.py`` stays the home of the micro-benchmarks' helpers (bench_cache,
-bench_writer) and of the two helpers both kinds share, ``cpu_model`` and
-``print_table``, re-exported here.
-
-- ``run_benchmark(name, args, run)``: takes the machine lock
-  (``/tmp/notary-bench.lock``, an exclusive ``flock`` held for the whole run:
-  two benchmarks on a 2-core machine would measure each other), makes a
-  temporary directory and a ``Processes``, and cleans both up on every exit
-  path (Ctrl-C and SIGTERM included).
-- ``Processes``: every child in its own session (process group); stopping one
-  is SIGTERM to the leader, then SIGKILL to the whole group on timeout, and a
-  SIGKILL sweep of the group once the leader has exited, so a supervisor's
-  workers never outlive the benchmark.
-- ``run_wrk``: one wrk run with explicit threads, connections, duration and
-  core; returns req/s, latency percentiles (p50/p99/p99.9 from the Lua
-  ``done`` hook that ``wrk_script`` adds), wrk's own CPU time, and the
-  server's CPU time through a callable.
+"""The one harness of every benchmark in ``bench/``: processes, the machine
+lock, tools (wrk, nginx, openssl, socat), ports and loopback HTTP, CPU and
+machine figures, result tables and the benchmark notary's set-up. What each
+piece does and why: ``bench/README.md``. Importing it puts the project root
+on ``sys.path``, so the scripts run from a checkout without installing.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import fcntl
 import hashlib
+import json
 import os
 import platform
 import re
@@ -43,14 +27,13 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, cores_and_load, cpu_model  # common also puts ROOT on sys.path
-from common import print_table as print_table  # re-exported: one copy, in common.py
-
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 BENCH = ROOT / "bench"
 MINIMAL_SERVER = BENCH / "minimal_server.py"
 INSTALL_TOOLS = ROOT / ".ci" / "install-tools"
@@ -59,6 +42,8 @@ LOCK_PATH = Path("/tmp/notary-bench.lock")
 READY_TIMEOUT_S = 30.0
 PRIME_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+PR_SET_PDEATHSIG = 1
 CONTENT_TYPE = "application/x-www-form-urlencoded"
 #: A run is flagged (not trusted) when the server used less of its core than
 #: this (it was not the bottleneck) ...
@@ -107,21 +92,31 @@ class Processes:
         self._running: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     def start(
-        self, name: str, argv: Sequence[str], *, cpu: int | None, log: Path | None = None,
-        cwd: Path | None = None,
+        self, name: str, argv: Sequence[str], *, cpu: int | Iterable[int] | None,
+        log: Path | None = None, cwd: Path | None = None, env: dict[str, str | None] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start ``argv`` pinned to ``cpu`` (None: any core), output to
-        ``log`` (stdout and stderr) or to pipes."""
-        def pin() -> None:
-            if cpu is not None:
-                os.sched_setaffinity(0, {cpu})
+        """Start ``argv`` pinned to ``cpu`` (a core, a set of cores, None: any),
+        output to ``log`` (stdout and stderr) or to pipes, with ``env``'s
+        variables set (None: removed); SIGKILLed if this process dies."""
+        cpus = {cpu} if isinstance(cpu, int) else set(cpu) if cpu is not None else None
 
+        def prepare() -> None:  # in the child, between fork and exec
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+        environment = project_env()
+        for key, value in (env or {}).items():
+            if value is None:
+                environment.pop(key, None)
+            else:
+                environment[key] = value
         out = log.open("wb") if log is not None else subprocess.PIPE
         try:
             process = subprocess.Popen(
-                argv, cwd=cwd, env=project_env(), stdout=out,
+                argv, cwd=cwd, env=environment, stdout=out,
                 stderr=subprocess.STDOUT if log else subprocess.PIPE,
-                stdin=subprocess.DEVNULL, preexec_fn=pin, start_new_session=True,
+                stdin=subprocess.DEVNULL, preexec_fn=prepare, start_new_session=True,
             )
         finally:
             if log is not None:
@@ -273,6 +268,39 @@ def wrk_version(wrk: str) -> str:
 # -- machine ---------------------------------------------------------------------
 
 
+def cpu_model() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def cores_and_load() -> tuple[int, int, str]:
+    """Cores of the machine, cores this process may run on, load averages."""
+    cores = os.cpu_count() or 0
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "n/a"
+    return cores, len(os.sched_getaffinity(0)), load
+
+
+def machine_description() -> str:
+    """The micro-benchmarks' machine line: CPU, cores, kernel, Python, load."""
+    cores, usable, load = cores_and_load()
+    return (f"{cpu_model()}, {cores} cores ({usable} usable), "
+            f"{platform.system()} {platform.release()} {platform.machine()}, "
+            f"{platform.python_implementation()} {platform.python_version()}, "
+            f"load average {load}")
+
+
+def header(title: str, command: str) -> None:
+    """The micro-benchmarks' head: title, machine, command, start time."""
+    print(f"# {title}\nmachine: {machine_description()}\ncommand: {command}")
+    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+
+
 def memory_total() -> str:
     with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as meminfo:
         for line in meminfo:
@@ -321,12 +349,12 @@ def notary_version() -> str:
     return f"notary at {commit}" + (" + uncommitted changes in notary/" if dirty else "")
 
 
-def print_preamble(title: str, wrk: str | None) -> None:
-    """Title, machine, command and start time: the head of every report."""
+def print_preamble(title: str, wrk: str | None, note: str = "") -> None:
+    """Title, machine, command and start time: the head of every load report."""
     print(f"# {title}")
     print(f"machine: {machine_line(wrk)}")
     print(f"command: {command_line()}")
-    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {notary_version()}")
+    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {notary_version()}{note}")
 
 
 def choose_cpus(args: argparse.Namespace) -> tuple[int, int]:
@@ -392,19 +420,55 @@ def wait_quiet(cpus: Sequence[int], timeout_s: float) -> None:
               file=sys.stderr)
 
 
+def machine_busy_seconds() -> float:
+    """Busy CPU seconds of every core since boot (/proc/stat)."""
+    return sum(busy for busy, _ in cpu_times(range(os.cpu_count() or 1)).values()) / CLOCK_TICK
+
+
+def proc_stat(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name: [0] state, [1] parent,
+    [2] process group, [11] utime, [12] stime, [13] cutime, [14] cstime."""
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+        return stat.read().rsplit(")", 1)[1].split()
+
+
+def all_proc_stats() -> dict[int, list[str]]:
+    """``proc_stat`` of every process now (those gone meanwhile left out)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                found[int(entry)] = proc_stat(int(entry))
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` (all its threads) so far."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = proc_stat(pid)
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
 
 
-def peak_rss_kib(pid: int) -> int | None:
-    """Peak resident set size (VmHWM) of ``pid`` so far, in KiB."""
+def proc_status(pid: int) -> dict[str, int]:
+    """``VmRSS``, ``VmHWM``, ``RssAnon``, ... of ``pid`` in bytes (empty if gone)."""
+    figures = {}
     with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
+            name, _, value = line.partition(":")
+            parts = value.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                figures[name] = int(parts[0]) * 1024
+    return figures
+
+
+def listen_queue(port: int) -> int | None:
+    """The accept queue's length of the TCP listener on 127.0.0.1 or any
+    address, ``port`` (``/proc/net/tcp``: no connection made), None if none."""
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        for line in table:
+            fields = line.split()
+            if (len(fields) > 4 and fields[1] in (f"0100007F:{port:04X}", f"00000000:{port:04X}")
+                    and fields[3] == "0A"):
+                return int(fields[4].split(":")[1], 16)
     return None
 
 
@@ -507,14 +571,19 @@ def post_request(port: int, path: str, body: str, *, version: str = "1.1") -> by
 
 
 def wait_listening(process: subprocess.Popen[bytes], ports: Sequence[int], name: str,
-                   log: Path) -> None:
+                   log: Path, *, connect: bool = True) -> None:
+    """Wait until ``process`` listens on ``ports``: a connection is made and
+    closed, or (``connect=False``) the listener is seen in /proc/net/tcp."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     for port in ports:
         while True:
             if process.poll() is not None:
                 raise BenchError(f"{name} exited with {process.returncode}:\n{tail(log)}")
             try:
-                socket.create_connection((LOOPBACK, port), timeout=1.0).close()
+                if connect:
+                    socket.create_connection((LOOPBACK, port), timeout=1.0).close()
+                elif listen_queue(port) is None:
+                    raise OSError
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -522,11 +591,46 @@ def wait_listening(process: subprocess.Popen[bytes], ports: Sequence[int], name:
                 time.sleep(0.05)
 
 
+def start_server(processes: Processes, name: str, argv: Sequence[str], ports: Sequence[int], *,
+                 cpu: int | Iterable[int] | None, log: Path, cwd: Path | None = None,
+                 env: dict[str, str | None] | None = None,
+                 connect: bool = True) -> subprocess.Popen[bytes]:
+    """``Processes.start``, then ``wait_listening`` on every one of ``ports``."""
+    process = processes.start(name, argv, cpu=cpu, log=log, cwd=cwd, env=env)
+    wait_listening(process, ports, name, log, connect=connect)
+    return process
+
+
 def tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def short_path(filename: str) -> str:
+    """A source file's path for a profile table: from the package or ``ROOT``."""
+    for marker in ("/site-packages/", str(ROOT) + "/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    if filename.startswith("~"):
+        return "builtin"
+    return filename.rsplit("/lib/python", 1)[-1]
+
+
+def get_metrics(port: int) -> list[tuple[str, float]]:
+    """(name with labels, value) of every sample of ``GET /metrics`` on ``port``."""
+    request = f"GET /metrics HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n\r\n".encode()
+    response = exchange(port, request, tls=False)[0]
+    if status_of(response) != 200:
+        raise BenchError(f"GET /metrics answered {response[:200]!r}")
+    samples = []
+    for line in body_of(response).decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        if name and not name.startswith("#"):
+            with contextlib.suppress(ValueError):
+                samples.append((name, float(value)))
+    return samples
 
 
 # -- the notary ------------------------------------------------------------------
@@ -637,6 +741,84 @@ def make_notary(
     admin = addresses.get("admin.listen", [])
     admin_port = int(admin[0].rsplit(":", 1)[1]) if len(admin) == 1 else None
     return NotarySetup(directory, config, api_port, plain_port, admin_port)
+
+
+def set_options(config: Path, options: dict[str, dict[str, object]]) -> None:
+    """Set ``key = value`` in ``[section]`` of ``config`` (the section is
+    added if missing), then check that the notary reads them back."""
+    from notary.config import load_config
+
+    section, seen, lines = "", set(), []
+    for line in config.read_text().splitlines():
+        header = re.fullmatch(r"\s*\[([\w.-]+)\]\s*(#.*)?", line)
+        if header:
+            section = header.group(1)
+            seen.add(section)
+            lines.append(line)
+            lines += [f"{key} = {json.dumps(value)}" for key, value in
+                      options.get(section, {}).items()]
+            continue
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(
+            "#") else ""
+        if key and key in options.get(section, {}):
+            continue  # replaced under the header
+        lines.append(line)
+    for name, values in options.items():
+        if name not in seen:
+            lines += ["", f"[{name}]", *(f"{k} = {json.dumps(v)}" for k, v in values.items())]
+    config.write_text("\n".join(lines) + "\n")
+    loaded = load_config(config)
+    for name, values in options.items():
+        for key, value in values.items():
+            got = getattr(getattr(loaded, name), key)
+            if str(got) != str(value) and got != value:
+                raise BenchError(f"config edit: [{name}] {key} reads back {got!r}, not {value!r}")
+
+
+def new_notary(directory: Path, options: dict[str, dict[str, object]] | None = None,
+               ports: Sequence[int] | None = None) -> NotarySetup:
+    """``make_notary`` on free ports (or ``ports``: api, relay api, plain,
+    spare...), then ``set_options``."""
+    api_port, relay_api_port, plain_port, *spare = ports or free_ports(7)
+    setup = make_notary(directory, api_port, relay_api_port, plain_port, spare)
+    if options:
+        set_options(setup.config, options)
+    return setup
+
+
+@dataclass
+class RunningNotary:
+    """A started notary, primed: its query's body and exact answer."""
+
+    setup: NotarySetup
+    process: subprocess.Popen[bytes]
+    log: Path
+    body: str = ""
+    answer: bytes = b""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise BenchError(f"the notary exited ({self.process.returncode}):\n{tail(self.log)}")
+
+
+def start_notary(processes: Processes, setup: NotarySetup, name: str, *,
+                 cpu: int | Iterable[int] | None, log: Path, argv: Sequence[str] | None = None,
+                 prime: bool = True) -> RunningNotary:
+    """Start ``notary serve`` (or ``argv``) on ``setup``, wait for its plain
+    and HTTPS listeners; ``prime``: ask it about itself with its own SHA-1 pin
+    (``prime_notary``), so that the query is a cache hit."""
+    process = start_server(processes, name, argv or notary_argv(setup),
+                           [setup.plain_port, setup.api_port], cpu=cpu, log=log,
+                           cwd=setup.directory)
+    notary = RunningNotary(setup, process, log)
+    if prime:
+        notary.body = f"fingerprint={served_sha1_pin(setup.api_port)}"
+        notary.answer = prime_notary(setup, notary.body)
+    return notary
 
 
 def notary_argv(setup: NotarySetup, extra: Sequence[str] = (), *,
@@ -756,13 +938,14 @@ def run_wrk(
     wrk: str, processes: Processes, url: str, script: Path, *, threads: int,
     connections: int, seconds: int, cpu: int | None,
     server_cpu_seconds: Callable[[], float] | None = None, allow_errors: bool = False,
+    extra: Sequence[str] = (),
 ) -> WrkResult:
     """One run of ``wrk -t{threads} -c{connections} -d{seconds}s --latency``
     pinned to ``cpu``. ``server_cpu_seconds`` (e.g. ``lambda: cpu_seconds(pid)``)
     gives the server's CPU time per request and core share, figures that
     other load disturbs far less than requests per second. Socket errors or
     non-2xx answers raise, unless ``allow_errors`` (then they are counted)."""
-    argv = [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
+    argv = [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", *extra,
             "-s", str(script), url]
     cpu_before = server_cpu_seconds() if server_cpu_seconds else 0.0
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -821,3 +1004,94 @@ def format_us(us: float | None) -> str:
         return "?"
     return f"{us:.0f} us" if us < 1000 else f"{us / 1000:.1f} ms" if us < 100_000 \
         else f"{us / 1000:.0f} ms"
+
+
+# -- options, micro-benchmarks and tables ------------------------------------------
+
+
+def load_parser(description: str, *, rounds: int, quick: str, cpus: str = "the servers",
+                wait_quiet: str = "", connections: int = 64, threads: int = 1,
+                ) -> argparse.ArgumentParser:
+    """A parser with the options of the load benchmarks (wrk against a
+    server on one core): --quick, --duration, --rounds, --connections,
+    --threads, --server-cpu, --client-cpu, --wait-quiet, --keep.
+    ``finish_load_args`` fills the defaults that depend on --quick."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--duration", type=int, default=None, help="seconds per wrk run (10)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"runs of each row, interleaved (default {rounds})")
+    parser.add_argument("--connections", type=int, default=connections,
+                        help=f"wrk -c (default {connections})")
+    parser.add_argument("--threads", type=int, default=threads, help=f"wrk -t (default {threads})")
+    parser.add_argument("--server-cpu", type=int, help=f"core for {cpus} (default: first)")
+    parser.add_argument("--client-cpu", type=int, help="core for the client (default: second)")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                        help="first wait up to SECONDS for the cores to be idle (shared "
+                        f"machines){wait_quiet}")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.set_defaults(default_rounds=rounds)
+    return parser
+
+
+def finish_load_args(args: argparse.Namespace, *, quick_rounds: int = 1) -> argparse.Namespace:
+    if args.duration is None:
+        args.duration = 2 if args.quick else 10
+    if args.rounds is None:
+        args.rounds = quick_rounds if args.quick else args.default_rounds
+    return args
+
+
+def argument_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with the options every micro-benchmark takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="small sizes and one repetition: a smoke run of a few seconds, not a measurement")
+    parser.add_argument(
+        "--repeat", type=int, default=None,
+        help="repetitions per measurement, the best is kept (default: see the script; 1 with --quick)")
+    return parser
+
+
+def repetitions(args: argparse.Namespace, full: int) -> int:
+    if args.repeat is not None:
+        return max(1, args.repeat)
+    return 1 if args.quick else full
+
+
+def best_seconds(run: Callable[[], float], repeat: int) -> float:
+    """The best of ``repeat`` calls of ``run`` (which returns the seconds it
+    measured): on a shared machine, noise only ever adds time."""
+    return min(run() for _ in range(repeat))
+
+
+def rate(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+def format_rate(per_second: float) -> str:
+    """``12.3 M/s``-style figure, three significant digits."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if per_second >= scale:
+            return f"{per_second / scale:.3g} {unit}/s"
+    return f"{per_second:.3g} /s"
+
+
+def format_ratio(ratio: float) -> str:
+    return f"{ratio:.2f}x" if ratio < 10 else f"{ratio:.1f}x"
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print a GitHub-flavoured Markdown table, columns aligned (pastes into RESULTS.md)."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) + " |"
+
+    print(line(cells[0]))
+    print("| " + " | ".join("-" * width for width in widths) + " |")
+    for row in cells[1:]:
+        print(line(row))
+    print()
