@@ -1,34 +1,11 @@
 """Cache micro-benchmark: LRU and Bloom filter, compiled vs pure-Python twin.
 
+Three tables, every ratio measured in the same run: LRU operations per
+second (compiled, twin, an ``OrderedDict`` baseline), Bloom filter operations
+per second, memory per cached target. How each is timed: ``bench/README.md``.
+
     .venv/bin/python bench/bench_cache.py            # full run (about three minutes)
     .venv/bin/python bench/bench_cache.py --quick    # smoke run (seconds)
-
-Imports both implementations directly (``notary.state._fastcache`` and
-``notary.state._fastcache_py``), whatever ``NOTARY_NO_EXTENSIONS`` says, and exits
-with a message if the compiled one is not built.
-
-Three tables, every ratio measured in the same run:
-
-1. LRU operations per second: ``LRUCache.get``/``put`` of the compiled module,
-   of its twin, and of ``OrderedDictLRU`` (a baseline written here: the usual
-   ``collections.OrderedDict`` LRU, bounded by count and bytes like ours and
-   checked against ours for identical results before timing). Each figure is
-   the best of ``--repeat`` passes (3 by default) of a Python ``for`` loop calling a bound
-   method over precomputed ``str`` keys: fresh objects equal to (not the same
-   as) the stored keys, allocated in the order they are used, as when each
-   request builds its key, except that their hashes are cached after the first
-   pass. The loop itself is timed too, for reference.
-   The garbage collector stays enabled, as in the server.
-2. Bloom filter operations per second, compiled vs twin, digests precomputed
-   with ``bloom_digest`` (fresh objects in the order they are used, likewise);
-   plus digest-and-check, the cost a caller really pays.
-3. Memory per cached target with 1M targets (20k with ``--quick``), each
-   implementation in a fresh subprocess, two ways: ``tracemalloc`` (exact
-   bytes held by Python's allocators, which is where both caches allocate)
-   and the RSS delta from ``/proc/self/statm`` (in a separate subprocess,
-   since tracemalloc's own bookkeeping inflates RSS). The keys and values are
-   built first and kept alive, so the cache's delta is its own structures
-   only.
 """
 
 from __future__ import annotations

@@ -1,48 +1,12 @@
 """Scenario 3: cache misses, every query a probe.
 
+A target farm (this script, ``--farm``), a notary probing a new target per
+query, and a minimal Trio client's TLS handshakes against the same targets
+as the baseline (this script, ``--handshake``). Phases, rounds and the goal:
+``bench/README.md``.
+
     .venv/bin/python bench/bench_probe.py --wait-quiet 120   # full run (about 4 minutes)
     .venv/bin/python bench/bench_probe.py --quick            # smoke run
-
-Set-up (loopback only; no name is resolved):
-
-- a **target farm**: this script in ``--farm`` mode, one Trio process on the
-  client core, a TLS server (an ECDSA P-256 certificate, no session tickets:
-  the cheapest handshake to serve, so the farm is not what limits) listening on ``--addresses`` loopback addresses (127.0.0.1, .2, ...) times
-  ``--ports`` ports: that many distinct targets ``127.0.0.k+port``. It
-  completes each handshake and closes. (Targets are IP literals, not names
-  served by SNI: the notary runs with the system resolver, and a benchmark
-  resolves no name but ``localhost``.)
-- the **notary**: ``notary dev-init``'s config (loopback targets allowed),
-  one worker pinned to the server core, with ``[answers] reprobe_after_s =
-  0`` and ``fresh_for_s = 1`` for phase 2, and the per-target and
-  per-destination probe limits off (``[limits]``: this measures capacity;
-  the load client, on loopback, is exempt from the per-client limits).
-- the **load**: this process on the client core, ``--concurrency``
-  keep-alive plain-HTTP connections to the notary.
-
-Rounds (``--rounds``, default 3), each with a fresh notary (a new database:
-every target is new to it) and its own baseline right after it on the same
-core, so a neighbour's load on this shared machine weighs on both sides of
-a round's ratio; the verdict is on the median ratio. Phases of a round,
-each a ``--duration`` run (the last round's phase 2: ``--memory-duration``):
-
-1. **fresh targets**: ``GET /target/127.0.0.k+port`` for targets never seen
-   (cache miss, known-targets filter miss, probe, sign, store): queries, that
-   is probes, per second until the farm's targets run out or time is up.
-2. **probe per query, bounded set**: ``POST`` with a fingerprint no target
-   serves, over the same targets again: with ``reprobe_after_s = 0`` every
-   query probes. RSS is sampled every second: the memory of a notary
-   probing without end must not grow (the ratio of the last third's peak to
-   the first third's is reported).
-
-In both, ``/metrics`` (the admin listener) is sampled every second for
-``notary_probes_in_flight`` (the in-flight count sustained).
-
-Baseline, same run: a **minimal Trio client** (this script in ``--handshake``
-mode), pinned to the server core, doing TLS handshakes (stdlib ``ssl`` over
-``trio.SSLStream``, peer certificate read, close) against the same targets
-with the same concurrency: the raw handshake rate the prober could reach.
-Goal from the issue: probes per second >= 70% of it, and no memory growth.
 """
 
 from __future__ import annotations
@@ -399,8 +363,7 @@ def start_notary(
 ) -> tuple[subprocess.Popen[bytes], harness.NotarySetup, Path]:
     """A fresh notary (new database: every target is new to it) pinned to
     ``server_cpu``, serving plain HTTP; its process, ports and log."""
-    api_port, relay_api_port, plain_port, *spare = harness.free_ports(7)
-    setup = harness.make_notary(directory, api_port, relay_api_port, plain_port, spare)
+    setup = harness.new_notary(directory)
     text = setup.config.read_text() + "\n"
     text = re.sub(r"(?m)^fresh_for_s = \d+$", "fresh_for_s = 1\nreprobe_after_s = 0", text)
     if "reprobe_after_s = 0" not in text:
@@ -410,8 +373,8 @@ def start_notary(
     text += "\n[limits]\nprobes_per_minute_per_target = 0\nprobes_per_s_per_destination_prefix = 0\n"
     setup.config.write_text(text)
     log = directory / "notary.log"
-    notary = processes.start("notary", harness.notary_argv(setup), cpu=server_cpu, log=log)
-    harness.wait_listening(notary, [plain_port], "notary", log)
+    notary = harness.start_server(processes, "notary", harness.notary_argv(setup),
+                                  [setup.plain_port], cpu=server_cpu, log=log)
     return notary, setup, log
 
 

@@ -1,56 +1,11 @@
 """Writer micro-benchmark: observations committed per second.
 
+Modes a (the batched writer), b and c (one transaction per row), d and d2
+(raw ``executemany``, the ceilings), then a diagnosis of the batched writer
+(``--no-diagnosis`` skips it). Modes and workload: ``bench/README.md``.
+
     .venv/bin/python bench/bench_writer.py           # full run (a minute or two)
     .venv/bin/python bench/bench_writer.py --quick   # smoke run (seconds)
-
-Every mode writes the same kind of workload to a fresh database with the
-notary's schema (``notary.state.store``), in a temporary directory on the project's
-disk (``<project>/.bench-tmp/``, removed afterwards; not tmpfs, so commits
-really reach a disk), in one run:
-
-a. **batched**: ``notary.outbound.writer.open_storage`` with the default
-   ``StoreConfig`` (500 rows or 50 ms per batch, queue of 10,000, WAL,
-   ``synchronous=NORMAL``, every other ``[store]`` setting at its default),
-   under Trio; one task feeds the observations through ``Storage.record`` as
-   the server does, the clock stops when ``statistics().committed`` reaches N
-   (opening and closing are not timed).
-b. **per row, default mode**: ``Store.record([one])``, one transaction per row,
-   with the connection switched back to SQLite's default rollback journal
-   (``journal_mode=DELETE``) and ``synchronous=FULL``: what the original
-   notary did.
-c. **per row, WAL**: ``Store.record([one])`` in WAL with ``synchronous=NORMAL``.
-d. **raw executemany** (the ceiling): one ``executemany`` per 500 rows, one
-   transaction each, WAL + NORMAL, in the calling thread, no channel: the same
-   observations as rows of the observations table, target and certificate ids
-   precomputed in Python, upserted on its primary key. It writes nothing else
-   (no target, certificate or history-run rows, no reads): what SQLite can
-   commit at best for one row per observation.
-d2. **raw executemany of the notary's schema rows**: as d (500 observations
-   per transaction, WAL + NORMAL, the same connection PRAGMAs, so no foreign
-   key checks, no reads), but writing every row ``Store.record`` leaves in
-   the database for those observations, all precomputed in Python
-   (``schema_rows``): the new targets and certificates (ids given), the
-   observation rows (dates and address list already merged) and the
-   history-run rows (a pair has runs rows only once it has a second run:
-   none in this workload), one ``executemany`` per table and batch. What
-   SQLite can commit at best for this schema; the batched writer also reads,
-   checks foreign keys and computes the rows.
-
-Then a diagnosis of where the batched writer's time goes (``--no-diagnosis``
-skips it): the same pipeline with ``Store.record`` replaced by a no-op, and
-``Store.record`` alone on 500-row batches, with its time split by SQL
-statement, fetches included (a timing proxy wrapped around the store's
-connection, so the real ``Store.record`` code runs). (The two fixes this
-diagnosis first prototyped, a draining writer loop and ids from memory, are
-now in ``notary/``.)
-
-Workload: N observations over N/4 targets, each target with its own
-certificate (1,200 random bytes standing in for the DER, with its real
-hashes), one observation a second: the first quarter inserts a target, a
-certificate and an observation; the other three quarters re-observe a known
-target from a new address (update: dates widened, address list merged,
-history run extended; it is the pair's only run, which has no runs row).
-The first quarter costs most: each new certificate row carries its DER.
 """
 
 from __future__ import annotations

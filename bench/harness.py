@@ -916,10 +916,6 @@ class WrkResult:
     def wrk_core_use(self) -> float:
         return self.wrk_cpu_s / self.elapsed_s if self.elapsed_s else 0.0
 
-    @property
-    def error_count(self) -> int:
-        return sum(self.errors.values())
-
     def warnings(self, *, min_server: float = MIN_SERVER_CORE,
                  max_wrk: float = MAX_WRK_CORE) -> list[str]:
         """Why this run should not be trusted: the server not CPU-bound, or
