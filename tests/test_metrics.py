@@ -354,6 +354,19 @@ def test_every_metric_has_help_and_the_notary_prefix() -> None:
         assert family.documentation, family.name
 
 
+def test_the_metrics_table_is_consistent() -> None:
+    """Each row of METRICS: a unique name, a live gauge mode for gauges only
+    (a dead worker's gauges leave the aggregate), buckets for histograms only."""
+    names = [spec.name for spec in metrics_module.METRICS]
+    assert len(names) == len(set(names))
+    for spec in metrics_module.METRICS:
+        assert spec.name.startswith("notary_") and spec.help, spec.name
+        assert spec.mode.startswith("live") == (spec.kind == "gauge"), spec.name
+        assert bool(spec.buckets) == (spec.kind == "histogram"), spec.name
+        assert (spec.read is None) == (spec.source == "hooks"), spec.name
+        assert not spec.prebound or len(spec.labels) == 1, spec.name
+
+
 # -- the multiprocess mode -----------------------------------------------------------
 
 

@@ -14,6 +14,11 @@ and flush duration) are observed where they happen, through the
 ``Prober.on_probe_done`` and ``Storage.on_batch`` hooks: once per probe or
 batch, never per query.
 
+Every metric is one row of :data:`METRICS`: its name, type, help, labels,
+gauge mode or buckets, and what it reads (an attribute of a component's
+``statistics()`` snapshot, or a small function of it). Adding a metric is
+adding a row.
+
 Two modes, chosen by the environment variable ``PROMETHEUS_MULTIPROC_DIR``
 (read by ``serve_notary`` through :func:`multiprocess_dir`):
 
@@ -62,13 +67,16 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest, values
 from prometheus_client import Counter as PrometheusCounter
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from notary import __version__
@@ -81,7 +89,7 @@ from notary.service.query import QueryService
 from notary.service.scheduler import RescanScheduler
 from notary.service.stored_targets import KnownTargets
 from notary.state.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
-from notary.state.cache import LRUCache
+from notary.state.cache import BloomStatistics, LRUCache
 
 __all__ = [
     "CONTENT_TYPE",
@@ -182,14 +190,221 @@ def _use_multiprocess_values() -> None:
         values.ValueClass = values.MultiProcessValue()
 
 
+#: Where a metric's value comes from: ``read`` applied to the source's
+#: snapshot (see ``NotaryMetrics._snapshot``).
+Read = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One exported metric. ``read`` maps its ``source``'s snapshot to a
+    number, to a mapping of label values to numbers, or to None (unchanged);
+    a counter advances to it, a gauge is set to it. Histograms have no
+    ``read``: the hooks observe them. ``prebound``: label values counted
+    from 0 before they happen; ``mode``: a gauge's multiprocess mode."""
+
+    name: str
+    kind: Literal["counter", "gauge", "histogram"]
+    source: str
+    read: Read | None
+    help: str
+    labels: tuple[str, ...] = ()
+    mode: str = ""
+    buckets: tuple[float, ...] = ()
+    prebound: tuple[str, ...] = ()
+
+    def make(self, registry: CollectorRegistry | None) -> MetricWrapperBase:
+        """The prometheus-client metric, registered in ``registry``."""
+        if self.kind == "counter":
+            return PrometheusCounter(self.name, self.help, self.labels, registry=registry)
+        if self.kind == "gauge":
+            return Gauge(
+                self.name, self.help, self.labels, registry=registry,
+                multiprocess_mode=self.mode,  # type: ignore[arg-type]
+            )
+        return Histogram(self.name, self.help, self.labels, registry=registry, buckets=self.buckets)
+
+
+def _reader(read: str | Read) -> Read:
+    """An attribute name read as ``attrgetter``; a function as it is."""
+    return attrgetter(read) if isinstance(read, str) else read
+
+
+def _counter(
+    name: str, source: str, read: str | Read, text: str, labels: tuple[str, ...] = (),
+    prebound: tuple[str, ...] = (),
+) -> MetricSpec:
+    """A row of a counter (exported as ``<name>_total``)."""
+    return MetricSpec(name, "counter", source, _reader(read), text, labels, prebound=prebound)
+
+
+def _gauge(
+    name: str, mode: str, source: str, read: str | Read, text: str, labels: tuple[str, ...] = (),
+) -> MetricSpec:
+    """A row of a gauge; ``mode``: how workers' values combine."""
+    return MetricSpec(name, "gauge", source, _reader(read), text, labels, mode)
+
+
+def _histogram(
+    name: str, buckets: tuple[float, ...], text: str, labels: tuple[str, ...] = (),
+    prebound: tuple[str, ...] = (),
+) -> MetricSpec:
+    """A row of a histogram, observed by the hooks."""
+    return MetricSpec(name, "histogram", "hooks", None, text, labels, "", buckets, prebound)
+
+
+def _same(snapshot: Any) -> Any:
+    return snapshot
+
+
+def _bloom(read: Callable[[BloomStatistics], float]) -> Read:
+    """``read`` of the known-targets filter, None (unchanged) until it is loaded."""
+    return lambda known: None if known.bloom is None else read(known.bloom)
+
+
+#: Every metric, in the order of the exposition. Sources: ``queries`` (the
+#: query service, handlers and WebSocket), ``cache``, ``known``, ``prober``,
+#: ``storage``, ``signers``, ``listeners``, ``relay``, ``websocket``,
+#: ``abuse``, ``scheduler`` (the last four absent when not served),
+#: ``uptime``, ``start`` (set once) and ``hooks`` (histograms).
+METRICS: tuple[MetricSpec, ...] = (
+    _counter("notary_queries", "queries", _same, "Queries answered, by protocol and HTTP status "
+             "(requests refused as malformed included).", ("protocol", "status")),
+    _counter("notary_cache_hits", "cache", "hits", "Cache lookups that found the target (a query "
+             "that is not answered at once looks up again)."),
+    _counter("notary_cache_misses", "cache", "misses", "Cache lookups that missed (lookups, not "
+             "queries: a new target's query looks up three times)."),
+    _counter("notary_cache_evictions", "cache", "evictions",
+             "Cache entries dropped to stay within the bounds."),
+    _counter("notary_cache_rejected", "cache", "rejected",
+             "Records too large for the cache, not stored."),
+    _gauge("notary_cache_entries", "livesum", "cache", "entries", "Records in the cache."),
+    _gauge("notary_cache_size_bytes", "livesum", "cache", "bytes",
+           "Estimated bytes of the cached records."),
+    _gauge("notary_cache_max_entries", "livesum", "cache", "max_entries",
+           "Bound on records in the cache."),
+    _gauge("notary_cache_max_bytes", "livesum", "cache", "max_bytes",
+           "Bound on bytes of the cache."),
+    _counter("notary_bloom_negatives", "known", "skipped_reads", "Cache misses the known-targets "
+             "filter answered 'never seen' without a store read."),
+    _gauge("notary_bloom_loaded", "livemin", "known", lambda known: 1 if known.loaded else 0,
+           "1 when the known-targets filter is loaded from the store and in use (always 0 under "
+           "workers: they share the store and read it on every cache miss)."),
+    _gauge("notary_bloom_fill_ratio", "livemax", "known",
+           _bloom(lambda bloom: bloom.bits_set / bloom.bits),
+           "Share of the known-targets filter's bits set."),
+    _gauge("notary_bloom_false_positive_ratio", "livemax", "known",
+           _bloom(attrgetter("estimated_false_positive_rate")),
+           "Estimated false-positive rate of the known-targets filter now."),
+    _counter("notary_probes", "prober", lambda p: {"success": p.succeeded, **p.failures},
+             "Probes ended, by outcome: success or the failure reason.", ("outcome",),
+             ("success", *PROBE_FAILURE_REASONS)),
+    _counter("notary_probe_tls_versions", "prober", "tls_versions", "Successful probes, by the "
+             "TLS version the target negotiated.", ("version",), PROBE_TLS_VERSIONS),
+    _counter("notary_probes_coalesced", "prober", "coalesced", "Probe requests that joined a "
+             "probe already running for their target."),
+    _gauge("notary_probes_in_flight", "livesum", "prober", "in_flight",
+           "Probes holding a connection slot."),
+    _gauge("notary_probes_queued", "livesum", "prober", "queued",
+           "Probes waiting for a connection slot."),
+    _histogram("notary_probe_duration_seconds", PROBE_DURATION_BUCKETS_S, "Time from a probe's "
+               "start (queueing for a slot included) to its result.", ("result",),
+               ("success", "failure")),
+    _gauge("notary_writer_queue_rows", "livesum", "storage", "queued",
+           "Observations waiting for the store writer."),
+    _gauge("notary_writer_failing", "livemax", "storage", lambda w: 1 if w.failing else 0,
+           "1 while the writer's batch in hand has failed and waits to be retried."),
+    _counter("notary_writer_committed_rows", "storage", "committed",
+             "Observations committed to the store."),
+    _counter("notary_writer_batches", "storage", "batches", "Batches committed."),
+    _counter("notary_writer_failed_batches", "storage", "failed_batches",
+             "Batch writes that failed (each is retried)."),
+    _counter("notary_writer_producer_waits", "storage", "producer_waits",
+             "Observations that waited for room in the full writer queue."),
+    _histogram("notary_writer_batch_rows", BATCH_ROWS_BUCKETS,
+               "Observations per committed batch."),
+    _histogram("notary_writer_flush_seconds", FLUSH_DURATION_BUCKETS_S,
+               "Time of a batch's successful write transaction."),
+    _counter("notary_signatures", "signers",
+             lambda signers: {kind: s.signatures_made for kind, s in signers.items()},
+             "Signatures made, by kind of key.", ("kind",)),
+    _gauge("notary_http_connections", "livesum", "listeners",
+           lambda listeners: {kind: c.open_connections for kind, c in listeners.items()},
+           "Open HTTP connections, by listener.", ("listener",)),
+    _counter("notary_http_refused_connections", "listeners",
+             lambda listeners: {kind: c.refused_connections for kind, c in listeners.items()},
+             "Connections closed at once because the listener had as many as allowed, "
+             "by listener.", ("listener",)),
+    _gauge("notary_relay_connections", "livesum", "relay", "connections",
+           "Open relay connections, in any phase."),
+    _gauge("notary_relay_tunnels_open", "livesum", "relay", "tunnels",
+           "Established relay tunnels."),
+    _counter("notary_relay_tunnels_opened", "relay", "tunnels_opened", "Relay tunnels opened."),
+    _counter("notary_relay_refused", "relay", "refused", "Relay requests refused, by reason.",
+             ("reason",), RELAY_REFUSAL_REASONS),
+    _counter("notary_relay_bytes", "relay", lambda r: {
+        "to_destination": r.bytes_to_destinations, "to_client": r.bytes_to_clients,
+    }, "Bytes relayed, by direction.", ("direction",), ("to_destination", "to_client")),
+    _gauge("notary_websocket_connections", "livesum", "websocket", "connections",
+           "Open v2 WebSocket connections."),
+    _gauge("notary_websocket_watches", "livesum", "websocket", "watches",
+           "Targets watched, over all WebSocket connections."),
+    _counter("notary_websocket_events_published", "websocket", "events_published",
+             "Certificate changes pushed to watchers."),
+    _counter("notary_limits_connections_refused", "abuse", lambda a: {
+        "address": a.connections_refused_address, "prefix": a.connections_refused_prefix,
+    }, "Connections refused (HTTP and relay) because their client address or prefix had too "
+       "many open, by scope.", ("scope",), ("address", "prefix")),
+    _counter("notary_limits_queries_refused", "abuse", "queries_refused", "Queries refused with "
+             "429: the client prefix over queries_per_s_per_prefix."),
+    _counter("notary_limits_probes_refused", "abuse", lambda a: {
+        "client": a.probes_refused_client, "target": a.probes_refused_target,
+        "destination": a.probes_refused_destination,
+    }, "On-demand probes refused, by the limit that refused them (client: 429; target, "
+       "destination: answered as a failed probe).", ("limit",),
+       ("client", "target", "destination")),
+    _gauge("notary_limits_tracked_entries", "livesum", "abuse", "tracked", "Entries in each rate "
+           "table (each at most [limits] max_tracked per worker).", ("table",)),
+    _gauge("notary_scheduler_targets", "livemax", "scheduler", "targets_known",
+           "Targets the rescan scheduler keeps fresh."),
+    _gauge("notary_scheduler_due_targets", "livemax", "scheduler", "due_now",
+           "Known targets due for a rescan and not started."),
+    _gauge("notary_scheduler_overdue_targets", "livemax", "scheduler", "overdue",
+           "Known targets last observed longer ago than [rescan] max_staleness_s."),
+    _gauge("notary_scheduler_probes_in_flight", "livesum", "scheduler", "in_flight",
+           "Rescan probes running."),
+    _counter("notary_scheduler_probes_started", "scheduler", "probes_started",
+             "Rescan probes started."),
+    _counter("notary_scheduler_probe_failures", "scheduler", "failures",
+             "Rescan probes failed, by reason.", ("reason",)),
+    _counter("notary_scheduler_held_back", "scheduler", "held_back",
+             "Checks at which a due rescan waited for on-demand probes."),
+    _counter("notary_scheduler_deferred", "scheduler", "deferred_by_prefix",
+             "Rescan starts put off by the per-prefix limit."),
+    _counter("notary_scheduler_forgotten_targets", "scheduler", "forgotten",
+             "Targets forgotten (idle or evicted)."),
+    _counter("notary_scheduler_shared_skips", "scheduler", "shared_skips", "Rescans not made: "
+             "another worker had observed the target within its interval (workers only)."),
+    _gauge("notary_start_time_seconds", "livemin", "start", lambda _: time.time(),
+           "Unix time the (oldest live) worker started."),
+    _gauge("notary_uptime_seconds", "livemax", "uptime", _same,
+           "Seconds since the (oldest live) worker started."),
+    _gauge("notary_workers", "livesum", "start", lambda _: 1,
+           "Live worker processes serving the node."),
+    _gauge("notary_build_info", "livemax", "start",
+           lambda _: {(__version__, CACHE_IMPLEMENTATION): 1},
+           "The notary's version and cache implementation (always 1).", ("version", "cache")),
+)
+
+
 class NotaryMetrics:
     """The metrics of one notary (one worker); see the module docstring.
 
     ``signers``: the notary's signers by kind (``convergence``,
     ``perspectives``, ``v2``); the protocols pre-bound in
-    ``notary_queries_total`` follow from them. ``relay``, ``scheduler`` and
-    ``websocket``: None when not served (their metrics are then absent).
-    Listeners and handlers' rejection counters are added with
+    ``notary_queries_total`` follow from them. ``relay``, ``scheduler``,
+    ``websocket`` and ``abuse``: None when not served (their metrics are then
+    absent). Listeners and handlers' rejection counters are added with
     :meth:`watch_listener` and :meth:`watch_rejections`.
 
     Resource handling: borrows every component it reads and owns nothing but
@@ -218,14 +433,12 @@ class NotaryMetrics:
         abuse: AbuseControls | None = None,
     ) -> None:
         self._service = service
-        self._cache = cache
-        self._known = known
-        self._storage = storage
-        self._prober = prober
-        self._relay = relay
-        self._scheduler = scheduler
         self._websocket = websocket
-        self._abuse = abuse
+        #: The components whose ``statistics()`` are folded, by source name.
+        self._components: dict[str, Any] = {
+            "cache": cache, "known": known, "prober": prober, "storage": storage,
+            "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
+        }
         self._signers = dict(signers or {})
         self._listeners: dict[str, ConnectionCounts] = {}
         self._rejections: list[Counter[tuple[str, int]]] = []
@@ -240,250 +453,38 @@ class NotaryMetrics:
             self._exposition = _multiprocess_registry(self.multiprocess_path)
         self._render_limiter = trio.CapacityLimiter(1)
         #: counter and label values -> (its child, the total already folded in)
-        self._folded: dict[tuple[PrometheusCounter, tuple[str, ...]], list] = {}
+        self._folded: dict[tuple[MetricWrapperBase, tuple[str, ...]], list] = {}
         self._scheduler_folded_at = -float("inf")
         self._started_monotonic = time.monotonic()
+        self._metrics: dict[str, MetricWrapperBase] = {}
+        #: source -> its metrics folded from it, in table order
+        self._sources: dict[str, list[tuple[MetricSpec, MetricWrapperBase]]] = {}
+        self._declare(registry)
+        probe_seconds = self._metrics["notary_probe_duration_seconds"]
+        self._probe_seconds = (probe_seconds.labels("success"), probe_seconds.labels("failure"))
+        prober.on_probe_done = self._observe_probe
+        storage.on_batch = self._observe_batch
 
-        def counter(name: str, text: str, labels: tuple[str, ...] = ()) -> PrometheusCounter:
-            return PrometheusCounter(name, text, labels, registry=registry)
-
-        def gauge(name: str, text: str, mode: str, labels: tuple[str, ...] = ()) -> Gauge:
-            return Gauge(name, text, labels, registry=registry, multiprocess_mode=mode)  # type: ignore[arg-type]
-
-        # -- queries
-        self._queries = counter(
-            "notary_queries", "Queries answered, by protocol and HTTP status "
-            "(requests refused as malformed included).", ("protocol", "status"),
-        )
+    def _declare(self, registry: CollectorRegistry | None) -> None:
+        """Make every metric of ``METRICS`` whose source is served."""
+        for spec in METRICS:
+            if spec.source in self._components and self._components[spec.source] is None:
+                continue  # a component not served
+            metric = self._metrics[spec.name] = spec.make(registry)
+            for value in spec.prebound:
+                self._prebind(metric, (value,))
+            if spec.source == "start":
+                self._fold_into(((spec, metric),), None)
+            elif spec.read is not None:
+                self._sources.setdefault(spec.source, []).append((spec, metric))
         served = {"convergence"} | ({"perspectives", "v2"} & set(self._signers))
-        if websocket is not None:
+        if self._websocket is not None:
             served.add("websocket")
         for protocol in sorted(served):
             for status in COMMON_STATUSES[protocol]:
-                self._bind(self._queries, (protocol, str(status)))
-        # -- cache and bloom filter
-        self._cache_hits = counter(
-            "notary_cache_hits", "Cache lookups that found the target (a query that is "
-            "not answered at once looks up again).",
-        )
-        self._cache_misses = counter(
-            "notary_cache_misses", "Cache lookups that missed (lookups, not queries: a new "
-            "target's query looks up three times).",
-        )
-        self._cache_evictions = counter(
-            "notary_cache_evictions", "Cache entries dropped to stay within the bounds."
-        )
-        self._cache_rejected = counter(
-            "notary_cache_rejected", "Records too large for the cache, not stored."
-        )
-        self._cache_entries = gauge("notary_cache_entries", "Records in the cache.", "livesum")
-        self._cache_bytes = gauge(
-            "notary_cache_size_bytes", "Estimated bytes of the cached records.", "livesum"
-        )
-        self._cache_max_entries = gauge(
-            "notary_cache_max_entries", "Bound on records in the cache.", "livesum"
-        )
-        self._cache_max_bytes = gauge(
-            "notary_cache_max_bytes", "Bound on bytes of the cache.", "livesum"
-        )
-        self._bloom_negatives = counter(
-            "notary_bloom_negatives", "Cache misses the known-targets filter answered "
-            "'never seen' without a store read.",
-        )
-        self._bloom_loaded = gauge(
-            "notary_bloom_loaded", "1 when the known-targets filter is loaded from the "
-            "store and in use (always 0 under workers: they share the store and read it "
-            "on every cache miss).", "livemin",
-        )
-        self._bloom_fill = gauge(
-            "notary_bloom_fill_ratio", "Share of the known-targets filter's bits set.", "livemax"
-        )
-        self._bloom_false_positives = gauge(
-            "notary_bloom_false_positive_ratio", "Estimated false-positive rate of the "
-            "known-targets filter now.", "livemax",
-        )
-        # -- probes
-        self._probes = counter(
-            "notary_probes", "Probes ended, by outcome: success or the failure reason.",
-            ("outcome",),
-        )
-        for outcome in ("success", *PROBE_FAILURE_REASONS):
-            self._bind(self._probes, (outcome,))
-        self._probe_tls_versions = counter(
-            "notary_probe_tls_versions", "Successful probes, by the TLS version the target "
-            "negotiated.", ("version",),
-        )
-        for version in PROBE_TLS_VERSIONS:
-            self._bind(self._probe_tls_versions, (version,))
-        self._probes_coalesced = counter(
-            "notary_probes_coalesced", "Probe requests that joined a probe already running "
-            "for their target.",
-        )
-        self._probes_in_flight = gauge(
-            "notary_probes_in_flight", "Probes holding a connection slot.", "livesum"
-        )
-        self._probes_queued = gauge(
-            "notary_probes_queued", "Probes waiting for a connection slot.", "livesum"
-        )
-        probe_seconds = Histogram(
-            "notary_probe_duration_seconds", "Time from a probe's start (queueing for a slot "
-            "included) to its result.", ("result",), registry=registry,
-            buckets=PROBE_DURATION_BUCKETS_S,
-        )
-        self._probe_succeeded_seconds = probe_seconds.labels("success")
-        self._probe_failed_seconds = probe_seconds.labels("failure")
-        prober.on_probe_done = self._observe_probe
-        # -- writer
-        self._writer_queue = gauge(
-            "notary_writer_queue_rows", "Observations waiting for the store writer.", "livesum"
-        )
-        self._writer_failing = gauge(
-            "notary_writer_failing", "1 while the writer's batch in hand has failed and "
-            "waits to be retried.", "livemax",
-        )
-        self._writer_committed = counter(
-            "notary_writer_committed_rows", "Observations committed to the store."
-        )
-        self._writer_batches = counter("notary_writer_batches", "Batches committed.")
-        self._writer_failed = counter(
-            "notary_writer_failed_batches", "Batch writes that failed (each is retried)."
-        )
-        self._writer_waits = counter(
-            "notary_writer_producer_waits", "Observations that waited for room in the full "
-            "writer queue.",
-        )
-        self._batch_rows = Histogram(
-            "notary_writer_batch_rows", "Observations per committed batch.",
-            registry=registry, buckets=BATCH_ROWS_BUCKETS,
-        )
-        self._flush_seconds = Histogram(
-            "notary_writer_flush_seconds", "Time of a batch's successful write transaction.",
-            registry=registry, buckets=FLUSH_DURATION_BUCKETS_S,
-        )
-        storage.on_batch = self._observe_batch
-        # -- signatures
-        self._signatures = counter(
-            "notary_signatures", "Signatures made, by kind of key.", ("kind",)
-        )
+                self._bind(self._metrics["notary_queries"], (protocol, str(status)))
         for kind in self._signers:
-            self._bind(self._signatures, (kind,))
-        # -- connections
-        self._http_connections = gauge(
-            "notary_http_connections", "Open HTTP connections, by listener.", "livesum",
-            ("listener",),
-        )
-        self._http_refused = counter(
-            "notary_http_refused_connections", "Connections closed at once because the "
-            "listener had as many as allowed, by listener.", ("listener",),
-        )
-        # -- relay
-        if relay is not None:
-            self._relay_connections = gauge(
-                "notary_relay_connections", "Open relay connections, in any phase.", "livesum"
-            )
-            self._relay_tunnels = gauge(
-                "notary_relay_tunnels_open", "Established relay tunnels.", "livesum"
-            )
-            self._relay_opened = counter("notary_relay_tunnels_opened", "Relay tunnels opened.")
-            self._relay_refused = counter(
-                "notary_relay_refused", "Relay requests refused, by reason.", ("reason",)
-            )
-            for reason in RELAY_REFUSAL_REASONS:
-                self._bind(self._relay_refused, (reason,))
-            self._relay_bytes = counter(
-                "notary_relay_bytes", "Bytes relayed, by direction.", ("direction",)
-            )
-            for direction in ("to_destination", "to_client"):
-                self._bind(self._relay_bytes, (direction,))
-        # -- WebSocket
-        if websocket is not None:
-            self._ws_connections = gauge(
-                "notary_websocket_connections", "Open v2 WebSocket connections.", "livesum"
-            )
-            self._ws_watches = gauge(
-                "notary_websocket_watches", "Targets watched, over all WebSocket connections.",
-                "livesum",
-            )
-            self._ws_events = counter(
-                "notary_websocket_events_published", "Certificate changes pushed to watchers.",
-            )
-        # -- abuse controls ([limits])
-        if abuse is not None:
-            self._abuse_connections_refused = counter(
-                "notary_limits_connections_refused", "Connections refused (HTTP and relay) "
-                "because their client address or prefix had too many open, by scope.",
-                ("scope",),
-            )
-            for scope in ("address", "prefix"):
-                self._bind(self._abuse_connections_refused, (scope,))
-            self._abuse_queries_refused = counter(
-                "notary_limits_queries_refused", "Queries refused with 429: the client "
-                "prefix over queries_per_s_per_prefix.",
-            )
-            self._abuse_probes_refused = counter(
-                "notary_limits_probes_refused", "On-demand probes refused, by the limit that "
-                "refused them (client: 429; target, destination: answered as a failed probe).",
-                ("limit",),
-            )
-            for limit in ("client", "target", "destination"):
-                self._bind(self._abuse_probes_refused, (limit,))
-            self._abuse_tracked = gauge(
-                "notary_limits_tracked_entries", "Entries in each rate table (each at most "
-                "[limits] max_tracked per worker).", "livesum", ("table",),
-            )
-        # -- scheduler
-        if scheduler is not None:
-            self._scheduler_targets = gauge(
-                "notary_scheduler_targets", "Targets the rescan scheduler keeps fresh.",
-                "livemax",
-            )
-            self._scheduler_due = gauge(
-                "notary_scheduler_due_targets", "Known targets due for a rescan and not started.",
-                "livemax",
-            )
-            self._scheduler_overdue = gauge(
-                "notary_scheduler_overdue_targets", "Known targets last observed longer ago "
-                "than [rescan] max_staleness_s.", "livemax",
-            )
-            self._scheduler_in_flight = gauge(
-                "notary_scheduler_probes_in_flight", "Rescan probes running.", "livesum"
-            )
-            self._scheduler_started = counter(
-                "notary_scheduler_probes_started", "Rescan probes started."
-            )
-            self._scheduler_failures = counter(
-                "notary_scheduler_probe_failures", "Rescan probes failed, by reason.",
-                ("reason",),
-            )
-            self._scheduler_held_back = counter(
-                "notary_scheduler_held_back", "Checks at which a due rescan waited for "
-                "on-demand probes.",
-            )
-            self._scheduler_deferred = counter(
-                "notary_scheduler_deferred", "Rescan starts put off by the per-prefix limit."
-            )
-            self._scheduler_forgotten = counter(
-                "notary_scheduler_forgotten_targets", "Targets forgotten (idle or evicted)."
-            )
-            self._scheduler_shared_skips = counter(
-                "notary_scheduler_shared_skips", "Rescans not made: another worker had "
-                "observed the target within its interval (workers only).",
-            )
-        # -- process
-        start_time = gauge(
-            "notary_start_time_seconds", "Unix time the (oldest live) worker started.",
-            "livemin",
-        )
-        start_time.set(time.time())
-        self._uptime = gauge(
-            "notary_uptime_seconds", "Seconds since the (oldest live) worker started.",
-            "livemax",
-        )
-        gauge("notary_workers", "Live worker processes serving the node.", "livesum").set(1)
-        gauge(
-            "notary_build_info", "The notary's version and cache implementation (always 1).",
-            "livemax", ("version", "cache"),
-        ).labels(__version__, CACHE_IMPLEMENTATION).set(1)
+            self._bind(self._metrics["notary_signatures"], (kind,))
 
     # ------------------------------------------------------------------ hooks
 
@@ -491,8 +492,8 @@ class NotaryMetrics:
         """Export ``connections``' open and refused counts as listener ``kind``
         (``api``, ``plain_api``, ``perspectives``, ``admin``)."""
         self._listeners[kind] = connections
-        self._http_connections.labels(kind)
-        self._bind(self._http_refused, (kind,))
+        self._prebind(self._metrics["notary_http_connections"], (kind,))
+        self._prebind(self._metrics["notary_http_refused_connections"], (kind,))
 
     def watch_rejections(self, rejected: Counter[tuple[str, int]]) -> None:
         """Add a handler's refused queries ((protocol, status) -> count) to
@@ -500,25 +501,29 @@ class NotaryMetrics:
         self._rejections.append(rejected)
 
     def _observe_probe(self, seconds: float, reason: str | None) -> None:
-        if reason is None:
-            self._probe_succeeded_seconds.observe(seconds)
-        else:
-            self._probe_failed_seconds.observe(seconds)
+        self._probe_seconds[reason is not None].observe(seconds)
 
     def _observe_batch(self, rows: int, seconds: float) -> None:
-        self._batch_rows.observe(rows)
-        self._flush_seconds.observe(seconds)
+        self._metrics["notary_writer_batch_rows"].observe(rows)
+        self._metrics["notary_writer_flush_seconds"].observe(seconds)
 
     # ---------------------------------------------------------------- folding
 
-    def _bind(self, metric: PrometheusCounter, labels: tuple[str, ...]) -> list:
+    def _prebind(self, metric: MetricWrapperBase, labels: tuple[str, ...]) -> None:
+        """Make ``metric{labels}`` appear before anything is counted in it."""
+        if isinstance(metric, PrometheusCounter):
+            self._bind(metric, labels)
+        else:
+            metric.labels(*labels)
+
+    def _bind(self, metric: MetricWrapperBase, labels: tuple[str, ...]) -> list:
         folded = self._folded.get((metric, labels))
         if folded is None:
             child = metric.labels(*labels) if labels else metric
             folded = self._folded[metric, labels] = [child, 0]
         return folded
 
-    def _advance(self, metric: PrometheusCounter, total: float, *labels: str) -> None:
+    def _advance(self, metric: MetricWrapperBase, total: float, *labels: str) -> None:
         """Bring ``metric{labels}`` to the cumulative ``total``."""
         folded = self._bind(metric, labels)
         if total > folded[1]:
@@ -529,33 +534,43 @@ class NotaryMetrics:
         """Copy every component's counters into the metrics (see the module
         docstring). Synchronous, in the Trio thread: it reads state the
         event loop mutates."""
-        self._fold_queries()
-        self._fold_cache()
-        self._fold_probes()
-        self._fold_writer()
-        for kind, signer in self._signers.items():
-            self._advance(self._signatures, signer.signatures_made, kind)
-        for kind, connections in self._listeners.items():
-            self._http_connections.labels(kind).set(connections.open_connections)
-            self._advance(self._http_refused, connections.refused_connections, kind)
-        if self._relay is not None:
-            self._fold_relay(self._relay)
-        if self._abuse is not None:
-            self._fold_abuse(self._abuse)
-        if self._websocket is not None:
-            ws = self._websocket.statistics()
-            self._ws_connections.set(ws.connections)
-            self._ws_watches.set(ws.watches)
-            self._advance(self._ws_events, ws.events_published)
         now = time.monotonic()
-        if self._scheduler is not None and (
-            now - self._scheduler_folded_at >= SCHEDULER_FOLD_INTERVAL_S
-        ):
-            self._scheduler_folded_at = now
-            self._fold_scheduler(self._scheduler)
-        self._uptime.set(now - self._started_monotonic)
+        for source, rows in self._sources.items():
+            if source == "scheduler":
+                if now - self._scheduler_folded_at < SCHEDULER_FOLD_INTERVAL_S:
+                    continue
+                self._scheduler_folded_at = now
+            self._fold_into(rows, self._snapshot(source, now))
 
-    def _fold_queries(self) -> None:
+    def _snapshot(self, source: str, now: float) -> Any:
+        """What the metrics of ``source`` read from."""
+        if source == "queries":
+            return self._query_totals()
+        if source == "signers":
+            return self._signers
+        if source == "listeners":
+            return self._listeners
+        if source == "uptime":
+            return now - self._started_monotonic
+        return self._components[source].statistics()
+
+    def _fold_into(
+        self, rows: Iterable[tuple[MetricSpec, MetricWrapperBase]], snapshot: Any
+    ) -> None:
+        for spec, metric in rows:
+            assert spec.read is not None
+            value = spec.read(snapshot)
+            if value is None:
+                continue
+            for key, number in value.items() if isinstance(value, Mapping) else [((), value)]:
+                labels = key if isinstance(key, tuple) else (key,)
+                if spec.kind == "counter":
+                    self._advance(metric, number, *labels)
+                else:
+                    (metric.labels(*labels) if labels else metric).set(number)
+
+    def _query_totals(self) -> Counter[tuple[str, str]]:
+        """Queries answered and refused, by (protocol, status)."""
         totals: Counter[tuple[str, int]] = Counter()
         for protocol, by_status in self._service.answered.items():
             for status, count in by_status.items():
@@ -565,82 +580,7 @@ class NotaryMetrics:
         if self._websocket is not None:
             for status, count in self._websocket.statistics().rejected_queries.items():
                 totals["websocket", status] += count
-        for (protocol, status), count in totals.items():
-            self._advance(self._queries, count, protocol, str(status))
-
-    def _fold_cache(self) -> None:
-        cache = self._cache.statistics()
-        self._advance(self._cache_hits, cache.hits)
-        self._advance(self._cache_misses, cache.misses)
-        self._advance(self._cache_evictions, cache.evictions)
-        self._advance(self._cache_rejected, cache.rejected)
-        self._cache_entries.set(cache.entries)
-        self._cache_bytes.set(cache.bytes)
-        self._cache_max_entries.set(cache.max_entries)
-        self._cache_max_bytes.set(cache.max_bytes)
-        known = self._known.statistics()
-        self._advance(self._bloom_negatives, known.skipped_reads)
-        self._bloom_loaded.set(1 if known.loaded else 0)
-        if known.bloom is not None:
-            self._bloom_fill.set(known.bloom.bits_set / known.bloom.bits)
-            self._bloom_false_positives.set(known.bloom.estimated_false_positive_rate)
-
-    def _fold_probes(self) -> None:
-        probes = self._prober.statistics()
-        self._advance(self._probes, probes.succeeded, "success")
-        for reason, count in probes.failures.items():
-            self._advance(self._probes, count, reason)
-        for version, count in probes.tls_versions.items():
-            self._advance(self._probe_tls_versions, count, version)
-        self._advance(self._probes_coalesced, probes.coalesced)
-        self._probes_in_flight.set(probes.in_flight)
-        self._probes_queued.set(probes.queued)
-
-    def _fold_writer(self) -> None:
-        writer = self._storage.statistics()
-        self._writer_queue.set(writer.queued)
-        self._writer_failing.set(1 if writer.failing else 0)
-        self._advance(self._writer_committed, writer.committed)
-        self._advance(self._writer_batches, writer.batches)
-        self._advance(self._writer_failed, writer.failed_batches)
-        self._advance(self._writer_waits, writer.producer_waits)
-
-    def _fold_relay(self, relay: RelayHandler) -> None:
-        stats = relay.statistics()
-        self._relay_connections.set(stats.connections)
-        self._relay_tunnels.set(stats.tunnels)
-        self._advance(self._relay_opened, stats.tunnels_opened)
-        for reason, count in stats.refused.items():
-            self._advance(self._relay_refused, count, reason)
-        self._advance(self._relay_bytes, stats.bytes_to_destinations, "to_destination")
-        self._advance(self._relay_bytes, stats.bytes_to_clients, "to_client")
-
-    def _fold_abuse(self, abuse: AbuseControls) -> None:
-        stats = abuse.statistics()
-        self._advance(self._abuse_connections_refused, stats.connections_refused_address, "address")
-        self._advance(self._abuse_connections_refused, stats.connections_refused_prefix, "prefix")
-        self._advance(self._abuse_queries_refused, stats.queries_refused)
-        self._advance(self._abuse_probes_refused, stats.probes_refused_client, "client")
-        self._advance(self._abuse_probes_refused, stats.probes_refused_target, "target")
-        self._advance(
-            self._abuse_probes_refused, stats.probes_refused_destination, "destination"
-        )
-        for table, entries in stats.tracked.items():
-            self._abuse_tracked.labels(table).set(entries)
-
-    def _fold_scheduler(self, scheduler: RescanScheduler) -> None:
-        stats = scheduler.statistics()
-        self._scheduler_targets.set(stats.targets_known)
-        self._scheduler_due.set(stats.due_now)
-        self._scheduler_overdue.set(stats.overdue)
-        self._scheduler_in_flight.set(stats.in_flight)
-        self._advance(self._scheduler_started, stats.probes_started)
-        for reason, count in stats.failures.items():
-            self._advance(self._scheduler_failures, count, reason)
-        self._advance(self._scheduler_held_back, stats.held_back)
-        self._advance(self._scheduler_deferred, stats.deferred_by_prefix)
-        self._advance(self._scheduler_forgotten, stats.forgotten)
-        self._advance(self._scheduler_shared_skips, stats.shared_skips)
+        return Counter({(protocol, str(status)): n for (protocol, status), n in totals.items()})
 
     async def serve_folding(
         self, interval_s: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
