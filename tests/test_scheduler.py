@@ -1,4 +1,5 @@
 """Tests of notary.service.scheduler with an autojump clock and a fake probe (no sockets).
+The pure rules it applies are tested in tests/model/test_rescan.py.
 
 The fake probe records when each probe started and answers with
 :func:`tests.support.observations.probe_result` objects, or raises the
@@ -22,13 +23,13 @@ import trio
 import trio.testing
 
 from notary.errors import ProbeConnectFailed, ProbeError, ProbeThrottled, ProbeTimeout
+from notary.model import rescan
 from notary.model.observations import ProbeResult
 from notary.model.targets import Target
+from notary.service import scheduler as scheduler_module
 from notary.service.scheduler import (
-    CHANGE_WEIGHT,
     FIRST_RETRY_S,
     HOLD_BACK_POLL_S,
-    MIN_INTERVAL_S,
     NEW_TARGET_DELAY_S,
     POPULARITY_HALF_LIFE_S,
     STALENESS_HEADROOM,
@@ -37,7 +38,6 @@ from notary.service.scheduler import (
     address_prefix,
     decayed,
     rescan_interval_s,
-    retry_delay_s,
 )
 from tests.support.observations import probe_result
 
@@ -152,35 +152,17 @@ def assert_budget(times: list[float], probes_per_s: float, *, until: float) -> N
         assert len(ordered) <= probes_per_s * (until - ordered[0]) + 1
 
 
-# ------------------------------------------------------------ pure rules
+# ------------------------------------------------------------ set-up
 
 
-def test_address_prefix_is_slash_24_slash_48_or_the_name() -> None:
-    assert address_prefix("192.0.2.77") == "192.0.2.0/24"
-    assert address_prefix("2001:db8:1:2::1") == "2001:db8:1::/48"
-    assert address_prefix("www.example.test") == "www.example.test"
-
-
-def test_interval_shrinks_with_popularity_and_changes_within_bounds() -> None:
-    base = 24 * HOUR
-    nobody = rescan_interval_s(0, 0, base_interval_s=base)
-    some = rescan_interval_s(10, 0, base_interval_s=base)
-    many = rescan_interval_s(1000, 0, base_interval_s=base)
-    changing = rescan_interval_s(10, 0.5, base_interval_s=base)
-    assert nobody == base
-    assert nobody > some > many >= MIN_INTERVAL_S
-    assert changing < some
-    # changes make it at most 1 + CHANGE_WEIGHT times sooner
-    assert rescan_interval_s(0, 1.0, base_interval_s=base) == base / (1 + CHANGE_WEIGHT)
-    assert rescan_interval_s(0, 7.0, base_interval_s=base) == base / (1 + CHANGE_WEIGHT)
-    assert rescan_interval_s(1e12, 1.0, base_interval_s=base) == MIN_INTERVAL_S
-    assert rescan_interval_s(1e12, 0, base_interval_s=60) == 60  # never above B
-
-
-def test_retry_delay_doubles_and_is_capped() -> None:
-    delays = [retry_delay_s(k, max_backoff_s=HOUR) for k in range(1, 8)]
-    assert delays == [300, 600, 1200, 2400, HOUR, HOUR, HOUR]
-    assert retry_delay_s(10_000, max_backoff_s=HOUR) == HOUR
+def test_the_rules_stay_importable_from_the_scheduler() -> None:
+    """The pure rules live in notary.model.rescan (tests/model/test_rescan.py);
+    the scheduler module keeps their names."""
+    for name in scheduler_module.__all__:
+        assert hasattr(scheduler_module, name), name
+    for name in ("address_prefix", "decayed", "popularity_score", "rescan_interval_s",
+                 "retry_delay_s", "THROTTLED_RETRY_S", "MIN_INTERVAL_S", "CHANGE_WEIGHT"):
+        assert getattr(scheduler_module, name) is getattr(rescan, name)
 
 
 @pytest.mark.parametrize(
@@ -435,14 +417,14 @@ async def test_a_flood_of_new_targets_does_not_push_out_a_popular_one(
     assert scheduler.due_at(once) is None  # asked once, before the junk: evicted
     assert scheduler.due_at(target("junk49")) is not None
     assert statistics.targets_known == 4
-    assert statistics.forgotten == 48  # 52 known, at most 4 kept
+    assert statistics.forgotten == 48  # 52 tracked, at most 4 kept
 
 
-async def test_popularity_eviction_refreshes_a_target_asked_since_it_was_known(
+async def test_popularity_eviction_refreshes_a_target_asked_since_it_was_tracked(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """An entry whose score in the eviction heap is stale (asked about since
-    it became known) is re-valued, not evicted on its old score."""
+    it became tracked) is re-valued, not evicted on its old score."""
     probe = FakeProbe()
     scheduler = make_scheduler(probe, max_targets=2)
     old, other = target("old"), target("other")
