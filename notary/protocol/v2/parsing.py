@@ -1,0 +1,269 @@
+"""The client side: taking apart an answer document from any notary, without
+verifying it (docs/v2.md, "Parsing an answer"). Every defect is a
+``ProtocolError`` 502."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from notary.errors import BadTarget, ProtocolError
+from notary.model.targets import Target, make_target
+from notary.protocol.strictjson import loads
+from notary.protocol.v2.canonical import MAX_SAFE_INTEGER, canonical_json, is_json_int
+from notary.protocol.v2.constants import (
+    ANSWER_TYPE,
+    BASE64_RE,
+    ED25519_SIGNATURE_BYTES,
+    LOWER_HEX_RE,
+    MAX_STATEMENT_OBSERVATIONS,
+    SHA1_BYTES,
+    SHA256_BYTES,
+    STATEMENT_TYPE,
+    VERDICTS,
+)
+
+#: Most addresses per observation a client accepts.
+MAX_ADDRESSES = 64
+#: Largest answer document a client parses.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+#: Most results a client accepts in one answer.
+MAX_ANSWER_RESULTS = 4096
+
+_ANSWER_DOCUMENT_KEYS = frozenset({"answer", "signature", "statements"})
+_ENVELOPE_KEYS = frozenset({"type", "nonce", "signed_at", "key_id", "results"})
+_RESULT_KEYS = frozenset({"target", "verdict", "statement_signature"})
+_STATEMENT_ENTRY_KEYS = frozenset({"statement", "signature"})
+_STATEMENT_KEYS = frozenset(
+    {"type", "target", "observations", "signed_at", "valid_until", "key_id"}
+)
+_OBSERVATION_KEYS = frozenset(
+    {"sha256", "spki_sha256", "sha1", "first_seen", "last_seen", "addresses"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StatementObservation:
+    """One observation as a statement states it."""
+
+    sha256: bytes
+    spki_sha256: bytes
+    sha1: bytes
+    first_seen: int
+    last_seen: int
+    addresses: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedStatement:
+    """A statement from an answer document, not yet verified; ``signed_bytes``
+    is its canonical re-encoding, what ``signature`` must cover."""
+
+    target: Target
+    observations: tuple[StatementObservation, ...]
+    signed_at: int
+    valid_until: int
+    key_id: str
+    signature: str
+    signed_bytes: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedResult:
+    """One result of an envelope, not yet verified."""
+
+    target: Target
+    verdict: str
+    statement_signature: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedAnswer:
+    """An answer document taken apart, not yet verified."""
+
+    nonce: str | None
+    signed_at: int
+    key_id: str
+    results: tuple[ParsedResult, ...]
+    signature: str
+    signed_bytes: bytes
+    statements: tuple[ParsedStatement, ...]
+
+
+def parse_answer_document(data: bytes) -> ParsedAnswer:
+    """Take apart an answer document (rule S5) without verifying it (that is
+    :func:`notary.protocol.v2.verify_answer`): check its shape and rebuild
+    the canonical bytes each signature covers.
+
+    Error handling: ``ProtocolError`` with status 502 and a short message for
+    any defect (size over :data:`MAX_ANSWER_BYTES`, not strict UTF-8 JSON,
+    a missing, unknown or mistyped field, an unknown verdict or type, more
+    than :data:`MAX_ANSWER_RESULTS` results); never another exception.
+    """
+    if not isinstance(data, bytes | bytearray):
+        raise _bad_answer("not bytes")
+    if len(data) > MAX_ANSWER_BYTES:
+        raise _bad_answer("too large")
+    try:
+        document = loads(data)
+    except ValueError:
+        raise _bad_answer("not strict UTF-8 JSON") from None
+    document = _object(document, _ANSWER_DOCUMENT_KEYS, "document")
+    body = _object(document["answer"], _ENVELOPE_KEYS, "answer")
+    if body["type"] != ANSWER_TYPE:
+        raise _bad_answer(f"answer.type must be {ANSWER_TYPE}")
+    nonce = body["nonce"]
+    if nonce is not None and not isinstance(nonce, str):
+        raise _bad_answer("answer.nonce must be a string or null")
+    rows = body["results"]
+    if not isinstance(rows, list) or len(rows) > MAX_ANSWER_RESULTS:
+        raise _bad_answer(f"answer.results must be an array of at most {MAX_ANSWER_RESULTS}")
+    results = tuple(_parse_result(index, row) for index, row in enumerate(rows))
+    entries = document["statements"]
+    if not isinstance(entries, list) or len(entries) > MAX_ANSWER_RESULTS:
+        raise _bad_answer(f"statements must be an array of at most {MAX_ANSWER_RESULTS}")
+    return ParsedAnswer(
+        nonce=nonce,
+        signed_at=_int_field(body, "signed_at", "answer"),
+        key_id=_str_field(body, "key_id", "answer"),
+        results=results,
+        signature=_signature_field(document, "signature", "document"),
+        signed_bytes=_signed_bytes(body, "answer"),
+        statements=tuple(
+            parse_statement_entry(index, entry) for index, entry in enumerate(entries)
+        ),
+    )
+
+
+def parse_statement_entry(index: int, entry: object) -> ParsedStatement:
+    """Entry ``index`` of an answer document's ``statements`` (``{"signature":
+    ..., "statement": {...}}``), not verified; ``ProtocolError`` 502 when
+    malformed."""
+    where = f"statements[{index}]"
+    entry = _object(entry, _STATEMENT_ENTRY_KEYS, where)
+    signature = _signature_field(entry, "signature", where)
+    where += ".statement"
+    body = _object(entry["statement"], _STATEMENT_KEYS, where)
+    if body["type"] != STATEMENT_TYPE:
+        raise _bad_answer(f"{where}.type must be {STATEMENT_TYPE}")
+    rows = body["observations"]
+    if not isinstance(rows, list) or len(rows) > MAX_STATEMENT_OBSERVATIONS:
+        raise _bad_answer(
+            f"{where}.observations must be an array of at most {MAX_STATEMENT_OBSERVATIONS}"
+        )
+    signed_at = _int_field(body, "signed_at", where)
+    valid_until = _int_field(body, "valid_until", where)
+    if valid_until < signed_at:
+        raise _bad_answer(f"{where}.valid_until is before signed_at")
+    return ParsedStatement(
+        target=_target_field(body, "target", where),
+        observations=tuple(
+            _parse_observation(f"{where}.observations[{i}]", row) for i, row in enumerate(rows)
+        ),
+        signed_at=signed_at,
+        valid_until=valid_until,
+        key_id=_str_field(body, "key_id", where),
+        signature=signature,
+        signed_bytes=_signed_bytes(body, where),
+    )
+
+
+def _parse_result(index: int, row: object) -> ParsedResult:
+    where = f"answer.results[{index}]"
+    row = _object(row, _RESULT_KEYS, where)
+    verdict = row["verdict"]
+    if not isinstance(verdict, str) or verdict not in VERDICTS:
+        raise _bad_answer(f"{where}.verdict is not a known verdict")
+    signature = row["statement_signature"]
+    return ParsedResult(
+        _target_field(row, "target", where),
+        verdict,
+        None if signature is None else _signature_field(row, "statement_signature", where),
+    )
+
+
+def _parse_observation(where: str, row: object) -> StatementObservation:
+    row = _object(row, _OBSERVATION_KEYS, where)
+    addresses = row["addresses"]
+    if (
+        not isinstance(addresses, list)
+        or len(addresses) > MAX_ADDRESSES
+        or not all(isinstance(a, str) for a in addresses)
+    ):
+        raise _bad_answer(f"{where}.addresses must be an array of strings")
+    first_seen = _int_field(row, "first_seen", where)
+    last_seen = _int_field(row, "last_seen", where)
+    if last_seen < first_seen:
+        raise _bad_answer(f"{where}.last_seen is before first_seen")
+    return StatementObservation(
+        sha256=_hex_field(row, "sha256", SHA256_BYTES, where),
+        spki_sha256=_hex_field(row, "spki_sha256", SHA256_BYTES, where),
+        sha1=_hex_field(row, "sha1", SHA1_BYTES, where),
+        first_seen=first_seen,
+        last_seen=last_seen,
+        addresses=tuple(addresses),
+    )
+
+
+# -- field checks: each returns the field's value or raises ProtocolError 502 ------
+
+
+def _bad_answer(message: str) -> ProtocolError:
+    return ProtocolError(f"malformed v2 answer: {message}", status=502)
+
+
+def _object(value: object, keys: frozenset[str], where: str) -> dict[str, Any]:
+    if not isinstance(value, dict) or value.keys() != keys:
+        raise _bad_answer(f"{where} must be an object with {', '.join(sorted(keys))}")
+    return value
+
+
+def _int_field(obj: Mapping[str, Any], name: str, where: str) -> int:
+    value = obj[name]
+    if not is_json_int(value) or not 0 <= value <= MAX_SAFE_INTEGER:
+        raise _bad_answer(f"{where}.{name} must be a non-negative integer")
+    return value
+
+
+def _str_field(obj: Mapping[str, Any], name: str, where: str) -> str:
+    value = obj[name]
+    if not isinstance(value, str):
+        raise _bad_answer(f"{where}.{name} must be a string")
+    return value
+
+
+def _signature_field(obj: Mapping[str, Any], name: str, where: str) -> str:
+    value = _str_field(obj, name, where)
+    if len(value) > 2 * ED25519_SIGNATURE_BYTES or not BASE64_RE.fullmatch(value):
+        raise _bad_answer(f"{where}.{name} must be base64")
+    return value
+
+
+def _hex_field(obj: Mapping[str, Any], name: str, size: int, where: str) -> bytes:
+    value = _str_field(obj, name, where)
+    if len(value) != 2 * size or not LOWER_HEX_RE.fullmatch(value):
+        raise _bad_answer(f"{where}.{name} must be {2 * size} lower-case hex digits")
+    return bytes.fromhex(value)
+
+
+def _target_field(obj: Mapping[str, Any], name: str, where: str) -> Target:
+    text = _str_field(obj, name, where)
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        target = make_target(host, port)
+    except BadTarget:
+        raise _bad_answer(f"{where}.{name} is not a target") from None
+    if target.key != text:
+        raise _bad_answer(f"{where}.{name} is not a normalised target")
+    return target
+
+
+def _signed_bytes(value: dict[str, Any], where: str) -> bytes:
+    """The canonical bytes a signature over ``value`` covers (rule C7)."""
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError):
+        raise _bad_answer(f"{where} has no canonical form") from None

@@ -1,0 +1,88 @@
+"""Signed statements: what the notary observed for one target (docs/v2.md,
+rules S1 and S3), built and signed when the target's observations change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from notary.model.observations import Timeline
+from notary.protocol.v2.canonical import canonical_json
+from notary.protocol.v2.constants import BASE64_RE, MAX_STATEMENT_OBSERVATIONS, STATEMENT_TYPE
+
+
+def statement(
+    timeline: Timeline, *, key_id: str, signed_at: int, valid_for_s: int
+) -> dict[str, Any]:
+    """The statement of ``timeline`` (rule S1), to sign with :func:`sign_statement`.
+
+    Raises ``ValueError`` for a negative ``valid_for_s``.
+    """
+    if valid_for_s < 0:
+        raise ValueError("valid_for_s must not be negative")
+    return {
+        "type": STATEMENT_TYPE,
+        "target": timeline.target.key,
+        "observations": [
+            {
+                "sha256": o.certificate.sha256.hex(),
+                "spki_sha256": o.certificate.spki_sha256.hex(),
+                "sha1": o.certificate.sha1.hex(),
+                "first_seen": o.first_seen,
+                "last_seen": o.last_seen,
+                "addresses": list(o.addresses),
+            }
+            for o in timeline.observations[:MAX_STATEMENT_OBSERVATIONS]
+        ],
+        "signed_at": signed_at,
+        "valid_until": signed_at + valid_for_s,
+        "key_id": key_id,
+    }
+
+
+def statement_bytes(statement: Mapping[str, Any]) -> bytes:
+    """The bytes a statement's signature covers: its canonical JSON."""
+    return canonical_json(dict(statement))
+
+
+@dataclass(frozen=True, slots=True)
+class SignedStatement:
+    """A statement ready to serve: its canonical bytes, its signature and the
+    entry of the answer document's ``statements`` array (``entry``),
+    prepared once when the target's observations change.
+
+    Raises ``ValueError`` when ``signature`` is not base64 text.
+    """
+
+    target: str
+    valid_until: int
+    statement: bytes
+    signature: str
+    entry: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.signature, str) or not BASE64_RE.fullmatch(self.signature):
+            raise ValueError("signature must be base64 text")
+        entry = b'{"signature":"%s","statement":%s}' % (
+            self.signature.encode("ascii"),
+            self.statement,
+        )
+        object.__setattr__(self, "entry", entry)
+
+
+def sign_statement(statement: Mapping[str, Any], sign: Callable[[bytes], str]) -> SignedStatement:
+    """Encode ``statement`` and sign it once with ``sign`` (bytes -> base64)."""
+    data = statement_bytes(statement)
+    return SignedStatement(
+        target=statement["target"],
+        valid_until=statement["valid_until"],
+        statement=data,
+        signature=sign(data),
+    )
+
+
+def statement_due(signed: SignedStatement, *, now: int, renew_before_s: int) -> bool:
+    """True when ``signed`` expires within ``renew_before_s``: sign a new one
+    from the same timeline so no client ever receives an expired one."""
+    return signed.valid_until - now <= renew_before_s
