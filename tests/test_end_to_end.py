@@ -153,7 +153,7 @@ async def test_answer_is_signed_once_per_change(tmp_path):
     async with open_tls_target(names=[NAME]) as site:
         async with open_notary(tmp_path, names={NAME: [site.host]}) as notary:
             fp = sha1_fp(site.leaf_der(NAME))
-            signer = notary.running.service._signer
+            signer = notary.running.signers["convergence"]
             first = await legacy_query(notary.port, f"{NAME}+{site.port}", fp)
             made = signer.signatures_made
             for _ in range(5):

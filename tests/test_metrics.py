@@ -27,6 +27,7 @@ from notary.server.metrics import NotaryMetrics
 from notary.server.websocket import WebSocketLimits
 from notary.service.abuse import AbuseControls, ProbeThrottled
 from notary.service.query import QUERY_PROTOCOLS
+from notary.service.records import RecordsStatistics
 from notary.service.stored_targets import KnownTargetsStatistics
 from notary.state import crypto
 from notary.state._cachecommon import CacheStatistics
@@ -221,13 +222,15 @@ def stand_ins(**overrides) -> SimpleNamespace:
         cache_stats=CacheStatistics(0, 0, 10, 1000, 0, 0, 0, 0),
         known_stats=KnownTargetsStatistics(False, 0, 0, None),
         storage_stats=StorageStatistics(0, 0, 0, 0, 0),
-        probe_stats=ProbeStatistics(0, 0, 0, 0, {}),
+        probe_stats=ProbeStatistics(0, 0, 0, {}),
+        records_stats=RecordsStatistics(0, 0, 0),
     )
     parts.service = SimpleNamespace(answered={name: Counter() for name in QUERY_PROTOCOLS})
     parts.cache = SimpleNamespace(statistics=lambda: parts.cache_stats)
     parts.known = SimpleNamespace(statistics=lambda: parts.known_stats)
     parts.storage = SimpleNamespace(statistics=lambda: parts.storage_stats, on_batch=None)
     parts.prober = SimpleNamespace(statistics=lambda: parts.probe_stats, on_probe_done=None)
+    parts.records = SimpleNamespace(statistics=lambda: parts.records_stats)
     parts.signer = SimpleNamespace(signatures_made=0)
     parts.listener = SimpleNamespace(open_connections=0, refused_connections=0)
     vars(parts).update(overrides)
@@ -237,7 +240,7 @@ def stand_ins(**overrides) -> SimpleNamespace:
 def metrics_of(parts: SimpleNamespace) -> NotaryMetrics:
     metrics = NotaryMetrics(
         service=parts.service, cache=parts.cache, known=parts.known, storage=parts.storage,
-        prober=parts.prober, signers={"convergence": parts.signer},
+        prober=parts.prober, records=parts.records, signers={"convergence": parts.signer},
     )
     metrics.watch_listener("api", parts.listener)
     return metrics
@@ -251,7 +254,8 @@ def test_counters_advance_by_the_delta_and_gauges_are_set() -> None:
     parts.service.answered["convergence"][200] = 5
     rejected["convergence", 400] = 2
     parts.cache_stats = CacheStatistics(3, 300, 10, 1000, 7, 1, 0, 0)
-    parts.probe_stats = ProbeStatistics(4, 2, 1, 1, {"timeout": 1, "dns": 1}, queued=2)
+    parts.probe_stats = ProbeStatistics(4, 2, 1, {"timeout": 1, "dns": 1}, queued=2)
+    parts.records_stats = RecordsStatistics(4, 1, 1)
     parts.listener.open_connections = 4
     parts.signer.signatures_made = 9
     metrics.fold()
@@ -266,6 +270,7 @@ def test_counters_advance_by_the_delta_and_gauges_are_set() -> None:
     assert value(text, "notary_probes_total", outcome="timeout") == 1
     assert value(text, "notary_probes_total", outcome="connect") == 0  # pre-bound
     assert value(text, "notary_probes_in_flight") == 1
+    assert value(text, "notary_probes_coalesced_total") == 1
     assert value(text, "notary_probes_queued") == 2
     assert value(text, "notary_http_connections", listener="api") == 4
     assert value(text, "notary_signatures_total", kind="convergence") == 9
@@ -288,7 +293,7 @@ def test_abuse_controls_refusals_are_counted() -> None:
     ))
     metrics = NotaryMetrics(
         service=parts.service, cache=parts.cache, known=parts.known, storage=parts.storage,
-        prober=parts.prober, abuse=controls,
+        prober=parts.prober, records=parts.records, abuse=controls,
     )
     metrics.fold()
     text = metrics.exposition().decode()

@@ -19,14 +19,14 @@ from tests.test_metrics import metrics_of, samples, stand_ins, value
 def test_probes_are_counted_by_tls_version() -> None:
     parts = stand_ins()
     metrics = metrics_of(parts)
-    parts.probe_stats = ProbeStatistics(3, 3, 0, 0, {}, tls_versions={"TLSv1": 1, "TLSv1.3": 2})
+    parts.probe_stats = ProbeStatistics(3, 3, 0, {}, tls_versions={"TLSv1": 1, "TLSv1.3": 2})
     metrics.fold()
     metrics.fold()  # nothing counted twice
     text = metrics.exposition().decode()
     assert value(text, "notary_probe_tls_versions_total", version="TLSv1") == 1
     assert value(text, "notary_probe_tls_versions_total", version="TLSv1.3") == 2
     assert ("notary_probe_tls_versions_total", (("version", "TLSv1.1"),)) in samples(text)
-    parts.probe_stats = ProbeStatistics(4, 4, 0, 0, {}, tls_versions={"TLSv1": 2, "TLSv1.3": 2})
+    parts.probe_stats = ProbeStatistics(4, 4, 0, {}, tls_versions={"TLSv1": 2, "TLSv1.3": 2})
     metrics.fold()
     text = metrics.exposition().decode()
     assert value(text, "notary_probe_tls_versions_total", version="TLSv1") == 2

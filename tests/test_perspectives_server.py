@@ -117,17 +117,17 @@ async def test_a_certificate_change_gives_two_keys_with_their_runs(tmp_path: Pat
     async with open_tls_target(names=[SITE]) as site:
         async with open_perspectives_notary(tmp_path, {SITE: [site.host]}) as (notary, public):
             target = Target(SITE, site.port)
-            prober, clock = notary.running.prober, notary.clock
+            records, clock = notary.running.records, notary.clock
             first_der = site.leaf_der(SITE)
             t0 = int(clock())
-            await prober.probe(target)
+            await records.refresh(target)
             clock.advance(HOUR)
-            await prober.probe(target)  # within the window: the run grows
+            await records.refresh(target)  # within the window: the run grows
             second_der = site.replace_certificate(SITE)
             clock.advance(HOUR)
-            await prober.probe(target)
+            await records.refresh(target)
             clock.advance(50 * HOUR)  # longer than the 48 h window: a new run
-            await prober.probe(target)
+            await records.refresh(target)
             port = notary.running.perspectives[0].port
             status, _, xml = await http_get(port, f"/?host={SITE}&port={site.port}")
     assert status == 200

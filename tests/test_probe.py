@@ -311,14 +311,6 @@ async def test_a_leaf_without_intermediates():
     assert result.chain == (server.leaf_der(NAME_A),)
 
 
-async def test_probe_after_close_is_an_error():
-    async with prober() as p:
-        pass
-    with pytest.raises(RuntimeError):
-        await p.probe(Target(NAME_A, 443))
-    assert p.statistics().started == 0
-
-
 async def test_every_address_is_tried_in_order():
     async with open_tls_target([NAME_A]) as server:
         # The first answer goes to a loopback address with nothing on the
@@ -383,80 +375,6 @@ async def test_chain_beyond_the_byte_limit_fails(tls_version):
 # -- single flight and limits ---------------------------------------------------
 
 
-async def test_concurrent_probes_share_one_connection():
-    results = []
-
-    async def ask(p, target):
-        results.append(await p.probe(target))
-
-    async with open_tls_target([NAME_A]) as server:
-        server.pause()
-        async with prober() as p:
-            async with trio.open_nursery() as nursery:
-                for _ in range(20):
-                    nursery.start_soon(ask, p, server.target(NAME_A))
-                await server.wait_accepted(1)
-                await trio.testing.wait_all_tasks_blocked()
-                stats = p.statistics()
-                assert (stats.started, stats.coalesced, stats.in_flight) == (1, 19, 1)
-                server.resume()
-            stats = p.statistics()
-    assert server.accepted == 1
-    assert len(results) == 20
-    assert all(result == results[0] for result in results)
-    assert results[0].leaf.der == server.leaf_der(NAME_A)
-    assert (stats.started, stats.succeeded, stats.coalesced, stats.in_flight) == (1, 1, 19, 0)
-
-
-async def test_a_cancelled_waiter_does_not_cancel_the_probe():
-    results = []
-
-    async def impatient(p, target, task_status=trio.TASK_STATUS_IGNORED):
-        with trio.CancelScope() as scope:
-            task_status.started(scope)
-            await p.probe(target)
-        results.append("impatient was not cancelled" if not scope.cancelled_caught else None)
-
-    async def patient(p, target):
-        results.append(await p.probe(target))
-
-    async with open_tls_target([NAME_A]) as server:
-        server.pause()
-        async with prober() as p, trio.open_nursery() as nursery:
-            scope = await nursery.start(impatient, p, server.target(NAME_A))
-            nursery.start_soon(patient, p, server.target(NAME_A))
-            await server.wait_accepted(1)
-            scope.cancel()
-            await trio.testing.wait_all_tasks_blocked()
-            assert p.statistics().in_flight == 1
-            server.resume()
-    assert results[0] is None
-    assert results[1].leaf.der == server.leaf_der(NAME_A)
-    assert server.accepted == 1
-
-
-async def test_every_waiter_gets_its_own_copy_of_the_error(autojump_clock):
-    errors = []
-
-    async def ask(p, target):
-        try:
-            await p.probe(target)
-        except ProbeTimeout as exc:
-            errors.append(exc)
-
-    async with open_stalled_target() as stalled, prober(timeout_s=3.0) as p:
-        async with trio.open_nursery() as nursery:
-            for _ in range(3):
-                nursery.start_soon(ask, p, stalled.target(NAME_A))
-        stats = p.statistics()
-    assert len(errors) == 3
-    assert len({id(e) for e in errors}) == 3
-    assert {e.message for e in errors} == {"target did not answer in time"}
-    assert {e.status for e in errors} == {503}
-    assert (stats.started, stats.coalesced, stats.failures) == (1, 2, {"timeout": 1})
-    assert stalled.accepted == 1
-
-
 async def test_a_finished_probe_is_not_reused():
     async with open_tls_target([NAME_A]) as server, prober() as p:
         first = await p.probe(server.target(NAME_A))
@@ -464,83 +382,6 @@ async def test_a_finished_probe_is_not_reused():
         assert p.statistics().started == 2
     assert first == second
     assert server.accepted == 2
-
-
-async def test_the_result_hook_runs_once_before_waiters_wake(caplog):
-    seen = []
-    returned = []
-
-    async def hook(result):
-        await trio.lowlevel.checkpoint()
-        seen.append((result.target.host, len(returned)))
-        if result.target.host == NAME_B:
-            raise RuntimeError("hook bug")
-
-    async def ask(p, target):
-        returned.append(await p.probe(target))
-
-    async with open_tls_target([NAME_A, NAME_B]) as server, prober(on_result=hook) as p:
-        async with trio.open_nursery() as nursery:
-            for _ in range(3):
-                nursery.start_soon(ask, p, server.target(NAME_A))
-        assert seen == [(NAME_A, 0)]  # once, before any waiter returned
-        # A failing hook is logged; the waiter still gets the result.
-        assert (await p.probe(server.target(NAME_B))).leaf.der == server.leaf_der(NAME_B)
-    assert seen == [(NAME_A, 0), (NAME_B, 3)]
-    assert "hook bug" in caplog.text
-
-
-async def test_the_result_hook_sees_abandoned_probes():
-    seen = trio.Event()
-
-    async def hook(result):
-        await trio.lowlevel.checkpoint()
-        seen.set()
-
-    async with open_tls_target([NAME_A]) as server, prober(on_result=hook) as p:
-        server.pause()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(p.probe, server.target(NAME_A))
-            await server.wait_accepted(1)
-            nursery.cancel_scope.cancel()  # the only waiter gives up
-        assert p.statistics().in_flight == 1
-        server.resume()
-        with trio.fail_after(5):
-            await seen.wait()
-
-
-async def test_the_result_hook_is_not_called_on_failure():
-    calls = []
-
-    async def hook(result):
-        await trio.lowlevel.checkpoint()
-        calls.append(result)
-
-    async with prober(on_result=hook) as p:
-        with pytest.raises(ProbeConnectFailed):
-            await p.probe(Target(NAME_A, closed_port()))
-    assert calls == []
-
-
-async def test_max_concurrent_bounds_running_probes():
-    names = [f"host{i}.example.test" for i in range(5)]
-    resolver = static_resolver({name: [LOCALHOST] for name in names})
-    async with (
-        open_stalled_target() as stalled,
-        prober(resolver, max_concurrent=2, timeout_s=60.0) as p,
-    ):
-        async with trio.open_nursery() as nursery:
-            for name in names:
-                nursery.start_soon(p.probe, stalled.target(name))
-            await stalled.wait_accepted(2)
-            await trio.testing.wait_all_tasks_blocked()
-            stats = p.statistics()
-            assert (stats.started, stats.in_flight, stats.queued) == (5, 2, 3)
-            await trio.sleep(0.05)
-            assert stalled.accepted == 2
-            nursery.cancel_scope.cancel()  # the callers give up, the probes go on
-        assert p.statistics().in_flight == 2
-    assert stalled.accepted == 2
 
 
 async def test_queueing_counts_against_the_deadline(autojump_clock):
@@ -568,28 +409,6 @@ async def test_queueing_counts_against_the_deadline(autojump_clock):
         NAME_B: "too many probes in progress",
     }
     assert stalled.accepted == 1
-
-
-async def test_closing_the_prober_fails_its_waiters():
-    errors = []
-
-    async def ask(p, target):
-        try:
-            await p.probe(target)
-        except ProbeError as exc:
-            errors.append(exc)
-
-    # The waiter runs outside the prober: it outlives the prober's nursery.
-    async with (
-        open_stalled_target() as stalled,
-        trio.open_nursery() as nursery,
-        prober(timeout_s=60.0) as p,
-    ):
-        nursery.start_soon(ask, p, stalled.target(NAME_A))
-        await stalled.wait_accepted(1)
-    assert len(errors) == 1
-    assert type(errors[0]) is ProbeError
-    assert errors[0].status == 503
 
 
 @pytest.mark.parametrize(

@@ -21,14 +21,10 @@ from notary.protocol import convergence, http
 from notary.protocol.convergence import Decision
 from notary.server import api
 from notary.server.api import ApiHandler
-from notary.service.query import (
-    RECORD_OVERHEAD_BYTES,
-    Answer,
-    RecordSigner,
-    TargetRecord,
-    response_index,
-)
+from notary.service.query import Answer, response_index
+from notary.service.records import RECORD_OVERHEAD_BYTES, RecordSigner, TargetRecord
 from notary.state import crypto
+from tests.support.observations import probe_result
 
 TARGET = Target("example.com", 443)
 SHA1S = [hashlib.sha1(bytes([i])).digest() for i in range(4)]
@@ -161,7 +157,9 @@ def test_a_record_signs_each_protocol_once_on_first_use() -> None:
     assert record.http_responses is first and record.convergence_body in first[0]
     assert signed == ["convergence"]
     statement = record.v2_statement
-    assert record.with_latest(b"x" * 32).v2_statement is statement  # copies keep answers
+    probed = record.with_probe(probe_result(TARGET.host))
+    assert probed.v2_statement is statement  # copies keep answers
+    assert probed.last_probe is not None and probed.last_probe.chain == ()  # no chain kept
     assert record.perspectives_body == record.perspectives_body
     assert signed == ["convergence", "v2", "perspectives"]
     renewed = record.with_new_v2_statement()

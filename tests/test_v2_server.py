@@ -190,7 +190,7 @@ async def test_watch_sees_exactly_one_signed_event_per_new_certificate(tmp_path:
     async with open_tls_target(names=[SITE]) as site:
         async with open_v2_notary(tmp_path, {SITE: [site.host]}) as notary:
             target = Target(SITE, site.port)
-            await notary.running.prober.probe(target)  # the first certificate
+            await notary.running.records.refresh(target)  # the first certificate
             bundle = make_bundle(
                 name="Watched", location="https://127.0.0.1/w.notary",
                 hosts=[BundleHost("127.0.0.1", notary.port, 80,
@@ -211,11 +211,11 @@ async def test_watch_sees_exactly_one_signed_event_per_new_certificate(tmp_path:
                 ))
                 with trio.fail_after(20):
                     await watching.wait()
-                    await notary.running.prober.probe(target)  # same certificate: no event
+                    await notary.running.records.refresh(target)  # same certificate: no event
                     new_der = site.replace_certificate(SITE)
-                    await notary.running.prober.probe(target)  # a new one: one event
+                    await notary.running.records.refresh(target)  # a new one: one event
                     await got_event.wait()
-                    await notary.running.prober.probe(target)  # unchanged again
+                    await notary.running.records.refresh(target)  # unchanged again
                     await trio.sleep(0.2)
                 nursery.cancel_scope.cancel()
     assert len(events) == 1

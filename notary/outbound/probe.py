@@ -9,15 +9,10 @@ Rules this module keeps:
 
 1. The address checked by the policy is the address connected to:
    connections are made by :func:`notary.outbound.dialer.dial` (see its rules).
-2. Single-flight: at most one probe per :class:`~notary.model.targets.Target`
-   runs at a time. Concurrent :meth:`Prober.probe` calls for one target wait
-   for that probe; a waiter that gives up (its own deadline) does not cancel
-   it. There is no result cache here: once a probe finished, the next call
-   starts a new one (callers cache).
-3. Bounded: at most ``max_concurrent`` probes hold a connection at once; each
+2. Bounded: at most ``max_concurrent`` probes hold a connection at once; each
    probe, queueing for a slot included, ends within ``timeout_s``; at most
    ``max_handshake_bytes`` are accepted from a target.
-4. No application data is ever sent to a target (see "TLS" below).
+3. No application data is ever sent to a target (see "TLS" below).
 
 TLS
 ---
@@ -50,13 +45,10 @@ else's certificate without its key harms no client that verifies it.
 
 Resource handling
 -----------------
-:func:`open_prober` owns a nursery; every probe runs as a task in it, never in
-the caller's task. Leaving the context manager cancels probes in progress;
-their waiters get a :class:`~notary.errors.ProbeError`. Every TCP stream is
-closed (``trio.aclose_forcefully``) on every path, and losing connection
-attempts are closed at once. The optional ``on_result`` hook runs in the probe
-task, after the probe's connection slot is released and before its waiters
-are woken.
+:func:`open_prober` makes a prober that owns no task: each probe runs in its
+caller's task (``notary.service.records`` runs one per target at a time, in
+a nursery of its own). Every TCP stream is closed (``trio.aclose_forcefully``)
+on every path, and losing connection attempts are closed at once.
 
 Error handling
 --------------
@@ -66,18 +58,16 @@ subclasses with a short message that is safe to send to a client
 ``ProbeHandshakeFailed``, ``ProbeTimeout``); ``OSError``, Trio and OpenSSL
 exceptions never escape. An unexpected exception inside a probe (a bug) is
 logged with its traceback and delivered as a plain ``ProbeError``, so one
-strange target cannot take the prober down. Each waiter gets its own copy of
-the error.
+strange target cannot take the prober down.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 import types
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,24 +87,17 @@ __all__ = [
     "ProbeStatistics",
     "Prober",
     "Resolver",
-    "ResultHook",
     "open_prober",
     "system_resolver",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: Called with every successful probe's result, in the probe task, before the
-#: waiters are woken (see :func:`open_prober`).
-ResultHook = Callable[[ProbeResult], Awaitable[None]]
 
 #: Default bound on the bytes accepted from a target before its certificates
 #: are in (the whole server flight up to and including the Certificate
 #: message). OpenSSL itself also refuses a Certificate message over 100 KiB.
 DEFAULT_MAX_HANDSHAKE_BYTES = 256 * 1024
-#: Background probes (:meth:`Prober.probe_soon`) start only while fewer than
-#: this many times ``max_concurrent`` probes are started and unfinished.
-BACKGROUND_FLIGHTS_PER_SLOT = 4
 #: Bytes asked of the stream per receive during the handshake.
 RECEIVE_CHUNK_BYTES = 16 * 1024
 #: Bytes taken from OpenSSL's outgoing memory BIO per read.
@@ -131,8 +114,7 @@ class ProbeStatistics:
     """A snapshot of a :class:`Prober`'s counters.
 
     ``started``: probes started; ``succeeded``: probes that saw a certificate;
-    ``coalesced``: :meth:`Prober.probe` calls that joined a probe already
-    running for their target instead of starting one; ``in_flight``: probes
+    ``in_flight``: probes
     holding one of the ``max_concurrent`` slots right now; ``failures``:
     failed probes by :attr:`ProbeError.reason <notary.errors.ProbeError.reason>`;
     ``queued``: probes started and still waiting for a slot;
@@ -142,20 +124,10 @@ class ProbeStatistics:
 
     started: int
     succeeded: int
-    coalesced: int
     in_flight: int
     failures: Mapping[str, int]
     queued: int = 0
     tls_versions: Mapping[str, int] = field(default_factory=lambda: types.MappingProxyType({}))
-
-
-@dataclass(slots=True)
-class _Flight:
-    """One running probe and what its waiters need."""
-
-    done: trio.Event = field(default_factory=trio.Event)
-    result: ProbeResult | None = None
-    error: ProbeError | None = None
 
 
 @dataclass(slots=True)
@@ -204,32 +176,25 @@ class Prober:
     def __init__(
         self,
         *,
-        nursery: trio.Nursery,
         policy: AddressPolicy,
         timeout_s: float,
         max_concurrent: int,
         resolver: Resolver,
         clock: Callable[[], float],
         max_handshake_bytes: int,
-        on_result: ResultHook | None = None,
         admit_destination: Callable[[str], None] | None = None,
     ) -> None:
-        self._nursery = nursery
         self._admit_destination = admit_destination
         #: Which addresses may be connected to; replaced on reload (SIGHUP).
         self.policy = policy
         self._timeout_s = timeout_s
         self._limiter = trio.CapacityLimiter(max_concurrent)
-        self._max_flights = BACKGROUND_FLIGHTS_PER_SLOT * max_concurrent
         self._resolver = resolver
         self._clock = clock
         self._max_handshake_bytes = max_handshake_bytes
-        self._on_result = on_result
         self._context = _client_context()
-        self._flights: dict[Target, _Flight] = {}
         self._started = 0
         self._succeeded = 0
-        self._coalesced = 0
         self._failures: Counter[str] = Counter()
         self._tls_versions: Counter[str] = Counter()
         #: Called when a probe ends with its seconds (queueing for a slot
@@ -238,98 +203,48 @@ class Prober:
         self.on_probe_done: Callable[[float, str | None], None] | None = None
 
     async def probe(self, target: Target) -> ProbeResult:
-        """Observe the certificate ``target`` presents now.
-
-        Joins the probe already running for ``target``, if any, else starts
-        one in the prober's nursery. Cancelling the caller (e.g. its own
-        deadline) stops only its wait, never the shared probe.
+        """Observe the certificate ``target`` presents now, in the caller's
+        task (single-flight and background probes are
+        ``notary.service.records``'s).
 
         Error handling: raises a :class:`~notary.errors.ProbeError` subclass
-        (a fresh copy per caller) when the probe saw no certificate;
-        ``RuntimeError`` when called after :func:`open_prober` exited.
-        """
-        flight = self._flights.get(target)
-        if flight is None:
-            flight = self._start(target)
-        else:
-            self._coalesced += 1
-        await flight.done.wait()
-        if flight.result is not None:
-            return flight.result
-        assert flight.error is not None
-        raise copy.copy(flight.error) from None
-
-    def probe_soon(self, target: Target) -> bool:
-        """Start a probe of ``target`` in the background (or join the one
-        running) without waiting for it; its result reaches the ``on_result``
-        hook. Returns False, starting nothing, when the probes started and
-        not finished already number ``BACKGROUND_FLIGHTS_PER_SLOT`` times
-        ``max_concurrent`` (so callers that never wait cannot pile up tasks).
-
-        Error handling: ``RuntimeError`` when called after :func:`open_prober`
-        exited.
-        """
-        if target in self._flights:
-            self._coalesced += 1
-            return True
-        if len(self._flights) >= self._max_flights:
-            return False
-        self._start(target)
-        return True
-
-    def _start(self, target: Target) -> _Flight:
-        flight = _Flight()
-        # start_soon first: it raises RuntimeError once the prober is closed
-        self._nursery.start_soon(self._run, target, flight, name=f"probe {target}")
-        self._flights[target] = flight
+        when the probe saw no certificate (an unexpected exception, a bug, is
+        logged with its traceback and raised as a plain ``ProbeError``)."""
         self._started += 1
-        return flight
+        started = trio.current_time()
+        try:
+            result = await self._probe_once(target)
+        except ProbeError as exc:
+            logger.debug("probe of %s failed: %s", target, exc.message)
+            self._failed(exc, started)
+            raise
+        except Exception:
+            logger.exception("probe of %s failed unexpectedly", target)
+            error = ProbeError("probe failed")
+            self._failed(error, started)
+            raise error from None
+        self._succeeded += 1
+        if result.tls_version is not None:
+            self._tls_versions[result.tls_version] += 1
+        if self.on_probe_done is not None:
+            self.on_probe_done(trio.current_time() - started, None)
+        return result
+
+    def _failed(self, error: ProbeError, started: float) -> None:
+        self._failures[error.reason] += 1
+        if self.on_probe_done is not None:
+            self.on_probe_done(trio.current_time() - started, error.reason)
 
     def statistics(self) -> ProbeStatistics:
         limiter = self._limiter.statistics()
         return ProbeStatistics(
             started=self._started,
             succeeded=self._succeeded,
-            coalesced=self._coalesced,
             in_flight=limiter.borrowed_tokens,
             failures=types.MappingProxyType(dict(self._failures)),
             queued=limiter.tasks_waiting,
             tls_versions=types.MappingProxyType(dict(self._tls_versions)),
         )
-
-    async def _run(self, target: Target, flight: _Flight) -> None:
-        started = trio.current_time()
-        try:
-            result = await self._probe_once(target)
-            self._succeeded += 1
-            if result.tls_version is not None:
-                self._tls_versions[result.tls_version] += 1
-            flight.result = result
-            if self.on_probe_done is not None:
-                self.on_probe_done(trio.current_time() - started, None)
-            if self._on_result is not None:
-                try:
-                    await self._on_result(result)
-                except Exception:
-                    logger.exception("the result hook failed for %s", target)
-        except ProbeError as exc:
-            logger.debug("probe of %s failed: %s", target, exc.message)
-            flight.error = exc
-            self._failures[exc.reason] += 1
-            if self.on_probe_done is not None:
-                self.on_probe_done(trio.current_time() - started, exc.reason)
-        except Exception:
-            logger.exception("probe of %s failed unexpectedly", target)
-            flight.error = ProbeError("probe failed")
-            self._failures[flight.error.reason] += 1
-            if self.on_probe_done is not None:
-                self.on_probe_done(trio.current_time() - started, flight.error.reason)
-        finally:
-            if flight.result is None and flight.error is None:  # cancelled: prober closing
-                flight.error = ProbeError("notary is shutting down")
-            if self._flights.get(target) is flight:
-                del self._flights[target]
-            flight.done.set()
 
     async def _probe_once(self, target: Target) -> ProbeResult:
         capture = _Capture()
@@ -466,7 +381,6 @@ async def open_prober(
     resolver: Resolver = system_resolver,
     clock: Callable[[], float] = time.time,
     max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES,
-    on_result: ResultHook | None = None,
     admit_destination: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Prober]:
     """Open a :class:`Prober`.
@@ -478,24 +392,14 @@ async def open_prober(
     stamped on results; ``max_handshake_bytes`` bounds what a target may send
     before its certificates are in.
 
-    ``on_result``, if given, is awaited with every successful probe's result
-    in the probe task, after the probe released its slot and before any
-    waiter is woken: when :meth:`Prober.probe` returns, the hook has run
-    (e.g. the cache holds the new observation). It runs even when every
-    waiter gave up, so no observation is lost. Callers joining meanwhile
-    still share this probe. The hook is not under the probe deadline; keep it
-    short or bound it yourself. An exception from it is logged and does not
-    change what the waiters get; at shutdown it may be cancelled.
-
     ``admit_destination``, if given, is called with the address every probe
     (on-demand or scheduled) is about to connect to, once the name resolved
     and the policy allowed it; a ``ProbeError`` it raises
     (``ProbeThrottled``: the politeness limit of that address's prefix) is
     the probe's failure, and nothing is connected.
 
-    Resource handling: owns a nursery in which every probe runs. On exit,
-    probes still running are cancelled and their waiters get a
-    ``ProbeError``.
+    Resource handling: the prober owns no task; each probe runs in its
+    caller's task and holds its connection only while it runs.
 
     Error handling: ``ValueError`` for a non-positive limit.
     """
@@ -505,19 +409,12 @@ async def open_prober(
         raise ValueError("max_concurrent must be at least 1")
     if max_handshake_bytes < 1:
         raise ValueError("max_handshake_bytes must be positive")
-    async with trio.open_nursery() as nursery:
-        prober = Prober(
-            nursery=nursery,
-            policy=policy,
-            timeout_s=timeout_s,
-            max_concurrent=max_concurrent,
-            resolver=resolver,
-            clock=clock,
-            max_handshake_bytes=max_handshake_bytes,
-            on_result=on_result,
-            admit_destination=admit_destination,
-        )
-        try:
-            yield prober
-        finally:
-            nursery.cancel_scope.cancel()
+    yield Prober(
+        policy=policy,
+        timeout_s=timeout_s,
+        max_concurrent=max_concurrent,
+        resolver=resolver,
+        clock=clock,
+        max_handshake_bytes=max_handshake_bytes,
+        admit_destination=admit_destination,
+    )

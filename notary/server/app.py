@@ -20,8 +20,8 @@ import ssl
 import threading
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -30,6 +30,7 @@ import trio
 from notary import __version__
 from notary.config import Config, Endpoint
 from notary.errors import NotaryError, UsageError
+from notary.model.observations import ProbeResult
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import client_prefix
 from notary.model.targets import Target
@@ -50,6 +51,13 @@ from notary.server.websocket import FIGURES_INTERVAL_S, WATCH_PATH, WebSocketSer
 from notary.service.abuse import AbuseControls
 from notary.service.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
 from notary.service.query import QueryService
+from notary.service.records import (
+    BACKGROUND_REFRESHES_PER_PROBE_SLOT,
+    Records,
+    RecordSigner,
+    TargetRecord,
+    open_records,
+)
 from notary.service.scheduler import RescanScheduler
 from notary.service.stored_targets import KnownTargets
 from notary.service.watch import WatchHub
@@ -86,6 +94,7 @@ class RunningNotary:
     relay: tuple[Endpoint, ...]  # the relay's bound addresses (empty: no relay)
     relay_handler: RelayHandler
     service: QueryService
+    records: Records
     known: KnownTargets
     storage: Storage
     prober: Prober
@@ -100,6 +109,8 @@ class RunningNotary:
     admin: tuple[Endpoint, ...] = ()  # the admin listeners (/metrics, /healthz, /readyz)
     metrics: NotaryMetrics | None = None
     abuse: AbuseControls | None = None  # the per-client and per-target limits
+    #: The notary's signers by protocol ("convergence", "perspectives", "v2").
+    signers: Mapping[str, object] = field(default_factory=dict)
 
 
 def make_server_ssl_context(config: Config) -> ssl.SSLContext:
@@ -262,16 +273,22 @@ def failure_delay_s(config: Config) -> float:
 
 def make_scheduler(
     config: Config, prober: Prober,
+    refresh: Callable[[Target], Awaitable[TargetRecord]],
     observed_age: Callable[[Target], Awaitable[float | None]] | None = None,
 ) -> RescanScheduler | None:
-    """The rescan scheduler over ``prober`` (None when ``[rescan]`` is off).
-    On-demand probes come first: it holds back while queries' probes queue.
-    ``observed_age``: for a store other workers probe into (its rule 11)."""
+    """The rescan scheduler, re-probing with ``refresh`` (None when
+    ``[rescan]`` is off). On-demand probes come first: it holds back while
+    queries' probes queue for ``prober``. ``observed_age``: for a store other
+    workers probe into (its rule 11)."""
     rescan = config.rescan
     if not rescan.enabled:
         return None
+
+    async def probe(target: Target) -> ProbeResult | None:
+        return (await refresh(target)).last_probe
+
     return RescanScheduler(
-        probe=prober.probe,
+        probe=probe,
         probes_per_s=rescan.probes_per_s,
         max_staleness_s=rescan.max_staleness_s,
         forget_after_s=rescan.forget_after_s,
@@ -526,24 +543,13 @@ async def _serve_notary(
         if shared_store:
             known.switch_off()
         watch_hub = WatchHub() if v2_signer is not None else None
-        service = QueryService(
-            cache=cache,
-            storage=storage,
-            known=known,
-            signer=signer,
-            fresh_for_s=config.answers.fresh_for_s,
-            reprobe_after_s=config.answers.reprobe_after_s,
-            query_timeout_s=config.answers.query_timeout_s,
-            clock=clock,
-            merge_window_s=store.merge_window_s,
-            timeline_limits=store.timeline_limits(),
-            perspectives_signer=perspectives_signer,
-            v2_signer=v2_signer,
-            v2_config=config.v2,
-            abuse=abuse,
-            failure_delay_s=failure_delay_s(config),
-            watch_hub=watch_hub,
-        )
+        signers = {
+            kind: kind_signer for kind, kind_signer in (
+                ("convergence", signer), ("perspectives", perspectives_signer),
+                ("v2", v2_signer),
+            ) if kind_signer is not None
+        }
+        record_signer = RecordSigner(signer, perspectives_signer, v2_signer, config.v2, clock)
         # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
         # connections but not the storage block around it, which then exits
         # normally and so drains the write queue.
@@ -555,181 +561,203 @@ async def _serve_notary(
                 max_handshake_bytes=config.probe.max_handshake_bytes,
                 resolver=resolver,
                 clock=clock,
-                on_result=service.observe,
                 admit_destination=lambda address: abuse.admit_destination(address, clock()),
             ) as prober:
-                service.prober = prober
                 scheduler = make_scheduler(
-                    config, prober,
+                    config, prober, lambda target: records.refresh(target),
                     store_observed_age(storage, clock) if shared_store else None,
                 )
-                service.scheduler = scheduler
-                web = WebPages(
-                    service,
-                    notary_profile(
-                        config, bundle_bytes=bundle_bytes, bundle_path=bundle_path,
-                        v2_key_id=v2_signer.key_id if v2_signer is not None else None,
-                        relay_mode=str(relay_handler.mode) if sockets["relay"] else None,
-                        figures_interval_s=FIGURES_INTERVAL_S if v2_signer is not None else 0,
-                        api_ports=[bound_endpoint(s).port for s in sockets["api"]],
-                        perspectives_ports=[
-                            bound_endpoint(s).port for s in sockets["perspectives"]
-                        ],
-                    ),
-                    live=v2_signer is not None,
-                    clock=clock,
-                )
-                handler = ApiHandler(
-                    service,
-                    web=web,
-                    index_text=index_text(config),
-                    bundle_path=bundle_path,
-                    bundle_bytes=bundle_bytes,
-                    perspectives=perspectives_signer is not None,
-                    v2_key_document=v2_key_document,
-                    v2_max_batch=config.v2.max_batch,
-                    v2_max_body_bytes=api_body_bytes,
-                )
-                listeners = list(sockets["api"])
-                plain_listeners = list(sockets["plain_api"])
-                perspectives_listeners = list(sockets["perspectives"])
-                relay_listeners = list(sockets["relay"])
-                body_limit = api_body_bytes if v2_signer is not None else None
-                websocket = None
-                if v2_signer is not None:
-                    websocket = WebSocketService(
-                        answer_query=service.answer_v2_bytes,
-                        limits=config.websocket,
-                        max_batch=config.v2.max_batch,
-                        hub=watch_hub,
+                async with open_records(
+                    cache=cache,
+                    storage=storage,
+                    stored=known,
+                    signer=record_signer,
+                    prober=prober,
+                    merge_window_s=store.merge_window_s,
+                    timeline_limits=store.timeline_limits(),
+                    max_background=BACKGROUND_REFRESHES_PER_PROBE_SLOT * config.probe.max_concurrent,
+                    scheduler=scheduler,
+                    watch_hub=watch_hub,
+                ) as records:
+                    service = QueryService(
+                        records=records,
+                        cache=cache,
+                        storage=storage,
+                        fresh_for_s=config.answers.fresh_for_s,
+                        reprobe_after_s=config.answers.reprobe_after_s,
+                        query_timeout_s=config.answers.query_timeout_s,
+                        clock=clock,
+                        perspectives=perspectives_signer is not None,
+                        v2_signer=v2_signer,
+                        v2_config=config.v2,
+                        abuse=abuse,
+                        scheduler=scheduler,
+                        failure_delay_s=failure_delay_s(config),
                     )
-                connections = ConnectionHandler(
-                    context, handler, config, max_body_bytes=body_limit, websocket=websocket,
-                    abuse=abuse,
-                )
-                plain_connections = ConnectionHandler(
-                    None, handler, config, max_body_bytes=body_limit, abuse=abuse
-                )
-
-                endpoints = tuple(bound_endpoint(listener) for listener in listeners)
-                plain_endpoints = tuple(bound_endpoint(listener) for listener in plain_listeners)
-                perspectives_endpoints = tuple(
-                    bound_endpoint(listener) for listener in perspectives_listeners
-                )
-                relay_endpoints = tuple(bound_endpoint(listener) for listener in relay_listeners)
-                log.info(
-                    "notary %s serving the API on %s (cache: %s)",
-                    __version__, ", ".join(map(str, endpoints)), CACHE_IMPLEMENTATION,
-                )
-                if plain_endpoints:
-                    log.info(
-                        "plain-HTTP API (TLS terminated in front) on %s",
-                        ", ".join(map(str, plain_endpoints)),
+                    web = WebPages(
+                        service,
+                        notary_profile(
+                            config, bundle_bytes=bundle_bytes, bundle_path=bundle_path,
+                            v2_key_id=v2_signer.key_id if v2_signer is not None else None,
+                            relay_mode=str(relay_handler.mode) if sockets["relay"] else None,
+                            figures_interval_s=FIGURES_INTERVAL_S if v2_signer is not None else 0,
+                            api_ports=[bound_endpoint(s).port for s in sockets["api"]],
+                            perspectives_ports=[
+                                bound_endpoint(s).port for s in sockets["perspectives"]
+                            ],
+                        ),
+                        live=v2_signer is not None,
+                        clock=clock,
                     )
-                if perspectives_endpoints:
-                    log.info(
-                        "Perspectives on %s (and on the API ports)",
-                        ", ".join(map(str, perspectives_endpoints)),
+                    handler = ApiHandler(
+                        service,
+                        web=web,
+                        index_text=index_text(config),
+                        bundle_path=bundle_path,
+                        bundle_bytes=bundle_bytes,
+                        perspectives=perspectives_signer is not None,
+                        v2_key_document=v2_key_document,
+                        v2_max_batch=config.v2.max_batch,
+                        v2_max_body_bytes=api_body_bytes,
                     )
-                if relay_endpoints:
-                    log.info(
-                        "relay on %s (destinations: %s)",
-                        ", ".join(map(str, relay_endpoints)), relay_handler.mode,
-                    )
-                metrics = NotaryMetrics(
-                    service=service, cache=cache, known=known, storage=storage, prober=prober,
-                    relay=relay_handler if relay_listeners else None,
-                    scheduler=scheduler, websocket=websocket, abuse=abuse,
-                    signers={
-                        kind: kind_signer for kind, kind_signer in (
-                            ("convergence", signer), ("perspectives", perspectives_signer),
-                            ("v2", v2_signer),
-                        ) if kind_signer is not None
-                    },
-                )
-                web.figures = LiveFigures(
-                    metrics.node_totals, min_interval_s=MIN_SAMPLE_INTERVAL_S
-                )
-                if websocket is not None:
-                    websocket.figures.source = web.figures.current
-                metrics.watch_listener("api", connections)
-                if plain_listeners:
-                    metrics.watch_listener("plain_api", plain_connections)
-                metrics.watch_rejections(handler.rejected)
-                drain = Drain()
-                connections.drain = plain_connections.drain = drain
-                servers: list[tuple[Callable[[trio.SocketStream], Awaitable[None]],
-                                    list[socket.socket]]] = [
-                    (connections, listeners), (plain_connections, plain_listeners),
-                    (relay_handler, relay_listeners),
-                ]
-                if perspectives_listeners:
-                    perspectives_handler = PerspectivesHandler(
-                        service, index_page=perspectives_index(config)
-                    )
-                    perspectives_connections = ConnectionHandler(
-                        None, perspectives_handler, config, abuse=abuse
-                    )
-                    metrics.watch_listener("perspectives", perspectives_connections)
-                    metrics.watch_rejections(perspectives_handler.rejected)
-                    perspectives_connections.drain = drain
-                    servers.append((perspectives_connections, perspectives_listeners))
-
-                # The admin listener is not among ``servers``: it keeps
-                # answering (/readyz: 503) while a graceful stop drains.
-                admin = AdminServer(config, metrics=metrics, storage=storage)
-                metrics.watch_listener("admin", admin)
-                admin_listeners = list(sockets["admin"])
-                admin_endpoints = tuple(bound_endpoint(listener) for listener in admin_listeners)
-                if admin_endpoints:
-                    log.info(
-                        "admin (/metrics, /healthz, /readyz) on %s",
-                        ", ".join(map(str, admin_endpoints)),
-                    )
-
-                connections_done = trio.Event()
-                async with trio.open_nursery() as nursery:
-                    if not shared_store:
-                        nursery.start_soon(known.load, storage)
-                    nursery.start_soon(metrics.serve_folding, config.admin.metrics_interval_s)
-                    if websocket is not None:
-                        nursery.start_soon(websocket.serve_figures)
-                    for listening in admin_listeners:
-                        nursery.start_soon(serve_socket, listening, admin, nursery)
-                    if scheduler is not None:
-                        await nursery.start(scheduler.serve)
-                    reloader = Reloader(
-                        reload_config, prober=prober, relay=relay_handler, api=handler,
-                        bundle_file=config.server.bundle_file,
-                    )
-                    nursery.start_soon(reload_on_sighup, reloader)
-                    # The accept loops run in a scope of their own, so that a
-                    # graceful stop can end them (closing the listeners) and
-                    # let the connections finish.
-                    running_connections = await nursery.start(
-                        run_connections, servers, connections_done
-                    )
-
-                    async def stop_gracefully(timeout_s: float) -> None:
-                        admin.serving = False
-                        running_connections.accepting.cancel()
-                        drain.stop()
-                        with trio.move_on_after(timeout_s):
-                            await connections_done.wait()
-                        if not connections_done.is_set():
-                            log.warning(
-                                "graceful stop: %d connections cut after %gs",
-                                len(running_connections.nursery.child_tasks), timeout_s,
-                            )
-                        serving.cancel()
-
-                    admin.serving = True
-                    task_status.started(
-                        RunningNotary(
-                            endpoints, plain_endpoints, perspectives_endpoints,
-                            relay_endpoints, relay_handler,
-                            service, known, storage, prober, scheduler, cache, serving.cancel,
-                            stop_gracefully, admin=admin_endpoints, metrics=metrics,
-                            abuse=abuse,
+                    listeners = list(sockets["api"])
+                    plain_listeners = list(sockets["plain_api"])
+                    perspectives_listeners = list(sockets["perspectives"])
+                    relay_listeners = list(sockets["relay"])
+                    body_limit = api_body_bytes if v2_signer is not None else None
+                    websocket = None
+                    if v2_signer is not None:
+                        websocket = WebSocketService(
+                            answer_query=service.answer_v2_bytes,
+                            limits=config.websocket,
+                            max_batch=config.v2.max_batch,
+                            hub=watch_hub,
                         )
+                    connections = ConnectionHandler(
+                        context, handler, config, max_body_bytes=body_limit, websocket=websocket,
+                        abuse=abuse,
                     )
+                    plain_connections = ConnectionHandler(
+                        None, handler, config, max_body_bytes=body_limit, abuse=abuse
+                    )
+
+                    endpoints = tuple(bound_endpoint(listener) for listener in listeners)
+                    plain_endpoints = tuple(bound_endpoint(listener) for listener in plain_listeners)
+                    perspectives_endpoints = tuple(
+                        bound_endpoint(listener) for listener in perspectives_listeners
+                    )
+                    relay_endpoints = tuple(bound_endpoint(listener) for listener in relay_listeners)
+                    log.info(
+                        "notary %s serving the API on %s (cache: %s)",
+                        __version__, ", ".join(map(str, endpoints)), CACHE_IMPLEMENTATION,
+                    )
+                    if plain_endpoints:
+                        log.info(
+                            "plain-HTTP API (TLS terminated in front) on %s",
+                            ", ".join(map(str, plain_endpoints)),
+                        )
+                    if perspectives_endpoints:
+                        log.info(
+                            "Perspectives on %s (and on the API ports)",
+                            ", ".join(map(str, perspectives_endpoints)),
+                        )
+                    if relay_endpoints:
+                        log.info(
+                            "relay on %s (destinations: %s)",
+                            ", ".join(map(str, relay_endpoints)), relay_handler.mode,
+                        )
+                    metrics = NotaryMetrics(
+                        service=service, cache=cache, known=known, storage=storage, prober=prober,
+                        records=records,
+                        relay=relay_handler if relay_listeners else None,
+                        scheduler=scheduler, websocket=websocket, abuse=abuse,
+                        signers=signers,
+                    )
+                    web.figures = LiveFigures(
+                        metrics.node_totals, min_interval_s=MIN_SAMPLE_INTERVAL_S
+                    )
+                    if websocket is not None:
+                        websocket.figures.source = web.figures.current
+                    metrics.watch_listener("api", connections)
+                    if plain_listeners:
+                        metrics.watch_listener("plain_api", plain_connections)
+                    metrics.watch_rejections(handler.rejected)
+                    drain = Drain()
+                    connections.drain = plain_connections.drain = drain
+                    servers: list[tuple[Callable[[trio.SocketStream], Awaitable[None]],
+                                        list[socket.socket]]] = [
+                        (connections, listeners), (plain_connections, plain_listeners),
+                        (relay_handler, relay_listeners),
+                    ]
+                    if perspectives_listeners:
+                        perspectives_handler = PerspectivesHandler(
+                            service, index_page=perspectives_index(config)
+                        )
+                        perspectives_connections = ConnectionHandler(
+                            None, perspectives_handler, config, abuse=abuse
+                        )
+                        metrics.watch_listener("perspectives", perspectives_connections)
+                        metrics.watch_rejections(perspectives_handler.rejected)
+                        perspectives_connections.drain = drain
+                        servers.append((perspectives_connections, perspectives_listeners))
+
+                    # The admin listener is not among ``servers``: it keeps
+                    # answering (/readyz: 503) while a graceful stop drains.
+                    admin = AdminServer(config, metrics=metrics, storage=storage)
+                    metrics.watch_listener("admin", admin)
+                    admin_listeners = list(sockets["admin"])
+                    admin_endpoints = tuple(bound_endpoint(listener) for listener in admin_listeners)
+                    if admin_endpoints:
+                        log.info(
+                            "admin (/metrics, /healthz, /readyz) on %s",
+                            ", ".join(map(str, admin_endpoints)),
+                        )
+
+                    connections_done = trio.Event()
+                    async with trio.open_nursery() as nursery:
+                        if not shared_store:
+                            nursery.start_soon(known.load, storage)
+                        nursery.start_soon(metrics.serve_folding, config.admin.metrics_interval_s)
+                        if websocket is not None:
+                            nursery.start_soon(websocket.serve_figures)
+                        for listening in admin_listeners:
+                            nursery.start_soon(serve_socket, listening, admin, nursery)
+                        if scheduler is not None:
+                            await nursery.start(scheduler.serve)
+                        reloader = Reloader(
+                            reload_config, prober=prober, relay=relay_handler, api=handler,
+                            bundle_file=config.server.bundle_file,
+                        )
+                        nursery.start_soon(reload_on_sighup, reloader)
+                        # The accept loops run in a scope of their own, so that a
+                        # graceful stop can end them (closing the listeners) and
+                        # let the connections finish.
+                        running_connections = await nursery.start(
+                            run_connections, servers, connections_done
+                        )
+
+                        async def stop_gracefully(timeout_s: float) -> None:
+                            admin.serving = False
+                            running_connections.accepting.cancel()
+                            drain.stop()
+                            with trio.move_on_after(timeout_s):
+                                await connections_done.wait()
+                            if not connections_done.is_set():
+                                log.warning(
+                                    "graceful stop: %d connections cut after %gs",
+                                    len(running_connections.nursery.child_tasks), timeout_s,
+                                )
+                            serving.cancel()
+
+                        admin.serving = True
+                        task_status.started(
+                            RunningNotary(
+                                api=endpoints, plain_api=plain_endpoints,
+                                perspectives=perspectives_endpoints, relay=relay_endpoints,
+                                relay_handler=relay_handler, service=service, records=records,
+                                known=known, storage=storage, prober=prober,
+                                scheduler=scheduler, cache=cache, stop=serving.cancel,
+                                stop_gracefully=stop_gracefully, admin=admin_endpoints,
+                                metrics=metrics, abuse=abuse, signers=signers,
+                            )
+                        )

@@ -86,6 +86,7 @@ from notary.server.relay import RelayHandler
 from notary.server.websocket import WebSocketService
 from notary.service.abuse import AbuseControls
 from notary.service.query import QueryService
+from notary.service.records import Records
 from notary.service.scheduler import RescanScheduler
 from notary.service.stored_targets import KnownTargets
 from notary.state.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
@@ -301,7 +302,7 @@ METRICS: tuple[MetricSpec, ...] = (
              ("success", *PROBE_FAILURE_REASONS)),
     _counter("notary_probe_tls_versions", "prober", "tls_versions", "Successful probes, by the "
              "TLS version the target negotiated.", ("version",), PROBE_TLS_VERSIONS),
-    _counter("notary_probes_coalesced", "prober", "coalesced", "Probe requests that joined a "
+    _counter("notary_probes_coalesced", "records", "coalesced", "Probe requests that joined a "
              "probe already running for their target."),
     _gauge("notary_probes_in_flight", "livesum", "prober", "in_flight",
            "Probes holding a connection slot."),
@@ -426,6 +427,7 @@ class NotaryMetrics:
         known: KnownTargets,
         storage: Storage,
         prober: Prober,
+        records: Records,
         relay: RelayHandler | None = None,
         scheduler: RescanScheduler | None = None,
         websocket: WebSocketService | None = None,
@@ -436,7 +438,8 @@ class NotaryMetrics:
         self._websocket = websocket
         #: The components whose ``statistics()`` are folded, by source name.
         self._components: dict[str, Any] = {
-            "cache": cache, "known": known, "prober": prober, "storage": storage,
+            "cache": cache, "known": known, "prober": prober, "records": records,
+            "storage": storage,
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
         }
         self._signers = dict(signers or {})

@@ -6,9 +6,8 @@ Invariants
    protocol is asked after the target's list changed: it returns bytes that
    were signed then.
 2. A target's answer in each protocol is signed at most once per change of
-   its list, by the first query that needs it (``TargetRecord``): probes
-   (``observe``, once per probe inside the prober's single-flight task) and
-   store loads sign nothing, so rescans of targets nobody asks about, and
+   its list, by the first query that needs it (``TargetRecord``): refreshes
+   (``notary.service.records``, once per probe) and store loads sign nothing, so rescans of targets nobody asks about, and
    the protocols nobody asks a target in, cost no signature.
 3. A record loaded from the store never replaces a record already in the
    cache (the cached one is at least as new).
@@ -61,7 +60,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -75,200 +73,22 @@ from notary.errors import (
     ProbeTimeout,
     StoreError,
 )
-from notary.model.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline, TimelineLimits
+from notary.model.observations import ProbeResult, Timeline
 from notary.model.ratelimit import RateLimited, retry_after_s
 from notary.model.targets import Target
-from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.convergence import Decision
 from notary.service.abuse import AbuseControls
+from notary.service.records import Records, TargetRecord
 from notary.service.scheduler import RescanScheduler
-from notary.service.stored_targets import KnownTargets
-from notary.service.watch import WatchHub
 from notary.state.cache import LRUCache
-from notary.state.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
+from notary.state.crypto import Ed25519Signer
 
 log = logging.getLogger(__name__)
 
-#: Rough per-record bytes beyond the bodies and certificates (objects, hashes).
-RECORD_OVERHEAD_BYTES = 512
-#: Upper estimates of a fully signed record's answers (every protocol, the
-#: four Convergence responses): per certificate observed, per run of one,
-#: and for the rest (signatures, headers; plus the host name's length).
-#: ``tests/test_query_fastpath.py`` checks them against real answers.
-SIGNED_BYTES_PER_OBSERVATION = 1152
-SIGNED_BYTES_PER_RUN = 48
-SIGNED_BYTES_BASE = 3072
 #: The protocols queries are counted by (``QueryService.answered``).
 QUERY_PROTOCOLS = ("convergence", "perspectives", "v2", "websocket")
-
-
-class RecordSigner:
-    """Makes a timeline's signed answer for each protocol served; shared by
-    the records of one ``QueryService`` (and owned by it).
-
-    Error handling: a signer's exception propagates (a broken key is a bug
-    the first query shows, not something to answer around)."""
-
-    __slots__ = ("_clock", "_convergence", "_perspectives", "_v2", "_v2_config")
-
-    def __init__(
-        self,
-        convergence_signer: ConvergenceSigner,
-        perspectives_signer: PerspectivesSigner | None,
-        v2_signer: Ed25519Signer | None,
-        v2_config: V2Config,
-        clock: Callable[[], float],
-    ) -> None:
-        self._convergence = convergence_signer
-        self._perspectives = perspectives_signer
-        self._v2 = v2_signer
-        self._v2_config = v2_config
-        self._clock = clock
-
-    def convergence_body(self, timeline: Timeline) -> bytes:
-        payload = convergence.signed_payload(convergence.entries_of(timeline))
-        return convergence.answer_body(payload, self._convergence.sign(payload))
-
-    def perspectives_body(self, timeline: Timeline) -> bytes | None:
-        """The signed Perspectives XML; None when Perspectives is not served."""
-        if self._perspectives is None:
-            return None
-        keys = perspectives.keys_of(timeline)
-        blob = perspectives.signed_blob(perspectives.service_id(timeline.target), keys)
-        return perspectives.reply_xml(keys, self._perspectives.sign(blob))
-
-    def v2_statement(self, timeline: Timeline) -> v2.SignedStatement | None:
-        """The v2 statement, signed now; None when v2 is not served."""
-        signer = self._v2
-        if signer is None:
-            return None
-        made = v2.statement(
-            timeline,
-            key_id=signer.key_id,
-            signed_at=int(self._clock()),
-            valid_for_s=self._v2_config.statement_valid_for_s,
-        )
-        return v2.sign_statement(made, signer.sign)
-
-
-#: Not signed yet (``TargetRecord``'s lazily made answers).
-_UNSIGNED: Any = object()
-
-
-class TargetRecord:
-    """What the cache holds for a target: its timeline and, made on first
-    use and kept, the signed answer of each protocol (invariant 2).
-
-    A probe that changes the timeline makes a new record and signs nothing:
-    the first query of each protocol signs once for it. Rescans of targets
-    nobody asks about, and the protocols a target is not asked in, cost no
-    signature. ``size`` is fixed at construction: an upper estimate of the
-    record fully signed (the cache's byte accounting cannot drift as answers
-    are made)."""
-
-    __slots__ = (
-        "_convergence_body",
-        "_http_responses",
-        "_perspectives_body",
-        "_signer",
-        "_v2_statement",
-        "latest_sha256",
-        "size",
-        "timeline",
-    )
-
-    def __init__(
-        self, timeline: Timeline, signer: RecordSigner, latest_sha256: bytes | None = None
-    ) -> None:
-        self.timeline = timeline
-        #: SHA-256 of the certificate the latest probe saw (None: not probed
-        #: since the record was loaded; the timeline's newest stands in).
-        #: Times are whole seconds, so "newest" alone is ambiguous within a
-        #: second.
-        self.latest_sha256 = latest_sha256
-        self._signer = signer
-        self._convergence_body: bytes = _UNSIGNED
-        self._http_responses: tuple[bytes, bytes, bytes, bytes] = _UNSIGNED
-        self._perspectives_body: bytes | None = _UNSIGNED
-        self._v2_statement: v2.SignedStatement | None = _UNSIGNED
-        observations = timeline.observations
-        self.size = (
-            sum(len(o.certificate.der) + SIGNED_BYTES_PER_RUN * len(o.runs) for o in observations)
-            + SIGNED_BYTES_PER_OBSERVATION * len(observations)
-            + SIGNED_BYTES_BASE + 3 * len(timeline.target.host) + RECORD_OVERHEAD_BYTES
-        )
-
-    @property
-    def convergence_body(self) -> bytes:
-        body = self._convergence_body
-        if body is _UNSIGNED:
-            body = self._convergence_body = self._signer.convergence_body(self.timeline)
-        return body
-
-    @property
-    def http_responses(self) -> tuple[bytes, bytes, bytes, bytes]:
-        """The complete Convergence HTTP responses carrying
-        ``convergence_body``, made once: indexed by ``response_index``."""
-        responses = self._http_responses
-        if responses is _UNSIGNED:
-            body = self.convergence_body
-            responses = self._http_responses = tuple(  # type: ignore[assignment]
-                http.response(
-                    status, body, content_type=convergence.CONTENT_TYPE, keep_alive=alive
-                )
-                for status in (200, 409)
-                for alive in (False, True)
-            )
-        return responses
-
-    @property
-    def perspectives_body(self) -> bytes | None:
-        """The signed Perspectives XML (None: Perspectives is not served)."""
-        body = self._perspectives_body
-        if body is _UNSIGNED:
-            body = self._perspectives_body = self._signer.perspectives_body(self.timeline)
-        return body
-
-    @property
-    def v2_statement(self) -> v2.SignedStatement | None:
-        """The v2 statement (None: v2 is not served)."""
-        statement = self._v2_statement
-        if statement is _UNSIGNED:
-            statement = self._v2_statement = self._signer.v2_statement(self.timeline)
-        return statement
-
-    def signed_bytes(self) -> int:
-        """Bytes of the answers made so far (what ``size`` estimates)."""
-        total = 0
-        if self._convergence_body is not _UNSIGNED:
-            total += len(self._convergence_body)
-        if self._http_responses is not _UNSIGNED:
-            total += sum(len(r) for r in self._http_responses)
-        if self._perspectives_body not in (_UNSIGNED, None):
-            total += len(self._perspectives_body)
-        if self._v2_statement not in (_UNSIGNED, None):
-            total += len(self._v2_statement.entry)
-        return total
-
-    def _copy(self) -> TargetRecord:
-        copy = TargetRecord.__new__(TargetRecord)
-        for name in TargetRecord.__slots__:
-            setattr(copy, name, getattr(self, name))
-        return copy
-
-    def with_latest(self, sha256: bytes) -> TargetRecord:
-        """This record (answers made so far included) with ``latest_sha256``."""
-        copy = self._copy()
-        copy.latest_sha256 = sha256
-        return copy
-
-    def with_new_v2_statement(self) -> TargetRecord:
-        """This record with its v2 statement signed again now (renewal)."""
-        copy = self._copy()
-        copy._v2_statement = self._signer.v2_statement(self.timeline)
-        return copy
 
 
 #: The body of every 503 of a failed probe (rule 7), and of a 403.
@@ -322,8 +142,9 @@ class Answer:
 class QueryService:
     """Answers Convergence queries.
 
-    Resource handling: borrows the cache, storage, known-targets filter,
-    signer and prober; owns nothing. ``observe`` must be installed as the prober's result hook.
+    Resource handling: borrows the records (which refresh targets), the
+    cache (read on the fast path), the store writer (``note_asked``), the
+    v2 signer (answer envelopes) and the scheduler; owns nothing.
 
     ``abuse``: the limits of invariant 6 (None: none). ``failure_delay_s``:
     invariant 7 (0: failures are answered at once).
@@ -338,35 +159,28 @@ class QueryService:
     def __init__(
         self,
         *,
+        records: Records,
         cache: LRUCache,
         storage: Storage,
-        known: KnownTargets,
-        signer: ConvergenceSigner,
         fresh_for_s: int,
         reprobe_after_s: int,
         query_timeout_s: float,
         clock: Callable[[], float],
-        merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
-        timeline_limits: TimelineLimits | None = None,
-        perspectives_signer: PerspectivesSigner | None = None,
+        perspectives: bool = False,
         v2_signer: Ed25519Signer | None = None,
         v2_config: V2Config | None = None,
         abuse: AbuseControls | None = None,
+        scheduler: RescanScheduler | None = None,
         failure_delay_s: float = 0.0,
-        watch_hub: WatchHub | None = None,
     ) -> None:
+        self._records = records
         self._cache = cache
         self._storage = storage
-        self._known = known
-        self._signer = signer
         self._fresh_for_s = fresh_for_s
         self._reprobe_after_s = reprobe_after_s
         self._query_timeout_s = query_timeout_s
         self._clock = clock
-        self._merge_window_s = merge_window_s
-        #: What a timeline keeps (the store keeps the same: ``[store]``).
-        self._timeline_limits = timeline_limits
-        self._perspectives_signer = perspectives_signer
+        self._perspectives = perspectives
         self._v2_signer = v2_signer
         self._v2 = v2_config or V2Config()
         self.abuse = abuse
@@ -384,10 +198,7 @@ class QueryService:
         self._probing: dict[str, int] = {}
         self._too_many: dict[tuple[int, bool], bytes] = {}
         #: Told of every query and probe outcome, when rescanning is on.
-        self.scheduler: RescanScheduler | None = None
-        #: Told of every new certificate seen, when v2 watches are served.
-        self._watch_hub = watch_hub
-        self.prober: Prober | None = None
+        self.scheduler = scheduler
         #: Queries answered, by protocol (``QUERY_PROTOCOLS``) then HTTP
         #: status, cumulative (requests refused before reaching the service
         #: are counted by the handlers). Plain counters on the query path;
@@ -395,74 +206,10 @@ class QueryService:
         #: ``collections.Counter`` increment costs about three times more.
         self.answered: dict[str, dict[int, int]] = {name: {} for name in QUERY_PROTOCOLS}
         self._convergence_answered = self.answered["convergence"]
-        self._record_signer = RecordSigner(
-            signer, perspectives_signer, v2_signer, self._v2, clock
-        )
 
     def _count(self, protocol: str, status: int) -> None:
         answered = self.answered[protocol]
         answered[status] = answered.get(status, 0) + 1
-
-    def _make_record(self, timeline: Timeline) -> TargetRecord:
-        """A record of ``timeline``; nothing is signed yet (invariant 2)."""
-        return TargetRecord(timeline, self._record_signer)
-
-    async def _lookup(self, target: Target, *, strict: bool = False) -> TargetRecord | None:
-        """The cached or stored record of ``target`` (None: never observed).
-        A store read failure is logged and treated as "nothing known", or
-        raised as ``StoreError`` when ``strict``."""
-        record = self._cache.get(target.key)
-        if record is not None:
-            return record
-        return await self._load(target, strict=strict)
-
-    async def _load(self, target: Target, *, strict: bool = False) -> TargetRecord | None:
-        """``_lookup`` after a cache miss: the stored record, cached on the way."""
-        if not self._known.may_contain(target.key):
-            return None
-        try:
-            timeline = await self._storage.load_timeline(target)
-        except StoreError as exc:
-            if strict:
-                raise
-            log.error("store read failed, answering from probes: %s", exc)
-            return None
-        if not timeline.observations:
-            return None
-        cached = self._cache.peek(target.key)
-        if cached is not None:  # invariant 3: a probe finished meanwhile
-            return cached
-        record = self._make_record(timeline)
-        self._cache.put(target.key, record, record.size)
-        return record
-
-    async def observe(self, result: ProbeResult) -> None:
-        """The prober's hook: merge ``result`` into the target's record,
-        re-sign if the list changed, and queue it for the store."""
-        target = result.target
-        record = await self._lookup(target)
-        old = record.timeline if record is not None else Timeline(target)
-        timeline = old.merged(result, self._merge_window_s, self._timeline_limits)
-        previous: bytes | None = None
-        if record is not None:
-            newest = old.newest
-            previous = record.latest_sha256 or (newest.certificate.sha256 if newest else None)
-        sha256 = result.leaf.sha256
-        new_certificate = previous != sha256
-        if self.scheduler is not None:
-            self.scheduler.note_probe(target, result, None, new_certificate and previous is not None)
-        if record is None or timeline != old:
-            record = self._make_record(timeline)
-        if record.latest_sha256 != sha256:
-            record = record.with_latest(sha256)
-        self._cache.put(target.key, record, record.size)
-        hub = self._watch_hub
-        if new_certificate and hub is not None and hub.watched(target.key):
-            statement = record.v2_statement  # signed here only when someone watches
-            if statement is not None:
-                hub.publish(target, statement.entry)
-        self._known.add(target.key)
-        await self._storage.record(result)
 
     async def answer(
         self, target: Target, fingerprint: bytes | None, client: bytes | None = None
@@ -564,7 +311,7 @@ class QueryService:
         """``answer`` when the cache alone could not: ``record`` is the cached
         one (stale for this query), or None after a cache miss."""
         if record is None:
-            record = await self._load(target)
+            record = await self._records.load(target)
         timeline = record.timeline if record is not None else None
         decision = convergence.decide(
             timeline,
@@ -578,7 +325,7 @@ class QueryService:
         if decision is Decision.PROBE:
             started = trio.current_time()
             try:
-                result = await self._probe_for(target, record, client)
+                refreshed = await self._refresh_for(target, record, client)
             except ProbeError as exc:
                 self._note_probe_outcome(target, record, None, exc)
                 if isinstance(exc, ProbeThrottled) and self._probed_lately(record):
@@ -588,27 +335,21 @@ class QueryService:
                 if answer.status == 503:
                     await self._at_failure_deadline(started)
                 return answer
-            self._note_probe_outcome(target, record, result, None)
-            # ``observe`` ran before probe() returned; the fallback covers an
-            # eviction in between.
-            record = self._cache.peek(target.key) or self._make_record(
-                (timeline or Timeline(target)).merged(
-                    result, self._merge_window_s, self._timeline_limits
-                )
-            )
+            self._note_probe_outcome(target, record, refreshed.last_probe, None)
+            record = refreshed
         return self._answer_from(record, fingerprint)
 
-    async def _probe_for(
+    async def _refresh_for(
         self, target: Target, record: TargetRecord | None, client: bytes | None
-    ) -> ProbeResult:
-        """Probe ``target`` for a query of ``client`` (``record``: what is
-        known of it), under the query deadline, admitted by the limits unless
-        it joins a probe a query started (invariant 6).
+    ) -> TargetRecord:
+        """Refresh ``target`` for a query of ``client`` (``record``: what is
+        known of it) under the query deadline, admitted by the limits unless
+        it joins a probe a query started (invariant 6); the record with what
+        the probe saw.
 
         Error handling: ``RateLimited`` (the client's probe budget), a
         ``ProbeError`` for a probe that failed, was throttled
-        (``ProbeThrottled``) or did not finish in time (``ProbeTimeout``)."""
-        assert self.prober is not None, "QueryService.prober was never set"
+        (``ProbeThrottled``) or did not finish in time (``QueryDeadline``)."""
         key = target.key
         probing = self._probing
         abuse = self.abuse
@@ -619,7 +360,7 @@ class QueryService:
         probing[key] = probing.get(key, 0) + 1
         try:
             with trio.fail_after(self._query_timeout_s):
-                return await self.prober.probe(target)
+                return await self._records.refresh(target)
         except trio.TooSlowError:
             raise QueryDeadline("probe did not finish in time") from None
         except ProbeRefused:
@@ -658,22 +399,21 @@ class QueryService:
 
         Error handling: ``RateLimited`` when the client prefix ``client`` is
         over its query or probe rate (invariant 6)."""
-        assert self._perspectives_signer is not None, "Perspectives is not configured"
+        assert self._perspectives, "Perspectives is not configured"
         abuse = self.abuse
         if abuse is not None:
             abuse.admit_query(client, self._clock())
         try:
-            record = await self._lookup(target, strict=True)
+            record = await self._records.lookup(target, strict=True)
         except StoreError as exc:
             log.error("store read failed for a Perspectives query: %s", exc)
             self._count("perspectives", 503)
             return Answer(503, b"observation store unavailable\n", b"text/plain")
         if record is None or record.perspectives_body is None:
-            assert self.prober is not None, "QueryService.prober was never set"
             try:
                 if abuse is not None:
                     abuse.admit_probe(client, target.key, self._clock())
-                started = self.prober.probe_soon(target)
+                started = self._records.refresh_soon(target)
                 if not started and abuse is not None:  # the prober is full: nothing spent
                     abuse.refund_probe(target.key)
             except ProbeThrottled:
@@ -767,7 +507,7 @@ class QueryService:
         """The result of a query ``_v2_result_at_once`` could not answer:
         store read and probe as needed."""
         target = query.target
-        record = await self._lookup(target)
+        record = await self._records.lookup(target)
         now = int(self._clock())
         decision = v2.decide(
             record.timeline if record is not None else None, query.sha256, query.sha1,
@@ -779,8 +519,9 @@ class QueryService:
             self._note_query(target)
         if decision is Decision.PROBE:
             started = trio.current_time()
+            refreshed = None
             try:
-                result = await self._probe_for(target, record, client)
+                refreshed = await self._refresh_for(target, record, client)
             except RateLimited:
                 pass  # answered from what is known, unprobed; not registered
             except ProbeError as exc:
@@ -793,8 +534,9 @@ class QueryService:
                         v2.VERDICT_UNREACHABLE
                     )
             else:
-                self._note_probe_outcome(target, record, result, None)
-            record = self._cache.peek(target.key) or record
+                self._note_probe_outcome(target, record, refreshed.last_probe, None)
+            # unprobed: a refresh may have finished meanwhile
+            record = refreshed or self._cache.peek(target.key) or record
             if failure == v2.VERDICT_UNREACHABLE:
                 await self._at_failure_deadline(started)
         if record is None:
@@ -848,7 +590,7 @@ class QueryService:
         abuse = self.abuse
         if abuse is not None:
             abuse.admit_query(client, self._clock())
-        record = await self._lookup(target, strict=True)
+        record = await self._records.lookup(target, strict=True)
         return record.timeline if record is not None else None
 
     async def check_now(self, target: Target, client: bytes | None = None) -> str:
@@ -860,18 +602,17 @@ class QueryService:
         (invariant 6: one query, then the client's, the target's and the
         target prefix's probe budgets; joining a probe a query started is
         free) and the query deadline; a failure is answered no sooner than
-        invariant 7 says. The outcome is in the cache (``observe``) before
-        this returns.
+        invariant 7 says. The outcome is in the cache before this returns.
 
         Error handling: ``RateLimited`` over the client's query or probe
         rate; probe failures are outcomes, never raised."""
         abuse = self.abuse
         if abuse is not None:
             abuse.admit_query(client, self._clock())
-        record = await self._lookup(target)
+        record = await self._records.lookup(target)
         started = trio.current_time()
         try:
-            result = await self._probe_for(target, record, client)
+            refreshed = await self._refresh_for(target, record, client)
         except ProbeError as exc:
             self._note_probe_outcome(target, record, None, exc)
             if isinstance(exc, ProbeThrottled):
@@ -880,7 +621,7 @@ class QueryService:
             elif isinstance(exc, ProbeRefused):
                 return v2.VERDICT_REFUSED
         else:
-            self._note_probe_outcome(target, record, result, None)
+            self._note_probe_outcome(target, record, refreshed.last_probe, None)
             return "observed"
         await self._at_failure_deadline(started)
         return v2.VERDICT_UNREACHABLE

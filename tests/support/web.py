@@ -35,7 +35,7 @@ async def open_web_notary(
 async def seed_three_certificates(notary: NotaryUnderTest, site: TLSTarget) -> None:
     """Give ``site`` (served as :data:`SITE`) the history described above;
     the clock is back to now afterwards."""
-    prober = notary.running.prober
+    records = notary.running.records
     target = site.target(SITE)
     # (days from the start, replace the certificate first)
     steps = ((0, False), (0.05, False), (4, False),  # A: runs 1 and 2
@@ -47,6 +47,6 @@ async def seed_three_certificates(notary: NotaryUnderTest, site: TLSTarget) -> N
             if replace:
                 site.replace_certificate(SITE)
             notary.clock.offset = start_offset + days * DAY_S
-            await prober.probe(target)
+            await records.refresh(target)
     finally:
         notary.clock.offset = 0.0

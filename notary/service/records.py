@@ -1,0 +1,455 @@
+"""Target records: what the notary knows of each target, with its signed
+answers, and the one way to learn more: :meth:`Records.refresh`.
+
+A record (``TargetRecord``) is a target's timeline plus the answer of each
+protocol, signed on first use and kept (a cache hit costs no signature).
+``Records`` finds a target's record in the cache, else in the store (never
+for a target the stored-targets filter has never seen), and refreshes it: a
+probe, merged into the timeline, cached, queued for the store, published to
+the target's watchers and reported to the rescan scheduler, once per probe
+however many callers wait for it.
+
+Resource handling: :func:`open_records` owns a nursery in which every
+refresh runs, never in a caller's task: a caller that stops waiting (its own
+deadline) does not stop the refresh, whose probe is still merged. Leaving
+the context manager cancels refreshes in progress; their waiters get a
+``ProbeError``. ``Records`` borrows the cache, the store writer, the
+stored-targets filter, the prober, the scheduler and the watch hub.
+
+Error handling: a failed probe is the refresh's ``ProbeError`` (each waiter
+gets its own copy); a store read failure is logged and treated as "nothing
+known" (or raised, ``strict``); an unexpected exception while merging is
+logged, and the waiters get the record merged in memory.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import trio
+
+from notary.config import V2Config
+from notary.errors import ProbeError, StoreError
+from notary.model.observations import ProbeResult, Timeline, TimelineLimits
+from notary.model.targets import Target
+from notary.outbound.probe import Prober
+from notary.outbound.writer import Storage
+from notary.protocol import convergence, http, perspectives, v2
+from notary.service.scheduler import RescanScheduler
+from notary.service.stored_targets import KnownTargets
+from notary.service.watch import WatchHub
+from notary.state.cache import LRUCache
+from notary.state.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
+
+__all__ = [
+    "BACKGROUND_REFRESHES_PER_PROBE_SLOT", "RecordSigner", "Records", "RecordsStatistics",
+    "TargetRecord", "open_records",
+]
+
+log = logging.getLogger(__name__)
+
+#: Background refreshes (:meth:`Records.refresh_soon`) start only while fewer
+#: than this many times the prober's ``max_concurrent`` refreshes run.
+BACKGROUND_REFRESHES_PER_PROBE_SLOT = 4
+
+#: Rough per-record bytes beyond the bodies and certificates (objects, hashes).
+RECORD_OVERHEAD_BYTES = 512
+#: Upper estimates of a fully signed record's answers (every protocol, the
+#: four Convergence responses): per certificate observed, per run of one,
+#: and for the rest (signatures, headers; plus the host name's length).
+#: ``tests/test_query_fastpath.py`` checks them against real answers.
+SIGNED_BYTES_PER_OBSERVATION = 1152
+SIGNED_BYTES_PER_RUN = 48
+SIGNED_BYTES_BASE = 3072
+
+
+class RecordSigner:
+    """Makes a timeline's signed answer for each protocol served; shared by
+    the records of one ``QueryService`` (and owned by it).
+
+    Error handling: a signer's exception propagates (a broken key is a bug
+    the first query shows, not something to answer around)."""
+
+    __slots__ = ("_clock", "_convergence", "_perspectives", "_v2", "_v2_config")
+
+    def __init__(
+        self,
+        convergence_signer: ConvergenceSigner,
+        perspectives_signer: PerspectivesSigner | None,
+        v2_signer: Ed25519Signer | None,
+        v2_config: V2Config,
+        clock: Callable[[], float],
+    ) -> None:
+        self._convergence = convergence_signer
+        self._perspectives = perspectives_signer
+        self._v2 = v2_signer
+        self._v2_config = v2_config
+        self._clock = clock
+
+    def convergence_body(self, timeline: Timeline) -> bytes:
+        payload = convergence.signed_payload(convergence.entries_of(timeline))
+        return convergence.answer_body(payload, self._convergence.sign(payload))
+
+    def perspectives_body(self, timeline: Timeline) -> bytes | None:
+        """The signed Perspectives XML; None when Perspectives is not served."""
+        if self._perspectives is None:
+            return None
+        keys = perspectives.keys_of(timeline)
+        blob = perspectives.signed_blob(perspectives.service_id(timeline.target), keys)
+        return perspectives.reply_xml(keys, self._perspectives.sign(blob))
+
+    def v2_statement(self, timeline: Timeline) -> v2.SignedStatement | None:
+        """The v2 statement, signed now; None when v2 is not served."""
+        signer = self._v2
+        if signer is None:
+            return None
+        made = v2.statement(
+            timeline,
+            key_id=signer.key_id,
+            signed_at=int(self._clock()),
+            valid_for_s=self._v2_config.statement_valid_for_s,
+        )
+        return v2.sign_statement(made, signer.sign)
+
+
+#: Not signed yet (``TargetRecord``'s lazily made answers).
+_UNSIGNED: Any = object()
+
+
+class TargetRecord:
+    """What the cache holds for a target: its timeline and, made on first
+    use and kept, the signed answer of each protocol (invariant 2).
+
+    A probe that changes the timeline makes a new record and signs nothing:
+    the first query of each protocol signs once for it. Rescans of targets
+    nobody asks about, and the protocols a target is not asked in, cost no
+    signature. ``size`` is fixed at construction: an upper estimate of the
+    record fully signed (the cache's byte accounting cannot drift as answers
+    are made)."""
+
+    __slots__ = (
+        "_convergence_body",
+        "_http_responses",
+        "_perspectives_body",
+        "_signer",
+        "_v2_statement",
+        "last_probe",
+        "latest_sha256",
+        "size",
+        "timeline",
+    )
+
+    def __init__(
+        self, timeline: Timeline, signer: RecordSigner, latest_sha256: bytes | None = None
+    ) -> None:
+        self.timeline = timeline
+        #: SHA-256 of the certificate the latest probe saw (None: not probed
+        #: since the record was loaded; the timeline's newest stands in).
+        #: Times are whole seconds, so "newest" alone is ambiguous within a
+        #: second.
+        self.latest_sha256 = latest_sha256
+        #: The latest probe's result, its chain left out (the cache's byte
+        #: accounting counts no chain); None: not probed since loaded.
+        self.last_probe: ProbeResult | None = None
+        self._signer = signer
+        self._convergence_body: bytes = _UNSIGNED
+        self._http_responses: tuple[bytes, bytes, bytes, bytes] = _UNSIGNED
+        self._perspectives_body: bytes | None = _UNSIGNED
+        self._v2_statement: v2.SignedStatement | None = _UNSIGNED
+        observations = timeline.observations
+        self.size = (
+            sum(len(o.certificate.der) + SIGNED_BYTES_PER_RUN * len(o.runs) for o in observations)
+            + SIGNED_BYTES_PER_OBSERVATION * len(observations)
+            + SIGNED_BYTES_BASE + 3 * len(timeline.target.host) + RECORD_OVERHEAD_BYTES
+        )
+
+    @property
+    def convergence_body(self) -> bytes:
+        body = self._convergence_body
+        if body is _UNSIGNED:
+            body = self._convergence_body = self._signer.convergence_body(self.timeline)
+        return body
+
+    @property
+    def http_responses(self) -> tuple[bytes, bytes, bytes, bytes]:
+        """The complete Convergence HTTP responses carrying
+        ``convergence_body``, made once: indexed by ``response_index``."""
+        responses = self._http_responses
+        if responses is _UNSIGNED:
+            body = self.convergence_body
+            responses = self._http_responses = tuple(  # type: ignore[assignment]
+                http.response(
+                    status, body, content_type=convergence.CONTENT_TYPE, keep_alive=alive
+                )
+                for status in (200, 409)
+                for alive in (False, True)
+            )
+        return responses
+
+    @property
+    def perspectives_body(self) -> bytes | None:
+        """The signed Perspectives XML (None: Perspectives is not served)."""
+        body = self._perspectives_body
+        if body is _UNSIGNED:
+            body = self._perspectives_body = self._signer.perspectives_body(self.timeline)
+        return body
+
+    @property
+    def v2_statement(self) -> v2.SignedStatement | None:
+        """The v2 statement (None: v2 is not served)."""
+        statement = self._v2_statement
+        if statement is _UNSIGNED:
+            statement = self._v2_statement = self._signer.v2_statement(self.timeline)
+        return statement
+
+    def signed_bytes(self) -> int:
+        """Bytes of the answers made so far (what ``size`` estimates)."""
+        total = 0
+        if self._convergence_body is not _UNSIGNED:
+            total += len(self._convergence_body)
+        if self._http_responses is not _UNSIGNED:
+            total += sum(len(r) for r in self._http_responses)
+        if self._perspectives_body not in (_UNSIGNED, None):
+            total += len(self._perspectives_body)
+        if self._v2_statement not in (_UNSIGNED, None):
+            total += len(self._v2_statement.entry)
+        return total
+
+    def _copy(self) -> TargetRecord:
+        made = TargetRecord.__new__(TargetRecord)
+        for name in TargetRecord.__slots__:
+            setattr(made, name, getattr(self, name))
+        return made
+
+    def with_probe(self, result: ProbeResult) -> TargetRecord:
+        """This record (answers made so far included) as made by the probe
+        ``result`` (``latest_sha256``, ``last_probe``)."""
+        made = self._copy()
+        made.latest_sha256 = result.leaf.sha256
+        made.last_probe = replace(result, chain=()) if result.chain else result
+        return made
+
+    def with_new_v2_statement(self) -> TargetRecord:
+        """This record with its v2 statement signed again now (renewal)."""
+        made = self._copy()
+        made._v2_statement = self._signer.v2_statement(self.timeline)
+        return made
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsStatistics:
+    """``refreshes``: refreshes started; ``coalesced``: ``refresh`` calls
+    that joined the refresh already running for their target; ``running``:
+    refreshes running now."""
+
+    refreshes: int
+    coalesced: int
+    running: int
+
+
+@dataclass(slots=True)
+class _Refresh:
+    """One running refresh and what its waiters need."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    record: TargetRecord | None = None
+    error: ProbeError | None = None
+
+
+class Records:
+    """The records of every target; see the module docstring. Made by
+    :func:`open_records`."""
+
+    def __init__(
+        self,
+        *,
+        nursery: trio.Nursery,
+        cache: LRUCache,
+        storage: Storage,
+        stored: KnownTargets,
+        signer: RecordSigner,
+        prober: Prober,
+        merge_window_s: int,
+        timeline_limits: TimelineLimits | None,
+        max_background: int,
+        scheduler: RescanScheduler | None = None,
+        watch_hub: WatchHub | None = None,
+    ) -> None:
+        self._nursery = nursery
+        self._cache = cache
+        self._storage = storage
+        self._stored = stored
+        self._signer = signer
+        self.prober = prober
+        self._merge_window_s = merge_window_s
+        self._timeline_limits = timeline_limits
+        self._max_background = max_background
+        self._scheduler = scheduler
+        self._watch_hub = watch_hub
+        self._refreshes: dict[Target, _Refresh] = {}
+        self._started = 0
+        self._coalesced = 0
+
+    def make(self, timeline: Timeline) -> TargetRecord:
+        """A record of ``timeline``; nothing is signed yet."""
+        return TargetRecord(timeline, self._signer)
+
+    def statistics(self) -> RecordsStatistics:
+        return RecordsStatistics(self._started, self._coalesced, len(self._refreshes))
+
+    async def lookup(self, target: Target, *, strict: bool = False) -> TargetRecord | None:
+        """The cached or stored record of ``target`` (None: never observed).
+        A store read failure is logged and treated as "nothing known", or
+        raised as ``StoreError`` when ``strict``."""
+        record = self._cache.get(target.key)
+        if record is not None:
+            return record
+        return await self.load(target, strict=strict)
+
+    async def load(self, target: Target, *, strict: bool = False) -> TargetRecord | None:
+        """``lookup`` after a cache miss: the stored record, cached on the
+        way; a record cached meanwhile (a refresh finished) is kept, being
+        at least as new."""
+        if not self._stored.may_contain(target.key):
+            return None
+        try:
+            timeline = await self._storage.load_timeline(target)
+        except StoreError as exc:
+            if strict:
+                raise
+            log.error("store read failed, answering from probes: %s", exc)
+            return None
+        if not timeline.observations:
+            return None
+        cached = self._cache.peek(target.key)
+        if cached is not None:
+            return cached
+        record = self.make(timeline)
+        self._cache.put(target.key, record, record.size)
+        return record
+
+    async def refresh(self, target: Target) -> TargetRecord:
+        """Probe ``target`` now and return its record with what the probe
+        saw (``last_probe``). Joins the refresh already running for
+        ``target``, if any. Cancelling the caller stops only its wait.
+
+        Error handling: the probe's ``ProbeError`` (a copy per caller);
+        ``RuntimeError`` after :func:`open_records` exited."""
+        running = self._refreshes.get(target)
+        if running is None:
+            running = self._start(target)
+        else:
+            self._coalesced += 1
+        await running.done.wait()
+        if running.record is not None:
+            return running.record
+        assert running.error is not None
+        raise copy.copy(running.error) from None
+
+    def refresh_soon(self, target: Target) -> bool:
+        """Start a refresh of ``target`` in the background (or join the one
+        running) without waiting for it. Returns False, starting nothing,
+        when ``max_background`` refreshes already run (callers that never
+        wait cannot pile up tasks)."""
+        if target in self._refreshes:
+            self._coalesced += 1
+            return True
+        if len(self._refreshes) >= self._max_background:
+            return False
+        self._start(target)
+        return True
+
+    def _start(self, target: Target) -> _Refresh:
+        running = _Refresh()
+        # start_soon first: it raises RuntimeError once the nursery is closed
+        self._nursery.start_soon(self._run, target, running, name=f"refresh {target}")
+        self._refreshes[target] = running
+        self._started += 1
+        return running
+
+    async def _run(self, target: Target, running: _Refresh) -> None:
+        try:
+            result = await self.prober.probe(target)
+            try:
+                running.record = await self._merge(result)
+            except Exception:
+                log.exception("merging the probe of %s failed", target)
+                running.record = self._merged_in_memory(result)
+        except ProbeError as exc:
+            running.error = exc
+        finally:
+            if running.record is None and running.error is None:  # cancelled: closing
+                running.error = ProbeError("notary is shutting down")
+            if self._refreshes.get(target) is running:
+                del self._refreshes[target]
+            running.done.set()
+
+    async def _merge(self, result: ProbeResult) -> TargetRecord:
+        """Merge ``result`` into the target's record (a new record only if
+        the timeline changed: nothing is signed here), cache it, publish a
+        new certificate to the target's watchers, tell the scheduler, and
+        queue the result for the store."""
+        target = result.target
+        record = await self.lookup(target)
+        old = record.timeline if record is not None else Timeline(target)
+        timeline = old.merged(result, self._merge_window_s, self._timeline_limits)
+        previous: bytes | None = None
+        if record is not None:
+            newest = old.newest
+            previous = record.latest_sha256 or (newest.certificate.sha256 if newest else None)
+        new_certificate = previous != result.leaf.sha256
+        if self._scheduler is not None:
+            self._scheduler.note_probe(
+                target, result, None, new_certificate and previous is not None
+            )
+        if record is None or timeline != old:
+            record = self.make(timeline)
+        record = record.with_probe(result)
+        self._cache.put(target.key, record, record.size)
+        hub = self._watch_hub
+        if new_certificate and hub is not None and hub.watched(target.key):
+            statement = record.v2_statement  # signed here only when someone watches
+            if statement is not None:
+                hub.publish(target, statement.entry)
+        self._stored.add(target.key)
+        await self._storage.record(result)
+        return record
+
+    def _merged_in_memory(self, result: ProbeResult) -> TargetRecord:
+        cached = self._cache.peek(result.target.key)
+        old = cached.timeline if cached is not None else Timeline(result.target)
+        merged = old.merged(result, self._merge_window_s, self._timeline_limits)
+        return self.make(merged).with_probe(result)
+
+
+@asynccontextmanager
+async def open_records(
+    *,
+    cache: LRUCache,
+    storage: Storage,
+    stored: KnownTargets,
+    signer: RecordSigner,
+    prober: Prober,
+    merge_window_s: int,
+    timeline_limits: TimelineLimits | None,
+    max_background: int,
+    scheduler: RescanScheduler | None = None,
+    watch_hub: WatchHub | None = None,
+) -> AsyncIterator[Records]:
+    """Open :class:`Records`; its refreshes run in a nursery owned here and
+    are cancelled on exit (their waiters get a ``ProbeError``)."""
+    async with trio.open_nursery() as nursery:
+        records = Records(
+            nursery=nursery, cache=cache, storage=storage, stored=stored, signer=signer,
+            prober=prober, merge_window_s=merge_window_s, timeline_limits=timeline_limits,
+            max_background=max_background, scheduler=scheduler, watch_hub=watch_hub,
+        )
+        try:
+            yield records
+        finally:
+            nursery.cancel_scope.cancel()
