@@ -14,9 +14,11 @@ import math
 import random
 import statistics as stats
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -98,9 +100,12 @@ class FakeProbe:
         return [at for at, probed in self.calls if of is None or probed == of]
 
 
+#: The fake refresh each scheduler made by ``make_scheduler`` serves with.
+REFRESHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def make_scheduler(probe: FakeProbe, **overrides) -> RescanScheduler:
     settings = {
-        "probe": probe,
         "probes_per_s": 10.0,
         "max_staleness_s": 40 * HOUR,
         "forget_after_s": 3 * DAY,
@@ -109,13 +114,19 @@ def make_scheduler(probe: FakeProbe, **overrides) -> RescanScheduler:
         "max_targets": 10_000,
     }
     settings.update(overrides)
-    return RescanScheduler(**settings)
+    scheduler = RescanScheduler(**settings)
+
+    async def refresh(target: Target) -> SimpleNamespace:  # as Records.refresh returns
+        return SimpleNamespace(last_probe=await probe(target))
+
+    REFRESHES[scheduler] = refresh
+    return scheduler
 
 
 @asynccontextmanager
 async def serving(scheduler: RescanScheduler) -> AsyncIterator[trio.Nursery]:
     async with trio.open_nursery() as nursery:
-        await nursery.start(scheduler.serve)
+        await nursery.start(scheduler.serve, REFRESHES[scheduler])
         yield nursery
         nursery.cancel_scope.cancel()
 
@@ -570,7 +581,7 @@ async def test_serve_refuses_to_run_twice(autojump_clock: trio.testing.MockClock
     scheduler = make_scheduler(FakeProbe())
     async with serving(scheduler):
         with pytest.raises(RuntimeError, match="already"):
-            await scheduler.serve()
+            await scheduler.serve(REFRESHES[scheduler])
 
 
 # ------------------------------------------------------------ a simulated day

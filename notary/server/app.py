@@ -30,7 +30,6 @@ import trio
 from notary import __version__
 from notary.config import Config, Endpoint
 from notary.errors import NotaryError, UsageError
-from notary.model.observations import ProbeResult
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import client_prefix
 from notary.model.targets import Target
@@ -55,7 +54,6 @@ from notary.service.records import (
     BACKGROUND_REFRESHES_PER_PROBE_SLOT,
     Records,
     RecordSigner,
-    TargetRecord,
     open_records,
 )
 from notary.service.scheduler import RescanScheduler
@@ -273,22 +271,15 @@ def failure_delay_s(config: Config) -> float:
 
 def make_scheduler(
     config: Config, prober: Prober,
-    refresh: Callable[[Target], Awaitable[TargetRecord]],
     observed_age: Callable[[Target], Awaitable[float | None]] | None = None,
 ) -> RescanScheduler | None:
-    """The rescan scheduler, re-probing with ``refresh`` (None when
-    ``[rescan]`` is off). On-demand probes come first: it holds back while
-    queries' probes queue for ``prober``. ``observed_age``: for a store other
-    workers probe into (its rule 11)."""
+    """The rescan scheduler (None when ``[rescan]`` is off). On-demand probes
+    come first: it holds back while queries' probes queue for ``prober``.
+    ``observed_age``: for a store other workers probe into (its rule 11)."""
     rescan = config.rescan
     if not rescan.enabled:
         return None
-
-    async def probe(target: Target) -> ProbeResult | None:
-        return (await refresh(target)).last_probe
-
     return RescanScheduler(
-        probe=probe,
         probes_per_s=rescan.probes_per_s,
         max_staleness_s=rescan.max_staleness_s,
         forget_after_s=rescan.forget_after_s,
@@ -564,8 +555,7 @@ async def _serve_notary(
                 admit_destination=lambda address: abuse.admit_destination(address, clock()),
             ) as prober:
                 scheduler = make_scheduler(
-                    config, prober, lambda target: records.refresh(target),
-                    store_observed_age(storage, clock) if shared_store else None,
+                    config, prober, store_observed_age(storage, clock) if shared_store else None
                 )
                 async with open_records(
                     cache=cache,
@@ -723,7 +713,7 @@ async def _serve_notary(
                         for listening in admin_listeners:
                             nursery.start_soon(serve_socket, listening, admin, nursery)
                         if scheduler is not None:
-                            await nursery.start(scheduler.serve)
+                            await nursery.start(scheduler.serve, records.refresh)
                         reloader = Reloader(
                             reload_config, prober=prober, relay=relay_handler, api=handler,
                             bundle_file=config.server.bundle_file,

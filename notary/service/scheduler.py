@@ -19,6 +19,7 @@ import types
 from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -59,7 +60,8 @@ __all__ = [
     "POPULARITY_HALF_LIFE_S",
     "STALENESS_HEADROOM",
     "THROTTLED_RETRY_S",
-    "ProbeFunction",
+    "Refresh",
+    "Refreshed",
     "RescanScheduler",
     "SchedulerStatistics",
     "address_prefix",
@@ -71,8 +73,16 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: What the scheduler calls to probe a target (``Prober.probe`` in the server).
-ProbeFunction = Callable[[Target], Awaitable[ProbeResult]]
+class Refreshed(Protocol):
+    """What a refresh returns that the scheduler reads: the result of the
+    probe it made (``notary.service.records.TargetRecord``)."""
+
+    last_probe: ProbeResult | None
+
+
+#: What the scheduler calls to re-probe a target (``Records.refresh`` in the
+#: server): raises ``ProbeError`` when the probe saw no certificate.
+Refresh = Callable[[Target], Awaitable[Refreshed]]
 
 #: How often ``on_demand_busy`` is asked again while it says busy (rule 8d).
 HOLD_BACK_POLL_S = 1.0
@@ -147,9 +157,6 @@ class RescanScheduler:
 
     Arguments (all keyword-only; durations in seconds, rates per second):
 
-    * ``probe``: probes a target (``Prober.probe``); returns a
-      :class:`~notary.model.observations.ProbeResult` or raises a
-      :class:`~notary.errors.ProbeError`.
     * ``probes_per_s``: the global budget of scheduled probes (rule 8a).
     * ``max_staleness_s``: ``S``; a target still asked about is re-probed
       within ``STALENESS_HEADROOM * S`` of its last success (rules 4, 5).
@@ -181,7 +188,6 @@ class RescanScheduler:
     def __init__(
         self,
         *,
-        probe: ProbeFunction,
         probes_per_s: float,
         max_staleness_s: float,
         forget_after_s: float,
@@ -205,7 +211,6 @@ class RescanScheduler:
             },
             {"max_targets": max_targets, "max_in_flight": max_in_flight},
         )
-        self._probe = probe
         self._times = RescanTimes.from_settings(
             max_staleness_s=max_staleness_s, base_interval_s=base_interval_s
         )
@@ -297,8 +302,11 @@ class RescanScheduler:
 
     # ------------------------------------------------------------- the loop
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Probe due targets until cancelled (rules 8, 9).
+    async def serve(
+        self, refresh: Refresh, *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Re-probe due targets with ``refresh`` until cancelled (rules 8, 9).
 
         Reports itself started at once. Resource handling: the probes run in
         a nursery owned by this call; cancelling it cancels them (their
@@ -312,11 +320,11 @@ class RescanScheduler:
             async with trio.open_nursery() as nursery:
                 task_status.started()
                 while True:
-                    await self._step(nursery)
+                    await self._step(nursery, refresh)
         finally:
             self._serving = False
 
-    async def _step(self, nursery: trio.Nursery) -> None:
+    async def _step(self, nursery: trio.Nursery, refresh: Refresh) -> None:
         """One decision of the serve loop (rules 1, 8); always reaches a
         checkpoint."""
         now = self._clock()
@@ -349,16 +357,20 @@ class RescanScheduler:
             await trio.sleep(HOLD_BACK_POLL_S)
             return
         heapq.heappop(self._heap)
-        self._start(nursery, entry, now)
+        self._start(nursery, refresh, entry, now)
         await trio.lowlevel.checkpoint()
 
-    def _start(self, nursery: trio.Nursery, entry: _Entry, now: float) -> None:
+    def _start(
+        self, nursery: trio.Nursery, refresh: Refresh, entry: _Entry, now: float
+    ) -> None:
         entry.generation += 1  # no heap entry is live while it is probed
         self._probing.add(entry.key)
         self._spacing.record_start(entry.prefix, now)
         self._probes_started += 1
         self._recent_starts.append(now)
-        nursery.start_soon(self._probe_one, entry.target, name=f"rescan {entry.target.key}")
+        nursery.start_soon(
+            self._probe_one, refresh, entry.target, name=f"rescan {entry.target.key}"
+        )
 
     async def _observed_elsewhere(self, target: Target) -> bool:
         """Rule 11: whether the store observed ``target`` within its healthy
@@ -379,15 +391,17 @@ class RescanScheduler:
         self._reschedule(entry, due_at)
         return True
 
-    async def _probe_one(self, target: Target) -> None:
-        """Probe ``target`` under the deadline and note the outcome (rule 9)."""
+    async def _probe_one(self, refresh: Refresh, target: Target) -> None:
+        """Refresh ``target`` under the deadline and note the outcome (rule 9;
+        a refresh that merged its probe has noted it already: the same
+        result noted again counts once)."""
         result: ProbeResult | None = None
         reason: str | None = None
         try:
             with trio.move_on_after(self._probe_timeout_s):
                 if self._observed_age is not None and await self._observed_elsewhere(target):
                     return
-                result = await self._probe(target)
+                result = (await refresh(target)).last_probe
             if result is None:
                 reason = ProbeTimeout.reason
         except ProbeError as exc:
