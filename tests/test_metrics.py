@@ -87,14 +87,14 @@ async def test_query_counters_move_and_the_fast_path_is_counted(tmp_path, monkey
         async with open_notary(tmp_path, names={NAME: [site.host]}) as notary:
             service = notary.running.service
             at_once = []
-            respond_at_once = service.respond_at_once
+            answer_at_once = service.answer_at_once
 
             def spy(*args):
-                response = respond_at_once(*args)
+                response = answer_at_once(*args)
                 at_once.append(response is not None)
                 return response
 
-            monkeypatch.setattr(service, "respond_at_once", spy)
+            monkeypatch.setattr(service, "answer_at_once", spy)
             before = await scrape(notary)
             labels = {"protocol": "convergence", "status": "200"}
             assert value(before, "notary_queries_total", **labels) == 0

@@ -199,7 +199,7 @@ class FakeService:
     def __init__(self) -> None:
         self.targets: list[Target] = []
 
-    def respond_at_once(
+    def answer_at_once(
         self, target: Target, fingerprint, keep_alive: bool, client=None
     ) -> bytes | None:
         self.targets.append(target)
@@ -216,16 +216,16 @@ def get(path: bytes, *, keep_alive: bool = True) -> http.Request:
 
 def answer(handler: ApiHandler, request: http.Request) -> tuple[bytes, bool]:
     """What the connection loop does: the fast path, else the handler."""
-    return handler.answer_now(request) or trio.run(handler, request)
+    return handler.answer_at_once(request) or trio.run(handler, request)
 
 
 def test_prepared_responses_are_sent_as_they_are() -> None:
     service = FakeService()
     handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]
-    assert handler.answer_now(get(b"/target/Example.COM.+443")) == (b"prepared", True)
+    assert handler.answer_at_once(get(b"/target/Example.COM.+443")) == (b"prepared", True)
     request = http.Request(b"POST", b"/target/example.com+443", "1.1", (), b"fingerprint=" +
                            convergence.format_fingerprint(bytes(20)).encode(), False)
-    assert handler.answer_now(request) is None
+    assert handler.answer_at_once(request) is None
     response, keep_alive = answer(handler, request)
     assert keep_alive is False
     assert response == http.response(
@@ -243,7 +243,7 @@ def test_the_fast_path_leaves_errors_to_the_handler() -> None:
         http.Request(b"POST", b"/target/example.com+443", "1.1", (), b"fingerprint=zz", True),
         get(b"/"),
     ):
-        assert handler.answer_now(request) is None
+        assert handler.answer_at_once(request) is None
         response, _ = answer(handler, request)
         assert response.startswith(b"HTTP/1.1 4") or request.target == b"/"
     assert service.targets == []

@@ -24,7 +24,7 @@ from notary.model.targets import Target, parse_convergence_target
 from notary.protocol import bundle, convergence, http, perspectives, v2
 from notary.protocol.http import Request
 from notary.server.web import WebPages
-from notary.service.query import QueryService
+from notary.service.query import Answer, QueryService
 from notary.web.headers import is_cross_site_request
 
 TARGET_PREFIX = b"/target/"
@@ -110,7 +110,7 @@ class ApiHandler:
         if self._web is not None and data is not None:
             self._web.use_bundle(data)
 
-    def answer_now(
+    def answer_at_once(
         self, request: Request, client: bytes | None = None
     ) -> tuple[bytes, bool] | None:
         """The fast path: the prepared response to a Convergence query the
@@ -129,7 +129,7 @@ class ApiHandler:
             query = self._convergence_query(request, target.partition(b"?")[0])
         except ProtocolError:
             return None
-        response = self._service.respond_at_once(*query, request.keep_alive, client)
+        response = self._service.answer_at_once(*query, request.keep_alive, client)
         if response is None:
             return None
         return response, request.keep_alive
@@ -147,30 +147,20 @@ class ApiHandler:
                 answer = await self._service.answer(
                     *self._convergence_query(request, path), client
                 )
-                status, body, content_type, extra = (
-                    answer.status, answer.body, answer.content_type, ()
-                )
             else:
-                status, body, content_type, extra = await self._route(
-                    request, path, query, client
-                )
+                answer = await self._route(request, path, query, client)
         except ProtocolError as exc:
-            status, body = exc.status, exc.message.encode("utf-8") + b"\n"
-            content_type, extra = b"text/plain; charset=utf-8", ()
             path, _, query = request.target.partition(b"?")
             protocol = self._query_protocol(path, query)
             if protocol is not None:
-                self.rejected[protocol, status] += 1
-            extra = _extra_headers(exc, path)
-        if status >= 500:
-            keep_alive = keep_alive and status == 503
-        return (
-            http.response(
-                status, body, content_type=content_type, keep_alive=keep_alive,
-                extra_headers=extra,
-            ),
-            keep_alive,
-        )
+                self.rejected[protocol, exc.status] += 1
+            answer = Answer(
+                exc.status, exc.message.encode("utf-8") + b"\n", b"text/plain; charset=utf-8",
+                _extra_headers(exc, path),
+            )
+        if answer.status >= 500:
+            keep_alive = keep_alive and answer.status == 503
+        return answer.response(keep_alive), keep_alive
 
     def _query_protocol(self, path: bytes, query: bytes) -> str | None:
         """The protocol of a rejected request that asked a query (counted
@@ -185,46 +175,44 @@ class ApiHandler:
 
     async def _route(
         self, request: Request, path: bytes, query: bytes, client: bytes | None
-    ) -> tuple[int, bytes, bytes, tuple]:
+    ) -> Answer:
         if self._v2_key_document is not None and path in (V2_QUERY_PATH, V2_KEY_PATH):
             return await self._v2(request, path, client)
         if path == b"/" and self._perspectives and query and request.method == b"GET":
             target = perspectives.parse_query(query)
             if target is not None:
                 refuse_cross_site(request)
-                answer = await self._service.answer_perspectives(target, client)
-                return answer.status, answer.body, answer.content_type, ()
+                return await self._service.answer_perspectives(target, client)
         if self._web is not None and self._web.handles(path):
             return await self._web.answer(request, path, query, client)
         if request.method != b"GET":
             raise ProtocolError("method not allowed", status=405)
         if path == b"/":
-            return 200, self._index, b"text/plain; charset=utf-8", ()
+            return Answer(200, self._index, b"text/plain; charset=utf-8")
         if self._bundle_path is not None and path == self._bundle_path:
             # PROTOCOLS.md names no type; Convergence clients recognise a
             # bundle by its ``.notary`` address, not its type.
-            return 200, self.bundle_bytes, bundle.CONTENT_TYPE, (
+            return Answer(200, self.bundle_bytes, bundle.CONTENT_TYPE, (
                 (b"Content-Disposition", b'attachment; filename="' + path[1:] + b'"'),
                 (b"X-Content-Type-Options", b"nosniff"),
-            )
+            ))
         raise ProtocolError("not found", status=404)
 
     async def _v2(
         self, request: Request, path: bytes, client: bytes | None
-    ) -> tuple[int, bytes, bytes, tuple]:
+    ) -> Answer:
         if path == V2_KEY_PATH:
             if request.method != b"GET":
                 raise ProtocolError("method not allowed", status=405)
             assert self._v2_key_document is not None
-            return 200, self._v2_key_document, v2.CONTENT_TYPE, ()
+            return Answer(200, self._v2_key_document, v2.CONTENT_TYPE)
         if request.method != b"POST":
             raise ProtocolError("method not allowed", status=405)
         refuse_cross_site(request)
         query = v2.parse_query_request(
             request.body, max_batch=self._v2_max_batch, max_body_bytes=self._v2_max_body_bytes
         )
-        answer = await self._service.answer_v2(query, client)
-        return answer.status, answer.body, answer.content_type, ()
+        return await self._service.answer_v2(query, client)
 
     def _convergence_query(self, request: Request, path: bytes) -> tuple[Target, bytes | None]:
         """The target and fingerprint (None for ``GET``) of a ``/target/``
@@ -288,6 +276,4 @@ class PerspectivesHandler:
             return http.error_response(
                 exc.status, exc.message, keep_alive=keep_alive, extra_headers=extra
             ), keep_alive
-        return http.response(
-            answer.status, answer.body, content_type=answer.content_type, keep_alive=keep_alive
-        ), keep_alive
+        return answer.response(keep_alive), keep_alive

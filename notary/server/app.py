@@ -166,7 +166,7 @@ class ConnectionHandler:
         self._max_connections = config.http.max_connections
         self._limits = limits_from(config.http, max_body_bytes=max_body_bytes)
         self._websocket = websocket
-        self._answer_now = handler.answer_now if isinstance(handler, ApiHandler) else None
+        self._answer_at_once = handler.answer_at_once if isinstance(handler, ApiHandler) else None
         #: Set by ``serve_notary``: the graceful stop of its connections.
         self.drain: Drain | None = None
         self.open_connections = 0
@@ -199,12 +199,12 @@ class ConnectionHandler:
         # A limited client's prefix goes with each of its requests (None:
         # unlimited, the handlers are called with the request alone).
         client = client_prefix(address) if address is not None else None
-        handler, answer_now, limits, drain = self._handler, self._answer_now, self._limits, self.drain
+        handler, answer_at_once, limits, drain = self._handler, self._answer_at_once, self._limits, self.drain
         upgrades = None
         if self._websocket is not None:
             upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer, client=client)}
         if self._context is None:
-            await serve_http_connection(tcp, handler, limits, upgrades, answer_now, drain, client)
+            await serve_http_connection(tcp, handler, limits, upgrades, answer_at_once, drain, client)
             return
         stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
         with trio.move_on_after(self._handshake_timeout_s) as scope:
@@ -216,7 +216,7 @@ class ConnectionHandler:
         if scope.cancelled_caught:
             await trio.aclose_forcefully(tcp)
             return
-        await serve_http_connection(stream, handler, limits, upgrades, answer_now, drain, client)
+        await serve_http_connection(stream, handler, limits, upgrades, answer_at_once, drain, client)
 
 
 def perspectives_index(config: Config) -> bytes:

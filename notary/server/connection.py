@@ -63,7 +63,7 @@ LINGER_BYTES = 4 * 1024 * 1024
 #: Called ``handler(request)``, or ``handler(request, client)`` when the
 #: connection has a ``client`` (see ``serve_http_connection``).
 Handler = Callable[..., Awaitable[tuple[bytes, bool]]]
-#: The application's synchronous fast path, called ``answer_now(request,
+#: The application's synchronous fast path, called ``answer_at_once(request,
 #: client)``: the same answer when it is ready without awaiting (a cache
 #: hit), else None and ``Handler`` is awaited.
 FastHandler = Callable[[Request, "bytes | None"], "tuple[bytes, bool] | None"]
@@ -137,21 +137,21 @@ async def serve_http_connection(
     handler: Handler,
     limits: ConnectionLimits,
     upgrades: Mapping[bytes, UpgradeHandler] | None = None,
-    answer_now: FastHandler | None = None,
+    answer_at_once: FastHandler | None = None,
     drain: Drain | None = None,
     client: bytes | None = None,
 ) -> None:
     """Serve HTTP/1.x on ``stream`` until the peer is done or ``drain``
     stops; an upgrade request to a path of ``upgrades`` hands the connection
     over (outside this loop's deadlines: the new protocol keeps its own).
-    ``answer_now``, when given, is tried first for each request.
+    ``answer_at_once``, when given, is tried first for each request.
     ``client``: who the application limits this connection as (its client
     prefix key, ``notary.service.abuse``); passed on with every request when
     not None."""
     drain = drain or Drain()
     try:
         handoff = await _serve(
-            stream, handler, limits, upgrades or {}, answer_now, drain, client
+            stream, handler, limits, upgrades or {}, answer_at_once, drain, client
         )
         if handoff is not None:
             take_over, request, leftover = handoff
@@ -170,7 +170,7 @@ async def _serve(
     handler: Handler,
     limits: ConnectionLimits,
     upgrades: Mapping[bytes, UpgradeHandler],
-    answer_now: FastHandler | None,
+    answer_at_once: FastHandler | None,
     drain: Drain,
     client: bytes | None,
 ) -> tuple[UpgradeHandler, Request, bytes] | None:
@@ -236,7 +236,7 @@ async def _serve(
                     take_over = upgrades.get(request.target.partition(b"?")[0])
                     if take_over is not None:
                         return take_over, request, reader.leftover
-                answered = answer_now(request, client) if answer_now is not None else None
+                answered = answer_at_once(request, client) if answer_at_once is not None else None
                 if answered is None:
                     scope.deadline = inf  # the handler keeps its own deadlines
                     if client is None:

@@ -46,7 +46,7 @@ from notary.model.targets import Target, make_target, parse_convergence_target
 from notary.protocol import bundle as bundle_format
 from notary.protocol.http import Request
 from notary.service.figures import LiveFigures
-from notary.service.query import QueryService
+from notary.service.query import Answer, QueryService
 from notary.web import pages
 from notary.web.assets import STATIC_PREFIX, StaticAssets, load_assets
 from notary.web.headers import HTML_CONTENT_TYPE, asset_headers, is_cross_site, page_headers
@@ -63,7 +63,6 @@ MAX_SEGMENT_BYTES = 1024
 MAX_QUERY_FIELDS = 8
 JSON_CONTENT_TYPE = b"application/json"
 
-Answer = tuple[int, bytes, bytes, tuple[tuple[bytes, bytes], ...]]
 #: Read at import: before a worker drops its privileges (``notary.web.assets``).
 ASSETS = load_assets()
 
@@ -223,12 +222,12 @@ class WebPages:
         asset = self._assets.get(path)
         if asset is None:
             return self._error(404, "no such file")
-        return 200, asset.body, asset.content_type, asset_headers(asset.etag)
+        return Answer(200, asset.body, asset.content_type, asset_headers(asset.etag))
 
     # -- pages
 
     def _page(self, status: int, body: bytes, *extra: tuple[bytes, bytes]) -> Answer:
-        return status, body, HTML_CONTENT_TYPE, page_headers(*extra)
+        return Answer(status, body, HTML_CONTENT_TYPE, page_headers(*extra))
 
     def _error(
         self, status: int, message: str, *, allow: bytes | None = None,
@@ -254,7 +253,9 @@ class WebPages:
         except BadTarget as exc:
             return self._error(400, exc.message, host=host, port=port, asked=f"{host} port {port}")
         location = pages.site_path(target) + ("?watch=1" if fields.get("watch") == "1" else "")
-        return 303, b"", HTML_CONTENT_TYPE, page_headers((b"Location", location.encode("ascii")))
+        return Answer(
+            303, b"", HTML_CONTENT_TYPE, page_headers((b"Location", location.encode("ascii")))
+        )
 
     async def _site(self, segment: bytes, query: bytes, client: bytes | None) -> Answer:
         parsed = self._target(segment)
@@ -293,14 +294,16 @@ class WebPages:
         except RateLimited as exc:
             retry = ((b"Retry-After", b"%d" % exc.retry_after_s),)
             if wants_json:
-                return 429, _json(parsed, "limited"), JSON_CONTENT_TYPE, retry
+                return Answer(429, _json(parsed, "limited"), JSON_CONTENT_TYPE, retry)
             return self._error(429, "too many checks; retry later", extra=retry)
         if wants_json:
-            return 200, _json(parsed, outcome), JSON_CONTENT_TYPE, (
+            return Answer(200, _json(parsed, outcome), JSON_CONTENT_TYPE, (
                 (b"Cache-Control", b"no-store"), (b"X-Content-Type-Options", b"nosniff"),
-            )
+            ))
         location = f"{pages.site_path(parsed)}?checked={outcome}"
-        return 303, b"", HTML_CONTENT_TYPE, page_headers((b"Location", location.encode("ascii")))
+        return Answer(
+            303, b"", HTML_CONTENT_TYPE, page_headers((b"Location", location.encode("ascii")))
+        )
 
     def _target(self, segment: bytes) -> Target | Answer:
         """The target a raw ``host+port`` segment names, or the 400 page."""

@@ -16,7 +16,7 @@ Invariants
    a node's workers share the store and have no filter: every miss reads).
 5. A cache hit that can be answered at once (``convergence.answer_status``)
    is decided with one cache lookup and one clock read, without awaiting,
-   and ``respond_at_once`` returns the complete HTTP response made with the record
+   and ``answer_at_once`` returns the complete HTTP response made with the record
    (``TargetRecord.http_responses``): no response bytes are built per query.
    A limited client's query costs one token-bucket admission more (a dict
    lookup and a few float operations, ``notary.model.ratelimit``).
@@ -134,9 +134,20 @@ def response_index(status: int, keep_alive: bool) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
+    """An answer before its HTTP framing: status, body, content type and
+    the headers it needs beyond those ``http.response`` writes."""
+
     status: int
     body: bytes
     content_type: bytes = convergence.CONTENT_TYPE
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+    def response(self, keep_alive: bool) -> bytes:
+        """The complete HTTP response."""
+        return http.response(
+            self.status, self.body, content_type=self.content_type, keep_alive=keep_alive,
+            extra_headers=self.headers,
+        )
 
 
 class QueryService:
@@ -231,7 +242,7 @@ class QueryService:
         self._count("convergence", answer.status)
         return answer
 
-    def respond_at_once(
+    def answer_at_once(
         self, target: Target, fingerprint: bytes | None, keep_alive: bool,
         client: bytes | None = None,
     ) -> bytes | None:
