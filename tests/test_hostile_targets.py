@@ -74,7 +74,7 @@ async def open_settled_notary(directory: Path, **settings: object) -> AsyncItera
     on the autojump clock a query waiting on a thread can see the clock jump
     to the test's own deadline (a flake seen once in a full run)."""
     async with open_notary(directory, **settings) as notary:  # type: ignore[arg-type]
-        await notary.running.known.settled.wait()
+        await notary.running.stored.settled.wait()
         yield notary
 
 

@@ -28,7 +28,7 @@ from notary.server.websocket import WebSocketLimits
 from notary.service.abuse import AbuseControls, ProbeThrottled
 from notary.service.query import QUERY_PROTOCOLS
 from notary.service.records import RecordsStatistics
-from notary.service.stored_targets import KnownTargetsStatistics
+from notary.service.stored_targets import StoredTargetsStatistics
 from notary.state import crypto
 from notary.state._cachecommon import CacheStatistics
 from tests.support.notaries import LOCALHOST, legacy_query, open_notary, send_raw
@@ -220,14 +220,14 @@ def stand_ins(**overrides) -> SimpleNamespace:
     """Components with the counters NotaryMetrics reads, settable by tests."""
     parts = SimpleNamespace(
         cache_stats=CacheStatistics(0, 0, 10, 1000, 0, 0, 0, 0),
-        known_stats=KnownTargetsStatistics(False, 0, 0, None),
+        stored_stats=StoredTargetsStatistics(False, 0, 0, None),
         storage_stats=StorageStatistics(0, 0, 0, 0, 0),
         probe_stats=ProbeStatistics(0, 0, 0, {}),
         records_stats=RecordsStatistics(0, 0, 0),
     )
     parts.service = SimpleNamespace(answered={name: Counter() for name in QUERY_PROTOCOLS})
     parts.cache = SimpleNamespace(statistics=lambda: parts.cache_stats)
-    parts.known = SimpleNamespace(statistics=lambda: parts.known_stats)
+    parts.stored = SimpleNamespace(statistics=lambda: parts.stored_stats)
     parts.storage = SimpleNamespace(statistics=lambda: parts.storage_stats, on_batch=None)
     parts.prober = SimpleNamespace(statistics=lambda: parts.probe_stats, on_probe_done=None)
     parts.records = SimpleNamespace(statistics=lambda: parts.records_stats)
@@ -239,7 +239,7 @@ def stand_ins(**overrides) -> SimpleNamespace:
 
 def metrics_of(parts: SimpleNamespace) -> NotaryMetrics:
     metrics = NotaryMetrics(
-        service=parts.service, cache=parts.cache, known=parts.known, storage=parts.storage,
+        service=parts.service, cache=parts.cache, stored=parts.stored, storage=parts.storage,
         prober=parts.prober, records=parts.records, signers={"convergence": parts.signer},
     )
     metrics.watch_listener("api", parts.listener)
@@ -292,7 +292,7 @@ def test_abuse_controls_refusals_are_counted() -> None:
         max_connections_per_address=1, max_connections_per_prefix=2,
     ))
     metrics = NotaryMetrics(
-        service=parts.service, cache=parts.cache, known=parts.known, storage=parts.storage,
+        service=parts.service, cache=parts.cache, stored=parts.stored, storage=parts.storage,
         prober=parts.prober, records=parts.records, abuse=controls,
     )
     metrics.fold()

@@ -24,7 +24,7 @@ from notary.config import Endpoint
 from notary.errors import StoreError
 from notary.model.targets import Target
 from notary.outbound.writer import Storage
-from notary.service.stored_targets import KnownTargets
+from notary.service.stored_targets import StoredTargets
 from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, open_notary, parse_response, send_raw
 from tests.support.tls_targets import open_tls_target
@@ -168,7 +168,7 @@ async def test_store_unavailable_and_nothing_cached_is_503(
 
     async with open_perspectives_notary(tmp_path, {}) as (notary, _public):
         monkeypatch.setattr(Storage, "load_timeline", broken)
-        monkeypatch.setattr(KnownTargets, "may_contain", lambda self, key: True)
+        monkeypatch.setattr(StoredTargets, "may_contain", lambda self, key: True)
         status, _, body = await http_get(
             notary.running.perspectives[0].port, "/?host=stored.example.test&port=443"
         )

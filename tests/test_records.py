@@ -22,7 +22,7 @@ from notary.model.targets import Target
 from notary.outbound.probe import Prober, open_prober
 from notary.outbound.writer import open_storage
 from notary.service.records import Records, RecordSigner, open_records
-from notary.service.stored_targets import KnownTargets
+from notary.service.stored_targets import StoredTargets
 from notary.state import crypto
 from notary.state.cache import LRUCache
 from tests.support.tls_targets import (
@@ -65,7 +65,7 @@ async def records_and_prober(
         open_prober(**settings) as prober,
         open_records(
             cache=LRUCache(100, 10_000_000), storage=storage,
-            stored=KnownTargets(1000, 0.01), signer=signer, prober=prober,
+            stored=StoredTargets(1000, 0.01), signer=signer, prober=prober,
             merge_window_s=3600, timeline_limits=None, max_background=4,
         ) as records,
     ):

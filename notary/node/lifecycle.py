@@ -3,7 +3,7 @@ systemd, or one worker under the supervisor (``notary.node.supervisor``).
 Both report to ``$NOTIFY_SOCKET`` the same way; for a worker it is the
 supervisor's socket, not systemd's.
 
-* ``READY=1`` once every listener accepts and the known-targets filter is
+* ``READY=1`` once every listener accepts and the stored-targets filter is
   loaded from the store (the listeners already serve while it loads: it
   answers "maybe" until then, which only costs store reads);
 * ``WATCHDOG=1`` and ``STATUS=<figures>`` every ``watchdog_interval_s()``
@@ -51,9 +51,9 @@ async def run_serving_process(
                 partial(serve_notary, config, sockets=sockets, reload_config=reload_config,
                         shared_store=shared_store)
             )
-            # Ready once the known-targets filter is loaded too (it answers
+            # Ready once the stored-targets filter is loaded too (it answers
             # "maybe" until then: store reads for every miss).
-            await running.known.settled.wait()
+            await running.stored.settled.wait()
             notifier.notify("READY=1", f"STATUS={status_line(running)}")
             # Its own nursery: cancelling the heartbeat must not cancel
             # serve_notary, whose writer still has to drain.

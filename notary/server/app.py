@@ -57,7 +57,7 @@ from notary.service.records import (
     open_records,
 )
 from notary.service.scheduler import RescanScheduler
-from notary.service.stored_targets import KnownTargets
+from notary.service.stored_targets import StoredTargets
 from notary.service.watch import WatchHub
 from notary.state import crypto
 from notary.state.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
@@ -93,7 +93,7 @@ class RunningNotary:
     relay_handler: RelayHandler
     service: QueryService
     records: Records
-    known: KnownTargets
+    stored: StoredTargets  # the filter of stored targets
     storage: Storage
     prober: Prober
     scheduler: RescanScheduler | None  # None when rescanning is off
@@ -466,7 +466,7 @@ async def serve_notary(
     when None. Either way they are closed when this returns.
     ``reload_config``: reads the configuration again on SIGHUP (``Reloader``).
     ``shared_store``: other processes (the node's other workers) write to the
-    same database, so the known-targets filter is off (its rule 4)."""
+    same database, so the stored-targets filter is off (its rule 4)."""
     if sockets is None:
         sockets = bind_sockets(config)
     try:
@@ -528,11 +528,11 @@ async def _serve_notary(
         file_mode=database_file_mode(config.node.group),
         clock=clock,
     ) as storage:
-        known = KnownTargets(
+        stored = StoredTargets(
             config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate
         )
         if shared_store:
-            known.switch_off()
+            stored.switch_off()
         watch_hub = WatchHub() if v2_signer is not None else None
         signers = {
             kind: kind_signer for kind, kind_signer in (
@@ -560,7 +560,7 @@ async def _serve_notary(
                 async with open_records(
                     cache=cache,
                     storage=storage,
-                    stored=known,
+                    stored=stored,
                     signer=record_signer,
                     prober=prober,
                     merge_window_s=store.merge_window_s,
@@ -657,7 +657,7 @@ async def _serve_notary(
                             ", ".join(map(str, relay_endpoints)), relay_handler.mode,
                         )
                     metrics = NotaryMetrics(
-                        service=service, cache=cache, known=known, storage=storage, prober=prober,
+                        service=service, cache=cache, stored=stored, storage=storage, prober=prober,
                         records=records,
                         relay=relay_handler if relay_listeners else None,
                         scheduler=scheduler, websocket=websocket, abuse=abuse,
@@ -706,7 +706,7 @@ async def _serve_notary(
                     connections_done = trio.Event()
                     async with trio.open_nursery() as nursery:
                         if not shared_store:
-                            nursery.start_soon(known.load, storage)
+                            nursery.start_soon(stored.load, storage)
                         nursery.start_soon(metrics.serve_folding, config.admin.metrics_interval_s)
                         if websocket is not None:
                             nursery.start_soon(websocket.serve_figures)
@@ -745,7 +745,7 @@ async def _serve_notary(
                                 api=endpoints, plain_api=plain_endpoints,
                                 perspectives=perspectives_endpoints, relay=relay_endpoints,
                                 relay_handler=relay_handler, service=service, records=records,
-                                known=known, storage=storage, prober=prober,
+                                stored=stored, storage=storage, prober=prober,
                                 scheduler=scheduler, cache=cache, stop=serving.cancel,
                                 stop_gracefully=stop_gracefully, admin=admin_endpoints,
                                 metrics=metrics, abuse=abuse, signers=signers,

@@ -88,7 +88,7 @@ from notary.service.abuse import AbuseControls
 from notary.service.query import QueryService
 from notary.service.records import Records
 from notary.service.scheduler import RescanScheduler
-from notary.service.stored_targets import KnownTargets
+from notary.service.stored_targets import StoredTargets
 from notary.state.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
 from notary.state.cache import BloomStatistics, LRUCache
 
@@ -259,12 +259,12 @@ def _same(snapshot: Any) -> Any:
 
 
 def _bloom(read: Callable[[BloomStatistics], float]) -> Read:
-    """``read`` of the known-targets filter, None (unchanged) until it is loaded."""
-    return lambda known: None if known.bloom is None else read(known.bloom)
+    """``read`` of the stored-targets filter, None (unchanged) until it is loaded."""
+    return lambda stored: None if stored.bloom is None else read(stored.bloom)
 
 
 #: Every metric, in the order of the exposition. Sources: ``queries`` (the
-#: query service, handlers and WebSocket), ``cache``, ``known``, ``prober``,
+#: query service, handlers and WebSocket), ``cache``, ``stored``, ``prober``,
 #: ``storage``, ``signers``, ``listeners``, ``relay``, ``websocket``,
 #: ``abuse``, ``scheduler`` (the last four absent when not served),
 #: ``uptime``, ``start`` (set once) and ``hooks`` (histograms).
@@ -286,15 +286,15 @@ METRICS: tuple[MetricSpec, ...] = (
            "Bound on records in the cache."),
     _gauge("notary_cache_max_bytes", "livesum", "cache", "max_bytes",
            "Bound on bytes of the cache."),
-    _counter("notary_bloom_negatives", "known", "skipped_reads", "Cache misses the known-targets "
+    _counter("notary_bloom_negatives", "stored", "skipped_reads", "Cache misses the known-targets "
              "filter answered 'never seen' without a store read."),
-    _gauge("notary_bloom_loaded", "livemin", "known", lambda known: 1 if known.loaded else 0,
+    _gauge("notary_bloom_loaded", "livemin", "stored", lambda stored: 1 if stored.loaded else 0,
            "1 when the known-targets filter is loaded from the store and in use (always 0 under "
            "workers: they share the store and read it on every cache miss)."),
-    _gauge("notary_bloom_fill_ratio", "livemax", "known",
+    _gauge("notary_bloom_fill_ratio", "livemax", "stored",
            _bloom(lambda bloom: bloom.bits_set / bloom.bits),
            "Share of the known-targets filter's bits set."),
-    _gauge("notary_bloom_false_positive_ratio", "livemax", "known",
+    _gauge("notary_bloom_false_positive_ratio", "livemax", "stored",
            _bloom(attrgetter("estimated_false_positive_rate")),
            "Estimated false-positive rate of the known-targets filter now."),
     _counter("notary_probes", "prober", lambda p: {"success": p.succeeded, **p.failures},
@@ -424,7 +424,7 @@ class NotaryMetrics:
         *,
         service: QueryService,
         cache: LRUCache,
-        known: KnownTargets,
+        stored: StoredTargets,
         storage: Storage,
         prober: Prober,
         records: Records,
@@ -438,7 +438,7 @@ class NotaryMetrics:
         self._websocket = websocket
         #: The components whose ``statistics()`` are folded, by source name.
         self._components: dict[str, Any] = {
-            "cache": cache, "known": known, "prober": prober, "records": records,
+            "cache": cache, "stored": stored, "prober": prober, "records": records,
             "storage": storage,
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
         }

@@ -7,7 +7,7 @@ Rules this module keeps:
 1. No false negatives: every key added is reported as possibly present.
    Keys are added by the query service before the observation is queued for
    the store, so "not in the filter" means "not in the store, not queued".
-2. Until the filter has been loaded from the store (:meth:`KnownTargets.load`,
+2. Until the filter has been loaded from the store (:meth:`StoredTargets.load`,
    run in the background at start-up), every key is reported as possibly
    present: the service reads the store as it would without a filter. Keys
    added during the load are kept aside and added when it finishes, so none
@@ -17,13 +17,13 @@ Rules this module keeps:
    computed once per lookup; the compiled filter reads them straight from the
    digest bytes.
 4. A store that other processes write too (the workers of a node) gets no
-   filter (:meth:`KnownTargets.switch_off`): a key another worker stored is
+   filter (:meth:`StoredTargets.switch_off`): a key another worker stored is
    not in this one's filter, so a "never seen" from it would send a query
    to the prober for a target the store already holds. Every lookup then
    reads the store (rule 2, for good): one read before a probe, which costs
    far more.
 
-Resource handling: :meth:`KnownTargets.load` borrows the storage for one scan
+Resource handling: :meth:`StoredTargets.load` borrows the storage for one scan
 (its own connection, in a worker thread); it owns nothing after it returns.
 
 Error handling: a failed load (``StoreError``) is logged and leaves the
@@ -43,7 +43,7 @@ from notary.outbound.writer import Storage
 from notary.state._cachecommon import bloom_parameters
 from notary.state.cache import BloomFilter, BloomStatistics, bloom_digest
 
-__all__ = ["KnownTargets", "KnownTargetsStatistics"]
+__all__ = ["KnownTargets", "StoredTargets", "StoredTargetsStatistics"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ PROGRESS_EVERY_KEYS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
-class KnownTargetsStatistics:
+class StoredTargetsStatistics:
     """``loaded``: the filter is in use; ``keys_loaded``: keys read from the
     store at start-up; ``skipped_reads``: lookups answered "never seen"
     without a store read; ``bloom``: the filter's own statistics (None until
@@ -64,7 +64,7 @@ class KnownTargetsStatistics:
     bloom: BloomStatistics | None
 
 
-class KnownTargets:
+class StoredTargets:
     """A bloom filter over stored target keys; see the module docstring."""
 
     def __init__(self, expected_items: int, false_positive_rate: float) -> None:
@@ -106,8 +106,8 @@ class KnownTargets:
         self._skipped_reads += 1
         return False
 
-    def statistics(self) -> KnownTargetsStatistics:
-        return KnownTargetsStatistics(
+    def statistics(self) -> StoredTargetsStatistics:
+        return StoredTargetsStatistics(
             loaded=self._bloom is not None,
             keys_loaded=self._keys_loaded,
             skipped_reads=self._skipped_reads,
@@ -150,3 +150,8 @@ class KnownTargets:
             loaded, time.monotonic() - started,
         )
         self.settled.set()
+
+
+#: The old name, still imported by service/query.py and service/records.py;
+#: goes when they are updated.
+KnownTargets = StoredTargets

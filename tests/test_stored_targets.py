@@ -1,4 +1,4 @@
-"""The known-targets bloom filter (notary.service.stored_targets) and its use on
+"""The stored-targets bloom filter (notary.service.stored_targets) and its use on
 the query path: a target never seen costs no database read."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from notary.errors import StoreError
 from notary.model.targets import Target
 from notary.outbound.writer import Storage, open_storage
 from notary.server.app import store_observed_age
-from notary.service import stored_targets as known_module
-from notary.service.stored_targets import KnownTargets
+from notary.service import stored_targets as stored_module
+from notary.service.stored_targets import StoredTargets
 from notary.state.store import Store
 from tests.support.notaries import legacy_query, open_notary
 from tests.support.observations import probe_result
@@ -39,24 +39,24 @@ def test_store_streams_target_keys_in_chunks(tmp_path: Path) -> None:
 
 async def test_unloaded_filter_answers_maybe_then_loads_everything(tmp_path: Path) -> None:
     path = tmp_path / "n.db"
-    stored = [f"s{i}.example.test" for i in range(200)]
-    stored_hosts(path, stored)
-    known = KnownTargets(1000, 0.001)
-    assert known.may_contain("never.example.test:443")  # not loaded: read the store
-    known.add("during.example.test:443")  # a probe during the load
+    hosts = [f"s{i}.example.test" for i in range(200)]
+    stored_hosts(path, hosts)
+    stored = StoredTargets(1000, 0.001)
+    assert stored.may_contain("never.example.test:443")  # not loaded: read the store
+    stored.add("during.example.test:443")  # a probe during the load
     async with open_storage(path) as storage:
-        await known.load(storage)
-    statistics = known.statistics()
+        await stored.load(storage)
+    statistics = stored.statistics()
     assert statistics.loaded and statistics.keys_loaded == 200
-    for host in stored:
-        assert known.may_contain(Target(host, 443).key)  # no false negative
-    assert known.may_contain("during.example.test:443")
+    for host in hosts:
+        assert stored.may_contain(Target(host, 443).key)  # no false negative
+    assert stored.may_contain("during.example.test:443")
     unknown = [f"u{i}.example.test:443" for i in range(2000)]
-    skipped = sum(not known.may_contain(key) for key in unknown)
+    skipped = sum(not stored.may_contain(key) for key in unknown)
     assert skipped >= 1900  # at 0.1% a handful of false positives at most
-    assert known.statistics().skipped_reads == skipped
-    known.add("late.example.test:443")
-    assert known.may_contain("late.example.test:443")
+    assert stored.statistics().skipped_reads == skipped
+    stored.add("late.example.test:443")
+    assert stored.may_contain("late.example.test:443")
 
 
 async def test_a_failed_load_leaves_every_lookup_reading_the_store(
@@ -66,11 +66,11 @@ async def test_a_failed_load_leaves_every_lookup_reading_the_store(
         raise StoreError("database n.db: disk I/O error")
 
     monkeypatch.setattr(Storage, "scan_target_keys", broken)
-    known = KnownTargets(1000, 0.01)
+    stored = StoredTargets(1000, 0.01)
     async with open_storage(tmp_path / "n.db") as storage:
-        await known.load(storage)
-    assert not known.statistics().loaded
-    assert known.may_contain("anything.example.test:443")
+        await stored.load(storage)
+    assert not stored.statistics().loaded
+    assert stored.may_contain("anything.example.test:443")
     assert "disk I/O error" in caplog.text
 
 
@@ -78,21 +78,21 @@ async def test_progress_is_logged_for_large_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    monkeypatch.setattr(known_module, "PROGRESS_EVERY_KEYS", 10)
+    monkeypatch.setattr(stored_module, "PROGRESS_EVERY_KEYS", 10)
     path = tmp_path / "n.db"
     stored_hosts(path, [f"s{i}.example.test" for i in range(25)])
-    known = KnownTargets(10, 0.01)  # fewer than stored: a warning too
+    stored = StoredTargets(10, 0.01)  # fewer than stored: a warning too
     async with open_storage(path) as storage:
-        await known.load(storage)
+        await stored.load(storage)
     assert "25 loaded from the store in" in caplog.text
     assert "exceed [cache] bloom_expected_items" in caplog.text
 
 
 def test_bad_parameters_fail_at_construction() -> None:
     with pytest.raises(ValueError, match="false_positive_rate"):
-        KnownTargets(1000, 1.5)
+        StoredTargets(1000, 1.5)
     with pytest.raises(ValueError, match="expected_items"):
-        KnownTargets(0, 0.01)
+        StoredTargets(0, 0.01)
 
 
 async def test_query_for_a_never_seen_target_reads_no_database(
@@ -113,15 +113,15 @@ async def test_query_for_a_never_seen_target_reads_no_database(
         with Store(tmp_path / "n" / "notary.db") as store:
             store.record([probe_result("old.example.test", site.port)])
         async with open_notary(tmp_path / "n", names=names) as notary:
-            known = notary.running.known
+            stored = notary.running.stored
             with trio.fail_after(10):
-                while not known.statistics().loaded:  # noqa: ASYNC110 (background load, no event)
+                while not stored.statistics().loaded:  # noqa: ASYNC110 (background load, no event)
                     await trio.sleep(0.01)
             new = await legacy_query(notary.port, f"new.example.test+{site.port}", None)
             assert new.status == 200
             # The probe's hook merged the result without a read either.
             assert reads == []
-            assert known.statistics().skipped_reads == 2  # the query and the hook
+            assert stored.statistics().skipped_reads == 2  # the query and the hook
             old = await legacy_query(notary.port, f"old.example.test+{site.port}", None)
             assert old.status == 200
             assert reads == [Target("old.example.test", site.port)]
@@ -150,9 +150,9 @@ async def test_workers_sharing_a_store_answer_from_each_others_observations(
                         shared_store=True) as second,
             open_notary(tmp_path / "c", names=names, server={"db_file": db}) as alone,
         ):
-            assert not second.running.known.statistics().loaded  # no filter
+            assert not second.running.stored.statistics().loaded  # no filter
             with trio.fail_after(10):
-                while not alone.running.known.statistics().loaded:  # noqa: ASYNC110
+                while not alone.running.stored.statistics().loaded:  # noqa: ASYNC110
                     await trio.sleep(0.01)
             assert (await legacy_query(first.port, path, None)).status == 200
             assert handshakes() == 1
@@ -182,8 +182,8 @@ async def test_a_workers_scheduler_reads_the_age_of_the_newest_observation(
         observed_age = store_observed_age(storage, lambda: 1_700_000_100.0)
         assert await observed_age(Target("seen.example.test", 443)) == 60.0
         assert await observed_age(Target("never.example.test", 443)) is None
-    no_known = KnownTargets(1000, 0.001)
-    no_known.switch_off()
-    no_known.add("a.example.test:443")
-    assert no_known.settled.is_set() and no_known.may_contain("b.example.test:443")
-    assert not no_known.statistics().loaded
+    unfiltered = StoredTargets(1000, 0.001)
+    unfiltered.switch_off()
+    unfiltered.add("a.example.test:443")
+    assert unfiltered.settled.is_set() and unfiltered.may_contain("b.example.test:443")
+    assert not unfiltered.statistics().loaded
