@@ -40,8 +40,17 @@ from notary.errors import ConfigError
 from notary.model.observations import TimelineLimits
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import Exemptions
+from notary.protocol.http import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADERS,
+)
 from notary.protocol.relay import RelayMode
 from notary.state._cachecommon import bloom_parameters
+from notary.state.store import database_file_mode
+
+#: Room per target in a ``/v2/query`` body (host, port, both hashes, JSON).
+V2_BYTES_PER_TARGET = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +120,11 @@ class ProbeConfig:
     #: Bytes a target may send before its certificates are in.
     max_handshake_bytes: int = 256 * 1024
 
+    @property
+    def scheduled_timeout_s(self) -> float:
+        """Deadline of a scheduled probe: a probe may queue for a slot first."""
+        return self.timeout_s * 2
+
 
 @dataclass(frozen=True, slots=True)
 class AnswerConfig:
@@ -137,9 +151,9 @@ class HttpConfig:
     keepalive_timeout_s: float = 30.0
     #: Time to send one response to a client that does not read.
     send_timeout_s: float = 10.0
-    max_header_bytes: int = 8 * 1024
-    max_headers: int = 64
-    max_body_bytes: int = 4 * 1024
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_headers: int = DEFAULT_MAX_HEADERS
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     #: Connections at once on the listeners of one kind (API, plain API,
     #: Perspectives); beyond it a connection is closed at once.
     max_connections: int = 10000
@@ -325,6 +339,11 @@ class V2Config:
     #: Validity published for the key in ``/v2/key``, from the key file's date.
     key_valid_for_s: int = 365 * 86400
 
+    @property
+    def max_query_bytes(self) -> int:
+        """A ``/v2/query`` body of ``max_batch`` targets with both hashes fits."""
+        return self.max_batch * V2_BYTES_PER_TARGET + 256
+
 
 @dataclass(frozen=True, slots=True)
 class WebSocketConfig:
@@ -361,6 +380,11 @@ class NodeConfig:
     user: str = ""
     group: str = ""
 
+    @property
+    def database_file_mode(self) -> int:
+        """The database files' mode: group-readable when ``group`` is set."""
+        return database_file_mode(self.group)
+
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
@@ -390,6 +414,29 @@ class Config:
     websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
+
+    @property
+    def api_body_bytes(self) -> int:
+        """Largest request body the API handler reads: ``[http]
+        max_body_bytes``, or a full ``/v2/query`` if larger."""
+        return max(self.http.max_body_bytes, self.v2.max_query_bytes)
+
+    @property
+    def api_http(self) -> HttpConfig:
+        """The ``[http]`` limits of the API listeners: with v2 served, the
+        body limit fits a full ``/v2/query``."""
+        if self.v2.key_file is None:
+            return self.http
+        return dataclasses.replace(self.http, max_body_bytes=self.api_body_bytes)
+
+    @property
+    def failure_delay_s(self) -> float:
+        """When a failed probe is answered (``[answers] failures_at_deadline``):
+        when a timed-out one would be, the probe deadline, within the
+        query's; 0: at once."""
+        if not self.answers.failures_at_deadline:
+            return 0.0
+        return min(self.probe.timeout_s, self.answers.query_timeout_s)
 
 
 _SECTIONS = {

@@ -19,14 +19,14 @@ import pytest
 import trio
 import trio.testing
 
-from notary.config import Endpoint, LimitsConfig, load_config
+from notary.config import Endpoint, HttpConfig, LimitsConfig, load_config
 from notary.errors import ConfigError, ProbeRefused
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import RateLimited
 from notary.outbound.dialer import dial
 from notary.protocol import v2
 from notary.protocol.http import RequestReader
-from notary.server.connection import ConnectionLimits, serve_http_connection
+from notary.server.connection import serve_http_connection
 from notary.server.websocket import WebSocketLimits, WebSocketService
 from notary.service.abuse import AbuseControls, ProbeThrottled
 from notary.state import crypto
@@ -261,7 +261,7 @@ async def test_the_last_request_allowed_on_a_connection_says_close() -> None:
             request.keep_alive
         )
 
-    limits = ConnectionLimits(max_requests_per_connection=3)
+    limits = HttpConfig(max_requests_per_connection=3)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_http_connection, server, handler, limits)
         await client.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 5)

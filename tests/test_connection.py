@@ -7,10 +7,11 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from notary.config import HttpConfig
 from notary.protocol.http import Request, parse_response
-from notary.server.connection import ConnectionLimits, serve_http_connection
+from notary.server.connection import serve_http_connection
 
-LIMITS = ConnectionLimits(header_timeout_s=10.0, keepalive_timeout_s=30.0, send_timeout_s=5.0)
+LIMITS = HttpConfig(header_timeout_s=10.0, keepalive_timeout_s=30.0, send_timeout_s=5.0)
 GET = b"GET / HTTP/1.1\r\nHost: n\r\n\r\n"
 
 

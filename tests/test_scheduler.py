@@ -9,6 +9,7 @@ The fake probe records when each probe started and answers with
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 import random
@@ -24,6 +25,7 @@ import pytest
 import trio
 import trio.testing
 
+from notary.config import RescanConfig
 from notary.errors import ProbeConnectFailed, ProbeError, ProbeThrottled, ProbeTimeout
 from notary.model import rescan
 from notary.model.observations import ProbeResult
@@ -104,6 +106,10 @@ class FakeProbe:
 REFRESHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+#: The settings ``make_scheduler`` puts in the ``[rescan]`` section.
+RESCAN_KEYS = frozenset(field.name for field in dataclasses.fields(RescanConfig))
+
+
 def make_scheduler(probe: FakeProbe, **overrides) -> RescanScheduler:
     settings = {
         "probes_per_s": 10.0,
@@ -114,7 +120,8 @@ def make_scheduler(probe: FakeProbe, **overrides) -> RescanScheduler:
         "max_targets": 10_000,
     }
     settings.update(overrides)
-    scheduler = RescanScheduler(**settings)
+    rescan = {name: settings.pop(name) for name in list(settings) if name in RESCAN_KEYS}
+    scheduler = RescanScheduler(RescanConfig(**rescan), **settings)
 
     async def refresh(target: Target) -> SimpleNamespace:  # as Records.refresh returns
         return SimpleNamespace(last_probe=await probe(target))

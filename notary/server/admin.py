@@ -29,11 +29,11 @@ import logging
 
 import trio
 
-from notary.config import Config
+from notary.config import AdminConfig, HttpConfig
 from notary.outbound.writer import Storage, StorageStatistics
 from notary.protocol import http
 from notary.protocol.http import Request
-from notary.server.connection import limits_from, serve_http_connection
+from notary.server.connection import serve_http_connection
 from notary.server.metrics import CONTENT_TYPE, NotaryMetrics
 
 __all__ = ["ADMIN_MAX_CONNECTIONS", "AdminServer", "readiness_problems"]
@@ -72,11 +72,13 @@ class AdminServer:
     be set False again when it starts to stop; ``/readyz`` reports it.
     """
 
-    def __init__(self, config: Config, *, metrics: NotaryMetrics, storage: Storage) -> None:
+    def __init__(
+        self, config: AdminConfig, http: HttpConfig, *, metrics: NotaryMetrics, storage: Storage
+    ) -> None:
         self._metrics = metrics
         self._storage = storage
-        self._max_writer_lag_rows = config.admin.max_writer_lag_rows
-        self._limits = limits_from(config.http)
+        self._max_writer_lag_rows = config.max_writer_lag_rows
+        self._limits = http
         self.serving = False
         self.open_connections = 0
         self.refused_connections = 0

@@ -28,7 +28,7 @@ from pathlib import Path
 import trio
 
 from notary import __version__
-from notary.config import Config, Endpoint
+from notary.config import Config, Endpoint, HttpConfig
 from notary.errors import NotaryError, UsageError
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import client_prefix
@@ -41,7 +41,7 @@ from notary.protocol.bundle import parse_bundle
 from notary.server.accept import serve_socket
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
-from notary.server.connection import Drain, limits_from, serve_http_connection
+from notary.server.connection import Drain, serve_http_connection
 from notary.server.metrics import NotaryMetrics
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
@@ -62,14 +62,11 @@ from notary.service.watch import WatchHub
 from notary.state import crypto
 from notary.state.cache import IMPLEMENTATION as CACHE_IMPLEMENTATION
 from notary.state.cache import LRUCache
-from notary.state.store import database_file_mode
 
 log = logging.getLogger(__name__)
 
 #: How often a graceful stop checks whether every connection has finished.
 DRAIN_POLL_S = 0.05
-#: Room per target in a ``/v2/query`` body (host, port, both hashes, JSON).
-V2_BYTES_PER_TARGET = 400
 #: The notary's own TLS: AEAD ciphers with forward secrecy (TLS 1.2; TLS 1.3
 #: has only such suites, OpenSSL's defaults).
 MODERN_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
@@ -153,18 +150,17 @@ class ConnectionHandler:
         self,
         context: ssl.SSLContext | None,
         handler: ApiHandler | PerspectivesHandler,
-        config: Config,
+        http: HttpConfig,
         *,
-        max_body_bytes: int | None = None,
         websocket: WebSocketService | None = None,
         abuse: AbuseControls | None = None,
     ) -> None:
         self._context = context
         self._handler = handler
         self._abuse = abuse
-        self._handshake_timeout_s = config.http.tls_handshake_timeout_s
-        self._max_connections = config.http.max_connections
-        self._limits = limits_from(config.http, max_body_bytes=max_body_bytes)
+        self._handshake_timeout_s = http.tls_handshake_timeout_s
+        self._max_connections = http.max_connections
+        self._limits = http
         self._websocket = websocket
         self._answer_at_once = handler.answer_at_once if isinstance(handler, ApiHandler) else None
         #: Set by ``serve_notary``: the graceful stop of its connections.
@@ -242,11 +238,6 @@ def index_text(config: Config) -> str:
     )
 
 
-def v2_max_body_bytes(max_batch: int) -> int:
-    """A ``/v2/query`` body of ``max_batch`` targets with both hashes fits."""
-    return max_batch * V2_BYTES_PER_TARGET + 256
-
-
 def make_v2_key_document(config: Config, signer: crypto.Ed25519Signer) -> bytes:
     """``/v2/key``: the key, valid from its file's date for ``key_valid_for_s``."""
     assert config.v2.key_file is not None
@@ -260,15 +251,6 @@ def make_v2_key_document(config: Config, signer: crypto.Ed25519Signer) -> bytes:
     return v2.key_document([key])
 
 
-def failure_delay_s(config: Config) -> float:
-    """When a failed probe is answered (``[answers] failures_at_deadline``):
-    when a timed-out one would be, the probe deadline, within the query's;
-    0: at once."""
-    if not config.answers.failures_at_deadline:
-        return 0.0
-    return min(config.probe.timeout_s, config.answers.query_timeout_s)
-
-
 def make_scheduler(
     config: Config, prober: Prober,
     observed_age: Callable[[Target], Awaitable[float | None]] | None = None,
@@ -280,14 +262,8 @@ def make_scheduler(
     if not rescan.enabled:
         return None
     return RescanScheduler(
-        probes_per_s=rescan.probes_per_s,
-        max_staleness_s=rescan.max_staleness_s,
-        forget_after_s=rescan.forget_after_s,
-        base_interval_s=rescan.base_interval_s,
-        per_prefix_per_s=rescan.per_prefix_per_s,
-        max_targets=rescan.max_targets,
-        max_in_flight=rescan.max_in_flight,
-        probe_timeout_s=config.probe.timeout_s * 2,  # a probe may queue for a slot first
+        rescan,
+        probe_timeout_s=config.probe.scheduled_timeout_s,
         on_demand_busy=lambda: prober.statistics().queued > 0,
         observed_age=observed_age,
     )
@@ -511,7 +487,6 @@ async def _serve_notary(
         v2_key = crypto.load_ed25519_private_key(config.v2.key_file)
         v2_signer = crypto.Ed25519Signer(v2_key)
         v2_key_document = make_v2_key_document(config, v2_signer)
-    api_body_bytes = max(config.http.max_body_bytes, v2_max_body_bytes(config.v2.max_batch))
     cache = LRUCache(config.cache.max_entries, config.cache.max_bytes)
     store = config.store
     async with open_storage(
@@ -525,7 +500,7 @@ async def _serve_notary(
         max_certificates_per_target=store.max_certificates_per_target,
         max_runs_per_certificate=store.max_runs_per_certificate,
         forget_unasked_after_s=store.forget_unasked_after_s,
-        file_mode=database_file_mode(config.node.group),
+        file_mode=config.node.database_file_mode,
         clock=clock,
     ) as storage:
         stored = StoredTargets(
@@ -582,7 +557,7 @@ async def _serve_notary(
                         v2_config=config.v2,
                         abuse=abuse,
                         scheduler=scheduler,
-                        failure_delay_s=failure_delay_s(config),
+                        failure_delay_s=config.failure_delay_s,
                     )
                     web = WebPages(
                         service,
@@ -608,13 +583,12 @@ async def _serve_notary(
                         perspectives=perspectives_signer is not None,
                         v2_key_document=v2_key_document,
                         v2_max_batch=config.v2.max_batch,
-                        v2_max_body_bytes=api_body_bytes,
+                        v2_max_body_bytes=config.api_body_bytes,
                     )
                     listeners = list(sockets["api"])
                     plain_listeners = list(sockets["plain_api"])
                     perspectives_listeners = list(sockets["perspectives"])
                     relay_listeners = list(sockets["relay"])
-                    body_limit = api_body_bytes if v2_signer is not None else None
                     websocket = None
                     if v2_signer is not None:
                         websocket = WebSocketService(
@@ -624,11 +598,10 @@ async def _serve_notary(
                             hub=watch_hub,
                         )
                     connections = ConnectionHandler(
-                        context, handler, config, max_body_bytes=body_limit, websocket=websocket,
-                        abuse=abuse,
+                        context, handler, config.api_http, websocket=websocket, abuse=abuse,
                     )
                     plain_connections = ConnectionHandler(
-                        None, handler, config, max_body_bytes=body_limit, abuse=abuse
+                        None, handler, config.api_http, abuse=abuse
                     )
 
                     endpoints = tuple(bound_endpoint(listener) for listener in listeners)
@@ -684,7 +657,7 @@ async def _serve_notary(
                             service, index_page=perspectives_index(config)
                         )
                         perspectives_connections = ConnectionHandler(
-                            None, perspectives_handler, config, abuse=abuse
+                            None, perspectives_handler, config.http, abuse=abuse
                         )
                         metrics.watch_listener("perspectives", perspectives_connections)
                         metrics.watch_rejections(perspectives_handler.rejected)
@@ -693,7 +666,7 @@ async def _serve_notary(
 
                     # The admin listener is not among ``servers``: it keeps
                     # answering (/readyz: 503) while a graceful stop drains.
-                    admin = AdminServer(config, metrics=metrics, storage=storage)
+                    admin = AdminServer(config.admin, config.http, metrics=metrics, storage=storage)
                     metrics.watch_listener("admin", admin)
                     admin_listeners = list(sockets["admin"])
                     admin_endpoints = tuple(bound_endpoint(listener) for listener in admin_listeners)

@@ -9,7 +9,7 @@ connection closed; a peer that stalls past a timeout, resets, or breaks TLS is
 dropped silently (nothing to answer); any of those are normal events, not
 errors, and are not logged per connection.
 
-Timeouts (``ConnectionLimits``, every one exact on Trio's clock):
+Timeouts (the ``[http]`` section, ``HttpConfig``; every one exact on Trio's clock):
 
 * the head of a request must arrive whole within ``header_timeout_s`` of the
   connection's start (first request) or of the receive that brought its
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from math import inf
 
 import trio
@@ -104,45 +103,17 @@ class Drain:
                 self.idle.discard(scope)
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    header_timeout_s: float = 10.0
-    keepalive_timeout_s: float = 30.0
-    send_timeout_s: float = 10.0
-    max_header_bytes: int = 8 * 1024
-    max_headers: int = 64
-    max_body_bytes: int = 4 * 1024
-    max_requests_per_connection: int = 1000
-    linger_timeout_s: float = 1.0
-    linger_idle_s: float = 0.25
-
-
-def limits_from(http: HttpConfig, *, max_body_bytes: int | None = None) -> ConnectionLimits:
-    """The ``[http]`` limits (``max_body_bytes`` overrides the configured one)."""
-    return ConnectionLimits(
-        header_timeout_s=http.header_timeout_s,
-        keepalive_timeout_s=http.keepalive_timeout_s,
-        send_timeout_s=http.send_timeout_s,
-        max_header_bytes=http.max_header_bytes,
-        max_headers=http.max_headers,
-        max_body_bytes=max_body_bytes or http.max_body_bytes,
-        max_requests_per_connection=http.max_requests_per_connection,
-        linger_timeout_s=http.linger_timeout_s,
-        linger_idle_s=http.linger_idle_s,
-    )
-
-
 async def serve_http_connection(
     stream: trio.abc.Stream,
     handler: Handler,
-    limits: ConnectionLimits,
+    limits: HttpConfig,
     upgrades: Mapping[bytes, UpgradeHandler] | None = None,
     answer_at_once: FastHandler | None = None,
     drain: Drain | None = None,
     client: bytes | None = None,
 ) -> None:
-    """Serve HTTP/1.x on ``stream`` until the peer is done or ``drain``
-    stops; an upgrade request to a path of ``upgrades`` hands the connection
+    """Serve HTTP/1.x on ``stream``, within the ``[http]`` ``limits``, until
+    the peer is done or ``drain`` stops; an upgrade request to a path of ``upgrades`` hands the connection
     over (outside this loop's deadlines: the new protocol keeps its own).
     ``answer_at_once``, when given, is tried first for each request.
     ``client``: who the application limits this connection as (its client
@@ -168,7 +139,7 @@ async def serve_http_connection(
 async def _serve(
     stream: trio.abc.Stream,
     handler: Handler,
-    limits: ConnectionLimits,
+    limits: HttpConfig,
     upgrades: Mapping[bytes, UpgradeHandler],
     answer_at_once: FastHandler | None,
     drain: Drain,

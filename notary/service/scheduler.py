@@ -23,6 +23,7 @@ from typing import Protocol
 
 import trio
 
+from notary.config import RescanConfig
 from notary.errors import ProbeError, ProbeThrottled, ProbeTimeout
 from notary.model.observations import ProbeResult
 from notary.model.rescan import (
@@ -155,23 +156,24 @@ class RescanScheduler:
     """Keeps the answers for tracked targets fresh, by the rules of
     docs/rescan.md.
 
-    Arguments (all keyword-only; durations in seconds, rates per second):
+    ``config``: the ``[rescan]`` section (durations in seconds, rates per
+    second): ``probes_per_s`` is the global budget of scheduled probes (rule
+    8a); ``max_staleness_s`` is ``S``, a target still asked about is
+    re-probed within ``STALENESS_HEADROOM * S`` of its last success (rules 4,
+    5); ``forget_after_s``: idle time after which a target is forgotten
+    (rule 1); ``base_interval_s``: interval of a target nobody asks about any
+    more, capped at ``STALENESS_HEADROOM * S`` (``B``, rule 3), also the
+    backoff cap; ``per_prefix_per_s``: politeness budget per address prefix
+    (rule 8b); ``max_targets``: most targets tracked at once (rule 1);
+    ``max_in_flight``: most scheduled probes running at once (rule 8c).
+    ``enabled`` is the caller's (no scheduler is made when it is off).
 
-    * ``probes_per_s``: the global budget of scheduled probes (rule 8a).
-    * ``max_staleness_s``: ``S``; a target still asked about is re-probed
-      within ``STALENESS_HEADROOM * S`` of its last success (rules 4, 5).
-    * ``forget_after_s``: idle time after which a target is forgotten (rule 1).
-    * ``base_interval_s``: interval of a target nobody asks about any more,
-      capped at ``STALENESS_HEADROOM * S`` (``B``, rule 3); also the backoff cap.
-    * ``per_prefix_per_s``: politeness budget per address prefix (rule 8b).
-    * ``max_targets``: most targets tracked at once (rule 1).
-    * ``on_demand_busy``: when it returns True, scheduled probes wait (rule 8d).
-    * ``clock``: the time source (seconds, monotonic, any origin).
-    * ``max_in_flight``: most scheduled probes running at once (rule 8c).
-    * ``probe_timeout_s``: deadline of one scheduled probe (rule 9); the
-      prober has its own, usually shorter, deadline.
-    * ``observed_age``: seconds since the store's newest observation of a
-      target, None if it has none (rule 11; None: no such store).
+    Keywords: ``on_demand_busy``: when it returns True, scheduled probes wait
+    (rule 8d); ``clock``: the time source (seconds, monotonic, any origin);
+    ``probe_timeout_s``: deadline of one scheduled probe (rule 9; the
+    prober has its own, usually shorter, deadline); ``observed_age``: seconds
+    since the store's newest observation of a target, None if it has none
+    (rule 11; None: no such store).
 
     :meth:`note_query` and :meth:`note_probe` are synchronous and may be
     called from any task of the Trio run, whether :meth:`serve` runs or not.
@@ -187,38 +189,32 @@ class RescanScheduler:
 
     def __init__(
         self,
+        config: RescanConfig,
         *,
-        probes_per_s: float,
-        max_staleness_s: float,
-        forget_after_s: float,
-        base_interval_s: float,
-        per_prefix_per_s: float,
-        max_targets: int,
         on_demand_busy: Callable[[], bool] | None = None,
         clock: Callable[[], float] = trio.current_time,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
         observed_age: Callable[[Target], Awaitable[float | None]] | None = None,
     ) -> None:
         _check_settings(
             {
-                "probes_per_s": probes_per_s,
-                "max_staleness_s": max_staleness_s,
-                "forget_after_s": forget_after_s,
-                "base_interval_s": base_interval_s,
-                "per_prefix_per_s": per_prefix_per_s,
+                "probes_per_s": config.probes_per_s,
+                "max_staleness_s": config.max_staleness_s,
+                "forget_after_s": config.forget_after_s,
+                "base_interval_s": config.base_interval_s,
+                "per_prefix_per_s": config.per_prefix_per_s,
                 "probe_timeout_s": probe_timeout_s,
             },
-            {"max_targets": max_targets, "max_in_flight": max_in_flight},
+            {"max_targets": config.max_targets, "max_in_flight": config.max_in_flight},
         )
         self._times = RescanTimes.from_settings(
-            max_staleness_s=max_staleness_s, base_interval_s=base_interval_s
+            max_staleness_s=config.max_staleness_s, base_interval_s=config.base_interval_s
         )
-        self._forget_after_s = float(forget_after_s)
-        self._max_targets = max_targets
+        self._forget_after_s = float(config.forget_after_s)
+        self._max_targets = config.max_targets
         self._on_demand_busy = on_demand_busy
         self._clock = clock
-        self._max_in_flight = max_in_flight
+        self._max_in_flight = config.max_in_flight
         self._probe_timeout_s = float(probe_timeout_s)
         self._observed_age = observed_age
 
@@ -231,12 +227,12 @@ class RescanScheduler:
         self._heap: list[tuple[float, int, int, _Entry]] = []
         self._sequence = itertools.count()
         self._probing: set[str] = set()  # keys of the targets being probed
-        self._spacing = StartSpacing(probes_per_s, per_prefix_per_s)  # rules 8a, 8b
+        self._spacing = StartSpacing(config.probes_per_s, config.per_prefix_per_s)  # rules 8a, 8b
         self._wake = trio.Event()
         self._serving = False
 
         self._recent_starts: deque[float] = deque(
-            maxlen=math.ceil(probes_per_s * RATE_WINDOW_S) + GLOBAL_BURST + 1
+            maxlen=math.ceil(config.probes_per_s * RATE_WINDOW_S) + GLOBAL_BURST + 1
         )
         self._probes_started = 0
         self._failures: Counter[str] = Counter()
