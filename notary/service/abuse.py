@@ -113,6 +113,15 @@ class AbuseControls:
         self._refused_destination = 0
         self._refused_client = 0
 
+    @classmethod
+    def unlimited(cls) -> AbuseControls:
+        """Controls that admit every query and probe (rates 0: rule off);
+        what a service without limits holds instead of None."""
+        return cls(LimitsConfig(
+            queries_per_s_per_prefix=0, probes_per_s_per_prefix=0,
+            probes_per_minute_per_target=0, probes_per_s_per_destination_prefix=0,
+        ))
+
     @property
     def target_spacing_s(self) -> float:
         """Least time between two probes of one target (0: no such limit)."""

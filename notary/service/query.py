@@ -11,7 +11,7 @@ Invariants
    the protocols nobody asks a target in, cost no signature.
 3. A record loaded from the store never replaces a record already in the
    cache (the cached one is at least as new).
-4. A cache miss for a target the known-targets filter has never seen reads
+4. A cache miss for a target the stored-targets filter has never seen reads
    no database: the store cannot hold it (see ``notary.service.stored_targets``;
    a node's workers share the store and have no filter: every miss reads).
 5. A cache hit that can be answered at once (``convergence.answer_status``)
@@ -38,7 +38,7 @@ Invariants
    ``failure_delay_s`` is set, no sooner than that long after the query
    decided to probe: the time a probe that times out takes, so the answer's
    timing does not tell a refused port from a filtered one.
-8. A query makes its target known to the rescan scheduler (``note_query``)
+8. A query makes the rescan scheduler track its target (``note_query``)
    only once it was admitted (not 429) and its target is real: it was
    answered from an observation, or the probe it needed (started or joined)
    was admitted and reached the target (a certificate, or a connection or
@@ -57,6 +57,7 @@ Invariants
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -150,8 +151,55 @@ class Answer:
         )
 
 
+class Outcome(enum.Enum):
+    """How a query's probe went, for each protocol to answer in its terms."""
+
+    #: The probe saw a certificate: ``ProbeOutcome.record`` is the new record.
+    OBSERVED = "observed"
+    #: Throttled (invariant 6), but the target's newest observation is more
+    #: recent than its probe spacing: answered from it, as if just probed.
+    RECENT = "recent"
+    #: The address policy or an opt-out refused the target (invariant 7: 403).
+    REFUSED = "refused"
+    #: Any other failure, throttled with nothing recent, or the query's
+    #: deadline (invariant 7: one 503).
+    UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    """What ``QueryService.probe_for_query`` gives each protocol: the
+    ``outcome``, the ``record`` to answer from (the refreshed one, or the
+    newest known; None: nothing observed) and when the query decided to
+    probe (``started``, Trio time, for invariant 7's delay)."""
+
+    outcome: Outcome
+    record: TargetRecord | None
+    started: float
+
+
+#: The v2 verdict of a failed probe, by outcome (none: answered from the record).
+_V2_FAILURES = {Outcome.REFUSED: v2.VERDICT_REFUSED, Outcome.UNREACHABLE: v2.VERDICT_UNREACHABLE}
+#: What "check now" says of each outcome (as v2 verdicts say it).
+_CHECK_OUTCOMES = {
+    Outcome.OBSERVED: "observed", Outcome.RECENT: "observed",
+    Outcome.REFUSED: v2.VERDICT_REFUSED, Outcome.UNREACHABLE: v2.VERDICT_UNREACHABLE,
+}
+
+
+class _NoRescans:
+    """The scheduler of a notary that does not rescan: told nothing."""
+
+    def note_query(self, target: Target, key: str | None = None) -> None:
+        pass
+
+    def note_probe(self, *args: object) -> None:
+        pass
+
+
 class QueryService:
-    """Answers Convergence queries.
+    """Answers Convergence, Perspectives and v2 queries, and the web page's
+    lookups and checks (see the invariants above).
 
     Resource handling: borrows the records (which refresh targets), the
     cache (read on the fast path), the store writer (``note_asked``), the
@@ -194,22 +242,27 @@ class QueryService:
         self._perspectives = perspectives
         self._v2_signer = v2_signer
         self._v2 = v2_config or V2Config()
-        self.abuse = abuse
+        #: The limits of invariant 6 (a null object when there are none).
+        self._limited = abuse is not None
+        self._abuse = abuse if abuse is not None else AbuseControls.unlimited()
         #: The query bucket of invariant 6, read on the fast path.
-        self._query_buckets = abuse.queries if abuse is not None else None
+        self._query_buckets = self._abuse.queries
         self._failure_delay_s = failure_delay_s
         #: How recently the target must have been probed for a query with a
         #: fingerprint not vouched for to be answered without a probe
         #: (invariant 9).
         self._mismatch_reprobe_after_s = (
-            0 if abuse is not None and abuse.target_spacing_s > 0 else reprobe_after_s
+            0 if self._abuse.target_spacing_s > 0 else reprobe_after_s
         )
         #: Targets whose probe a query started, with how many queries wait
         #: for it: a query joining one is not charged (invariant 6).
         self._probing: dict[str, int] = {}
         self._too_many: dict[tuple[int, bool], bytes] = {}
-        #: Told of every query and probe outcome, when rescanning is on.
+        #: The scheduler told of queries and probe outcomes (None: no rescans).
         self.scheduler = scheduler
+        self._rescans: RescanScheduler | _NoRescans = (
+            scheduler if scheduler is not None else _NoRescans()
+        )
         #: Queries answered, by protocol (``QUERY_PROTOCOLS``) then HTTP
         #: status, cumulative (requests refused before reaching the service
         #: are counted by the handlers). Plain counters on the query path;
@@ -222,25 +275,12 @@ class QueryService:
         answered = self.answered[protocol]
         answered[status] = answered.get(status, 0) + 1
 
-    async def answer(
-        self, target: Target, fingerprint: bytes | None, client: bytes | None = None
-    ) -> Answer:
-        """The answer to ``GET`` (``fingerprint`` None) or ``POST`` for
-        ``target``, asked by the client prefix ``client`` (None: unlimited).
+    def _admit(self, client: bytes | None, queries: int = 1) -> None:
+        """Invariant 6: ``queries`` queries of the client prefix ``client``.
+        Raises ``RateLimited``."""
+        self._abuse.admit_query(client, self._clock(), queries)
 
-        Error handling: ``RateLimited`` when the client is over its query or
-        probe rate (invariant 6)."""
-        abuse = self.abuse
-        if abuse is not None:
-            abuse.admit_query(client, self._clock())
-        record, status = self._cached_status(target.key, fingerprint, self._clock())
-        if record is not None and status is not None:
-            self._note_query(target)
-            self._count("convergence", status)
-            return Answer(status, record.convergence_body)
-        answer = await self._answer_slowly(target, fingerprint, record, client)
-        self._count("convergence", answer.status)
-        return answer
+    # -- the fast path (invariant 5)
 
     def answer_at_once(
         self, target: Target, fingerprint: bytes | None, keep_alive: bool,
@@ -269,39 +309,6 @@ class QueryService:
         answered[status] = answered.get(status, 0) + 1
         return record.http_responses[response_index(status, keep_alive)]
 
-    def _note_query(self, target: Target) -> None:
-        """Tell the scheduler of an admitted query of a real target
-        (invariant 8)."""
-        self._storage.note_asked(target)
-        if self.scheduler is not None:
-            self.scheduler.note_query(target)
-
-    def _note_probe_outcome(
-        self, target: Target, record: TargetRecord | None,
-        result: ProbeResult | None, failure: ProbeError | None,
-    ) -> None:
-        """Tell the scheduler of a query whose probe ended with ``result``
-        or ``failure`` (``record``: what was known before): the query when
-        invariant 8 lets it register the target, then the probe's outcome
-        (the scheduler ignores outcomes of targets it does not know)."""
-        scheduler = self.scheduler
-        registers = result is not None or isinstance(failure, _REACHED_FAILURES) or (
-            record is not None and not isinstance(failure, ProbeRefused)
-        )
-        if registers:
-            self._storage.note_asked(target)
-        if scheduler is None:
-            return
-        if result is not None:
-            scheduler.note_query(target)
-            scheduler.note_probe(target, result, None, False)  # a repeat counts once
-            return
-        assert failure is not None
-        if registers:
-            scheduler.note_query(target)
-        if not isinstance(failure, _NOT_PROBE_OUTCOMES):
-            scheduler.note_probe(target, None, failure.reason, False)
-
     def _cached_status(
         self, key: str, fingerprint: bytes | None, now: float
     ) -> tuple[TargetRecord | None, int | None]:
@@ -315,59 +322,52 @@ class QueryService:
             self._mismatch_reprobe_after_s,
         )
 
-    async def _answer_slowly(
-        self, target: Target, fingerprint: bytes | None, record: TargetRecord | None,
-        client: bytes | None = None,
-    ) -> Answer:
-        """``answer`` when the cache alone could not: ``record`` is the cached
-        one (stale for this query), or None after a cache miss."""
-        if record is None:
-            record = await self._records.load(target)
-        timeline = record.timeline if record is not None else None
-        decision = convergence.decide(
-            timeline,
-            fingerprint,
-            now=int(self._clock()),
-            fresh_for_s=self._fresh_for_s,
-            reprobe_after_s=self._mismatch_reprobe_after_s,
-        )
-        if decision is not Decision.PROBE and record is not None:
-            self._note_query(target)
-        if decision is Decision.PROBE:
-            started = trio.current_time()
-            try:
-                refreshed = await self._refresh_for(target, record, client)
-            except ProbeError as exc:
-                self._note_probe_outcome(target, record, None, exc)
-                if isinstance(exc, ProbeThrottled) and self._probed_lately(record):
-                    assert record is not None
-                    return self._answer_from(record, fingerprint)
-                answer = self._failed(record, fingerprint, exc)
-                if answer.status == 503:
-                    await self._at_failure_deadline(started)
-                return answer
-            self._note_probe_outcome(target, record, refreshed.last_probe, None)
-            record = refreshed
-        return self._answer_from(record, fingerprint)
+    # -- one probe for a query, whatever the protocol
+
+    def _note_query(self, target: Target) -> None:
+        """An admitted query of a real target (invariant 8)."""
+        self._storage.note_asked(target)
+        self._rescans.note_query(target)
+
+    async def probe_for_query(
+        self, target: Target, record: TargetRecord | None, client: bytes | None
+    ) -> ProbeOutcome:
+        """Probe ``target`` for a query of the client prefix ``client``
+        (``record``: what is known of it): admitted by the limits (invariant
+        6), under the query deadline, the query and the outcome noted for
+        the scheduler (invariant 8). Each protocol answers the outcome in
+        its terms and applies invariant 7's delay (``failure_deadline``).
+
+        Error handling: ``RateLimited`` when the client's probe budget is
+        spent (nothing probed, nothing noted); probe failures are outcomes."""
+        started = trio.current_time()
+        try:
+            refreshed = await self._refresh_for(target, record, client)
+        except ProbeError as exc:
+            self._note_probe_outcome(target, record, None, exc)
+            newest = self._cache.peek(target.key) or record  # refreshed meanwhile?
+            if isinstance(exc, ProbeThrottled) and self._probed_lately(newest):
+                return ProbeOutcome(Outcome.RECENT, newest, started)
+            if isinstance(exc, ProbeRefused):
+                return ProbeOutcome(Outcome.REFUSED, newest, started)
+            return ProbeOutcome(Outcome.UNREACHABLE, newest, started)
+        self._note_probe_outcome(target, record, refreshed.last_probe, None)
+        return ProbeOutcome(Outcome.OBSERVED, refreshed, started)
 
     async def _refresh_for(
         self, target: Target, record: TargetRecord | None, client: bytes | None
     ) -> TargetRecord:
-        """Refresh ``target`` for a query of ``client`` (``record``: what is
-        known of it) under the query deadline, admitted by the limits unless
-        it joins a probe a query started (invariant 6); the record with what
-        the probe saw.
+        """Refresh ``target`` under the query deadline, admitted by the
+        limits unless it joins a probe a query started (invariant 6).
 
         Error handling: ``RateLimited`` (the client's probe budget), a
         ``ProbeError`` for a probe that failed, was throttled
         (``ProbeThrottled``) or did not finish in time (``QueryDeadline``)."""
         key = target.key
         probing = self._probing
-        abuse = self.abuse
-        charged = False
-        if abuse is not None and key not in probing:
-            abuse.admit_probe(client, key, self._clock())
-            charged = True
+        charged = key not in probing
+        if charged:
+            self._abuse.admit_probe(client, key, self._clock())
         probing[key] = probing.get(key, 0) + 1
         try:
             with trio.fail_after(self._query_timeout_s):
@@ -375,8 +375,8 @@ class QueryService:
         except trio.TooSlowError:
             raise QueryDeadline("probe did not finish in time") from None
         except ProbeRefused:
-            if abuse is not None and charged:
-                abuse.refund_probe(key)
+            if charged:
+                self._abuse.refund_probe(key)
             raise
         finally:
             waiting = probing[key] - 1
@@ -385,21 +385,104 @@ class QueryService:
             else:
                 del probing[key]
 
+    def _note_probe_outcome(
+        self, target: Target, record: TargetRecord | None,
+        result: ProbeResult | None, failure: ProbeError | None,
+    ) -> None:
+        """Tell the scheduler of a query whose probe ended with ``result``
+        or ``failure`` (``record``: what was known before): the query when
+        invariant 8 lets it register the target, then the probe's outcome
+        (the scheduler ignores outcomes of targets it does not know; the
+        refresh noted a merged result already, and a repeat counts once)."""
+        registers = result is not None or isinstance(failure, _REACHED_FAILURES) or (
+            record is not None and not isinstance(failure, ProbeRefused)
+        )
+        if registers:
+            self._note_query(target)
+        if result is not None:
+            self._rescans.note_probe(target, result, None, False)
+        elif failure is not None and not isinstance(failure, _NOT_PROBE_OUTCOMES):
+            self._rescans.note_probe(target, None, failure.reason, False)
+
     def _probed_lately(self, record: TargetRecord | None) -> bool:
         """Whether ``record``'s newest observation is more recent than the
         spacing of the target's probes (invariant 6): then a throttled query
         is answered from it, as within ``reprobe_after_s``."""
-        abuse = self.abuse
         newest = record.timeline.newest if record is not None else None
-        if abuse is None or newest is None:
+        if not self._limited or newest is None:
             return False
-        return newest.last_seen >= self._clock() - abuse.target_spacing_s
+        return newest.last_seen >= self._clock() - self._abuse.target_spacing_s
 
-    async def _at_failure_deadline(self, started: float) -> None:
-        """Return ``failure_delay_s`` after ``started`` (Trio time):
+    async def failure_deadline(self, probed: ProbeOutcome) -> None:
+        """Return ``failure_delay_s`` after the query decided to probe:
         invariant 7."""
         if self._failure_delay_s > 0:
-            await trio.sleep_until(started + self._failure_delay_s)
+            await trio.sleep_until(probed.started + self._failure_delay_s)
+
+    # -- Convergence
+
+    async def answer(
+        self, target: Target, fingerprint: bytes | None, client: bytes | None = None
+    ) -> Answer:
+        """The answer to ``GET`` (``fingerprint`` None) or ``POST`` for
+        ``target``, asked by the client prefix ``client`` (None: unlimited).
+
+        Error handling: ``RateLimited`` when the client is over its query or
+        probe rate (invariant 6)."""
+        self._admit(client)
+        record, status = self._cached_status(target.key, fingerprint, self._clock())
+        if record is not None and status is not None:
+            self._note_query(target)
+            self._count("convergence", status)
+            return Answer(status, record.convergence_body)
+        answer = await self._answer_slowly(target, fingerprint, record, client)
+        self._count("convergence", answer.status)
+        return answer
+
+    async def _answer_slowly(
+        self, target: Target, fingerprint: bytes | None, record: TargetRecord | None,
+        client: bytes | None = None,
+    ) -> Answer:
+        """``answer`` when the cache alone could not: ``record`` is the cached
+        one (stale for this query), or None after a cache miss."""
+        if record is None:
+            record = await self._records.load(target)
+        decision = convergence.decide(
+            record.timeline if record is not None else None,
+            fingerprint,
+            now=int(self._clock()),
+            fresh_for_s=self._fresh_for_s,
+            reprobe_after_s=self._mismatch_reprobe_after_s,
+        )
+        if decision is not Decision.PROBE:
+            self._note_query(target)
+            return self._answer_from(record, fingerprint)
+        probed = await self.probe_for_query(target, record, client)
+        if probed.outcome in (Outcome.OBSERVED, Outcome.RECENT):
+            assert probed.record is not None
+            return self._answer_from(probed.record, fingerprint)
+        answer = self._failed(probed, fingerprint)
+        if answer.status == 503:
+            await self.failure_deadline(probed)
+        return answer
+
+    def _answer_from(self, record: TargetRecord | None, fingerprint: bytes | None) -> Answer:
+        assert record is not None
+        status = convergence.status_of(
+            record.timeline, fingerprint, now=int(self._clock()), fresh_for_s=self._fresh_for_s
+        )
+        return Answer(status, record.convergence_body)
+
+    def _failed(self, probed: ProbeOutcome, fingerprint: bytes | None) -> Answer:
+        record = probed.record
+        timeline = record.timeline if record is not None else None
+        if convergence.status_after_failed_probe(timeline, fingerprint) == 200 and record:
+            return Answer(200, record.convergence_body)
+        if probed.outcome is Outcome.REFUSED:
+            return Answer(403, REFUSED_MESSAGE, b"text/plain")
+        return Answer(503, UNOBSERVED_MESSAGE, b"text/plain")
+
+    # -- Perspectives
 
     async def answer_perspectives(self, target: Target, client: bytes | None = None) -> Answer:
         """The Perspectives answer for ``target``: 200 and the signed XML made
@@ -411,9 +494,7 @@ class QueryService:
         Error handling: ``RateLimited`` when the client prefix ``client`` is
         over its query or probe rate (invariant 6)."""
         assert self._perspectives, "Perspectives is not configured"
-        abuse = self.abuse
-        if abuse is not None:
-            abuse.admit_query(client, self._clock())
+        self._admit(client)
         try:
             record = await self._records.lookup(target, strict=True)
         except StoreError as exc:
@@ -421,14 +502,7 @@ class QueryService:
             self._count("perspectives", 503)
             return Answer(503, b"observation store unavailable\n", b"text/plain")
         if record is None or record.perspectives_body is None:
-            try:
-                if abuse is not None:
-                    abuse.admit_probe(client, target.key, self._clock())
-                started = self._records.refresh_soon(target)
-                if not started and abuse is not None:  # the prober is full: nothing spent
-                    abuse.refund_probe(target.key)
-            except ProbeThrottled:
-                started = False
+            started = self._refresh_in_background(target, client)
             message = b"unknown service; probing it now, ask again\n" if started else (
                 b"unknown service; too many probes in progress, ask again later\n"
             )
@@ -437,6 +511,21 @@ class QueryService:
         self._note_query(target)  # invariant 8: answered from an observation
         self._count("perspectives", 200)
         return Answer(200, record.perspectives_body, perspectives.CONTENT_TYPE)
+
+    def _refresh_in_background(self, target: Target, client: bytes | None) -> bool:
+        """Start a refresh nobody waits for, admitted by the probe budgets
+        (invariant 6; nothing spent when none could start). Raises
+        ``RateLimited``."""
+        try:
+            self._abuse.admit_probe(client, target.key, self._clock())
+        except ProbeThrottled:
+            return False
+        started = self._records.refresh_soon(target)
+        if not started:  # the records are full: nothing spent
+            self._abuse.refund_probe(target.key)
+        return started
+
+    # -- v2
 
     async def answer_v2_bytes(
         self, request: v2.QueryRequest, client: bytes | None = None
@@ -464,9 +553,7 @@ class QueryService:
     async def _answer_v2(self, request: v2.QueryRequest, client: bytes | None) -> Answer:
         signer = self._v2_signer
         assert signer is not None, "v2 is not configured"
-        abuse = self.abuse
-        if abuse is not None:
-            abuse.admit_query(client, self._clock(), len(request.targets))
+        self._admit(client, len(request.targets))
         results: list[v2.QueryResult | None] = [None] * len(request.targets)
         now = int(self._clock())
         waiting = []
@@ -506,8 +593,7 @@ class QueryService:
         ) is Decision.PROBE:
             return None
         self._storage.note_asked(target, key)
-        if self.scheduler is not None:  # invariant 8: answered from an observation
-            self.scheduler.note_query(target, key)
+        self._rescans.note_query(target, key)  # invariant 8: answered from an observation
         record = self._renewed(record, now)
         verdict = v2.verdict_of(
             record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
@@ -526,30 +612,18 @@ class QueryService:
             reprobe_after_s=self._mismatch_reprobe_after_s,
         )
         failure = None
-        if decision is not Decision.PROBE and record is not None:
+        if decision is not Decision.PROBE:
             self._note_query(target)
-        if decision is Decision.PROBE:
-            started = trio.current_time()
-            refreshed = None
+        else:
             try:
-                refreshed = await self._refresh_for(target, record, client)
-            except RateLimited:
-                pass  # answered from what is known, unprobed; not registered
-            except ProbeError as exc:
-                self._note_probe_outcome(target, record, None, exc)
-                if isinstance(exc, ProbeThrottled):
-                    if not self._probed_lately(record):
-                        failure = v2.VERDICT_UNREACHABLE
-                else:
-                    failure = v2.VERDICT_REFUSED if isinstance(exc, ProbeRefused) else (
-                        v2.VERDICT_UNREACHABLE
-                    )
+                probed = await self.probe_for_query(target, record, client)
+            except RateLimited:  # answered from what is known, unprobed; not registered
+                record = self._cache.peek(target.key) or record
             else:
-                self._note_probe_outcome(target, record, refreshed.last_probe, None)
-            # unprobed: a refresh may have finished meanwhile
-            record = refreshed or self._cache.peek(target.key) or record
-            if failure == v2.VERDICT_UNREACHABLE:
-                await self._at_failure_deadline(started)
+                record = probed.record
+                failure = _V2_FAILURES.get(probed.outcome)
+                if probed.outcome is Outcome.UNREACHABLE:
+                    await self.failure_deadline(probed)
         if record is None:
             return v2.QueryResult(target, failure or v2.VERDICT_UNKNOWN)
         record = self._renewed(record, now)
@@ -572,24 +646,6 @@ class QueryService:
         self._cache.put(record.timeline.target.key, record, record.size)
         return record
 
-    def _answer_from(self, record: TargetRecord, fingerprint: bytes | None) -> Answer:
-        status = convergence.status_of(
-            record.timeline, fingerprint, now=int(self._clock()), fresh_for_s=self._fresh_for_s
-        )
-        return Answer(status, record.convergence_body)
-
-    def _failed(
-        self, record: TargetRecord | None, fingerprint: bytes | None, failure: ProbeError
-    ) -> Answer:
-        if record is not None:  # a probe may have refreshed it meanwhile
-            record = self._cache.peek(record.timeline.target.key) or record
-        timeline = record.timeline if record is not None else None
-        if convergence.status_after_failed_probe(timeline, fingerprint) == 200 and record:
-            return Answer(200, record.convergence_body)
-        if isinstance(failure, ProbeRefused):
-            return Answer(403, REFUSED_MESSAGE, b"text/plain")
-        return Answer(503, UNOBSERVED_MESSAGE, b"text/plain")
-
     async def timeline_of(self, target: Target, client: bytes | None = None) -> Timeline | None:
         """What is known of ``target`` for the web page: its cached or
         stored timeline (None: never observed), without a probe. Costs the
@@ -598,9 +654,7 @@ class QueryService:
 
         Error handling: ``RateLimited`` over the client's query rate;
         ``StoreError`` when nothing is cached and the store cannot be read."""
-        abuse = self.abuse
-        if abuse is not None:
-            abuse.admit_query(client, self._clock())
+        self._admit(client)
         record = await self._records.lookup(target, strict=True)
         return record.timeline if record is not None else None
 
@@ -617,22 +671,9 @@ class QueryService:
 
         Error handling: ``RateLimited`` over the client's query or probe
         rate; probe failures are outcomes, never raised."""
-        abuse = self.abuse
-        if abuse is not None:
-            abuse.admit_query(client, self._clock())
+        self._admit(client)
         record = await self._records.lookup(target)
-        started = trio.current_time()
-        try:
-            refreshed = await self._refresh_for(target, record, client)
-        except ProbeError as exc:
-            self._note_probe_outcome(target, record, None, exc)
-            if isinstance(exc, ProbeThrottled):
-                if self._probed_lately(self._cache.peek(target.key) or record):
-                    return "observed"
-            elif isinstance(exc, ProbeRefused):
-                return v2.VERDICT_REFUSED
-        else:
-            self._note_probe_outcome(target, record, refreshed.last_probe, None)
-            return "observed"
-        await self._at_failure_deadline(started)
-        return v2.VERDICT_UNREACHABLE
+        probed = await self.probe_for_query(target, record, client)
+        if probed.outcome is Outcome.UNREACHABLE:
+            await self.failure_deadline(probed)
+        return _CHECK_OUTCOMES[probed.outcome]

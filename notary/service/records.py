@@ -41,7 +41,7 @@ from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
 from notary.service.scheduler import RescanScheduler
-from notary.service.stored_targets import KnownTargets
+from notary.service.stored_targets import StoredTargets
 from notary.service.watch import WatchHub
 from notary.state.cache import LRUCache
 from notary.state.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
@@ -271,7 +271,7 @@ class Records:
         nursery: trio.Nursery,
         cache: LRUCache,
         storage: Storage,
-        stored: KnownTargets,
+        stored: StoredTargets,
         signer: RecordSigner,
         prober: Prober,
         merge_window_s: int,
@@ -432,7 +432,7 @@ async def open_records(
     *,
     cache: LRUCache,
     storage: Storage,
-    stored: KnownTargets,
+    stored: StoredTargets,
     signer: RecordSigner,
     prober: Prober,
     merge_window_s: int,
