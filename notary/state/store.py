@@ -350,6 +350,34 @@ class _Writes:
     runs_inserted: list[tuple] = field(default_factory=list)
     runs_updated: list[tuple] = field(default_factory=list)
 
+    def execute(self, db: sqlite3.Connection) -> None:
+        """Run the batch's statements, deletions first (a run whose start
+        moves is deleted and inserted again)."""
+        for sql, parameters in (
+            (_DELETE_RUNS, self.runs_deleted),
+            (_INSERT_OBSERVATIONS, self.observations_inserted),
+            (_UPDATE_OBSERVATIONS, self.observations_updated),
+            (_INSERT_RUNS, self.runs_inserted),
+            (_UPDATE_RUNS, self.runs_updated),
+        ):
+            if parameters:
+                db.executemany(sql, parameters)
+
+
+def _by_pair(
+    pairs: list[tuple[int, int]], results: Sequence[ProbeResult]
+) -> tuple[dict[tuple[int, int], ProbeResult], dict[tuple[int, int], list[ProbeResult]]]:
+    """The batch's sightings by (target, certificate) pair: ``singles``, the
+    pairs seen once (most), and ``groups``, the others in recording order."""
+    singles = dict(zip(pairs, results, strict=True))
+    groups: dict[tuple[int, int], list[ProbeResult]] = {}
+    if len(singles) < len(results):
+        for pair, result in zip(pairs, results, strict=True):
+            groups.setdefault(pair, []).append(result)
+        singles = {pair: rs[0] for pair, rs in groups.items() if len(rs) == 1}
+        groups = {pair: rs for pair, rs in groups.items() if len(rs) > 1}
+    return singles, groups
+
 
 def _remember(memo: dict, learnt: dict) -> None:
     if len(memo) + len(learnt) > ID_MEMO_ENTRIES:
@@ -728,19 +756,39 @@ class Store:
         are swept when the limits change, ``enforce_limits``), so a target
         whose rows cannot go beyond them through this batch is written here
         and needs no limit; the others are rewritten by ``_rewrite``."""
-        window = self.merge_window_s
-        # Most pairs have one sighting in a batch: ``singles`` maps them to
-        # it; ``groups`` holds the others, sightings in recording order.
-        singles = dict(zip(pairs, results, strict=True))
-        groups: dict[tuple[int, int], list[ProbeResult]] = {}
-        if len(singles) < len(results):
-            for pair, result in zip(pairs, results, strict=True):
-                groups.setdefault(pair, []).append(result)
-            singles = {pair: rs[0] for pair, rs in groups.items() if len(rs) == 1}
-            groups = {pair: rs for pair, rs in groups.items() if len(rs) > 1}
+        singles, groups = _by_pair(pairs, results)
+        found, touching = self._read_near(db, singles, groups, new_targets, new_certificates)
+        rewritten: set[int] = set()
+        if self.limits is not None:
+            rewritten = self._may_exceed_limits(db, singles, groups, found, touching, new_targets)
+            if rewritten:
+                singles = {pair: r for pair, r in singles.items() if pair[0] not in rewritten}
+                groups = {pair: rs for pair, rs in groups.items() if pair[0] not in rewritten}
+        writes = _Writes()
+        self._write_singles(singles, found, touching, groups, writes)
+        for pair, rs in groups.items():
+            self._write_group(pair, rs, found.get(pair), touching.get(pair), writes)
+        writes.execute(db)
+        dropped: set[int] = set()
+        if rewritten:
+            sightings: dict[int, list[tuple[ProbeResult, int]]] = {}
+            for (t, c), result in zip(pairs, results, strict=True):
+                if t in rewritten:
+                    sightings.setdefault(t, []).append((result, c))
+            for t, seen in sightings.items():
+                dropped |= self._rewrite(db, t, seen)
+        return dropped
 
-        # Read the pairs that may be stored: not those with a target or a
-        # certificate this batch inserted.
+    def _read_near(
+        self, db: sqlite3.Connection, singles: dict[tuple[int, int], ProbeResult],
+        groups: dict[tuple[int, int], list[ProbeResult]],
+        new_targets: set[int], new_certificates: set[int],
+    ) -> tuple[dict[tuple[int, int], tuple], dict[tuple[int, int], list[Run]]]:
+        """The stored rows of the pairs that may be stored (not those with a
+        target or a certificate this batch inserted), each with the run near
+        its sighting: ``found`` by pair, and ``touching``, the pairs with
+        several runs near a sighting."""
+        window = self.merge_window_s
         if new_targets or new_certificates:
             read = [(t, c, r.observed_at) for (t, c), r in singles.items()
                     if t not in new_targets and c not in new_certificates]
@@ -764,16 +812,17 @@ class Store:
             for row in rows:
                 touching.setdefault(row[:2], []).append(row[5:7])
             touching = {pair: runs for pair, runs in touching.items() if len(runs) > 1}
-        rewritten: set[int] = set()
-        if self.limits is not None:
-            rewritten = self._may_exceed_limits(db, singles, groups, found, touching, new_targets)
-            if rewritten:
-                singles = {pair: r for pair, r in singles.items() if pair[0] not in rewritten}
-                groups = {pair: rs for pair, rs in groups.items() if pair[0] not in rewritten}
+        return found, touching
 
-        # The common case inline: one sighting of a pair, at most one run
-        # near it.
-        writes = _Writes()
+    def _write_singles(
+        self, singles: dict[tuple[int, int], ProbeResult], found: dict[tuple[int, int], tuple],
+        touching: dict[tuple[int, int], list[Run]],
+        groups: dict[tuple[int, int], list[ProbeResult]], writes: _Writes,
+    ) -> None:
+        """The common case, one loop: one sighting of a pair and at most one
+        run near it, into ``writes``; a pair with several runs near its
+        sighting joins ``groups``."""
+        window = self.merge_window_s
         insert_observation = writes.observations_inserted.append
         update_observation = writes.observations_updated.append
         insert_run = writes.runs_inserted.append
@@ -815,27 +864,6 @@ class Store:
             elif seen < start:  # or starts earlier (its key changes)
                 writes.runs_deleted.append((t, c, start))
                 insert_run((t, c, seen, end))
-        for pair, rs in groups.items():
-            self._write_group(pair, rs, found.get(pair), touching.get(pair), writes)
-
-        for sql, parameters in (
-            (_DELETE_RUNS, writes.runs_deleted),
-            (_INSERT_OBSERVATIONS, writes.observations_inserted),
-            (_UPDATE_OBSERVATIONS, writes.observations_updated),
-            (_INSERT_RUNS, writes.runs_inserted),
-            (_UPDATE_RUNS, writes.runs_updated),
-        ):
-            if parameters:
-                db.executemany(sql, parameters)
-        dropped: set[int] = set()
-        if rewritten:
-            sightings: dict[int, list[tuple[ProbeResult, int]]] = {}
-            for (t, c), result in zip(pairs, results, strict=True):
-                if t in rewritten:
-                    sightings.setdefault(t, []).append((result, c))
-            for t, seen in sightings.items():
-                dropped |= self._rewrite(db, t, seen)
-        return dropped
 
     def _may_exceed_limits(
         self, db: sqlite3.Connection, singles: dict[tuple[int, int], ProbeResult],
