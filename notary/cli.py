@@ -52,7 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="notary", description="A certificate notary (Convergence protocol).")
     parser.add_argument("--version", action="version", version=f"notary {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_keygen(commands)
+    _add_bundle(commands)
+    _add_check(commands)
+    _add_db(commands)
+    _add_serve(commands)
+    _add_watch(commands)
+    _add_perspectives_entry(commands)
+    _add_dev_init(commands)
+    return parser
 
+
+def _add_keygen(commands: argparse._SubParsersAction) -> None:
     keygen = commands.add_parser("keygen", help="make an RSA-2048 key and self-signed certificate")
     keygen.add_argument("--out-key", type=Path, required=True)
     keygen.add_argument("--out-cert", type=Path)
@@ -67,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     keygen.add_argument("--days", type=int, default=crypto.DEFAULT_CERTIFICATE_DAYS)
     keygen.add_argument("--force", action="store_true", help="overwrite existing files")
 
+
+def _add_bundle(commands: argparse._SubParsersAction) -> None:
     bundle = commands.add_parser("bundle", help="write a .notary bundle, or `bundle show FILE`")
     bundle.add_argument("--name", help="the notary's name (clients' identity key)")
     bundle.add_argument("--location", help="https URL of the bundle, ending .notary")
@@ -102,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("name")
     remove.add_argument("--notaries", type=Path, metavar="DIR", help=_NOTARIES_HELP)
 
+
+def _add_check(commands: argparse._SubParsersAction) -> None:
     check = commands.add_parser(
         "check", help="ask several notaries which certificate a site serves, and vote"
     )
@@ -119,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--v2", action="store_true",
                        help="ask through the signed v2 API (Ed25519, nonce, freshness)")
 
+
+def _add_db(commands: argparse._SubParsersAction) -> None:
     db = commands.add_parser(
         "db", help="create/migrate the database, print statistics, or compact it"
     )
@@ -126,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--db", type=Path, help="database file (default: from --config)")
     db.add_argument("--config", type=Path)
 
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="serve the notary")
     serve.add_argument("--config", type=Path, help="TOML configuration file")
     serve.add_argument("--check-config", action="store_true", help="validate and exit")
@@ -152,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--user", help="started as root: serve as this user ([node] user)")
     serve.add_argument("--group", help="and this group ([node] group)")
 
+
+def _add_watch(commands: argparse._SubParsersAction) -> None:
     watch = commands.add_parser(
         "watch", help="print certificate changes of sites as a notary sees them (v2 WebSocket)"
     )
@@ -160,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--timeout", type=float, default=10.0, metavar="S",
                        help="deadline to connect (the watch itself runs until interrupted)")
 
+
+def _add_perspectives_entry(commands: argparse._SubParsersAction) -> None:
     entry = commands.add_parser(
         "perspectives-entry", help="this notary's entry for a Perspectives client's notary list"
     )
@@ -167,11 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     entry.add_argument("--host-port", required=True, metavar="HOST:PORT",
                        help="where clients reach the Perspectives port")
 
+
+def _add_dev_init(commands: argparse._SubParsersAction) -> None:
     dev = commands.add_parser("dev-init", help="make a local key, certificate, db, bundle, config")
     dev.add_argument("--dir", type=Path, default=Path("var"))
     dev.add_argument("--api-port", type=int, default=8443)
     dev.add_argument("--relay-api-port", type=int, default=4242)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
