@@ -23,7 +23,7 @@ from notary.outbound.probe import ProbeStatistics
 from notary.outbound.writer import StorageStatistics
 from notary.protocol.convergence import format_fingerprint
 from notary.server import metrics as metrics_module
-from notary.server.metrics import NotaryMetrics
+from notary.server.metrics import NotaryMetrics, Timings
 from notary.server.websocket import WebSocketLimits
 from notary.service.abuse import AbuseControls, ProbeThrottled
 from notary.service.query import QUERY_PROTOCOLS
@@ -228,8 +228,9 @@ def stand_ins(**overrides) -> SimpleNamespace:
     parts.service = SimpleNamespace(answered={name: Counter() for name in QUERY_PROTOCOLS})
     parts.cache = SimpleNamespace(statistics=lambda: parts.cache_stats)
     parts.stored = SimpleNamespace(statistics=lambda: parts.stored_stats)
-    parts.storage = SimpleNamespace(statistics=lambda: parts.storage_stats, on_batch=None)
-    parts.prober = SimpleNamespace(statistics=lambda: parts.probe_stats, on_probe_done=None)
+    parts.storage = SimpleNamespace(statistics=lambda: parts.storage_stats)
+    parts.prober = SimpleNamespace(statistics=lambda: parts.probe_stats)
+    parts.timings = Timings()
     parts.records = SimpleNamespace(statistics=lambda: parts.records_stats)
     parts.signer = SimpleNamespace(signatures_made=0)
     parts.listener = SimpleNamespace(open_connections=0, refused_connections=0)
@@ -237,20 +238,20 @@ def stand_ins(**overrides) -> SimpleNamespace:
     return parts
 
 
-def metrics_of(parts: SimpleNamespace) -> NotaryMetrics:
-    metrics = NotaryMetrics(
+def metrics_of(
+    parts: SimpleNamespace, rejections: tuple[Counter[tuple[str, int]], ...] = ()
+) -> NotaryMetrics:
+    return NotaryMetrics(
         service=parts.service, cache=parts.cache, stored=parts.stored, storage=parts.storage,
         prober=parts.prober, records=parts.records, signers={"convergence": parts.signer},
+        listeners={"api": parts.listener}, rejections=rejections, timings=parts.timings,
     )
-    metrics.watch_listener("api", parts.listener)
-    return metrics
 
 
 def test_counters_advance_by_the_delta_and_gauges_are_set() -> None:
     parts = stand_ins()
-    metrics = metrics_of(parts)
     rejected: Counter[tuple[str, int]] = Counter()
-    metrics.watch_rejections(rejected)
+    metrics = metrics_of(parts, (rejected,))
     parts.service.answered["convergence"][200] = 5
     rejected["convergence", 400] = 2
     parts.cache_stats = CacheStatistics(3, 300, 10, 1000, 7, 1, 0, 0)
@@ -323,12 +324,12 @@ def test_abuse_controls_refusals_are_counted() -> None:
     assert value(text, "notary_limits_tracked_entries", table="target_probes") == 1
 
 
-def test_histograms_are_observed_through_the_hooks() -> None:
+def test_histograms_are_observed_through_the_timings() -> None:
     parts = stand_ins()
     metrics = metrics_of(parts)
-    parts.prober.on_probe_done(0.3, None)
-    parts.prober.on_probe_done(10.0, "timeout")
-    parts.storage.on_batch(120, 0.004)
+    parts.timings.probe_done(0.3, None)
+    parts.timings.probe_done(10.0, "timeout")
+    parts.timings.batch_written(120, 0.004)
     text = metrics.exposition().decode()
     assert value(text, "notary_probe_duration_seconds_count", result="success") == 1
     assert value(text, "notary_probe_duration_seconds_bucket", result="success", le="0.5") == 1
@@ -368,7 +369,7 @@ def test_the_metrics_table_is_consistent() -> None:
         assert spec.name.startswith("notary_") and spec.help, spec.name
         assert spec.mode.startswith("live") == (spec.kind == "gauge"), spec.name
         assert bool(spec.buckets) == (spec.kind == "histogram"), spec.name
-        assert (spec.read is None) == (spec.source == "hooks"), spec.name
+        assert (spec.read is None) == (spec.source == "timings"), spec.name
         assert not spec.prebound or len(spec.labels) == 1, spec.name
 
 
@@ -381,7 +382,7 @@ def run_worker(queries: int, open_connections: int) -> None:
     metrics = metrics_of(parts)
     parts.service.answered["convergence"][200] = queries
     parts.listener.open_connections = open_connections
-    parts.prober.on_probe_done(0.2, None)
+    parts.timings.probe_done(0.2, None)
     metrics.fold()
 
 

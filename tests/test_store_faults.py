@@ -447,13 +447,17 @@ _WRITER_CHILD = textwrap.dedent(
 
     path, start = Path(sys.argv[1]), int(sys.argv[2])
 
-    def report(rows, seconds, totals=[0]):
-        totals[0] += rows
-        print(start + totals[0], flush=True)
+    class Report:
+        committed = 0
+
+        def batch_written(self, rows, seconds):
+            self.committed += rows
+            print(start + self.committed, flush=True)
 
     async def main():
-        async with open_storage(path, batch_rows=200, batch_interval_ms=2) as storage:
-            storage.on_batch = report
+        async with open_storage(
+            path, batch_rows=200, batch_interval_ms=2, timings=Report()
+        ) as storage:
             for i in range(start, start + 10**6):
                 await storage.record(probe_result(
                     f"h{i}.example.test", cert=f"c{i % 50}", address=f"192.0.2.{i % 200}",

@@ -70,7 +70,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -166,6 +166,12 @@ def _client_context() -> SSL.Context:
     return context
 
 
+class ProbeTimings(Protocol):
+    """Told how long each probe took (the metrics' ``Timings``); must not raise."""
+
+    def probe_done(self, seconds: float, reason: str | None) -> None: ...
+
+
 class Prober:
     """Probes targets for their TLS certificates; see the module docstring.
 
@@ -183,8 +189,10 @@ class Prober:
         clock: Callable[[], float],
         max_handshake_bytes: int,
         admit_destination: Callable[[str], None] | None = None,
+        timings: ProbeTimings | None = None,
     ) -> None:
         self._admit_destination = admit_destination
+        self._timings = timings
         #: Which addresses may be connected to; replaced on reload (SIGHUP).
         self.policy = policy
         self._timeout_s = timeout_s
@@ -197,10 +205,6 @@ class Prober:
         self._succeeded = 0
         self._failures: Counter[str] = Counter()
         self._tls_versions: Counter[str] = Counter()
-        #: Called when a probe ends with its seconds (queueing for a slot
-        #: included) and its failure reason, None for a success (metrics);
-        #: must not raise. Probes cancelled at shutdown are not reported.
-        self.on_probe_done: Callable[[float, str | None], None] | None = None
 
     async def probe(self, target: Target) -> ProbeResult:
         """Observe the certificate ``target`` presents now, in the caller's
@@ -226,14 +230,14 @@ class Prober:
         self._succeeded += 1
         if result.tls_version is not None:
             self._tls_versions[result.tls_version] += 1
-        if self.on_probe_done is not None:
-            self.on_probe_done(trio.current_time() - started, None)
+        if self._timings is not None:
+            self._timings.probe_done(trio.current_time() - started, None)
         return result
 
     def _failed(self, error: ProbeError, started: float) -> None:
         self._failures[error.reason] += 1
-        if self.on_probe_done is not None:
-            self.on_probe_done(trio.current_time() - started, error.reason)
+        if self._timings is not None:
+            self._timings.probe_done(trio.current_time() - started, error.reason)
 
     def statistics(self) -> ProbeStatistics:
         limiter = self._limiter.statistics()
@@ -382,6 +386,7 @@ async def open_prober(
     clock: Callable[[], float] = time.time,
     max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES,
     admit_destination: Callable[[str], None] | None = None,
+    timings: ProbeTimings | None = None,
 ) -> AsyncIterator[Prober]:
     """Open a :class:`Prober`.
 
@@ -397,6 +402,10 @@ async def open_prober(
     and the policy allowed it; a ``ProbeError`` it raises
     (``ProbeThrottled``: the politeness limit of that address's prefix) is
     the probe's failure, and nothing is connected.
+
+    ``timings``, if given, is told each probe's seconds (queueing for a slot
+    included) and failure reason (None: a success) when it ends; probes
+    cancelled at shutdown are not reported.
 
     Resource handling: the prober owns no task; each probe runs in its
     caller's task and holds its connection only while it runs.
@@ -417,4 +426,5 @@ async def open_prober(
         clock=clock,
         max_handshake_bytes=max_handshake_bytes,
         admit_destination=admit_destination,
+        timings=timings,
     )

@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -65,6 +65,13 @@ MAX_ASKED_NOTES = 65_536
 #: ``ASKED_FLUSH_INTERVAL_S`` after the start).
 PRUNE_INTERVAL_S = 3600.0
 _DEFAULT_LIMITS = TimelineLimits()
+
+
+class BatchTimings(Protocol):
+    """Told each committed batch's rows and write seconds (the metrics'
+    ``Timings``); must not raise."""
+
+    def batch_written(self, rows: int, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +108,10 @@ class Storage:
         *,
         forget_unasked_after_s: int | None = None,
         clock: Callable[[], float] = time.time,
+        timings: BatchTimings | None = None,
     ) -> None:
         self.path = reader.path
+        self._timings = timings
         self._reader = reader
         self._writer = writer
         self._send = send
@@ -124,9 +133,6 @@ class Storage:
         self._asked_full = trio.Event()
         self._asked_dropped = 0
         self._pruned_targets = 0
-        #: Called after each committed batch with its rows and the seconds
-        #: its successful write took (metrics); must not raise.
-        self.on_batch: Callable[[int, float], None] | None = None
 
     async def load_timeline(self, target: Target) -> Timeline:
         """The stored timeline of ``target``; raises ``StoreError``."""
@@ -346,8 +352,8 @@ class Storage:
             self._committed += len(batch)
             self._batches += 1
             self._failing = False
-            if self.on_batch is not None:
-                self.on_batch(len(batch), trio.current_time() - started)
+            if self._timings is not None:
+                self._timings.batch_written(len(batch), trio.current_time() - started)
             return
 
 
@@ -366,13 +372,15 @@ async def open_storage(
     forget_unasked_after_s: int | None = None,
     file_mode: int = DATABASE_FILE_MODE,
     clock: Callable[[], float] = time.time,
+    timings: BatchTimings | None = None,
 ) -> AsyncIterator[Storage]:
     """Open the database at ``path`` (created and migrated if needed, its
     files given ``file_mode``) and run its writer and its maintenance
     (module docstring) until the block exits. The keywords are the
     ``[store]`` keys: ``max_*``: what a target keeps (``TimelineLimits``);
     ``forget_unasked_after_s``: the retention of targets nobody asked about
-    (None: for ever), by ``clock`` (Unix seconds). Raises ``StoreError`` if
+    (None: for ever), by ``clock`` (Unix seconds); ``timings``, if given, is
+    told the rows and write seconds of each committed batch. Raises ``StoreError`` if
     it cannot be opened, ``ValueError`` for a limit out of range."""
     limits = TimelineLimits(
         max_certificate_bytes, max_certificates_per_target, max_runs_per_certificate
@@ -390,7 +398,8 @@ async def open_storage(
         raise
     send, receive = trio.open_memory_channel[ProbeResult](queue_rows)
     storage = Storage(
-        reader, writer, send, forget_unasked_after_s=forget_unasked_after_s, clock=clock
+        reader, writer, send, forget_unasked_after_s=forget_unasked_after_s, clock=clock,
+        timings=timings,
     )
     try:
         async with trio.open_nursery() as nursery:

@@ -21,10 +21,20 @@ import errno
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
 log = logging.getLogger(__name__)
+
+@dataclass(slots=True)
+class ConnectionCounts:
+    """A listener's connections: open now and refused (closed at once);
+    its handler updates them, the metrics read them."""
+
+    open_connections: int = 0
+    refused_connections: int = 0
+
 
 #: Connections accepted per wake-up at most: a flood cannot hold the loop.
 ACCEPT_BATCH = 256

@@ -33,6 +33,7 @@ from notary.config import AdminConfig, HttpConfig
 from notary.outbound.writer import Storage, StorageStatistics
 from notary.protocol import http
 from notary.protocol.http import Request
+from notary.server.accept import ConnectionCounts
 from notary.server.connection import serve_http_connection
 from notary.server.metrics import CONTENT_TYPE, NotaryMetrics
 
@@ -73,26 +74,28 @@ class AdminServer:
     """
 
     def __init__(
-        self, config: AdminConfig, http: HttpConfig, *, metrics: NotaryMetrics, storage: Storage
+        self, config: AdminConfig, http: HttpConfig, *, metrics: NotaryMetrics, storage: Storage,
+        counts: ConnectionCounts | None = None,
     ) -> None:
         self._metrics = metrics
         self._storage = storage
         self._max_writer_lag_rows = config.max_writer_lag_rows
         self._limits = http
         self.serving = False
-        self.open_connections = 0
-        self.refused_connections = 0
+        #: Its connections, open and refused (the metrics read them).
+        self.counts = counts if counts is not None else ConnectionCounts()
 
     async def __call__(self, tcp: trio.SocketStream) -> None:
-        if self.open_connections >= ADMIN_MAX_CONNECTIONS:
-            self.refused_connections += 1
+        counts = self.counts
+        if counts.open_connections >= ADMIN_MAX_CONNECTIONS:
+            counts.refused_connections += 1
             await trio.aclose_forcefully(tcp)
             return
-        self.open_connections += 1
+        counts.open_connections += 1
         try:
             await serve_http_connection(tcp, self.handle, self._limits)
         finally:
-            self.open_connections -= 1
+            counts.open_connections -= 1
 
     def readiness_problems(self) -> list[str]:
         return readiness_problems(

@@ -79,6 +79,7 @@ class ApiHandler:
         v2_max_batch: int = 100,
         v2_max_body_bytes: int = 0,
         web: WebPages | None = None,
+        rejected: Counter[tuple[str, int]] | None = None,
     ) -> None:
         self._service = service
         #: The web pages (None: ``/`` is the plain-text index).
@@ -95,8 +96,9 @@ class ApiHandler:
         #: a memo is exact; errors are never stored. Bounded by clearing.
         self._targets: dict[bytes, Target] = {}
         #: Queries refused before the service saw them: (protocol, status)
-        #: -> count (the service counts the ones it answers).
-        self.rejected: Counter[tuple[str, int]] = Counter()
+        #: -> count (the service counts the ones it answers; the metrics,
+        #: given the same counter, read it).
+        self.rejected: Counter[tuple[str, int]] = rejected if rejected is not None else Counter()
 
     @property
     def bundle_bytes(self) -> bytes | None:
@@ -248,11 +250,14 @@ class PerspectivesHandler:
     """The ``Handler`` of the plain-HTTP Perspectives port: ``GET
     /?host=&port=&service_type=2`` answers, ``GET /`` the index page."""
 
-    def __init__(self, service: QueryService, *, index_page: bytes) -> None:
+    def __init__(
+        self, service: QueryService, *, index_page: bytes,
+        rejected: Counter[tuple[str, int]] | None = None,
+    ) -> None:
         self._service = service
         self._index_page = index_page
         #: As ``ApiHandler.rejected``.
-        self.rejected: Counter[tuple[str, int]] = Counter()
+        self.rejected: Counter[tuple[str, int]] = rejected if rejected is not None else Counter()
 
     async def __call__(
         self, request: Request, client: bytes | None = None

@@ -20,6 +20,7 @@ import ssl
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -38,15 +39,20 @@ from notary.outbound.probe import Prober, open_prober
 from notary.outbound.writer import Storage, open_storage
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
-from notary.server.accept import serve_socket
+from notary.server.accept import ConnectionCounts, serve_socket
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Drain, serve_http_connection
-from notary.server.metrics import NotaryMetrics
+from notary.server.metrics import NotaryMetrics, Timings
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
-from notary.server.web import WebPages, notary_profile
-from notary.server.websocket import FIGURES_INTERVAL_S, WATCH_PATH, WebSocketService
+from notary.server.web import NotaryProfile, WebPages, notary_profile
+from notary.server.websocket import (
+    FIGURES_INTERVAL_S,
+    WATCH_PATH,
+    WebSocketCounts,
+    WebSocketService,
+)
 from notary.service.abuse import AbuseControls
 from notary.service.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
 from notary.service.query import QueryService
@@ -152,6 +158,8 @@ class ConnectionHandler:
         handler: ApiHandler | PerspectivesHandler,
         http: HttpConfig,
         *,
+        counts: ConnectionCounts,
+        drain: Drain,
         websocket: WebSocketService | None = None,
         abuse: AbuseControls | None = None,
     ) -> None:
@@ -163,14 +171,15 @@ class ConnectionHandler:
         self._limits = http
         self._websocket = websocket
         self._answer_at_once = handler.answer_at_once if isinstance(handler, ApiHandler) else None
-        #: Set by ``serve_notary``: the graceful stop of its connections.
-        self.drain: Drain | None = None
-        self.open_connections = 0
-        self.refused_connections = 0
+        #: The graceful stop of the notary's connections.
+        self.drain = drain
+        #: Its listeners' connections, open and refused (the metrics read them).
+        self.counts = counts
 
     async def __call__(self, tcp: trio.SocketStream) -> None:
-        if self.open_connections >= self._max_connections:
-            self.refused_connections += 1
+        counts = self.counts
+        if counts.open_connections >= self._max_connections:
+            counts.refused_connections += 1
             await trio.aclose_forcefully(tcp)
             return
         abuse = self._abuse
@@ -180,14 +189,14 @@ class ConnectionHandler:
                 peer = str(tcp.socket.getpeername()[0])
         address = abuse.client_address(peer) if abuse is not None else None
         if address is not None and abuse is not None and not abuse.connections.open(address):
-            self.refused_connections += 1
+            counts.refused_connections += 1
             await trio.aclose_forcefully(tcp)
             return
-        self.open_connections += 1
+        counts.open_connections += 1
         try:
             await self._serve(tcp, peer, address)
         finally:
-            self.open_connections -= 1
+            counts.open_connections -= 1
             if address is not None and abuse is not None:
                 abuse.connections.close(address)
 
@@ -195,7 +204,8 @@ class ConnectionHandler:
         # A limited client's prefix goes with each of its requests (None:
         # unlimited, the handlers are called with the request alone).
         client = client_prefix(address) if address is not None else None
-        handler, answer_at_once, limits, drain = self._handler, self._answer_at_once, self._limits, self.drain
+        handler, answer_at_once, limits = self._handler, self._answer_at_once, self._limits
+        drain = self.drain
         upgrades = None
         if self._websocket is not None:
             upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer, client=client)}
@@ -284,7 +294,8 @@ def store_observed_age(
 
 
 def make_relay_handler(
-    config: Config, *, resolver: Resolver, notary_name: str | None
+    config: Config, *, resolver: Resolver, notary_name: str | None,
+    abuse: AbuseControls | None = None,
 ) -> RelayHandler:
     """The relay, with its trusted bundles read (``UsageError`` if one is bad)."""
     relay = config.relay
@@ -296,7 +307,9 @@ def make_relay_handler(
                 "relay: no trusted bundle lists a host ([relay] bundles), "
                 "so every CONNECT is refused"
             )
-    return RelayHandler(relay, trusted=trusted, resolver=resolver, notary_name=notary_name)
+    return RelayHandler(
+        relay, trusted=trusted, resolver=resolver, notary_name=notary_name, abuse=abuse
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,37 +459,65 @@ async def serve_notary(
     if sockets is None:
         sockets = bind_sockets(config)
     try:
-        await _serve_notary(
-            config, resolver, clock, sockets, reload_config, shared_store, task_status
+        components = build_components(
+            config, sockets, resolver=resolver, clock=clock, shared_store=shared_store
         )
+        await serve(components, reload_config=reload_config, task_status=task_status)
     finally:
         close_all(sockets)
 
 
-async def _serve_notary(
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """What a notary is built from, made from the configuration alone (files
+    read, nothing opened): ``serve`` opens the rest around them."""
+
+    config: Config
+    sockets: Sockets
+    resolver: Resolver
+    clock: Callable[[], float]
+    shared_store: bool  # other workers write the store: no stored-targets filter
+    tls: ssl.SSLContext
+    policy: AddressPolicy
+    abuse: AbuseControls
+    relay: RelayHandler
+    #: The signers by protocol ("convergence", "perspectives", "v2").
+    signers: Mapping[str, object]
+    record_signer: RecordSigner
+    v2_signer: crypto.Ed25519Signer | None
+    v2_key_document: bytes | None
+    bundle_path: str | None  # where the bundle is served (None: not served)
+    bundle_bytes: bytes | None
+    cache: LRUCache
+    stored: StoredTargets
+    watch_hub: WatchHub | None  # None: no v2, no watchers
+    timings: Timings
+
+
+def build_components(
     config: Config,
-    resolver: Resolver,
-    clock: Callable[[], float],
     sockets: Sockets,
-    reload_config: Callable[[], Config] | None,
-    shared_store: bool,
-    task_status: trio.TaskStatus[RunningNotary],
-) -> None:
-    context = make_server_ssl_context(config)
+    *,
+    resolver: Resolver = system_resolver,
+    clock: Callable[[], float] = time.time,
+    shared_store: bool = False,
+) -> Components:
+    """Read the keys, certificate and bundles and make what needs nothing
+    opened, in dependency order. Raises ``UsageError`` for a bad file."""
+    tls = make_server_ssl_context(config)
     if config.server.legacy_tls:
         log.warning(
             "legacy_tls is on: the API accepts TLS 1.0 and 1.1 clients and CBC ciphers "
             "(for the 2011 add-on); turn it off when no such client needs it"
         )
-    signer = crypto.ConvergenceSigner(crypto.load_private_key(config.server.key_file))
-    policy = AddressPolicy.from_cidrs(config.server.allow_targets, config.server.opt_out)
     abuse = AbuseControls(config.limits)
     bundle_path = bundle_bytes = notary_name = None
     if config.server.bundle_file is not None:
         bundle_bytes, notary_name = read_served_bundle(config.server.bundle_file)
         bundle_path = "/" + config.server.bundle_file.name
-    relay_handler = make_relay_handler(config, resolver=resolver, notary_name=notary_name)
-    relay_handler.abuse = abuse
+    signer = crypto.ConvergenceSigner(crypto.load_private_key(config.server.key_file))
     perspectives_signer = None
     if config.perspectives.key_file is not None:
         perspectives_signer = crypto.PerspectivesSigner(
@@ -484,243 +525,262 @@ async def _serve_notary(
         )
     v2_signer = v2_key_document = None
     if config.v2.key_file is not None:
-        v2_key = crypto.load_ed25519_private_key(config.v2.key_file)
-        v2_signer = crypto.Ed25519Signer(v2_key)
+        v2_signer = crypto.Ed25519Signer(crypto.load_ed25519_private_key(config.v2.key_file))
         v2_key_document = make_v2_key_document(config, v2_signer)
-    cache = LRUCache(config.cache.max_entries, config.cache.max_bytes)
-    store = config.store
+    signers = {
+        kind: kind_signer for kind, kind_signer in (
+            ("convergence", signer), ("perspectives", perspectives_signer), ("v2", v2_signer),
+        ) if kind_signer is not None
+    }
+    stored = StoredTargets(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
+    if shared_store:
+        stored.switch_off()
+    return Components(
+        config=config, sockets=sockets, resolver=resolver, clock=clock,
+        shared_store=shared_store, tls=tls,
+        policy=AddressPolicy.from_cidrs(config.server.allow_targets, config.server.opt_out),
+        abuse=abuse,
+        relay=make_relay_handler(config, resolver=resolver, notary_name=notary_name, abuse=abuse),
+        signers=signers,
+        record_signer=RecordSigner(signer, perspectives_signer, v2_signer, config.v2, clock),
+        v2_signer=v2_signer, v2_key_document=v2_key_document,
+        bundle_path=bundle_path, bundle_bytes=bundle_bytes,
+        cache=LRUCache(config.cache.max_entries, config.cache.max_bytes),
+        stored=stored,
+        watch_hub=WatchHub() if v2_signer is not None else None,
+        timings=Timings(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One row of the listener table: who serves which sockets, and how
+    they are announced (``label``, with ``{}`` for the addresses)."""
+
+    role: str  # the sockets' role (``notary.server.sockets``)
+    handler: Callable[[trio.SocketStream], Awaitable[None]]
+    sockets: tuple[socket.socket, ...]
+    label: str
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return tuple(bound_endpoint(listening) for listening in self.sockets)
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What serves queries, made once the store, prober and records are open."""
+
+    service: QueryService
+    metrics: NotaryMetrics
+    api: ApiHandler
+    websocket: WebSocketService | None
+    admin: AdminServer
+    drain: Drain
+    #: Every listener; the admin one last (a graceful stop keeps it).
+    listeners: tuple[Listener, ...]
+
+
+def build_services(
+    c: Components, storage: Storage, prober: Prober,
+    scheduler: RescanScheduler | None, records: Records,
+) -> Services:
+    """The query service, its handlers and listeners, and the metrics
+    reading them, in dependency order: the counters the metrics read are
+    made first and given to their owners."""
+    config, sockets, v2 = c.config, c.sockets, c.v2_signer is not None
+    service = QueryService(
+        records=records, cache=c.cache, storage=storage,
+        fresh_for_s=config.answers.fresh_for_s, reprobe_after_s=config.answers.reprobe_after_s,
+        query_timeout_s=config.answers.query_timeout_s, clock=c.clock,
+        perspectives="perspectives" in c.signers, v2_signer=c.v2_signer, v2_config=config.v2,
+        abuse=c.abuse, scheduler=scheduler, failure_delay_s=config.failure_delay_s,
+    )
+    perspectives = bool(sockets["perspectives"])
+    # The listeners whose connections are counted, in the order they are exported.
+    counts = {
+        role: ConnectionCounts() for role, served in (
+            ("api", True), ("plain_api", bool(sockets["plain_api"])),
+            ("perspectives", perspectives), ("admin", True),
+        ) if served
+    }
+    api_rejected: Counter[tuple[str, int]] = Counter()
+    perspectives_rejected: Counter[tuple[str, int]] = Counter()
+    websocket_counts = WebSocketCounts(c.watch_hub) if v2 else None
+    metrics = NotaryMetrics(
+        service=service, cache=c.cache, stored=c.stored, storage=storage, prober=prober,
+        records=records, relay=c.relay if sockets["relay"] else None, scheduler=scheduler,
+        websocket=websocket_counts, abuse=c.abuse, signers=c.signers, listeners=counts,
+        rejections=(api_rejected, perspectives_rejected) if perspectives else (api_rejected,),
+        timings=c.timings,
+    )
+    figures = LiveFigures(metrics.node_totals, min_interval_s=MIN_SAMPLE_INTERVAL_S)
+    web = WebPages(service, _profile(c), figures=figures, live=v2, clock=c.clock)
+    api = ApiHandler(
+        service, web=web, index_text=index_text(config), bundle_path=c.bundle_path,
+        bundle_bytes=c.bundle_bytes, perspectives="perspectives" in c.signers,
+        v2_key_document=c.v2_key_document, v2_max_batch=config.v2.max_batch,
+        v2_max_body_bytes=config.api_body_bytes, rejected=api_rejected,
+    )
+    websocket = None
+    if websocket_counts is not None:
+        websocket = WebSocketService(
+            answer_query=service.answer_v2_bytes, limits=config.websocket,
+            max_batch=config.v2.max_batch, figures=figures.current, counts=websocket_counts,
+        )
+    drain = Drain()
+    listen = partial(ConnectionHandler, drain=drain, abuse=c.abuse)
+    admin = AdminServer(
+        config.admin, config.http, metrics=metrics, storage=storage, counts=counts["admin"]
+    )
+    table = [
+        Listener("api", listen(c.tls, api, config.api_http, counts=counts["api"],
+                               websocket=websocket),
+                 sockets["api"], f"notary {__version__} serving the API on {{}} "
+                 f"(cache: {CACHE_IMPLEMENTATION})"),
+        Listener("plain_api", listen(None, api, config.api_http,
+                                     counts=counts.get("plain_api", ConnectionCounts())),
+                 sockets["plain_api"], "plain-HTTP API (TLS terminated in front) on {}"),
+        Listener("relay", c.relay, sockets["relay"],
+                 f"relay on {{}} (destinations: {c.relay.mode})"),
+    ]
+    if perspectives:
+        handler = PerspectivesHandler(
+            service, index_page=perspectives_index(config), rejected=perspectives_rejected
+        )
+        table.append(Listener(
+            "perspectives", listen(None, handler, config.http, counts=counts["perspectives"]),
+            sockets["perspectives"], "Perspectives on {} (and on the API ports)",
+        ))
+    table.append(Listener(
+        "admin", admin, sockets["admin"], "admin (/metrics, /healthz, /readyz) on {}"
+    ))
+    return Services(service, metrics, api, websocket, admin, drain, tuple(table))
+
+
+def _profile(c: Components) -> NotaryProfile:
+    """What the web pages say about this notary."""
+    sockets, v2 = c.sockets, c.v2_signer is not None
+    return notary_profile(
+        c.config, bundle_bytes=c.bundle_bytes, bundle_path=c.bundle_path,
+        v2_key_id=c.v2_signer.key_id if c.v2_signer is not None else None,
+        relay_mode=str(c.relay.mode) if sockets["relay"] else None,
+        figures_interval_s=FIGURES_INTERVAL_S if v2 else 0,
+        api_ports=[bound_endpoint(s).port for s in sockets["api"]],
+        perspectives_ports=[bound_endpoint(s).port for s in sockets["perspectives"]],
+    )
+
+
+async def serve(
+    components: Components,
+    *,
+    reload_config: Callable[[], Config] | None = None,
+    task_status: trio.TaskStatus[RunningNotary] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Open the store, the prober and the records around ``components``,
+    build the services and serve them until cancelled or stopped."""
+    c, config = components, components.config
     async with open_storage(
         config.server.db_file,
-        batch_rows=store.batch_rows,
-        batch_interval_ms=store.batch_interval_ms,
-        queue_rows=store.queue_rows,
-        synchronous=store.synchronous,
-        merge_window_s=store.merge_window_s,
-        max_certificate_bytes=store.max_certificate_bytes,
-        max_certificates_per_target=store.max_certificates_per_target,
-        max_runs_per_certificate=store.max_runs_per_certificate,
-        forget_unasked_after_s=store.forget_unasked_after_s,
+        batch_rows=config.store.batch_rows,
+        batch_interval_ms=config.store.batch_interval_ms,
+        queue_rows=config.store.queue_rows,
+        synchronous=config.store.synchronous,
+        merge_window_s=config.store.merge_window_s,
+        max_certificate_bytes=config.store.max_certificate_bytes,
+        max_certificates_per_target=config.store.max_certificates_per_target,
+        max_runs_per_certificate=config.store.max_runs_per_certificate,
+        forget_unasked_after_s=config.store.forget_unasked_after_s,
         file_mode=config.node.database_file_mode,
-        clock=clock,
+        clock=c.clock,
+        timings=c.timings,
     ) as storage:
-        stored = StoredTargets(
-            config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate
-        )
-        if shared_store:
-            stored.switch_off()
-        watch_hub = WatchHub() if v2_signer is not None else None
-        signers = {
-            kind: kind_signer for kind, kind_signer in (
-                ("convergence", signer), ("perspectives", perspectives_signer),
-                ("v2", v2_signer),
-            ) if kind_signer is not None
-        }
-        record_signer = RecordSigner(signer, perspectives_signer, v2_signer, config.v2, clock)
         # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
         # connections but not the storage block around it, which then exits
         # normally and so drains the write queue.
         with trio.CancelScope() as serving:
             async with open_prober(
-                policy=policy,
+                policy=c.policy,
                 timeout_s=config.probe.timeout_s,
                 max_concurrent=config.probe.max_concurrent,
                 max_handshake_bytes=config.probe.max_handshake_bytes,
-                resolver=resolver,
-                clock=clock,
-                admit_destination=lambda address: abuse.admit_destination(address, clock()),
+                resolver=c.resolver,
+                clock=c.clock,
+                admit_destination=lambda address: c.abuse.admit_destination(address, c.clock()),
+                timings=c.timings,
             ) as prober:
                 scheduler = make_scheduler(
-                    config, prober, store_observed_age(storage, clock) if shared_store else None
+                    config, prober, store_observed_age(storage, c.clock) if c.shared_store else None
                 )
                 async with open_records(
-                    cache=cache,
-                    storage=storage,
-                    stored=stored,
-                    signer=record_signer,
-                    prober=prober,
-                    merge_window_s=store.merge_window_s,
-                    timeline_limits=store.timeline_limits(),
+                    cache=c.cache, storage=storage, stored=c.stored, signer=c.record_signer,
+                    prober=prober, merge_window_s=config.store.merge_window_s,
+                    timeline_limits=config.store.timeline_limits(),
                     max_background=BACKGROUND_REFRESHES_PER_PROBE_SLOT * config.probe.max_concurrent,
-                    scheduler=scheduler,
-                    watch_hub=watch_hub,
+                    scheduler=scheduler, watch_hub=c.watch_hub,
                 ) as records:
-                    service = QueryService(
-                        records=records,
-                        cache=cache,
-                        storage=storage,
-                        fresh_for_s=config.answers.fresh_for_s,
-                        reprobe_after_s=config.answers.reprobe_after_s,
-                        query_timeout_s=config.answers.query_timeout_s,
-                        clock=clock,
-                        perspectives=perspectives_signer is not None,
-                        v2_signer=v2_signer,
-                        v2_config=config.v2,
-                        abuse=abuse,
-                        scheduler=scheduler,
-                        failure_delay_s=config.failure_delay_s,
-                    )
-                    web = WebPages(
-                        service,
-                        notary_profile(
-                            config, bundle_bytes=bundle_bytes, bundle_path=bundle_path,
-                            v2_key_id=v2_signer.key_id if v2_signer is not None else None,
-                            relay_mode=str(relay_handler.mode) if sockets["relay"] else None,
-                            figures_interval_s=FIGURES_INTERVAL_S if v2_signer is not None else 0,
-                            api_ports=[bound_endpoint(s).port for s in sockets["api"]],
-                            perspectives_ports=[
-                                bound_endpoint(s).port for s in sockets["perspectives"]
-                            ],
-                        ),
-                        live=v2_signer is not None,
-                        clock=clock,
-                    )
-                    handler = ApiHandler(
-                        service,
-                        web=web,
-                        index_text=index_text(config),
-                        bundle_path=bundle_path,
-                        bundle_bytes=bundle_bytes,
-                        perspectives=perspectives_signer is not None,
-                        v2_key_document=v2_key_document,
-                        v2_max_batch=config.v2.max_batch,
-                        v2_max_body_bytes=config.api_body_bytes,
-                    )
-                    listeners = list(sockets["api"])
-                    plain_listeners = list(sockets["plain_api"])
-                    perspectives_listeners = list(sockets["perspectives"])
-                    relay_listeners = list(sockets["relay"])
-                    websocket = None
-                    if v2_signer is not None:
-                        websocket = WebSocketService(
-                            answer_query=service.answer_v2_bytes,
-                            limits=config.websocket,
-                            max_batch=config.v2.max_batch,
-                            hub=watch_hub,
-                        )
-                    connections = ConnectionHandler(
-                        context, handler, config.api_http, websocket=websocket, abuse=abuse,
-                    )
-                    plain_connections = ConnectionHandler(
-                        None, handler, config.api_http, abuse=abuse
+                    services = build_services(c, storage, prober, scheduler, records)
+                    await _run(
+                        c, services, storage, prober, scheduler, records,
+                        reload_config=reload_config, serving=serving, task_status=task_status,
                     )
 
-                    endpoints = tuple(bound_endpoint(listener) for listener in listeners)
-                    plain_endpoints = tuple(bound_endpoint(listener) for listener in plain_listeners)
-                    perspectives_endpoints = tuple(
-                        bound_endpoint(listener) for listener in perspectives_listeners
-                    )
-                    relay_endpoints = tuple(bound_endpoint(listener) for listener in relay_listeners)
-                    log.info(
-                        "notary %s serving the API on %s (cache: %s)",
-                        __version__, ", ".join(map(str, endpoints)), CACHE_IMPLEMENTATION,
-                    )
-                    if plain_endpoints:
-                        log.info(
-                            "plain-HTTP API (TLS terminated in front) on %s",
-                            ", ".join(map(str, plain_endpoints)),
-                        )
-                    if perspectives_endpoints:
-                        log.info(
-                            "Perspectives on %s (and on the API ports)",
-                            ", ".join(map(str, perspectives_endpoints)),
-                        )
-                    if relay_endpoints:
-                        log.info(
-                            "relay on %s (destinations: %s)",
-                            ", ".join(map(str, relay_endpoints)), relay_handler.mode,
-                        )
-                    metrics = NotaryMetrics(
-                        service=service, cache=cache, stored=stored, storage=storage, prober=prober,
-                        records=records,
-                        relay=relay_handler if relay_listeners else None,
-                        scheduler=scheduler, websocket=websocket, abuse=abuse,
-                        signers=signers,
-                    )
-                    web.figures = LiveFigures(
-                        metrics.node_totals, min_interval_s=MIN_SAMPLE_INTERVAL_S
-                    )
-                    if websocket is not None:
-                        websocket.figures.source = web.figures.current
-                    metrics.watch_listener("api", connections)
-                    if plain_listeners:
-                        metrics.watch_listener("plain_api", plain_connections)
-                    metrics.watch_rejections(handler.rejected)
-                    drain = Drain()
-                    connections.drain = plain_connections.drain = drain
-                    servers: list[tuple[Callable[[trio.SocketStream], Awaitable[None]],
-                                        list[socket.socket]]] = [
-                        (connections, listeners), (plain_connections, plain_listeners),
-                        (relay_handler, relay_listeners),
-                    ]
-                    if perspectives_listeners:
-                        perspectives_handler = PerspectivesHandler(
-                            service, index_page=perspectives_index(config)
-                        )
-                        perspectives_connections = ConnectionHandler(
-                            None, perspectives_handler, config.http, abuse=abuse
-                        )
-                        metrics.watch_listener("perspectives", perspectives_connections)
-                        metrics.watch_rejections(perspectives_handler.rejected)
-                        perspectives_connections.drain = drain
-                        servers.append((perspectives_connections, perspectives_listeners))
 
-                    # The admin listener is not among ``servers``: it keeps
-                    # answering (/readyz: 503) while a graceful stop drains.
-                    admin = AdminServer(config.admin, config.http, metrics=metrics, storage=storage)
-                    metrics.watch_listener("admin", admin)
-                    admin_listeners = list(sockets["admin"])
-                    admin_endpoints = tuple(bound_endpoint(listener) for listener in admin_listeners)
-                    if admin_endpoints:
-                        log.info(
-                            "admin (/metrics, /healthz, /readyz) on %s",
-                            ", ".join(map(str, admin_endpoints)),
-                        )
+async def _run(
+    c: Components, s: Services, storage: Storage, prober: Prober,
+    scheduler: RescanScheduler | None, records: Records, *,
+    reload_config: Callable[[], Config] | None, serving: trio.CancelScope,
+    task_status: trio.TaskStatus[RunningNotary],
+) -> None:
+    """Start the background tasks and the listeners, then hand the running
+    notary to ``task_status``; return when ``serving`` is cancelled."""
+    for listener in s.listeners:
+        if listener.sockets or listener.role == "api":
+            log.info(listener.label.format(", ".join(map(str, listener.endpoints))))
+    by_role = {listener.role: listener for listener in s.listeners}
+    connections_done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        if not c.shared_store:
+            nursery.start_soon(c.stored.load, storage)
+        nursery.start_soon(s.metrics.serve_folding, c.config.admin.metrics_interval_s)
+        if s.websocket is not None:
+            nursery.start_soon(s.websocket.serve_figures)
+        # The admin listener is not among the connections a graceful stop
+        # drains: it keeps answering (/readyz: 503) meanwhile.
+        for listening in by_role["admin"].sockets:
+            nursery.start_soon(serve_socket, listening, s.admin, nursery)
+        if scheduler is not None:
+            await nursery.start(scheduler.serve, records.refresh)
+        reloader = Reloader(
+            reload_config, prober=prober, relay=c.relay, api=s.api,
+            bundle_file=c.config.server.bundle_file,
+        )
+        nursery.start_soon(reload_on_sighup, reloader)
+        # The accept loops run in a scope of their own, so that a graceful
+        # stop can end them (closing the listeners) and let the connections finish.
+        servers = [(row.handler, list(row.sockets)) for row in s.listeners if row.role != "admin"]
+        running = await nursery.start(run_connections, servers, connections_done)
 
-                    connections_done = trio.Event()
-                    async with trio.open_nursery() as nursery:
-                        if not shared_store:
-                            nursery.start_soon(stored.load, storage)
-                        nursery.start_soon(metrics.serve_folding, config.admin.metrics_interval_s)
-                        if websocket is not None:
-                            nursery.start_soon(websocket.serve_figures)
-                        for listening in admin_listeners:
-                            nursery.start_soon(serve_socket, listening, admin, nursery)
-                        if scheduler is not None:
-                            await nursery.start(scheduler.serve, records.refresh)
-                        reloader = Reloader(
-                            reload_config, prober=prober, relay=relay_handler, api=handler,
-                            bundle_file=config.server.bundle_file,
-                        )
-                        nursery.start_soon(reload_on_sighup, reloader)
-                        # The accept loops run in a scope of their own, so that a
-                        # graceful stop can end them (closing the listeners) and
-                        # let the connections finish.
-                        running_connections = await nursery.start(
-                            run_connections, servers, connections_done
-                        )
+        async def stop_gracefully(timeout_s: float) -> None:
+            s.admin.serving = False
+            running.accepting.cancel()
+            s.drain.stop()
+            with trio.move_on_after(timeout_s):
+                await connections_done.wait()
+            if not connections_done.is_set():
+                log.warning(
+                    "graceful stop: %d connections cut after %gs",
+                    len(running.nursery.child_tasks), timeout_s,
+                )
+            serving.cancel()
 
-                        async def stop_gracefully(timeout_s: float) -> None:
-                            admin.serving = False
-                            running_connections.accepting.cancel()
-                            drain.stop()
-                            with trio.move_on_after(timeout_s):
-                                await connections_done.wait()
-                            if not connections_done.is_set():
-                                log.warning(
-                                    "graceful stop: %d connections cut after %gs",
-                                    len(running_connections.nursery.child_tasks), timeout_s,
-                                )
-                            serving.cancel()
-
-                        admin.serving = True
-                        task_status.started(
-                            RunningNotary(
-                                api=endpoints, plain_api=plain_endpoints,
-                                perspectives=perspectives_endpoints, relay=relay_endpoints,
-                                relay_handler=relay_handler, service=service, records=records,
-                                stored=stored, storage=storage, prober=prober,
-                                scheduler=scheduler, cache=cache, stop=serving.cancel,
-                                stop_gracefully=stop_gracefully, admin=admin_endpoints,
-                                metrics=metrics, abuse=abuse, signers=signers,
-                            )
-                        )
+        s.admin.serving = True
+        endpoints = {role: row.endpoints for role, row in by_role.items()}
+        task_status.started(RunningNotary(
+            api=endpoints["api"], plain_api=endpoints["plain_api"],
+            perspectives=endpoints.get("perspectives", ()), relay=endpoints["relay"],
+            relay_handler=c.relay, service=s.service, records=records, stored=c.stored,
+            storage=storage, prober=prober, scheduler=scheduler, cache=c.cache,
+            stop=serving.cancel, stop_gracefully=stop_gracefully, admin=endpoints["admin"],
+            metrics=s.metrics, abuse=c.abuse, signers=c.signers,
+        ))

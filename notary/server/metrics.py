@@ -10,8 +10,8 @@ fold, a gauge is set. Folding runs every ``[admin] metrics_interval_s``
 scrape of a single process is exact, but for the scheduler's figures: they
 cost time linear in its targets (tens of ms at 100k) and are folded at most
 every ``SCHEDULER_FOLD_INTERVAL_S``. Histograms (probe duration, writer batch size
-and flush duration) are observed where they happen, through the
-``Prober.on_probe_done`` and ``Storage.on_batch`` hooks: once per probe or
+and flush duration) are observed where they happen, into :class:`Timings`,
+which the prober and the writer are given when built: once per probe or
 batch, never per query.
 
 Every metric is one row of :data:`METRICS`: its name, type, help, labels,
@@ -67,7 +67,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -83,7 +83,7 @@ from notary import __version__
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.server.relay import RelayHandler
-from notary.server.websocket import WebSocketService
+from notary.server.websocket import WebSocketCounts
 from notary.service.abuse import AbuseControls
 from notary.service.query import QueryService
 from notary.service.records import Records
@@ -129,7 +129,7 @@ COMMON_STATUSES = {
 
 
 class ConnectionCounts(Protocol):
-    """A listener's connection handler, as ``app.ConnectionHandler``."""
+    """A listener's connection counts (``notary.server.accept.ConnectionCounts``)."""
 
     open_connections: int
     refused_connections: int
@@ -137,6 +137,38 @@ class ConnectionCounts(Protocol):
 
 class Signer(Protocol):
     signatures_made: int
+
+
+class Timings:
+    """The histograms of :data:`METRICS`, observed where durations happen:
+    the prober calls :meth:`probe_done` once per probe, the store writer
+    :meth:`batch_written` once per committed batch. Made before them (and
+    before :class:`NotaryMetrics`, which registers the histograms in its
+    exposition, in table order). Never raises."""
+
+    def __init__(self) -> None:
+        if multiprocess_dir() is not None:
+            _use_multiprocess_values()
+        #: The histograms by name, not registered in any registry yet.
+        self.histograms: dict[str, MetricWrapperBase] = {}
+        for spec in METRICS:
+            if spec.kind == "histogram":
+                metric = self.histograms[spec.name] = spec.make(None)
+                for value in spec.prebound:
+                    metric.labels(value)
+        probe = self.histograms["notary_probe_duration_seconds"]
+        self._probe_seconds = (probe.labels("success"), probe.labels("failure"))
+        self._batch_rows = self.histograms["notary_writer_batch_rows"]
+        self._flush_seconds = self.histograms["notary_writer_flush_seconds"]
+
+    def probe_done(self, seconds: float, reason: str | None) -> None:
+        """A probe ended after ``seconds``; ``reason``: its failure, None: success."""
+        self._probe_seconds[reason is not None].observe(seconds)
+
+    def batch_written(self, rows: int, seconds: float) -> None:
+        """A batch of ``rows`` observations was committed in ``seconds``."""
+        self._batch_rows.observe(rows)
+        self._flush_seconds.observe(seconds)
 
 
 def multiprocess_dir() -> Path | None:
@@ -201,7 +233,7 @@ class MetricSpec:
     """One exported metric. ``read`` maps its ``source``'s snapshot to a
     number, to a mapping of label values to numbers, or to None (unchanged);
     a counter advances to it, a gauge is set to it. Histograms have no
-    ``read``: the hooks observe them. ``prebound``: label values counted
+    ``read``: :class:`Timings` observes them. ``prebound``: label values counted
     from 0 before they happen; ``mode``: a gauge's multiprocess mode."""
 
     name: str
@@ -250,8 +282,8 @@ def _histogram(
     name: str, buckets: tuple[float, ...], text: str, labels: tuple[str, ...] = (),
     prebound: tuple[str, ...] = (),
 ) -> MetricSpec:
-    """A row of a histogram, observed by the hooks."""
-    return MetricSpec(name, "histogram", "hooks", None, text, labels, "", buckets, prebound)
+    """A row of a histogram, observed by :class:`Timings`."""
+    return MetricSpec(name, "histogram", "timings", None, text, labels, "", buckets, prebound)
 
 
 def _same(snapshot: Any) -> Any:
@@ -267,7 +299,7 @@ def _bloom(read: Callable[[BloomStatistics], float]) -> Read:
 #: query service, handlers and WebSocket), ``cache``, ``stored``, ``prober``,
 #: ``storage``, ``signers``, ``listeners``, ``relay``, ``websocket``,
 #: ``abuse``, ``scheduler`` (the last four absent when not served),
-#: ``uptime``, ``start`` (set once) and ``hooks`` (histograms).
+#: ``uptime``, ``start`` (set once) and ``timings`` (histograms).
 METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_queries", "queries", _same, "Queries answered, by protocol and HTTP status "
              "(requests refused as malformed included).", ("protocol", "status")),
@@ -404,14 +436,16 @@ class NotaryMetrics:
     ``signers``: the notary's signers by kind (``convergence``,
     ``perspectives``, ``v2``); the protocols pre-bound in
     ``notary_queries_total`` follow from them. ``relay``, ``scheduler``,
-    ``websocket`` and ``abuse``: None when not served (their metrics are then
-    absent). Listeners and handlers' rejection counters are added with
-    :meth:`watch_listener` and :meth:`watch_rejections`.
+    ``websocket`` (the WebSocket service's counts) and ``abuse``: None when
+    not served (their metrics are then absent). ``listeners``: each
+    listener's connection counts by kind (``api``, ``plain_api``,
+    ``perspectives``, ``admin``); ``rejections``: the handlers' refused
+    queries ((protocol, status) -> count), added to ``notary_queries_total``;
+    ``timings``: the histograms the prober and the writer observe (a
+    fresh one when None).
 
     Resource handling: borrows every component it reads and owns nothing but
-    its prometheus-client metrics. The constructor installs its histogram
-    hooks as ``prober.on_probe_done`` and ``storage.on_batch``. In the
-    multiprocess mode the values live in files of ``multiprocess_path``,
+    its prometheus-client metrics. In the multiprocess mode the values live in files of ``multiprocess_path``,
     which the supervisor owns.
 
     Error handling: nothing here raises once constructed (``fold`` only reads
@@ -430,9 +464,12 @@ class NotaryMetrics:
         records: Records,
         relay: RelayHandler | None = None,
         scheduler: RescanScheduler | None = None,
-        websocket: WebSocketService | None = None,
+        websocket: WebSocketCounts | None = None,
         signers: Mapping[str, Signer] | None = None,
         abuse: AbuseControls | None = None,
+        listeners: Mapping[str, ConnectionCounts] | None = None,
+        rejections: Sequence[Counter[tuple[str, int]]] = (),
+        timings: Timings | None = None,
     ) -> None:
         self._service = service
         self._websocket = websocket
@@ -443,8 +480,9 @@ class NotaryMetrics:
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
         }
         self._signers = dict(signers or {})
-        self._listeners: dict[str, ConnectionCounts] = {}
-        self._rejections: list[Counter[tuple[str, int]]] = []
+        self._listeners = dict(listeners or {})
+        self._rejections = tuple(rejections)
+        self.timings = timings if timings is not None else Timings()
         #: The workers' metric files (the multiprocess mode), or None.
         self.multiprocess_path = multiprocess_dir()
         registry: CollectorRegistry | None
@@ -463,16 +501,17 @@ class NotaryMetrics:
         #: source -> its metrics folded from it, in table order
         self._sources: dict[str, list[tuple[MetricSpec, MetricWrapperBase]]] = {}
         self._declare(registry)
-        probe_seconds = self._metrics["notary_probe_duration_seconds"]
-        self._probe_seconds = (probe_seconds.labels("success"), probe_seconds.labels("failure"))
-        prober.on_probe_done = self._observe_probe
-        storage.on_batch = self._observe_batch
 
     def _declare(self, registry: CollectorRegistry | None) -> None:
         """Make every metric of ``METRICS`` whose source is served."""
         for spec in METRICS:
             if spec.source in self._components and self._components[spec.source] is None:
                 continue  # a component not served
+            if spec.kind == "histogram":
+                metric = self._metrics[spec.name] = self.timings.histograms[spec.name]
+                if registry is not None:
+                    registry.register(metric)
+                continue
             metric = self._metrics[spec.name] = spec.make(registry)
             for value in spec.prebound:
                 self._prebind(metric, (value,))
@@ -488,27 +527,9 @@ class NotaryMetrics:
                 self._bind(self._metrics["notary_queries"], (protocol, str(status)))
         for kind in self._signers:
             self._bind(self._metrics["notary_signatures"], (kind,))
-
-    # ------------------------------------------------------------------ hooks
-
-    def watch_listener(self, kind: str, connections: ConnectionCounts) -> None:
-        """Export ``connections``' open and refused counts as listener ``kind``
-        (``api``, ``plain_api``, ``perspectives``, ``admin``)."""
-        self._listeners[kind] = connections
-        self._prebind(self._metrics["notary_http_connections"], (kind,))
-        self._prebind(self._metrics["notary_http_refused_connections"], (kind,))
-
-    def watch_rejections(self, rejected: Counter[tuple[str, int]]) -> None:
-        """Add a handler's refused queries ((protocol, status) -> count) to
-        ``notary_queries_total``."""
-        self._rejections.append(rejected)
-
-    def _observe_probe(self, seconds: float, reason: str | None) -> None:
-        self._probe_seconds[reason is not None].observe(seconds)
-
-    def _observe_batch(self, rows: int, seconds: float) -> None:
-        self._metrics["notary_writer_batch_rows"].observe(rows)
-        self._metrics["notary_writer_flush_seconds"].observe(seconds)
+        for kind in self._listeners:
+            self._prebind(self._metrics["notary_http_connections"], (kind,))
+            self._prebind(self._metrics["notary_http_refused_connections"], (kind,))
 
     # ---------------------------------------------------------------- folding
 

@@ -160,6 +160,7 @@ class RelayHandler:
         trusted: TrustedDestinations | None,
         resolver: Resolver,
         notary_name: str | None = None,
+        abuse: AbuseControls | None = None,
     ) -> None:
         self._config = config
         self._mode = RelayMode(config.destinations)
@@ -177,8 +178,8 @@ class RelayHandler:
         self._refused: Counter[str] = Counter()
         self._bytes_to_destinations = 0
         self._bytes_to_clients = 0
-        #: The per-client connection limits (``serve_notary`` sets them).
-        self.abuse: AbuseControls | None = None
+        #: The per-client connection limits (None: none).
+        self.abuse = abuse
 
     @property
     def mode(self) -> RelayMode:

@@ -179,7 +179,7 @@ class WebPages:
     ) -> None:
         self._service = service
         self.profile = profile
-        #: Set by ``serve_notary`` once the metrics exist.
+        #: The live figures (None: none).
         self.figures = figures
         self._live = live
         self._clock = clock

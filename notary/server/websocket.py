@@ -152,6 +152,26 @@ class WebSocketStatistics:
     figures_subscribers: int = 0
 
 
+class WebSocketCounts:
+    """What the WebSocket connections count, with the watch hub: open
+    connections by client address and refused queries by status. Made
+    before the service, which updates it, and the metrics, which read it."""
+
+    def __init__(self, hub: WatchHub | None = None) -> None:
+        self.hub = hub if hub is not None else WatchHub()
+        self.by_address: Counter[str] = Counter()
+        self.rejected_queries: Counter[int] = Counter()
+
+    def statistics(self, figures_subscribers: int = 0) -> WebSocketStatistics:
+        return WebSocketStatistics(
+            connections=sum(self.by_address.values()),
+            watches=self.hub.watcher_count(),
+            events_published=self.hub.events_published,
+            rejected_queries=dict(self.rejected_queries),
+            figures_subscribers=figures_subscribers,
+        )
+
+
 class WebSocketService:
     """Serves ``/v2/ws`` connections for one notary: the watch hub, the
     per-address connection counts and the query answerer they share."""
@@ -164,29 +184,25 @@ class WebSocketService:
         max_batch: int,
         hub: WatchHub | None = None,
         figures: Callable[[], Awaitable[Mapping[str, object]]] | None = None,
+        counts: WebSocketCounts | None = None,
     ) -> None:
+        self._counts = counts if counts is not None else WebSocketCounts(hub)
         #: Who watches which target; the query service publishes to it.
-        self.hub = hub if hub is not None else WatchHub()
+        self.hub = self._counts.hub
         #: The live figures' subscribers; ``figures`` makes the documents.
         self.figures = FiguresHub(figures)
         self._answer_query = answer_query
         self._limits = limits
         self._max_batch = max_batch
-        self._by_address: Counter[str] = Counter()
-        self._rejected_queries: Counter[int] = Counter()
+        self._by_address = self._counts.by_address
+        self._rejected_queries = self._counts.rejected_queries
 
     @property
     def connections(self) -> int:
         return sum(self._by_address.values())
 
     def statistics(self) -> WebSocketStatistics:
-        return WebSocketStatistics(
-            connections=self.connections,
-            watches=self.hub.watcher_count(),
-            events_published=self.hub.events_published,
-            rejected_queries=dict(self._rejected_queries),
-            figures_subscribers=self.figures.subscribers,
-        )
+        return self._counts.statistics(self.figures.subscribers)
 
     async def serve_figures(
         self, interval_s: float = FIGURES_INTERVAL_S, *,
