@@ -573,41 +573,52 @@ def _coerce(section: str, key: str, annotation: str, value: Any) -> Any:
     raise AssertionError(f"no coercion for {annotation}")  # a new field type needs one
 
 
+#: The keys of each section that must be greater than 0.
+_POSITIVE = {
+    "probe": ("timeout_s", "max_concurrent", "max_handshake_bytes"),
+    "answers": ("fresh_for_s", "query_timeout_s"),
+    "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
+    "limits": (
+        "max_connections_per_address", "max_connections_per_prefix", "query_burst",
+        "probe_burst", "destination_probe_burst", "max_tracked",
+    ),
+    "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
+    "store": (
+        "batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s",
+        "max_certificates_per_target", "max_runs_per_certificate", "forget_unasked_after_s",
+    ),
+    "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
+    "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),
+    "rescan": tuple(
+        f.name for f in dataclasses.fields(RescanConfig) if f.name != "enabled"
+    ),
+    "node": (
+        "graceful_timeout_s", "restart_delay_s", "restart_max_delay_s", "worker_timeout_s",
+    ),
+    "admin": ("max_writer_lag_rows", "metrics_interval_s"),
+    "relay": (
+        "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
+        "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",
+        "buffer_bytes", "linger_timeout_s",
+    ),
+}
+
+
 def _validate(config: Config) -> None:
-    positive = {
-        "probe": ("timeout_s", "max_concurrent", "max_handshake_bytes"),
-        "answers": ("fresh_for_s", "query_timeout_s"),
-        "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
-        "limits": (
-            "max_connections_per_address", "max_connections_per_prefix", "query_burst",
-            "probe_burst", "destination_probe_burst", "max_tracked",
-        ),
-        "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
-        "store": (
-            "batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s",
-            "max_certificates_per_target", "max_runs_per_certificate", "forget_unasked_after_s",
-        ),
-        "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
-        "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),
-        "rescan": tuple(
-            f.name for f in dataclasses.fields(RescanConfig) if f.name != "enabled"
-        ),
-        "node": (
-            "graceful_timeout_s", "restart_delay_s", "restart_max_delay_s", "worker_timeout_s",
-        ),
-        "admin": ("max_writer_lag_rows", "metrics_interval_s"),
-        "relay": (
-            "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
-            "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",
-            "buffer_bytes", "linger_timeout_s",
-        ),
-    }
-    for section, keys in positive.items():
+    """Raise ``ConfigError`` naming the first key out of range."""
+    for section, keys in _POSITIVE.items():
         for key in keys:
             if getattr(getattr(config, section), key) <= 0:
                 raise ConfigError(f"[{section}] {key} must be greater than 0")
     if config.answers.reprobe_after_s < 0:
         raise ConfigError("[answers] reprobe_after_s must be 0 or more")
+    _validate_limits(config)
+    _validate_server_and_node(config)
+    _validate_store_cache_v2(config)
+    _validate_relay(config.relay)
+
+
+def _validate_limits(config: Config) -> None:
     limits = config.limits
     for key in (
         "queries_per_s_per_prefix", "probes_per_s_per_prefix", "probes_per_minute_per_target",
@@ -630,6 +641,9 @@ def _validate(config: Config) -> None:
         Exemptions.from_cidrs(limits.exempt_clients)
     except ConfigError as exc:
         raise ConfigError(f"[limits] exempt_clients: {exc}") from None
+
+
+def _validate_server_and_node(config: Config) -> None:
     if config.server.log_level.lower() not in _LOG_LEVELS:
         raise ConfigError(f"[server] log_level must be one of {', '.join(_LOG_LEVELS)}")
     if config.server.log_format not in _LOG_FORMATS:
@@ -638,15 +652,6 @@ def _validate(config: Config) -> None:
         raise ConfigError("[node] workers must be 0 (one per CPU) or more")
     if config.node.restart_max_delay_s < config.node.restart_delay_s:
         raise ConfigError("[node] restart_max_delay_s must be at least restart_delay_s")
-    if config.store.synchronous.upper() not in _SYNCHRONOUS:
-        raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
-    if config.store.max_certificate_bytes < 0:
-        raise ConfigError("[store] max_certificate_bytes must be 0 (never keep the DER) or more")
-    if config.rescan.enabled and config.store.forget_unasked_after_s < config.rescan.forget_after_s:
-        raise ConfigError(
-            "[store] forget_unasked_after_s must be at least [rescan] forget_after_s "
-            "(a target still rescanned must not be removed)"
-        )
     if not config.server.api:
         raise ConfigError("[server] api needs at least one HOST:PORT")
     try:
@@ -657,13 +662,27 @@ def _validate(config: Config) -> None:
         AddressPolicy.from_cidrs((), config.server.opt_out)
     except ConfigError as exc:
         raise ConfigError(f"[server] opt_out: {exc}") from None
+
+
+def _validate_store_cache_v2(config: Config) -> None:
+    if config.store.synchronous.upper() not in _SYNCHRONOUS:
+        raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+    if config.store.max_certificate_bytes < 0:
+        raise ConfigError("[store] max_certificate_bytes must be 0 (never keep the DER) or more")
+    if config.rescan.enabled and config.store.forget_unasked_after_s < config.rescan.forget_after_s:
+        raise ConfigError(
+            "[store] forget_unasked_after_s must be at least [rescan] forget_after_s "
+            "(a target still rescanned must not be removed)"
+        )
     try:
         bloom_parameters(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
     except ValueError as exc:
         raise ConfigError(f"[cache] {exc}") from None
     if config.v2.renew_before_s >= config.v2.statement_valid_for_s:
         raise ConfigError("[v2] renew_before_s must be less than statement_valid_for_s")
-    relay = config.relay
+
+
+def _validate_relay(relay: RelayConfig) -> None:
     if relay.destinations not in _RELAY_MODES:
         raise ConfigError(f"[relay] destinations must be one of {', '.join(_RELAY_MODES)}")
     if not 1 <= relay.dial_port <= 65535:

@@ -145,6 +145,11 @@ async def _serve(
     drain: Drain,
     client: bytes | None,
 ) -> tuple[UpgradeHandler, Request, bytes] | None:
+    """The keep-alive loop of one connection, kept as one function on
+    purpose: it is the hot path (a call per phase costs a measurable share of
+    a cache hit, bench/RESULTS.md) and reads top to bottom as the
+    connection's life. Returns the upgrade to run, or None when the
+    connection is done."""
     reader = RequestReader(
         max_header_bytes=limits.max_header_bytes,
         max_headers=limits.max_headers,

@@ -379,43 +379,10 @@ async def _handle(
             )
             return
         if kind in ("watch", "unwatch"):
-            if set(document) != {"host", "port"}:
-                raise PeerError(f"{kind} needs host and port, nothing else")
-            port = document["port"]
-            if isinstance(port, bool) or not isinstance(port, int):
-                raise PeerError("port must be an integer 1-65535")
-            target = make_target(str(document["host"]), port)
-            if kind == "watch":
-                if target.key not in connection.watching:
-                    if len(connection.watching) >= limits.max_watches:
-                        raise PeerError(f"at most {limits.max_watches} watches per connection")
-                    connection.watching.add(target.key)
-                    hub.subscribe(target.key, connection)
-                reply = "watching"
-            else:
-                connection.watching.discard(target.key)
-                hub.unsubscribe(target.key, connection)
-                reply = "unwatched"
-            connection.push(json.dumps(
-                {"id": request_id, "target": target.key, "type": reply}, sort_keys=True
-            ).encode())
+            _watch(kind, document, request_id, connection, hub, limits)
             return
-        if kind == "figures":
-            if figures.source is None:
-                raise PeerError("live figures are not served here", status=404)
-            if document:
-                raise PeerError("figures takes only an id")
-            figures.subscribe(connection)
-            connection.push(json.dumps(
-                {"figures": await figures.source(), "id": request_id, "type": "figures"},
-                sort_keys=True,
-            ).encode())
-            return
-        if kind == "stop_figures":
-            figures.unsubscribe(connection)
-            connection.push(json.dumps(
-                {"id": request_id, "type": "figures_stopped"}, sort_keys=True
-            ).encode())
+        if kind in ("figures", "stop_figures"):
+            await _figures(kind, document, request_id, connection, figures)
             return
         raise PeerError("type must be query, watch, unwatch, figures or stop_figures")
     except PeerError as exc:
@@ -427,3 +394,52 @@ async def _handle(
         if isinstance(exc, RateLimited):
             error["retry_after"] = exc.retry_after_s
         connection.push(json.dumps(error, sort_keys=True).encode())
+
+
+def _watch(
+    kind: str, document: dict, request_id: object, connection: _Connection, hub: WatchHub,
+    limits: WebSocketLimits,
+) -> None:
+    """A ``watch`` or ``unwatch`` message. Raises ``PeerError``."""
+    if set(document) != {"host", "port"}:
+        raise PeerError(f"{kind} needs host and port, nothing else")
+    port = document["port"]
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise PeerError("port must be an integer 1-65535")
+    target = make_target(str(document["host"]), port)
+    if kind == "watch":
+        if target.key not in connection.watching:
+            if len(connection.watching) >= limits.max_watches:
+                raise PeerError(f"at most {limits.max_watches} watches per connection")
+            connection.watching.add(target.key)
+            hub.subscribe(target.key, connection)
+        reply = "watching"
+    else:
+        connection.watching.discard(target.key)
+        hub.unsubscribe(target.key, connection)
+        reply = "unwatched"
+    connection.push(json.dumps(
+        {"id": request_id, "target": target.key, "type": reply}, sort_keys=True
+    ).encode())
+
+
+async def _figures(
+    kind: str, document: dict, request_id: object, connection: _Connection,
+    figures: FiguresHub,
+) -> None:
+    """A ``figures`` or ``stop_figures`` message. Raises ``PeerError``."""
+    if kind == "stop_figures":
+        figures.unsubscribe(connection)
+        connection.push(json.dumps(
+            {"id": request_id, "type": "figures_stopped"}, sort_keys=True
+        ).encode())
+        return
+    if figures.source is None:
+        raise PeerError("live figures are not served here", status=404)
+    if document:
+        raise PeerError("figures takes only an id")
+    figures.subscribe(connection)
+    connection.push(json.dumps(
+        {"figures": await figures.source(), "id": request_id, "type": "figures"},
+        sort_keys=True,
+    ).encode())

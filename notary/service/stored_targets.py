@@ -43,7 +43,7 @@ from notary.outbound.writer import Storage
 from notary.state._cachecommon import bloom_parameters
 from notary.state.cache import BloomFilter, BloomStatistics, bloom_digest
 
-__all__ = ["KnownTargets", "StoredTargets", "StoredTargetsStatistics"]
+__all__ = ["StoredTargets", "StoredTargetsStatistics"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +150,3 @@ class StoredTargets:
             loaded, time.monotonic() - started,
         )
         self.settled.set()
-
-
-#: The old name, still imported by service/query.py and service/records.py;
-#: goes when they are updated.
-KnownTargets = StoredTargets
