@@ -34,7 +34,7 @@ from harness import (
     BenchError,
     NotarySetup,
     Processes,
-    WrkResult,
+    Run,
     describe_busy,
     exchange,
     post_request,
@@ -47,7 +47,7 @@ GOAL = 0.80  # the issue: notary plain keep-alive >= 80% of the minimal Trio ser
 
 
 def wrk_run(wrk: str, processes: Processes, url: str, script: Path, args: argparse.Namespace,
-            cpu: int, server_pid: int | None = None) -> WrkResult:
+            cpu: int, server_pid: int | None = None) -> Run:
     """This script's wrk run: ``--threads``, ``--connections``, ``--duration``."""
     return harness.run_wrk(
         wrk, processes, url, script, threads=args.threads, connections=args.connections,
@@ -71,26 +71,24 @@ class Target:
     script: Path | None = None  # the wrk script, when not the first notary's
 
 
-def report(targets: Sequence[Target], runs: dict[str, list[WrkResult]]) -> float:
-    best = {key: max(results, key=lambda r: r.requests_per_s) for key, results in runs.items()}
-    cpu = {
-        key: min((r.cpu_us_per_request for r in results if r.cpu_us_per_request), default=0.0)
-        for key, results in runs.items()
-    }
-    base = best["c"].requests_per_s
+def report(targets: Sequence[Target], runs: dict[str, list[Run]]) -> float:
+    best = {key: harness.best(results) for key, results in runs.items()}
+    cpu = {key: min((r.server_us for r in results if r.server_us), default=0.0)
+           for key, results in runs.items()}
+    base = best["c"].rate
     rows = []
     for target in targets:
         results = runs[target.key]
         top = best[target.key]
-        same = best[target.ceiling].requests_per_s
+        same = best[target.ceiling].rate
         rows.append([
             f"({target.key}) {target.label}",
-            *(f"{r.requests_per_s:,.0f}" for r in results),
-            f"{top.requests_per_s:,.0f}",
-            f"{top.requests_per_s / base:.2f}",
-            f"{top.requests_per_s / same:.2f} vs ({target.ceiling})",
+            *(f"{r.rate:,.0f}" for r in results),
+            f"{top.rate:,.0f}",
+            f"{top.rate / base:.2f}",
+            f"{top.rate / same:.2f} vs ({target.ceiling})",
             f"{cpu[target.key]:.1f}",
-            f"{top.server_core_use:.0%}" if top.server_core_use is not None else "?",
+            f"{top.server_core:.0%}" if top.server_core is not None else "?",
             f"{top.latency_avg} / {top.latency_p99}",
         ])
     run_headers = [f"run {i + 1} req/s" for i in range(max(len(r) for r in runs.values()))]
@@ -99,19 +97,19 @@ def report(targets: Sequence[Target], runs: dict[str, list[WrkResult]]) -> float
          "server CPU us/req (min)", "server core use (best)", "latency avg / p99 (best)"],
         rows,
     )
-    ratio = best["a"].requests_per_s / base
+    ratio = best["a"].rate / base
     verdict = "met" if ratio >= GOAL else "NOT met"
     print(f"goal: notary plain HTTP keep-alive >= {GOAL:.0%} of the minimal Trio server: "
-          f"{ratio:.1%} ({best['a'].requests_per_s:,.0f} / {base:,.0f} req/s) -> {verdict}")
+          f"{ratio:.1%} ({best['a'].rate:,.0f} / {base:,.0f} req/s) -> {verdict}")
     if cpu["a"] and cpu["c"]:
         print(f"cross-check by server CPU time per request (less sensitive to other load): "
               f"minimal {cpu['c']:.1f} us / notary {cpu['a']:.1f} us = {cpu['c'] / cpu['a']:.1%}")
     if "f" in best:
-        print(f"per-client limits on: {best['f'].requests_per_s / best['a'].requests_per_s:.1%} "
+        print(f"per-client limits on: {best['f'].rate / best['a'].rate:.1%} "
               f"of the notary's rate without (loopback exempt); server CPU "
               f"{cpu['f']:.1f} vs {cpu['a']:.1f} us/req")
-    print(f"notary HTTPS: {best['b'].requests_per_s / best['d'].requests_per_s:.1%} of the "
-          f"minimal Trio TLS server, {best['b'].requests_per_s / best['a'].requests_per_s:.1%} "
+    print(f"notary HTTPS: {best['b'].rate / best['d'].rate:.1%} of the "
+          f"minimal Trio TLS server, {best['b'].rate / best['a'].rate:.1%} "
           "of the notary over plain HTTP")
     print()
     return ratio
@@ -179,12 +177,12 @@ def profile_notary(
         print_py_spy(raw, result, args.top)
 
 
-def print_cprofile(stats_path: Path, result: WrkResult, top: int) -> None:
+def print_cprofile(stats_path: Path, result: Run, top: int) -> None:
     stats = pstats.Stats(str(stats_path))
     table = stats.stats  # type: ignore[attr-defined]
-    requests = result.requests
+    requests = result.count
     total_s = sum(entry[2] for entry in table.values())
-    print(f"{requests:,} requests at {result.requests_per_s:,.0f} req/s under cProfile "
+    print(f"{requests:,} requests at {result.rate:,.0f} req/s under cProfile "
           f"(its overhead inflates every time; read calls per request and shares); "
           f"{total_s / requests * 1e6:.1f} us profiled per request.")
     print()
@@ -202,7 +200,7 @@ def print_cprofile(stats_path: Path, result: WrkResult, top: int) -> None:
                  "cumulative us/req"], rows)
 
 
-def print_py_spy(raw: Path, result: WrkResult, top: int) -> None:
+def print_py_spy(raw: Path, result: Run, top: int) -> None:
     """Own and inclusive shares of the event loop thread's samples, and
     microseconds per request (share x 1/rate: that thread is pinned to one
     core and saturated). Samples of other threads (Trio's idle worker threads,
@@ -225,9 +223,9 @@ def print_py_spy(raw: Path, result: WrkResult, top: int) -> None:
             inclusive[frame] = inclusive.get(frame, 0) + count
     if not total:
         raise BenchError("py-spy recorded no samples")
-    per_request_us = 1e6 / result.requests_per_s
+    per_request_us = 1e6 / result.rate
     print(f"{total:,} samples of the event loop thread ({other_threads:,} of other threads left "
-          f"out); {result.requests_per_s:,.0f} req/s while sampled, so {per_request_us:.1f} us "
+          f"out); {result.rate:,.0f} req/s while sampled, so {per_request_us:.1f} us "
           "of one core per request (us/req = share x that).")
     print()
     for title, counts in (("own time", own), ("inclusive time", inclusive)):
@@ -288,16 +286,14 @@ def start_limited_notary(processes: Processes, directory: Path, ports: Sequence[
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     wrk = harness.ensure_wrk()
-    server_cpu, client_cpu = harness.choose_cpus(args)
+    server_cpu, client_cpu = harness.start_load(
+        args, "End to end: cache-hit POST /target requests per second (wrk)", wrk,
+        lambda server, client: [
+            f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s, pinned to CPU "
+            f"{client}; each server pinned to CPU {server}; {args.rounds} runs per target"])
     ports = harness.free_ports(10)
     limited_ports = harness.free_ports(7)
     api_port, relay_api_port, plain_port, min_port, min_tls_port, min_httptools_port = ports[:6]
-    harness.print_preamble("End to end: cache-hit POST /target requests per second (wrk)", wrk)
-    print(f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s, pinned to CPU "
-          f"{client_cpu}; each server pinned to CPU {server_cpu}; {args.rounds} runs per target")
-    if args.wait_quiet:
-        harness.wait_quiet([server_cpu, client_cpu], args.wait_quiet)
-    print(describe_busy([server_cpu, client_cpu], "before the runs"), flush=True)
 
     setup = harness.new_notary(directory / "notary", ports=[api_port, relay_api_port, plain_port,
                                                              *ports[6:]])
@@ -352,21 +348,18 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             "f", "notary, plain HTTP, per-client limits on (loopback not exempt)",
             limited.setup.plain_port, False, "c", limited.pid, limited.setup.path,
             harness.wrk_script(directory, limited.body, name="limited")))
-    runs: dict[str, list[WrkResult]] = {t.key: [] for t in targets}
-    for round_number in range(args.rounds):
-        for target in targets:
-            scheme = "https" if target.tls else "http"
-            url = f"{scheme}://{LOOPBACK}:{target.port}{target.path or setup.path}"
-            result = wrk_run(wrk, processes, url, target.script or script, args, client_cpu,
-                             target.pid)
-            runs[target.key].append(result)
-            print(f"  round {round_number + 1} ({target.key}) {target.label}: "
-                  f"{result.requests_per_s:,.0f} req/s, server {result.cpu_us_per_request:.1f} "
-                  f"us CPU/req, {result.server_core_use:.0%} of its core, wrk "
-                  f"{result.wrk_core_use:.0%} of its core"
-                  + "".join(f"  WARNING: {w}" for w in result.warnings()), flush=True)
-            if notary.poll() is not None:
-                raise BenchError(f"the notary exited ({notary.returncode}):\n{tail(log)}")
+    def measure(target: Target) -> Run:
+        scheme = "https" if target.tls else "http"
+        url = f"{scheme}://{LOOPBACK}:{target.port}{target.path or setup.path}"
+        result = wrk_run(wrk, processes, url, target.script or script, args, client_cpu,
+                         target.pid)
+        running.check_alive()
+        return result
+
+    runs = harness.run_rounds(args, targets, measure, lambda target, result: (
+        f"({target.key}) {target.label}: {result.rate:,.0f} req/s, server "
+        f"{result.server_us:.1f} us CPU/req, {result.server_core:.0%} of its core, wrk "
+        f"{result.client_core:.0%} of its core"))
     print()
     ratio = report(targets, runs)
     print(describe_busy([server_cpu, client_cpu], "after the runs (servers idle)"))

@@ -260,11 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    server_cpu, client_cpu = harness.choose_cpus(args)
-    if args.wait_quiet:
-        harness.wait_quiet([server_cpu, client_cpu], args.wait_quiet)
-    harness.print_preamble("Scenario 3: cache misses, every query a probe", None)
-    print(harness.describe_busy([server_cpu, client_cpu], "before the runs"))
+    server_cpu, client_cpu = harness.start_load(
+        args, "Scenario 3: cache misses, every query a probe", None)
     farm_ports = harness.free_ports(args.ports)
     targets = target_list(args.addresses, farm_ports)
     this = [sys.executable, str(Path(__file__).resolve())]

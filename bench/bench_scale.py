@@ -177,7 +177,7 @@ def connection_options(max_connections: int, **http: object) -> dict[str, dict[s
 @dataclass(frozen=True)
 class LoadRun:
     connections: int
-    wrk: harness.WrkResult
+    wrk: harness.Run
     rss_before: int
     peak_rss: int
     #: The notary's open connections at SAMPLE_AT fractions of the run, and
@@ -292,9 +292,9 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
                            args.duration, client_cpu)
             runs.append(run)
             print(f"  N={connections:,} run {round_number + 1}: "
-                  f"{run.wrk.requests_per_s:,.0f} req/s, p50 {run.latency('p50')}, p99 "
+                  f"{run.wrk.rate:,.0f} req/s, p50 {run.latency('p50')}, p99 "
                   f"{run.latency('p99')}, errors {run.wrk.errors or 'none'}, "
-                  f"{run.wrk.cpu_us_per_request:.1f} us CPU/req, peak RSS {mb(run.peak_rss)}, "
+                  f"{run.wrk.server_us:.1f} us CPU/req, peak RSS {mb(run.peak_rss)}, "
                   f"open at the notary {run.open_text()}, accept queue {run.queued_text()}; "
                   f"waited {run.drained_s:.1f} s before it for the previous run's connections "
                   "to go", flush=True)
@@ -303,12 +303,12 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
     rows = []
     for run in runs:
         rows.append([
-            f"{run.connections:,}", f"{run.wrk.requests_per_s:,.0f}", run.latency("p50"),
-            run.latency("p99"), ms(run.connections / run.wrk.requests_per_s),
+            f"{run.connections:,}", f"{run.wrk.rate:,.0f}", run.latency("p50"),
+            run.latency("p99"), ms(run.connections / run.wrk.rate),
             " / ".join(f"{run.error(name):,}" for name in ("connect", "read", "write",
                                                            "timeout")),
-            f"{run.error('non-2xx'):,}", f"{run.wrk.cpu_us_per_request or 0:.1f}",
-            f"{run.wrk.server_core_use or 0:.0%}", f"{run.wrk.wrk_core_use:.0%}",
+            f"{run.error('non-2xx'):,}", f"{run.wrk.server_us:.1f}",
+            f"{run.wrk.server_core or 0:.0%}", f"{run.wrk.client_core:.0%}",
             run.open_text(), run.queued_text(), f"{run.refused:,.0f}",
             mb(run.rss_before), mb(run.peak_rss),
         ])
@@ -330,7 +330,7 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
                   "its capacity the handshake is retried) with "
                   "their first request unanswered: wrk's latency covers only answered "
                   f"requests, and the latency Little's law gives (N / rate: "
-                  f"{ms(run.connections / run.wrk.requests_per_s)}) is the one the clients "
+                  f"{ms(run.connections / run.wrk.rate)}) is the one the clients "
                   "would see on average. wrk counts a request as a timeout only once it is "
                   f"older than --timeout ({WRK_TIMEOUT_S} s).")
     print("Columns: latency from wrk (answered requests); 'open at the notary': "
@@ -808,10 +808,10 @@ def int_list(text: str) -> list[int]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="10/100/1000 connections, 100/1000 idle, 100k targets, 2 s runs, "
-                        "one round: a smoke run")
+    parser = harness.load_parser(
+        __doc__.split("\n\n")[0], rounds=2, cpus="the notary", connections=None,
+        quick="10/100/1000 connections, 100/1000 idle, 100k targets, 2 s runs, one round: "
+        "a smoke run", wait_quiet=", and up to min(SECONDS, 60) before each further part")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated subset of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--connections", type=int_list,
@@ -821,23 +821,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--targets", type=int, help="targets in the store (default 1,000,000)")
     parser.add_argument("--rebuild-store", action="store_true",
                         help="build the cached store again even if present")
-    parser.add_argument("--duration", type=int, help="seconds per wrk run (default 10)")
-    parser.add_argument("--rounds", type=int,
-                        help="wrk runs per N, warm starts on the large store (default 2)")
-    parser.add_argument("--threads", type=int, default=1, help="wrk -t (default 1)")
-    parser.add_argument("--server-cpu", type=int, help="core for the notary (default: first)")
-    parser.add_argument("--client-cpu", type=int,
-                        help="core for wrk and this script (default: second)")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="first wait up to SECONDS for both cores to be idle (shared "
-                        "machines), and up to min(SECONDS, 60) before each further part")
-    parser.add_argument("--trace-memory", type=int, default=None, metavar="N",
+    parser.add_argument("--trace-memory", type=int, default=1000, metavar="N",
                         help="part 2: then N idle connections to a notary under tracemalloc, "
                         "bytes per connection by allocation site (default 1000; 0: skip)")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = parser.parse_args(argv)
-    if args.trace_memory is None:
-        args.trace_memory = 1000
+    args = harness.finish_load_args(parser.parse_args(argv))
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     if not args.parts or set(args.parts) - set(PARTS):
         parser.error(f"--parts: choose among {', '.join(PARTS)}")
@@ -847,10 +834,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.idle = [100, 1000] if args.quick else [1000, 10000]
     if args.targets is None:
         args.targets = 100_000 if args.quick else 1_000_000
-    if args.duration is None:
-        args.duration = 2 if args.quick else 10
-    if args.rounds is None:
-        args.rounds = 1 if args.quick else 2
     if args.threads < 1 or min(args.connections) < args.threads:
         parser.error("--threads must be >= 1 and <= every --connections value")
     if args.targets < 10 or args.duration < 1 or args.rounds < 1:
@@ -864,24 +847,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     wrk = harness.ensure_wrk()
-    cpus = harness.choose_cpus(args)
-    server_cpu, client_cpu = cpus
     needed = max([*args.connections, *args.idle]) + CONNECTION_MARGIN + 1000
     soft, hard = raise_nofile(max(NOFILE, needed))
     if soft < needed:
         raise BenchError(f"RLIMIT_NOFILE is {soft} (hard {hard}): {needed} needed; raise the "
                          "hard limit (ulimit -Hn, or prlimit as root)")
     os.environ.pop("NOTIFY_SOCKET", None)  # no notary here talks to a real manager
-    harness.print_preamble("Scale: concurrent connections, memory per idle connection, "
-                           "start-up with a large store", wrk,
-                           f"; SQLite {sqlite3.sqlite_version}, store schema {SCHEMA_VERSION}")
-    print(f"notary pinned to CPU {server_cpu}, wrk and this script to CPU {client_cpu}; "
-          f"RLIMIT_NOFILE {soft}/{hard} (this process, inherited by the notary and wrk; "
-          f"{needed:,} needed); parts: {', '.join(args.parts)}")
-    os.sched_setaffinity(0, {client_cpu})  # the idle client and the store build
-    if args.wait_quiet:
-        harness.wait_quiet(list(cpus), args.wait_quiet)
-    print(harness.describe_busy(list(cpus), "before the runs"), flush=True)
+    cpus = harness.start_load(
+        args, "Scale: concurrent connections, memory per idle connection, start-up with a "
+        "large store", wrk, lambda server, client: [
+            f"notary pinned to CPU {server}, wrk and this script to CPU {client}; "
+            f"RLIMIT_NOFILE {soft}/{hard} (this process, inherited by the notary and wrk; "
+            f"{needed:,} needed); parts: {', '.join(args.parts)}"],
+        note=f"; SQLite {sqlite3.sqlite_version}, store schema {SCHEMA_VERSION}")
+    os.sched_setaffinity(0, {cpus[1]})  # the idle client and the store build
     print()
     for index, part in enumerate(args.parts):
         if index and args.wait_quiet and part != "startup":

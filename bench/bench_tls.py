@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import argparse
 import re
-import resource
 import socket
 import ssl
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # also puts the project root on sys.path
-from harness import LOOPBACK, MINIMAL_SERVER, BenchError, NotarySetup, Processes
+from harness import LOOPBACK, MINIMAL_SERVER, BenchError, NotarySetup, Processes, Run
 
 GOAL_KEEPALIVE = 0.80  # scenario 1: notary / minimal Trio TLS server
 GOAL_HANDSHAKE = 0.75  # scenario 2: notary / nginx, full handshakes
@@ -59,79 +58,6 @@ class Server:
 
     def cpu(self) -> float:
         return harness.cpu_seconds(self.process.pid)
-
-
-@dataclass(frozen=True)
-class Run:
-    """One measured run (wrk or s_time)."""
-
-    rate: float
-    count: int
-    server_us: float
-    #: The server process's CPU time / wall time, and the client's (wrk, or
-    #: every s_time process summed).
-    server_core: float
-    client_core: float
-    #: How busy the server's and the client's cores were (every process, and
-    #: the loopback traffic's softirq time, which no process is charged with).
-    server_busy: float
-    client_busy: float
-    #: Busy cores outside the server and client processes (all cores).
-    other_cores: float
-    latency_us: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def warnings(self) -> list[str]:
-        """Why the run does not measure the server: its core not saturated,
-        or the client's core saturated (the generator was the limit)."""
-        found = []
-        if self.server_busy < harness.MIN_SERVER_CORE:
-            found.append(f"server core {self.server_busy:.0%} busy (< "
-                         f"{harness.MIN_SERVER_CORE:.0%}: the server was not the limit)")
-        if self.client_busy > harness.MAX_WRK_CORE:
-            found.append(f"client core {self.client_busy:.0%} busy (> "
-                         f"{harness.MAX_WRK_CORE:.0%}: the generator was the limit)")
-        return found
-
-    @property
-    def flagged(self) -> bool:
-        return bool(self.warnings)
-
-
-class Meter:
-    """CPU accounting around one run: the server's CPU time, the client's
-    (reaped children), each core's busy share, the whole machine's."""
-
-    def __init__(self, server: Server, cpus: tuple[int, int]) -> None:
-        self.server, self.cpus = server, cpus
-        self.server_s = server.cpu()
-        self.children = self._children()
-        self.cores = harness.cpu_times(cpus)
-        self.machine = harness.machine_busy_seconds()
-        self.started = time.monotonic()
-
-    @staticmethod
-    def _children() -> float:
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return usage.ru_utime + usage.ru_stime
-
-    def run(self, rate: float, count: int, **extra: object) -> Run:
-        elapsed = time.monotonic() - self.started
-        server_s = self.server.cpu() - self.server_s
-        client_s = self._children() - self.children
-        cores = harness.cpu_times(self.cpus)
-        busy = [(cores[c][0] - self.cores[c][0]) / max(1, cores[c][1] - self.cores[c][1])
-                for c in self.cpus]
-        other = harness.machine_busy_seconds() - self.machine - server_s - client_s
-        return Run(rate, count, server_s / count * 1e6, server_s / elapsed, client_s / elapsed,
-                   busy[0], busy[1], max(0.0, other) / elapsed, **extra)  # type: ignore[arg-type]
-
-
-def pick(runs: Sequence[Run]) -> Run:
-    """The best run not flagged, or the best of all if every run is."""
-    clean = [r for r in runs if not r.flagged]
-    return max(clean or runs, key=lambda r: r.rate)
 
 
 # -- servers ---------------------------------------------------------------------
@@ -327,14 +253,11 @@ class Plan:
 
 def measure_wrk(plan: Plan, processes: Processes, server: Server, path: str,
                 script: Path) -> Run:
-    meter = Meter(server, (plan.server_cpu, plan.client_cpu))
-    result = harness.run_wrk(
+    return harness.run_wrk(
         plan.wrk, processes, f"https://{LOOPBACK}:{server.port}{path}", script,
         threads=plan.args.threads, connections=plan.args.connections,
         seconds=plan.args.duration, cpu=plan.client_cpu, allow_errors=True,
-    )
-    return meter.run(result.requests_per_s, result.requests, latency_us=result.latency_us,
-                     errors=result.errors)
+        server_cpu_seconds=server.cpu, cpus=(plan.server_cpu, plan.client_cpu))
 
 
 def measure_s_time(plan: Plan, processes: Processes, server: Server) -> Run:
@@ -343,7 +266,7 @@ def measure_s_time(plan: Plan, processes: Processes, server: Server) -> Run:
     seconds = plan.args.duration
     argv = [plan.openssl, "s_time", "-connect", f"{LOOPBACK}:{server.port}", "-new",
             "-time", str(seconds)]
-    meter = Meter(server, (plan.server_cpu, plan.client_cpu))
+    meter = harness.Meter(server.cpu, (plan.server_cpu, plan.client_cpu))
     started = time.monotonic()
     clients = [processes.start("s_time", argv, cpu=plan.client_cpu)
                for _ in range(plan.args.s_time_clients)]
@@ -372,23 +295,21 @@ def measure_s_time(plan: Plan, processes: Processes, server: Server) -> Run:
 
 def run_rounds(plan: Plan, processes: Processes, servers: Sequence[Server],
                measure: Callable[[Server], Run], what: str) -> dict[str, list[Run]]:
-    runs: dict[str, list[Run]] = {s.key: [] for s in servers}
-    for round_number in range(plan.args.rounds):
-        for server in servers:
-            if server.process.poll() is not None:
-                raise BenchError(f"{server.label} exited ({server.process.returncode})")
-            run = measure(server)
-            runs[server.key].append(run)
-            latency = (f", p50 {harness.format_us(run.latency_us.get('p50'))} p99.9 "
-                       f"{harness.format_us(run.latency_us.get('p99.9'))}" if run.latency_us else "")
-            errors = f", errors {run.errors}" if run.errors else ""
-            print(f"  round {round_number + 1} {what} {server.label}: {run.rate:,.0f}/s, server "
-                  f"{run.server_us:,.1f} us CPU each, {run.server_core:.0%} of a core (its core "
-                  f"{run.server_busy:.0%} busy), client {run.client_core:.0%} (its core "
-                  f"{run.client_busy:.0%} busy), other load {run.other_cores:.2f} "
-                  f"cores{latency}{errors}"
-                  + "".join(f"  WARNING: {w}" for w in run.warnings), flush=True)
-    return runs
+    def checked(server: Server) -> Run:
+        if server.process.poll() is not None:
+            raise BenchError(f"{server.label} exited ({server.process.returncode})")
+        return measure(server)
+
+    def progress(server: Server, run: Run) -> str:
+        latency = (f", p50 {harness.format_us(run.latency_us.get('p50'))} p99.9 "
+                   f"{harness.format_us(run.latency_us.get('p99.9'))}" if run.latency_us else "")
+        errors = f", errors {run.errors}" if run.errors else ""
+        return (f"{what} {server.label}: {run.rate:,.0f}/s, server {run.server_us:,.1f} us CPU "
+                f"each, {run.server_core:.0%} of a core (its core {run.server_busy:.0%} busy), "
+                f"client {run.client_core:.0%} (its core {run.client_busy:.0%} busy), other "
+                f"load {run.other_cores:.2f} cores{latency}{errors}")
+
+    return harness.run_rounds(plan.args, servers, checked, progress)
 
 
 # -- report ----------------------------------------------------------------------
@@ -396,7 +317,7 @@ def run_rounds(plan: Plan, processes: Processes, servers: Sequence[Server],
 
 def print_report(servers: Sequence[Server], runs: dict[str, list[Run]], unit: str,
                  each: str, client: str, peak_rss: dict[str, int | None]) -> dict[str, Run]:
-    best = {key: pick(results) for key, results in runs.items()}
+    best = {key: harness.best(results) for key, results in runs.items()}
     notary = best["notary"].rate
     rows = []
     for server in servers:
@@ -404,8 +325,8 @@ def print_report(servers: Sequence[Server], runs: dict[str, list[Run]], unit: st
         latency = top.latency_us
         rows.append([
             server.label + (" (information)" if server.info_only else ""),
-            " / ".join(f"{r.rate:,.0f}{'*' if r.flagged else ''}" for r in results),
-            f"{top.rate:,.0f}" + (" *" if top.flagged else ""),
+            " / ".join(f"{r.rate:,.0f}{'*' if r.warnings() else ''}" for r in results),
+            f"{top.rate:,.0f}" + (" *" if top.warnings() else ""),
             " / ".join(harness.format_us(latency.get(p)) for p in ("p50", "p99", "p99.9"))
             if latency else "-",
             ", ".join(f"{k} {v}" for k, v in top.errors.items()) or "0",
@@ -433,7 +354,7 @@ def verdict(name: str, ours: Run, theirs: Run, goal: float) -> str:
     the figure to use when a run is flagged, e.g. when wrk was the limit)."""
     ratio = ours.rate / theirs.rate
     cpu = theirs.server_us / ours.server_us if ours.server_us else 0.0
-    trust = ("" if not (ours.flagged or theirs.flagged)
+    trust = ("" if not (ours.warnings() or theirs.warnings())
              else " (flagged runs: see the warnings)")
     return (f"goal: notary >= {goal:.0%} of {name}: by rate {ratio:.1%} ({ours.rate:,.0f} / "
             f"{theirs.rate:,.0f}) -> {'met' if ratio >= goal else 'NOT met'}{trust}; by server "
@@ -467,20 +388,17 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     wrk = harness.ensure_wrk()
     nginx = harness.ensure_tool("nginx")
     openssl = harness.ensure_tool("openssl")
-    server_cpu, client_cpu = harness.choose_cpus(args)
+    server_cpu, client_cpu = harness.start_load(
+        args, "TLS: the notary vs nginx and the minimal Trio TLS server "
+        "(cache hit, same certificate and key)", wrk, lambda server, client: [
+            f"versions: {nginx_versions(nginx)}; {openssl_version(openssl)}; "
+            f"{harness.wrk_version(wrk)}",
+            f"wrk -t{args.threads} -c{args.connections} -d{args.duration}s --latency on CPU "
+            f"{client}; every server alone on CPU {server}; {args.rounds} interleaved "
+            f"run(s) per server, best unflagged kept; s_time: {args.s_time_clients} processes "
+            f"x -time {args.duration}"])
     plan = Plan(wrk, openssl, args, server_cpu, client_cpu)
     cpus = [server_cpu, client_cpu]
-    harness.print_preamble("TLS: the notary vs nginx and the minimal Trio TLS server "
-                           "(cache hit, same certificate and key)", wrk)
-    print(f"versions: {nginx_versions(nginx)}; {openssl_version(openssl)}; "
-          f"{harness.wrk_version(wrk)}")
-    print(f"wrk -t{args.threads} -c{args.connections} -d{args.duration}s --latency on CPU "
-          f"{client_cpu}; every server alone on CPU {server_cpu}; {args.rounds} interleaved "
-          f"run(s) per server, best unflagged kept; s_time: {args.s_time_clients} processes "
-          f"x -time {args.duration}")
-    if args.wait_quiet:
-        harness.wait_quiet(cpus, args.wait_quiet)
-    print(harness.describe_busy(cpus, "before the runs"), flush=True)
 
     api_port, relay_port, plain_port, minimal_port, nginx_port, *spare = harness.free_ports(9)
     setup = harness.make_notary(directory / "notary", api_port, relay_port, plain_port, spare)

@@ -19,12 +19,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # also puts the project root on sys.path
-from harness import LOOPBACK, BenchError, Processes
+from harness import LOOPBACK, BenchError, Processes, Run
 
 from notary.protocol import v2
 
@@ -61,7 +60,7 @@ async def main():
         for text in template:
             await ws.send_message(text)
             sent += 1
-        cpu0, t0 = time.process_time(), time.monotonic()
+        t0 = time.monotonic()
         end = t0 + seconds
         while True:
             text = await ws.get_message()
@@ -77,25 +76,10 @@ async def main():
             elif received == sent:
                 break
         elapsed = time.monotonic() - t0
-        print(json.dumps({"messages": received, "seconds": elapsed,
-                          "client_cpu_s": time.process_time() - cpu0}))
+        print(json.dumps({"messages": received, "seconds": elapsed}))
 
 trio.run(main)
 """
-
-
-@dataclass(frozen=True)
-class Result:
-    requests_per_s: float
-    batch: int
-    server_cpu_us_per_request: float
-    server_core_use: float
-    client_core_use: float | None = None
-    latency: str = ""
-
-    @property
-    def targets_per_s(self) -> float:
-        return self.requests_per_s * self.batch
 
 
 # -- set-up ----------------------------------------------------------------------
@@ -148,27 +132,14 @@ def verify(answer: bytes, body: str, keys: dict[str, object], label: str) -> str
 # -- measurements ----------------------------------------------------------------
 
 
-def measure_wrk(wrk: str, processes: Processes, url: str, script: Path,
-                args: argparse.Namespace, client_cpu: int, notary_pid: int,
-                batch: int) -> Result:
-    result = harness.run_wrk(
-        wrk, processes, url, script, threads=args.threads, connections=args.connections,
-        seconds=args.duration, cpu=client_cpu,
-        server_cpu_seconds=lambda: harness.cpu_seconds(notary_pid))
-    return Result(result.requests_per_s, batch, result.cpu_us_per_request or 0.0,
-                  result.server_core_use or 0.0, client_core_use=result.wrk_core_use,
-                  latency=f"{result.latency_avg} / {result.latency_p99}")
-
-
 def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
-               args: argparse.Namespace, client_cpu: int, notary_pid: int) -> tuple[Result, str]:
+               args: argparse.Namespace, client_cpu: int, notary_pid: int) -> tuple[Run, str]:
     batch_file = directory / f"ws-batch-{len(targets)}.json"
     batch_file.write_text(json.dumps(targets))
     first = directory / f"ws-first-{len(targets)}.json"
     argv = [sys.executable, "-c", WS_CLIENT, url, str(batch_file), str(args.window),
             str(args.duration), str(first)]
-    cpu_before = harness.cpu_seconds(notary_pid)
-    started = time.monotonic()
+    meter = harness.Meter(lambda: harness.cpu_seconds(notary_pid))
     process = processes.start("ws client", argv, cpu=client_cpu)
     try:
         out, err = process.communicate(timeout=args.duration + 60)
@@ -176,8 +147,6 @@ def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
         raise BenchError(f"the WebSocket client did not finish ({url})") from None
     finally:
         processes.stop(process)
-    elapsed = time.monotonic() - started
-    server_cpu_s = harness.cpu_seconds(notary_pid) - cpu_before
     text = out.decode(errors="replace").strip()
     if process.returncode != 0 or not text:
         raise BenchError(f"WebSocket client exited {process.returncode}:\n{text}\n"
@@ -185,13 +154,9 @@ def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
     report = json.loads(text.splitlines()[-1])
     if "error" in report:
         raise BenchError(f"WebSocket client: {report['error']}")
-    messages = report["messages"]
-    # Server CPU over the whole client run (connect and first query included:
-    # a few ms against seconds).
-    return Result(
-        messages / report["seconds"], len(targets), server_cpu_s / messages * 1e6,
-        server_cpu_s / elapsed, client_core_use=report["client_cpu_s"] / report["seconds"],
-    ), first.read_text()
+    # CPU over the whole client run (connect and first query included).
+    return meter.run(report["messages"] / report["seconds"], report["messages"]), \
+        first.read_text()
 
 
 # -- main ------------------------------------------------------------------------
@@ -216,18 +181,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     wrk = harness.ensure_wrk()
-    server_cpu, client_cpu = harness.choose_cpus(args)
+    server_cpu, client_cpu = harness.start_load(
+        args, "v2 API: cache-hit targets per second, /v2/query and WebSocket vs legacy "
+        "POST /target", wrk, lambda server, client: [
+            f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s; WebSocket: one "
+            f"connection, window {args.window}; clients pinned to CPU {client}, notary to CPU "
+            f"{server}; {args.rounds} run(s) per row, best kept; {args.targets} distinct "
+            "targets in the batches"])
     ports = harness.free_ports(args.targets + 6)
     api_ports, plain_port, spare = ports[:args.targets], ports[args.targets], ports[args.targets + 1:]
-    harness.print_preamble(
-        "v2 API: cache-hit targets per second, /v2/query and WebSocket vs legacy POST /target", wrk)
-    print(f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s; WebSocket: one "
-          f"connection, window {args.window}; clients pinned to CPU {client_cpu}, notary to CPU "
-          f"{server_cpu}; {args.rounds} run(s) per row, best kept; {args.targets} distinct "
-          "targets in the batches")
-    if args.wait_quiet:
-        harness.wait_quiet([server_cpu, client_cpu], args.wait_quiet)
-    print(harness.describe_busy([server_cpu, client_cpu], "before the runs"), flush=True)
 
     setup = harness.make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
     add_api_ports(setup.config, api_ports[2:])
@@ -273,41 +235,40 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                   for n in BATCHES}
     base = f"https://{LOOPBACK}:{api_ports[0]}"
     ws_url = f"wss://{LOOPBACK}:{api_ports[0]}/v2/ws"
-    rows: list[tuple[str, str, object]] = [("legacy", "legacy POST /target (1 target/request)",
-                                            None)]
+    rows: list[tuple[str, str, int]] = [("legacy", "legacy POST /target (1 target/request)", 1)]
     rows += [(f"v2-{n}", f"POST /v2/query, batch {n}", n) for n in BATCHES]
     rows += [(f"ws-{n}", f"WebSocket query, batch {n}", n) for n in BATCHES]
-    runs: dict[str, list[Result]] = {key: [] for key, _, _ in rows}
     verified_ws = False
-    for round_number in range(args.rounds):
-        for key, label, n in rows:
-            if key == "legacy":
-                result = measure_wrk(wrk, processes, base + setup.path, legacy_script, args,
-                                     client_cpu, notary.pid, 1)
-            elif key.startswith("v2-"):
-                result = measure_wrk(wrk, processes, base + "/v2/query", v2_scripts[n], args,
-                                     client_cpu, notary.pid, n)
-            else:
-                targets = batch_targets(api_ports, sha256, n)
-                result, first = measure_ws(processes, directory, ws_url, targets, args,
-                                           client_cpu, notary.pid)
-                if not verified_ws and n == max(BATCHES):
-                    message = json.loads(first)
-                    if message.get("type") != "answer" or message.get("id") != 0:
-                        raise BenchError(f"first WebSocket message: {first[:300]}")
-                    answer = json.dumps(message["answer"]).encode()
-                    print("  " + verify(answer, query_body(targets), keys,
-                                        f"WebSocket batch {n}"))
-                    verified_ws = True
-            runs[key].append(result)
-            extra = (f", client {result.client_core_use:.0%} of its core"
-                     if result.client_core_use is not None else "")
-            print(f"  round {round_number + 1} {label}: {result.requests_per_s:,.0f} req/s, "
-                  f"{result.targets_per_s:,.0f} targets/s, server "
-                  f"{result.server_cpu_us_per_request:.0f} us CPU/req, "
-                  f"{result.server_core_use:.0%} of its core{extra}", flush=True)
-            if notary.poll() is not None:
-                raise BenchError(f"the notary exited ({notary.returncode}):\n{harness.tail(log)}")
+
+    def measure(row: tuple[str, str, int]) -> Run:
+        nonlocal verified_ws
+        key, _, n = row
+        if key.startswith("ws-"):
+            targets = batch_targets(api_ports, sha256, n)
+            result, first = measure_ws(processes, directory, ws_url, targets, args,
+                                       client_cpu, notary.pid)
+            if not verified_ws and n == max(BATCHES):
+                message = json.loads(first)
+                if message.get("type") != "answer" or message.get("id") != 0:
+                    raise BenchError(f"first WebSocket message: {first[:300]}")
+                answer = json.dumps(message["answer"]).encode()
+                print("  " + verify(answer, query_body(targets), keys, f"WebSocket batch {n}"))
+                verified_ws = True
+        else:
+            url, script = ((base + setup.path, legacy_script) if key == "legacy"
+                           else (base + "/v2/query", v2_scripts[n]))
+            result = harness.run_wrk(
+                wrk, processes, url, script, threads=args.threads, connections=args.connections,
+                seconds=args.duration, cpu=client_cpu,
+                server_cpu_seconds=lambda: harness.cpu_seconds(notary.pid))
+        if notary.poll() is not None:
+            raise BenchError(f"the notary exited ({notary.returncode}):\n{harness.tail(log)}")
+        return result
+
+    runs = harness.run_rounds(args, rows, measure, lambda row, result: (
+        f"{row[1]}: {result.rate:,.0f} req/s, {result.rate * row[2]:,.0f} targets/s, server "
+        f"{result.server_us:.0f} us CPU/req, {result.server_core:.0%} of its core, client "
+        f"{result.client_core:.0%} of its core"), key=lambda row: row[0])
     print()
     report(rows, runs)
     print(harness.describe_busy([server_cpu, client_cpu], "after the runs (notary idle)"))
@@ -317,23 +278,22 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     return 0
 
 
-def report(rows: Sequence[tuple[str, str, object]], runs: dict[str, list[Result]]) -> None:
-    best = {key: max(results, key=lambda r: r.targets_per_s) for key, results in runs.items()}
-    legacy = best["legacy"]
+def report(rows: Sequence[tuple[str, str, int]], runs: dict[str, list[Run]]) -> None:
+    best = {key: harness.best(results) for key, results in runs.items()}
+    legacy = best["legacy"].rate
     table = []
-    for key, label, _ in rows:
+    for key, label, batch in rows:
         top = best[key]
-        per_target = top.server_cpu_us_per_request / top.batch
         table.append([
             label,
-            " / ".join(f"{r.requests_per_s:,.0f}" for r in runs[key]),
-            f"{top.requests_per_s:,.0f}",
-            f"{top.targets_per_s:,.0f}",
-            f"{top.targets_per_s / legacy.targets_per_s:.2f}",
-            f"{top.server_cpu_us_per_request:,.0f}",
-            f"{per_target:,.1f}",
-            f"{top.server_core_use:.0%}",
-            f"{top.client_core_use:.0%}" if top.client_core_use is not None else "wrk",
+            " / ".join(f"{r.rate:,.0f}" for r in runs[key]),
+            f"{top.rate:,.0f}",
+            f"{top.rate * batch:,.0f}",
+            f"{top.rate * batch / legacy:.2f}",
+            f"{top.server_us:,.0f}",
+            f"{top.server_us / batch:,.1f}",
+            f"{top.server_core:.0%}",
+            f"{top.client_core:.0%}",
         ])
     harness.print_table(
         ["transport", "req/s per run", "best req/s", "targets/s", "targets/s vs legacy",

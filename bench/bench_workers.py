@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -71,44 +72,27 @@ class Node:
 
 @dataclass(frozen=True)
 class Measurement:
-    wrk: harness.WrkResult
-    elapsed_s: float
-    server_cpu_s: float  # the node's processes, summed
+    run: harness.Run  # server CPU: the node's processes, summed
     worker_cpu_s: tuple[float, ...]  # per worker (the supervisor left out)
-    wrk_cpu_s: float
-    machine_busy_s: float  # every core, every process
     cores: int
     queries: float  # Convergence queries the node counted (/metrics)
     misses: float
     probes: float
 
     @property
-    def requests_per_s(self) -> float:
-        return self.wrk.requests_per_s
-
-    @property
-    def server_us(self) -> float:
-        return self.server_cpu_s / self.wrk.requests * 1e6
-
-    @property
-    def wrk_us(self) -> float:
-        return self.wrk_cpu_s / self.wrk.requests * 1e6
-
-    @property
-    def other_cores(self) -> float:
-        """Cores busy with everything else (other benchmarks, the idle nodes)."""
-        return max(0.0, self.machine_busy_s - self.server_cpu_s - self.wrk_cpu_s) / self.elapsed_s
+    def rate(self) -> float:
+        return self.run.rate
 
     @property
     def ceiling(self) -> float:
         """The rate at which notary + wrk would fill every core, or each
         worker its own core, whichever comes first (no other load)."""
-        return min(self.cores * 1e6 / (self.server_us + self.wrk_us),
-                   len(self.worker_cpu_s) * 1e6 / self.server_us)
+        return min(self.cores * 1e6 / (self.run.server_us + self.run.client_us),
+                   len(self.worker_cpu_s) * 1e6 / self.run.server_us)
 
     @property
     def supervisor_cpu_s(self) -> float:
-        return self.server_cpu_s - sum(self.worker_cpu_s)
+        return (self.run.server_cpu_s or 0.0) - sum(self.worker_cpu_s)
 
     def split(self) -> str:
         total = sum(self.worker_cpu_s)
@@ -121,8 +105,8 @@ class Measurement:
         found = []
         if self.misses or self.probes:
             found.append(f"{self.misses:.0f} cache misses, {self.probes:.0f} probes during the run")
-        if self.queries < self.wrk.requests:
-            found.append(f"/metrics counted {self.queries:.0f} queries, wrk {self.wrk.requests}")
+        if self.queries < self.run.count:
+            found.append(f"/metrics counted {self.queries:.0f} queries, wrk {self.run.count}")
         return found
 
 
@@ -284,21 +268,17 @@ def measure(wrk: str, processes: Processes, node: Node, transport: str,
                          f"a worker restarted\n{harness.tail(node.log)}")
     before_metrics = scrape(node)
     before = tree_cpu_seconds(pids)
-    busy_before = harness.machine_busy_seconds()
-    started = time.monotonic()
     result = harness.run_wrk(
         wrk, processes, node.url(transport), node.script, threads=node.variant.wrk_threads,
         connections=args.connections, seconds=seconds,
         cpu=client_cpu if node.variant.pinned else None)
-    elapsed = time.monotonic() - started
-    busy = harness.machine_busy_seconds() - busy_before
     after = tree_cpu_seconds(pids)
     time.sleep(settle_s)  # every worker folds its counters into /metrics
     after_metrics = scrape(node)
     used = {pid: after[pid] - before[pid] for pid in pids}
     return Measurement(
-        result, elapsed, sum(used.values()), tuple(used[pid] for pid in node.workers),
-        result.wrk_cpu_s, busy, os.cpu_count() or 1,
+        dataclasses.replace(result, server_cpu_s=sum(used.values())),
+        tuple(used[pid] for pid in node.workers), os.cpu_count() or 1,
         **{key: after_metrics[key] - before_metrics[key] for key in before_metrics},
     )
 
@@ -311,7 +291,7 @@ def warm_up(wrk: str, processes: Processes, node: Node, args: argparse.Namespace
         run = measure(wrk, processes, node, transport, args, client_cpu, WARM_UP_S, settle_s)
         total = sum(run.worker_cpu_s)
         shares = [s / total for s in run.worker_cpu_s] if total else [0.0]
-        print(f"  warm-up {node.variant.label}, {transport}: {run.requests_per_s:,.0f} req/s; "
+        print(f"  warm-up {node.variant.label}, {transport}: {run.rate:,.0f} req/s; "
               f"worker pids {node.workers}, CPU {' / '.join(f'{s:.2f}' for s in run.worker_cpu_s)}"
               " s", flush=True)
         if len(shares) > 1 and min(shares) < MIN_WORKER_SHARE:
@@ -322,32 +302,27 @@ def warm_up(wrk: str, processes: Processes, node: Node, args: argparse.Namespace
 # -- report ----------------------------------------------------------------------
 
 
-def best(results: Sequence[Measurement]) -> Measurement:
-    return max(results, key=lambda m: m.requests_per_s)
-
-
 def least(results: Sequence[Measurement], key: str) -> float:
-    return min(getattr(m, key) for m in results)
+    return min(getattr(m.run, key) for m in results)
 
 
 def report(variants: Sequence[Variant], runs: dict[tuple[str, str], list[Measurement]],
            base_key: str) -> None:
-    base = {t: best(runs[base_key, t]).requests_per_s for t in TRANSPORTS}
+    base = {t: harness.best(runs[base_key, t]).rate for t in TRANSPORTS}
     rows = []
     for variant in variants:
         plain, https = runs[variant.key, "plain"], runs[variant.key, "https"]
-        top = {t: best(runs[variant.key, t]) for t in TRANSPORTS}
+        top = {t: harness.best(runs[variant.key, t]) for t in TRANSPORTS}
         rows.append([
             variant.label,
-            f"{top['plain'].requests_per_s:,.0f} ({' / '.join(f'{m.requests_per_s:,.0f}' for m in plain)})",
-            f"{top['plain'].requests_per_s / base['plain']:.2f}x",
-            f"{top['https'].requests_per_s:,.0f} ({' / '.join(f'{m.requests_per_s:,.0f}' for m in https)})",
-            f"{top['https'].requests_per_s / base['https']:.2f}x",
+            f"{top['plain'].rate:,.0f} ({' / '.join(f'{m.rate:,.0f}' for m in plain)})",
+            f"{top['plain'].rate / base['plain']:.2f}x",
+            f"{top['https'].rate:,.0f} ({' / '.join(f'{m.rate:,.0f}' for m in https)})",
+            f"{top['https'].rate / base['https']:.2f}x",
             f"{least(plain, 'server_us'):.1f} / {least(https, 'server_us'):.1f}",
-            f"{least(plain, 'wrk_us'):.1f} / {least(https, 'wrk_us'):.1f}",
-            " / ".join(
-                f"{m.server_cpu_s / m.elapsed_s:.2f} + {m.wrk_cpu_s / m.elapsed_s:.2f} + "
-                f"{m.other_cores:.2f}" for m in (top["plain"], top["https"])),
+            f"{least(plain, 'client_us'):.1f} / {least(https, 'client_us'):.1f}",
+            " / ".join(f"{m.run.server_core:.2f} + {m.run.client_core:.2f} + "
+                       f"{m.run.other_cores:.2f}" for m in (top["plain"], top["https"])),
             f"{top['plain'].ceiling:,.0f} / {top['https'].ceiling:,.0f}",
             f"{top['plain'].split()} ; {top['https'].split()}",
         ])
@@ -387,8 +362,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     wrk = harness.ensure_wrk()
-    server_cpu, client_cpu = harness.choose_cpus(args)
     cores = sorted(os.sched_getaffinity(0))
+    server_cpu, client_cpu = harness.start_load(
+        args, "Worker scaling: cache-hit POST /target requests per second (wrk), "
+        f"notary serve --workers 1 vs {args.workers}", wrk, lambda server, client: [
+            f"wrk: -c{args.connections} -d{args.duration}s, -t{args.threads} in the unpinned "
+            f"rows; {args.rounds} run(s) per row and transport, interleaved, best kept; "
+            "loopback only",
+            f"note: {len(cores)} usable cores, and wrk needs cores too. With {args.workers} "
+            f"workers on {len(cores)} cores, wrk's threads share the cores with the workers "
+            "(nothing is pinned in the compared rows), so the scaled figure is bounded by the "
+            "cores left to the notary, not by the workers: see 'cores used' and 'CPU ceiling' "
+            "(cores / (notary + wrk CPU per request)). On a machine with C cores, run N workers "
+            "with N + wrk's cores <= C."], cpus=cores)
     variants = [
         Variant("w1", f"1 worker (-t{args.threads}, nothing pinned)", 1, False, args.threads),
         Variant(f"w{args.workers}", f"{args.workers} workers (-t{args.threads}, nothing pinned)",
@@ -397,18 +383,6 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     if not args.no_pinned_row:
         variants.insert(0, Variant("w1-pinned", f"1 worker pinned to CPU {server_cpu} "
                                    f"(-t1 on CPU {client_cpu}, bench_http)", 1, True, 1))
-    harness.print_preamble("Worker scaling: cache-hit POST /target requests per second (wrk), "
-                           f"notary serve --workers 1 vs {args.workers}", wrk)
-    print(f"wrk: -c{args.connections} -d{args.duration}s, -t{args.threads} in the unpinned rows; "
-          f"{args.rounds} run(s) per row and transport, interleaved, best kept; loopback only")
-    print(f"note: {len(cores)} usable cores, and wrk needs cores too. With {args.workers} workers "
-          f"on {len(cores)} cores, wrk's threads share the cores with the workers (nothing is "
-          "pinned in the compared rows), so the scaled figure is bounded by the cores left to the "
-          "notary, not by the workers: see 'cores used' and 'CPU ceiling' (cores / (notary + wrk "
-          "CPU per request)). On a machine with C cores, run N workers with N + wrk's cores <= C.")
-    if args.wait_quiet:
-        harness.wait_quiet(cores, args.wait_quiet)
-    print(harness.describe_busy(cores, "before the runs"), flush=True)
 
     nodes: list[Node] = []
     try:
@@ -424,39 +398,33 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         for node in nodes:
             warm_up(wrk, processes, node, args, client_cpu, settle_s)
         print()
-        runs: dict[tuple[str, str], list[Measurement]] = {
-            (v.key, t): [] for v in variants for t in TRANSPORTS}
         problems = []
-        for round_number in range(args.rounds):
-            if args.wait_quiet and round_number:
-                # Other work may have started meanwhile: each round waits too
-                # (a shorter while; the nodes are idle).
-                harness.wait_quiet(cores, min(args.wait_quiet, 30.0))
-            for node in nodes:
-                for transport in TRANSPORTS:
-                    m = measure(wrk, processes, node, transport, args, client_cpu, args.duration,
-                                settle_s)
-                    runs[node.variant.key, transport].append(m)
-                    warnings = m.warnings()
-                    problems += [f"{node.variant.label}, {transport}: {w}" for w in warnings]
-                    print(f"  round {round_number + 1} {node.variant.label}, {transport}: "
-                          f"{m.requests_per_s:,.0f} req/s, notary {m.server_us:.1f} us CPU/req "
-                          f"({m.server_cpu_s / m.elapsed_s:.2f} cores, split {m.split()}, supervisor "
-                          f"{m.supervisor_cpu_s * 1e3:.0f} ms), wrk "
-                          f"{m.wrk_us:.1f} us/req ({m.wrk_cpu_s / m.elapsed_s:.2f} cores), other "
-                          f"load {m.other_cores:.2f} cores; latency {m.wrk.latency_avg} / p99 "
-                          f"{m.wrk.latency_p99}" + "".join(f"  WARNING: {w}" for w in warnings),
-                          flush=True)
+
+        def progress(item: tuple[Node, str], m: Measurement) -> str:
+            label = f"{item[0].variant.label}, {item[1]}"
+            problems.extend(f"{label}: {w}" for w in m.warnings())
+            return (f"{label}: {m.rate:,.0f} req/s, notary {m.run.server_us:.1f} us CPU/req "
+                    f"({m.run.server_core:.2f} cores, split {m.split()}, supervisor "
+                    f"{m.supervisor_cpu_s * 1e3:.0f} ms), wrk {m.run.client_us:.1f} us/req "
+                    f"({m.run.client_core:.2f} cores), other load {m.run.other_cores:.2f} "
+                    f"cores; latency {m.run.latency_avg} / p99 {m.run.latency_p99}")
+
+        # Other work may start meanwhile: each further round waits too.
+        runs = harness.run_rounds(
+            args, [(node, t) for node in nodes for t in TRANSPORTS],
+            lambda item: measure(wrk, processes, item[0], item[1], args, client_cpu,
+                                 args.duration, settle_s),
+            progress, key=lambda item: (item[0].variant.key, item[1]), quiet_cpus=cores)
         print()
         report(variants, runs, "w1")
         scaled = f"w{args.workers}"
         for transport in TRANSPORTS:
-            top = best(runs[scaled, transport]).requests_per_s
+            top = harness.best(runs[scaled, transport]).rate
             line = (f"{transport}: {args.workers} workers / 1 worker = "
-                    f"{top / best(runs['w1', transport]).requests_per_s:.2f}x")
+                    f"{top / harness.best(runs['w1', transport]).rate:.2f}x")
             if not args.no_pinned_row:
                 line += (f"; / 1 worker pinned (bench_http set-up) = "
-                         f"{top / best(runs['w1-pinned', transport]).requests_per_s:.2f}x")
+                         f"{top / harness.best(runs['w1-pinned', transport]).rate:.2f}x")
             print(line)
         print("cores used: CPU time / wall time of the run, in cores (other = the rest of the "
               "machine's busy time: other benchmarks, the idle nodes, and the loopback traffic's "

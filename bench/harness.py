@@ -30,6 +30,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -893,59 +894,173 @@ def wrk_raw_script(directory: Path, request: bytes, *, name: str) -> Path:
 
 
 @dataclass(frozen=True)
-class WrkResult:
-    requests_per_s: float
-    requests: int
-    latency_avg: str
-    latency_p99: str
-    output: str
-    #: The server's CPU time (user + system) per request, and its share of
-    #: one core during the run (near 100%: the server was the bottleneck).
-    cpu_us_per_request: float | None = None
-    server_core_use: float | None = None
-    elapsed_s: float = 0.0
+class Run:
+    """One measured run of a load generator (wrk, ``openssl s_time``, a
+    WebSocket client) against a server, with the CPU figures around it
+    (``Meter``): what every load benchmark records."""
+
+    rate: float  # requests (handshakes, messages) per second
+    count: int
+    elapsed_s: float
+    #: The server's processes' CPU time (None: not measured), the client's
+    #: (the children reaped meanwhile: wrk, the s_time processes).
     server_cpu_s: float | None = None
-    #: wrk's own CPU time (all its threads) and its share of one core.
-    wrk_cpu_s: float = 0.0
-    #: Percentiles from ``LATENCY_LUA`` (None if the script lacks it), in us.
+    client_cpu_s: float = 0.0
+    #: How busy the server's and the client's cores were (every process, and
+    #: the loopback traffic's softirq time, which no process is charged
+    #: with); None when no cores were watched.
+    server_busy: float | None = None
+    client_busy: float | None = None
+    #: Busy CPU seconds of every core during the run, every process.
+    machine_busy_s: float = 0.0
+    latency_avg: str = "?"
+    latency_p99: str = "?"
+    #: Percentiles from ``LATENCY_LUA`` (empty if the script lacks it), in us.
     latency_us: dict[str, int] = field(default_factory=dict)
     #: Socket errors (connect, read, write, timeout) and non-2xx answers.
     errors: dict[str, int] = field(default_factory=dict)
+    output: str = ""
 
     @property
-    def wrk_core_use(self) -> float:
-        return self.wrk_cpu_s / self.elapsed_s if self.elapsed_s else 0.0
+    def server_us(self) -> float:
+        """The server's CPU time per request (0 when not measured)."""
+        return (self.server_cpu_s or 0.0) / self.count * 1e6
 
-    def warnings(self, *, min_server: float = MIN_SERVER_CORE,
-                 max_wrk: float = MAX_WRK_CORE) -> list[str]:
-        """Why this run should not be trusted: the server not CPU-bound, or
-        wrk at the end of its core (one thread per core assumed)."""
+    @property
+    def client_us(self) -> float:
+        return self.client_cpu_s / self.count * 1e6
+
+    @property
+    def server_core(self) -> float | None:
+        """The server's share of one core (near 100%: it was the bottleneck)."""
+        return self.server_cpu_s / self.elapsed_s if self.server_cpu_s is not None else None
+
+    @property
+    def client_core(self) -> float:
+        return self.client_cpu_s / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def other_cores(self) -> float:
+        """Cores busy with everything else (other benchmarks, idle servers)."""
+        rest = self.machine_busy_s - (self.server_cpu_s or 0.0) - self.client_cpu_s
+        return max(0.0, rest) / self.elapsed_s
+
+    def warnings(self) -> list[str]:
+        """Why this run does not measure the server: its core (its process,
+        when no cores were watched) not saturated, or the client's saturated
+        (the generator was the limit; one wrk thread per core assumed)."""
         found = []
-        if self.server_core_use is not None and self.server_core_use < min_server:
-            found.append(f"server used {self.server_core_use:.0%} of its core "
-                         f"(< {min_server:.0%}: not CPU-bound)")
-        if self.wrk_core_use > max_wrk:
-            found.append(f"wrk used {self.wrk_core_use:.0%} of a core "
-                         f"(> {max_wrk:.0%}: the generator was the limit)")
+        if self.server_busy is not None and self.client_busy is not None:
+            if self.server_busy < MIN_SERVER_CORE:
+                found.append(f"server core {self.server_busy:.0%} busy (< "
+                             f"{MIN_SERVER_CORE:.0%}: the server was not the limit)")
+            if self.client_busy > MAX_WRK_CORE:
+                found.append(f"client core {self.client_busy:.0%} busy (> "
+                             f"{MAX_WRK_CORE:.0%}: the generator was the limit)")
+            return found
+        if self.server_core is not None and self.server_core < MIN_SERVER_CORE:
+            found.append(f"server used {self.server_core:.0%} of its core "
+                         f"(< {MIN_SERVER_CORE:.0%}: not CPU-bound)")
+        if self.client_core > MAX_WRK_CORE:
+            found.append(f"wrk used {self.client_core:.0%} of a core "
+                         f"(> {MAX_WRK_CORE:.0%}: the generator was the limit)")
         return found
+
+
+class Meter:
+    """CPU accounting around one run, from its creation to ``run``: the
+    server's CPU time (``server_cpu``: its seconds so far), the client's
+    (children reaped meanwhile: single-threaded harness), the busy share of
+    ``cpus`` (server core, client core) and the whole machine's."""
+
+    def __init__(self, server_cpu: Callable[[], float] | None = None,
+                 cpus: Sequence[int] = ()) -> None:
+        self.server_cpu, self.cpus = server_cpu, tuple(cpus)
+        self.server_s = server_cpu() if server_cpu else 0.0
+        self.children = self._children()
+        self.cores = cpu_times(self.cpus) if self.cpus else {}
+        self.machine = machine_busy_seconds()
+        self.started = time.monotonic()
+
+    @staticmethod
+    def _children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    def run(self, rate: float, count: int, **fields: Any) -> Run:
+        """The ``Run`` of ``count`` at ``rate``; ``fields``: latency, errors..."""
+        elapsed = time.monotonic() - self.started
+        busy: list[float | None] = [None, None]
+        if self.cpus:
+            cores = cpu_times(self.cpus)
+            busy = [(cores[c][0] - self.cores[c][0]) / max(1, cores[c][1] - self.cores[c][1])
+                    for c in self.cpus]
+        figures: dict[str, Any] = {
+            "server_cpu_s": self.server_cpu() - self.server_s if self.server_cpu else None,
+            "client_cpu_s": self._children() - self.children, "server_busy": busy[0],
+            "client_busy": busy[-1], "machine_busy_s": machine_busy_seconds() - self.machine}
+        return Run(rate, count, elapsed, **{**figures, **fields})
+
+
+def best(runs: Sequence[Any]) -> Any:
+    """The best run (by ``rate``) not flagged by its ``warnings()``, or the
+    best of all if every run is."""
+    clean = [r for r in runs if not r.warnings()]
+    return max(clean or runs, key=lambda r: r.rate)
+
+
+def run_rounds(args: argparse.Namespace, items: Sequence[Any], measure: Callable[[Any], Any],
+               progress: Callable[[Any, Any], str], *, key: Callable[[Any], Any] | None = None,
+               quiet_cpus: Sequence[int] = ()) -> dict[Any, list[Any]]:
+    """``args.rounds`` interleaved rounds of ``measure(item)`` over ``items``
+    (before each further round, with ``quiet_cpus`` and ``--wait-quiet``, a
+    wait for them to be idle of at most 30 s); after each run a progress
+    line, ``round N `` + ``progress(item, run)`` + the run's warnings.
+    Returns the runs by ``key(item)`` (default ``item.key``)."""
+    key = key or (lambda item: item.key)
+    runs: dict[Any, list[Any]] = {key(item): [] for item in items}
+    for round_number in range(args.rounds):
+        if round_number and quiet_cpus and args.wait_quiet:
+            wait_quiet(quiet_cpus, min(args.wait_quiet, 30.0))
+        for item in items:
+            run = measure(item)
+            runs[key(item)].append(run)
+            print(f"  round {round_number + 1} {progress(item, run)}"
+                  + "".join(f"  WARNING: {w}" for w in run.warnings()), flush=True)
+    return runs
+
+
+def start_load(args: argparse.Namespace, title: str, wrk: str | None,
+               describe: Callable[[int, int], Sequence[str]] = lambda s, c: (), *,
+               cpus: Sequence[int] | None = None, note: str = "") -> tuple[int, int]:
+    """The start of every load benchmark's run: its cores (``choose_cpus``),
+    the preamble, ``describe(server_cpu, client_cpu)``'s lines (what runs
+    where), a wait for quiet cores (``--wait-quiet``; ``cpus``, default the
+    two chosen) and the other load then. Returns (server core, client core)."""
+    server_cpu, client_cpu = choose_cpus(args)
+    print_preamble(title, wrk, note)
+    for line in describe(server_cpu, client_cpu):
+        print(line)
+    watched = list(cpus) if cpus is not None else [server_cpu, client_cpu]
+    if args.wait_quiet:
+        wait_quiet(watched, args.wait_quiet)
+    print(describe_busy(watched, "before the runs"), flush=True)
+    return server_cpu, client_cpu
 
 
 def run_wrk(
     wrk: str, processes: Processes, url: str, script: Path, *, threads: int,
     connections: int, seconds: int, cpu: int | None,
     server_cpu_seconds: Callable[[], float] | None = None, allow_errors: bool = False,
-    extra: Sequence[str] = (),
-) -> WrkResult:
+    extra: Sequence[str] = (), cpus: Sequence[int] = (),
+) -> Run:
     """One run of ``wrk -t{threads} -c{connections} -d{seconds}s --latency``
-    pinned to ``cpu``. ``server_cpu_seconds`` (e.g. ``lambda: cpu_seconds(pid)``)
-    gives the server's CPU time per request and core share, figures that
-    other load disturbs far less than requests per second. Socket errors or
-    non-2xx answers raise, unless ``allow_errors`` (then they are counted)."""
+    pinned to ``cpu``, measured by a ``Meter`` (``server_cpu_seconds``, e.g.
+    ``lambda: cpu_seconds(pid)``, and ``cpus``). Socket errors or non-2xx
+    answers raise, unless ``allow_errors`` (then they are counted)."""
     argv = [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", *extra,
             "-s", str(script), url]
-    cpu_before = server_cpu_seconds() if server_cpu_seconds else 0.0
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
+    meter = Meter(server_cpu_seconds, cpus)
     process = processes.start("wrk", argv, cpu=cpu)
     try:
         out, err = process.communicate(timeout=seconds + 30)
@@ -953,12 +1068,6 @@ def run_wrk(
         raise BenchError(f"wrk did not finish within {seconds + 30} s ({url})") from None
     finally:
         processes.stop(process)
-    elapsed = time.monotonic() - started
-    server_cpu_s = server_cpu_seconds() - cpu_before if server_cpu_seconds else None
-    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # Only wrk was reaped meanwhile (single-threaded harness): its CPU time.
-    wrk_cpu_s = ((children_after.ru_utime + children_after.ru_stime)
-                 - (children_before.ru_utime + children_before.ru_stime))
     output = out.decode(errors="replace") + err.decode(errors="replace")
     if process.returncode != 0:
         raise BenchError(f"wrk exited with {process.returncode}:\n{output}")
@@ -984,14 +1093,10 @@ def run_wrk(
     percentiles = re.search(r"latency-us p50 (\d+) p99 (\d+) p999 (\d+) max (\d+)", output)
     latency_us = dict(zip(("p50", "p99", "p99.9", "max"), map(int, percentiles.groups()),
                           strict=True)) if percentiles else {}
-    requests = int(total.group(1))
-    return WrkResult(
-        float(rate.group(1)), requests,
-        latency.group(1) if latency else "?", p99.group(1) if p99 else "?", output,
-        server_cpu_s / requests * 1e6 if server_cpu_s is not None else None,
-        server_cpu_s / elapsed if server_cpu_s is not None else None,
-        elapsed, server_cpu_s, wrk_cpu_s, latency_us, errors,
-    )
+    return meter.run(float(rate.group(1)), int(total.group(1)),
+                     latency_avg=latency.group(1) if latency else "?",
+                     latency_p99=p99.group(1) if p99 else "?", latency_us=latency_us,
+                     errors=errors, output=output)
 
 
 def format_us(us: float | None) -> str:
@@ -1006,7 +1111,7 @@ def format_us(us: float | None) -> str:
 
 
 def load_parser(description: str, *, rounds: int, quick: str, cpus: str = "the servers",
-                wait_quiet: str = "", connections: int = 64, threads: int = 1,
+                wait_quiet: str = "", connections: int | None = 64, threads: int = 1,
                 ) -> argparse.ArgumentParser:
     """A parser with the options of the load benchmarks (wrk against a
     server on one core): --quick, --duration, --rounds, --connections,
@@ -1017,8 +1122,9 @@ def load_parser(description: str, *, rounds: int, quick: str, cpus: str = "the s
     parser.add_argument("--duration", type=int, default=None, help="seconds per wrk run (10)")
     parser.add_argument("--rounds", type=int, default=None,
                         help=f"runs of each row, interleaved (default {rounds})")
-    parser.add_argument("--connections", type=int, default=connections,
-                        help=f"wrk -c (default {connections})")
+    if connections is not None:  # None: the script adds its own
+        parser.add_argument("--connections", type=int, default=connections,
+                            help=f"wrk -c (default {connections})")
     parser.add_argument("--threads", type=int, default=threads, help=f"wrk -t (default {threads})")
     parser.add_argument("--server-cpu", type=int, help=f"core for {cpus} (default: first)")
     parser.add_argument("--client-cpu", type=int, help="core for the client (default: second)")
