@@ -116,7 +116,7 @@ class BatchedRun:
 
 
 def store_settings() -> dict[str, Any]:
-    """The default ``StoreConfig`` as keyword arguments of ``open_storage``."""
+    """The default ``StoreConfig`` as a dict of its keys."""
     return {f.name: getattr(StoreConfig(), f.name) for f in fields(StoreConfig)}
 
 
@@ -144,7 +144,7 @@ def run_batched(path: Path, results: Sequence[ProbeResult]) -> BatchedRun:
 
     async def main() -> BatchedRun:
         # Every [store] setting, as notary.server.app passes them.
-        async with open_storage(path, **store_settings()) as storage:
+        async with open_storage(path, StoreConfig()) as storage:
             start = time.perf_counter()
             for result in results:
                 await storage.record(result)

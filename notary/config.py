@@ -240,7 +240,7 @@ class StoreConfig:
     max_runs_per_certificate: int = 32
     #: A target nobody asked about this long is removed with its history
     #: (at least ``[rescan] forget_after_s``, so no rescanned target goes).
-    forget_unasked_after_s: int = 90 * 86400
+    forget_unasked_after_s: int = 90 * 86400  # None, set in code only: for ever
 
     def timeline_limits(self) -> TimelineLimits:
         """The limits of a target's timeline, for the store and the cache."""
@@ -608,7 +608,8 @@ def _validate(config: Config) -> None:
     """Raise ``ConfigError`` naming the first key out of range."""
     for section, keys in _POSITIVE.items():
         for key in keys:
-            if getattr(getattr(config, section), key) <= 0:
+            value = getattr(getattr(config, section), key)
+            if value is not None and value <= 0:  # None: off (set in code only)
                 raise ConfigError(f"[{section}] {key} must be greater than 0")
     if config.answers.reprobe_after_s < 0:
         raise ConfigError("[answers] reprobe_after_s must be 0 or more")
@@ -669,7 +670,8 @@ def _validate_store_cache_v2(config: Config) -> None:
         raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
     if config.store.max_certificate_bytes < 0:
         raise ConfigError("[store] max_certificate_bytes must be 0 (never keep the DER) or more")
-    if config.rescan.enabled and config.store.forget_unasked_after_s < config.rescan.forget_after_s:
+    forget_s = config.store.forget_unasked_after_s
+    if config.rescan.enabled and forget_s is not None and forget_s < config.rescan.forget_after_s:
         raise ConfigError(
             "[store] forget_unasked_after_s must be at least [rescan] forget_after_s "
             "(a target still rescanned must not be removed)"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from notary.config import ProbeConfig
 from notary.model.targets import Target
 from tests.support.notaries import legacy_query, open_notary
 from tests.support.tls_targets import closed_port, open_tls_target
@@ -282,8 +283,9 @@ async def test_the_prober_admits_every_probe_by_its_resolved_address() -> None:
         resolver = static_resolver({"a.example.test": ["127.0.0.1"],
                                     "b.example.test": ["127.0.0.1"]})
         async with open_prober(
-            policy=AddressPolicy.from_cidrs(["127.0.0.0/8"]), timeout_s=10.0,
-            max_concurrent=4, resolver=resolver, admit_destination=admit,
+            ProbeConfig(timeout_s=10.0, max_concurrent=4),
+            policy=AddressPolicy.from_cidrs(["127.0.0.0/8"]), resolver=resolver,
+            admit_destination=admit,
         ) as prober:
             await prober.probe(Target("a.example.test", site.port))
             with pytest.raises(ProbeThrottled):  # another name, the same address

@@ -38,6 +38,7 @@ from tests.support.tls_targets import (
     open_tls_target,
     open_truncating_proxy,
     static_resolver,
+    with_probe_section,
 )
 
 NAME_A = "www.example.test"
@@ -62,7 +63,7 @@ def prober(resolver=None, **overrides):
         "clock": lambda: NOW,
     }
     settings.update(overrides)
-    return open_prober(**settings)
+    return open_prober(**with_probe_section(settings))
 
 
 # -- what is observed -----------------------------------------------------------

@@ -25,12 +25,14 @@ from notary.service.records import Records, RecordSigner, open_records
 from notary.service.stored_targets import StoredTargets
 from notary.state import crypto
 from notary.state.cache import LRUCache
+from tests.support.observations import store_section
 from tests.support.tls_targets import (
     LOCALHOST,
     closed_port,
     open_stalled_target,
     open_tls_target,
     static_resolver,
+    with_probe_section,
 )
 
 NAME_A = "www.example.test"
@@ -61,8 +63,8 @@ async def records_and_prober(
         crypto.ConvergenceSigner(convergence_key()), None, None, V2Config(), lambda: NOW
     )
     async with (
-        open_storage(tmp_path / "notary.db", batch_interval_ms=1) as storage,
-        open_prober(**settings) as prober,
+        open_storage(tmp_path / "notary.db", store_section(batch_interval_ms=1)) as storage,
+        open_prober(**with_probe_section(settings)) as prober,
         open_records(
             cache=LRUCache(100, 10_000_000), storage=storage,
             stored=StoredTargets(1000, 0.01), signer=signer, prober=prober,

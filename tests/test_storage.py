@@ -22,7 +22,7 @@ from notary.model.targets import Target
 from notary.outbound import writer as storage_module
 from notary.outbound.writer import open_storage
 from notary.state.store import SCHEMA_VERSION, Store
-from tests.support.observations import probe_result
+from tests.support.observations import probe_result, store_section
 
 T0 = 1_700_000_000
 #: No test waits longer than this on a thread it blocked on purpose.
@@ -56,7 +56,7 @@ def db_path(tmp_path: Path) -> Path:
 
 async def test_everything_queued_is_committed_on_exit(db_path: Path) -> None:
     batch = results(300)
-    async with open_storage(db_path, batch_interval_ms=10_000) as storage:
+    async with open_storage(db_path, store_section(batch_interval_ms=10_000)) as storage:
         for result in batch:
             await storage.record(result)
         # Nothing has had to be written yet: the block's exit must drain it.
@@ -69,7 +69,7 @@ async def test_everything_queued_is_committed_on_exit(db_path: Path) -> None:
 
 async def test_queued_records_are_committed_in_batches(db_path: Path) -> None:
     n = 200
-    async with open_storage(db_path, batch_rows=50, batch_interval_ms=50) as storage:
+    async with open_storage(db_path, store_section(batch_rows=50, batch_interval_ms=50)) as storage:
         for result in results(n):
             await storage.record(result)
     stats = storage.statistics()
@@ -88,7 +88,8 @@ async def test_batch_rows_bounds_a_batch(db_path: Path, monkeypatch: pytest.Monk
         real(self, batch)
 
     monkeypatch.setattr(Store, "record", spy)
-    async with open_storage(db_path, batch_rows=7, batch_interval_ms=10_000) as storage:
+    settings = store_section(batch_rows=7, batch_interval_ms=10_000)
+    async with open_storage(db_path, settings) as storage:
         for result in results(50):
             await storage.record(result)
     assert sum(sizes) == 50
@@ -107,7 +108,7 @@ async def test_a_lone_record_is_flushed_after_the_interval(
         trio.from_thread.run_sync(committed.set)
 
     monkeypatch.setattr(Store, "record", record)
-    async with open_storage(db_path, batch_interval_ms=20) as storage:
+    async with open_storage(db_path, store_section(batch_interval_ms=20)) as storage:
         await storage.record(probe_result(at=T0))
         with trio.fail_after(THREAD_WAIT_S):
             await committed.wait()
@@ -146,9 +147,8 @@ async def test_producers_wait_when_the_queue_is_full(
             sent += 1
 
     with trio.fail_after(THREAD_WAIT_S):
-        async with open_storage(
-            db_path, queue_rows=2, batch_rows=1, batch_interval_ms=1
-        ) as storage, trio.open_nursery() as nursery:
+        settings = store_section(queue_rows=2, batch_rows=1, batch_interval_ms=1)
+        async with open_storage(db_path, settings) as storage, trio.open_nursery() as nursery:
             nursery.start_soon(produce, storage)
             # The writer takes one result and blocks in the thread; two more
             # fill the queue; the producer must then wait.
@@ -187,7 +187,7 @@ async def test_a_failing_batch_is_retried_until_committed(
     monkeypatch.setattr(Store, "record", flaky_record)
     batch = results(20)
     started = trio.current_time()
-    async with open_storage(db_path, batch_rows=100, batch_interval_ms=5) as storage:
+    async with open_storage(db_path, store_section(batch_rows=100, batch_interval_ms=5)) as storage:
         for result in batch:
             await storage.record(result)
     stats = storage.statistics()
@@ -236,7 +236,7 @@ async def test_records_queued_during_a_failure_are_committed(
         real(self, batch)
 
     monkeypatch.setattr(Store, "record", flaky_record)
-    async with open_storage(db_path, batch_rows=5, batch_interval_ms=1) as storage:
+    async with open_storage(db_path, store_section(batch_rows=5, batch_interval_ms=1)) as storage:
         for result in results(40):
             await storage.record(result)
             await trio.sleep(0.01)
@@ -265,7 +265,7 @@ async def test_open_storage_on_a_corrupt_file_raises_store_error(db_path: Path) 
 
 async def test_open_storage_with_a_bad_synchronous_mode(db_path: Path) -> None:
     with pytest.raises(StoreError):
-        async with open_storage(db_path, synchronous="sometimes"):
+        async with open_storage(db_path, store_section(synchronous="sometimes")):
             pytest.fail("opened with a bad synchronous mode")
 
 
@@ -364,7 +364,7 @@ def asked_at(path: Path) -> dict[str, int]:
 
 
 async def test_the_writer_keeps_each_target_within_the_limits(db_path: Path) -> None:
-    async with open_storage(db_path, max_certificates_per_target=2) as storage:
+    async with open_storage(db_path, store_section(max_certificates_per_target=2)) as storage:
         for i in range(5):
             await storage.record(probe_result(cert=f"c{i}.example.test", at=T0 + i))
     assert count_rows(db_path) == (1, 2, 2)
@@ -378,7 +378,7 @@ async def test_rows_kept_under_looser_limits_are_swept_at_start(db_path: Path) -
         with Store(db_path, create=False, limits=limits) as store:
             return store.limits_enforced()
 
-    async with open_storage(db_path, max_certificates_per_target=2) as storage:
+    async with open_storage(db_path, store_section(max_certificates_per_target=2)) as storage:
         await storage.record(probe_result(cert="c8.example.test", at=T0 + 8))
         await until(swept)
         assert count_rows(db_path)[2] == 2
@@ -454,9 +454,8 @@ async def test_targets_nobody_asked_about_are_pruned_periodically(
     db_path: Path, autojump_clock: trio.testing.MockClock,
 ) -> None:
     now = T0 + 90 * DAY
-    async with open_storage(
-        db_path, forget_unasked_after_s=60 * DAY, clock=lambda: now
-    ) as storage:
+    settings = store_section(forget_unasked_after_s=60 * DAY)
+    async with open_storage(db_path, settings, clock=lambda: now) as storage:
         await storage.record(probe_result("asked.example.test", at=T0))
         await storage.record(probe_result("forgotten.example.test", at=T0))
         await until(lambda: storage.statistics().committed == 2)

@@ -52,7 +52,7 @@ from notary.state import crypto
 from notary.state import store as store_module
 from notary.state.store import Store
 from tests.support.notaries import legacy_query, open_notary, parse_response
-from tests.support.observations import probe_result
+from tests.support.observations import probe_result, store_section
 from tests.support.tls_targets import LOCALHOST, open_tls_target
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ async def test_a_lock_held_while_the_notary_stops_is_waited_for(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(release_later)
-            async with open_storage(db, batch_interval_ms=1) as storage:
+            async with open_storage(db, store_section(batch_interval_ms=1)) as storage:
                 for i in range(20):
                     await storage.record(probe_result(f"h{i}.example.test", at=T0 + i))
             # The block exited: the writer drained the queue after the lock went.
@@ -200,7 +200,8 @@ async def test_a_store_that_stays_locked_does_not_hold_the_stop_for_ever(
     with write_lock(db):
         started = trio.current_time()
         with trio.fail_after(10):
-            async with open_storage(db, batch_interval_ms=1, batch_rows=5) as storage:
+            settings = store_section(batch_interval_ms=1, batch_rows=5)
+            async with open_storage(db, settings) as storage:
                 for i in range(20):
                     await storage.record(probe_result(f"h{i}.example.test", at=T0 + i))
                 await wait_until(lambda: storage.statistics().failed_batches >= 1)
@@ -219,7 +220,7 @@ _FULL_DISK_CHILD = textwrap.dedent(
     from pathlib import Path
     from notary.errors import StoreError
     from notary.state.store import Store
-    from tests.support.observations import probe_result
+    from tests.support.observations import probe_result, store_section
 
     path = Path(sys.argv[1])
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
@@ -406,7 +407,7 @@ _DIE_WITHOUT_CLOSE = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from notary.state.store import Store
-    from tests.support.observations import probe_result
+    from tests.support.observations import probe_result, store_section
 
     store = Store(Path(sys.argv[1]))
     for batch in range(10):
@@ -443,7 +444,7 @@ _WRITER_CHILD = textwrap.dedent(
     import sys, trio
     from pathlib import Path
     from notary.outbound.writer import open_storage
-    from tests.support.observations import probe_result
+    from tests.support.observations import probe_result, store_section
 
     path, start = Path(sys.argv[1]), int(sys.argv[2])
 
@@ -455,9 +456,8 @@ _WRITER_CHILD = textwrap.dedent(
             print(start + self.committed, flush=True)
 
     async def main():
-        async with open_storage(
-            path, batch_rows=200, batch_interval_ms=2, timings=Report()
-        ) as storage:
+        settings = store_section(batch_rows=200, batch_interval_ms=2)
+        async with open_storage(path, settings, timings=Report()) as storage:
             for i in range(start, start + 10**6):
                 await storage.record(probe_result(
                     f"h{i}.example.test", cert=f"c{i % 50}", address=f"192.0.2.{i % 200}",

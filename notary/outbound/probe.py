@@ -76,6 +76,7 @@ import trio
 from cryptography.hazmat.primitives.serialization import Encoding
 from OpenSSL import SSL
 
+from notary.config import ProbeConfig
 from notary.errors import ProbeError, ProbeHandshakeFailed, ProbeTimeout
 from notary.model.observations import Certificate, ProbeResult
 from notary.model.policy import AddressPolicy
@@ -97,7 +98,7 @@ logger = logging.getLogger(__name__)
 #: Default bound on the bytes accepted from a target before its certificates
 #: are in (the whole server flight up to and including the Certificate
 #: message). OpenSSL itself also refuses a Certificate message over 100 KiB.
-DEFAULT_MAX_HANDSHAKE_BYTES = 256 * 1024
+DEFAULT_MAX_HANDSHAKE_BYTES = ProbeConfig().max_handshake_bytes
 #: Bytes asked of the stream per receive during the handshake.
 RECEIVE_CHUNK_BYTES = 16 * 1024
 #: Bytes taken from OpenSSL's outgoing memory BIO per read.
@@ -378,24 +379,21 @@ async def _send_farewell(stream: trio.SocketStream, data: bytes) -> None:
 
 @asynccontextmanager
 async def open_prober(
+    probe: ProbeConfig,
     *,
     policy: AddressPolicy,
-    timeout_s: float,
-    max_concurrent: int,
     resolver: Resolver = system_resolver,
     clock: Callable[[], float] = time.time,
-    max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES,
     admit_destination: Callable[[str], None] | None = None,
     timings: ProbeTimings | None = None,
 ) -> AsyncIterator[Prober]:
-    """Open a :class:`Prober`.
-
-    ``policy`` decides which addresses may be connected to; ``timeout_s``
-    bounds each probe, queueing for a slot included; ``max_concurrent``
-    bounds the probes holding a connection at once; ``resolver`` turns names
-    into addresses (inject a fake in tests); ``clock`` gives the Unix time
-    stamped on results; ``max_handshake_bytes`` bounds what a target may send
-    before its certificates are in.
+    """Open a :class:`Prober` by the ``[probe]`` section ``probe``:
+    ``timeout_s`` bounds each probe, queueing for a slot included;
+    ``max_concurrent`` bounds the probes holding a connection at once;
+    ``max_handshake_bytes`` bounds what a target may send before its
+    certificates are in. ``policy`` decides which addresses may be connected
+    to; ``resolver`` turns names into addresses (inject a fake in tests);
+    ``clock`` gives the Unix time stamped on results.
 
     ``admit_destination``, if given, is called with the address every probe
     (on-demand or scheduled) is about to connect to, once the name resolved
@@ -412,19 +410,19 @@ async def open_prober(
 
     Error handling: ``ValueError`` for a non-positive limit.
     """
-    if not timeout_s > 0:
+    if not probe.timeout_s > 0:
         raise ValueError("timeout_s must be positive")
-    if max_concurrent < 1:
+    if probe.max_concurrent < 1:
         raise ValueError("max_concurrent must be at least 1")
-    if max_handshake_bytes < 1:
+    if probe.max_handshake_bytes < 1:
         raise ValueError("max_handshake_bytes must be positive")
     yield Prober(
         policy=policy,
-        timeout_s=timeout_s,
-        max_concurrent=max_concurrent,
+        timeout_s=probe.timeout_s,
+        max_concurrent=probe.max_concurrent,
         resolver=resolver,
         clock=clock,
-        max_handshake_bytes=max_handshake_bytes,
+        max_handshake_bytes=probe.max_handshake_bytes,
         admit_destination=admit_destination,
         timings=timings,
     )

@@ -43,8 +43,9 @@ from typing import Any, Protocol
 
 import trio
 
+from notary.config import StoreConfig
 from notary.errors import StoreError
-from notary.model.observations import DEFAULT_MERGE_WINDOW_S, ProbeResult, Timeline, TimelineLimits
+from notary.model.observations import ProbeResult, Timeline
 from notary.model.targets import Target
 from notary.state.store import DATABASE_FILE_MODE, PruneReport, Store
 
@@ -64,7 +65,9 @@ MAX_ASKED_NOTES = 65_536
 #: How often targets nobody asked about are removed (the first time one
 #: ``ASKED_FLUSH_INTERVAL_S`` after the start).
 PRUNE_INTERVAL_S = 3600.0
-_DEFAULT_LIMITS = TimelineLimits()
+#: ``open_storage``'s section when none is given: the defaults, every
+#: target kept for ever (no retention).
+KEEP_EVERYTHING = StoreConfig(forget_unasked_after_s=None)  # type: ignore[arg-type]
 
 
 class BatchTimings(Protocol):
@@ -360,31 +363,23 @@ class Storage:
 @asynccontextmanager
 async def open_storage(
     path: Path,
+    store: StoreConfig = KEEP_EVERYTHING,
     *,
-    batch_rows: int = 500,
-    batch_interval_ms: int = 50,
-    queue_rows: int = 10_000,
-    synchronous: str = "NORMAL",
-    merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
-    max_certificate_bytes: int = _DEFAULT_LIMITS.max_certificate_bytes,
-    max_certificates_per_target: int = _DEFAULT_LIMITS.max_certificates_per_target,
-    max_runs_per_certificate: int = _DEFAULT_LIMITS.max_runs_per_certificate,
-    forget_unasked_after_s: int | None = None,
     file_mode: int = DATABASE_FILE_MODE,
     clock: Callable[[], float] = time.time,
     timings: BatchTimings | None = None,
 ) -> AsyncIterator[Storage]:
     """Open the database at ``path`` (created and migrated if needed, its
     files given ``file_mode``) and run its writer and its maintenance
-    (module docstring) until the block exits. The keywords are the
-    ``[store]`` keys: ``max_*``: what a target keeps (``TimelineLimits``);
-    ``forget_unasked_after_s``: the retention of targets nobody asked about
+    (module docstring) by the ``[store]`` section ``store`` until the block
+    exits: its limits are what a target keeps (``TimelineLimits``), its
+    ``forget_unasked_after_s`` the retention of targets nobody asked about
     (None: for ever), by ``clock`` (Unix seconds); ``timings``, if given, is
-    told the rows and write seconds of each committed batch. Raises ``StoreError`` if
-    it cannot be opened, ``ValueError`` for a limit out of range."""
-    limits = TimelineLimits(
-        max_certificate_bytes, max_certificates_per_target, max_runs_per_certificate
-    )
+    told the rows and write seconds of each committed batch. Raises
+    ``StoreError`` if it cannot be opened, ``ValueError`` for a limit out of
+    range."""
+    limits = store.timeline_limits()
+    synchronous, merge_window_s = store.synchronous, store.merge_window_s
     writer = await trio.to_thread.run_sync(
         lambda: Store(path, synchronous=synchronous, merge_window_s=merge_window_s,
                       limits=limits, file_mode=file_mode)
@@ -396,15 +391,15 @@ async def open_storage(
     except BaseException:
         writer.close()
         raise
-    send, receive = trio.open_memory_channel[ProbeResult](queue_rows)
+    send, receive = trio.open_memory_channel[ProbeResult](store.queue_rows)
     storage = Storage(
-        reader, writer, send, forget_unasked_after_s=forget_unasked_after_s, clock=clock,
+        reader, writer, send, forget_unasked_after_s=store.forget_unasked_after_s, clock=clock,
         timings=timings,
     )
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
-                storage._serve_writer, receive, batch_rows, batch_interval_ms / 1000
+                storage._serve_writer, receive, store.batch_rows, store.batch_interval_ms / 1000
             )
             maintenance = trio.CancelScope()
             nursery.start_soon(_run_in, maintenance, storage._serve_maintenance)

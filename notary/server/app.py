@@ -682,15 +682,7 @@ async def serve(
     c, config = components, components.config
     async with open_storage(
         config.server.db_file,
-        batch_rows=config.store.batch_rows,
-        batch_interval_ms=config.store.batch_interval_ms,
-        queue_rows=config.store.queue_rows,
-        synchronous=config.store.synchronous,
-        merge_window_s=config.store.merge_window_s,
-        max_certificate_bytes=config.store.max_certificate_bytes,
-        max_certificates_per_target=config.store.max_certificates_per_target,
-        max_runs_per_certificate=config.store.max_runs_per_certificate,
-        forget_unasked_after_s=config.store.forget_unasked_after_s,
+        config.store,
         file_mode=config.node.database_file_mode,
         clock=c.clock,
         timings=c.timings,
@@ -700,10 +692,8 @@ async def serve(
         # normally and so drains the write queue.
         with trio.CancelScope() as serving:
             async with open_prober(
+                config.probe,
                 policy=c.policy,
-                timeout_s=config.probe.timeout_s,
-                max_concurrent=config.probe.max_concurrent,
-                max_handshake_bytes=config.probe.max_handshake_bytes,
                 resolver=c.resolver,
                 clock=c.clock,
                 admit_destination=lambda address: c.abuse.admit_destination(address, c.clock()),

@@ -7,6 +7,7 @@ from functools import cache
 
 import trustme
 
+from notary.config import StoreConfig
 from notary.model.observations import Certificate, ProbeResult
 from notary.model.targets import Target
 
@@ -36,3 +37,10 @@ def probe_result(
     return ProbeResult(
         target=Target(host, port), leaf=leaf, chain=(leaf.der,), address=address, observed_at=at
     )
+
+
+def store_section(**changes: object) -> StoreConfig:
+    """The ``[store]`` section with ``changes``; targets are kept for ever
+    (no retention) unless ``forget_unasked_after_s`` says otherwise."""
+    settings: dict[str, object] = {"forget_unasked_after_s": None, **changes}
+    return StoreConfig(**settings)  # type: ignore[arg-type]

@@ -23,13 +23,14 @@ Usage::
 
     async with open_tls_target(names=["www.example.test"]) as server:
         resolver = static_resolver({"www.example.test": [server.host]})
-        async with open_prober(policy=..., resolver=resolver, ...) as prober:
+        async with open_prober(ProbeConfig(), policy=..., resolver=resolver) as prober:
             result = await prober.probe(server.target("www.example.test"))
         assert result.leaf.der == server.leaf_der("www.example.test")
 """
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import ssl
 import struct
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 import trio
 import trustme
 
+from notary.config import ProbeConfig
 from notary.errors import ProbeResolveFailed
 from notary.model.targets import Target
 
@@ -540,3 +542,12 @@ class StaticResolver:
 def static_resolver(mapping: Mapping[str, Sequence[str]]) -> StaticResolver:
     """``static_resolver({"www.example.test": ["127.0.0.1"]})``."""
     return StaticResolver(mapping)
+
+
+def with_probe_section(settings: dict) -> dict:
+    """``open_prober``'s arguments from flat test settings: the ``[probe]``
+    keys among them (``timeout_s``, ``max_concurrent``,
+    ``max_handshake_bytes``) become its ``ProbeConfig``."""
+    keys = {f.name for f in dataclasses.fields(ProbeConfig)}
+    section = ProbeConfig(**{k: v for k, v in settings.items() if k in keys})
+    return {"probe": section, **{k: v for k, v in settings.items() if k not in keys}}
