@@ -4,7 +4,7 @@ queries, watches and pushes, limits and timeouts (autojump clock)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 
 import pytest
@@ -19,10 +19,13 @@ from notary.server.websocket import WebSocketLimits, WebSocketService
 
 
 class Server:
-    def __init__(self, limits: WebSocketLimits) -> None:
+    def __init__(
+        self, limits: WebSocketLimits,
+        figures: Callable[[], Awaitable[Mapping[str, object]]] | None = None,
+    ) -> None:
         self.queries: list[v2.QueryRequest] = []
         self.service = WebSocketService(
-            answer_query=self.answer, limits=limits, max_batch=10
+            answer_query=self.answer, limits=limits, max_batch=10, figures=figures
         )
 
     async def answer(self, query: v2.QueryRequest) -> bytes:
@@ -195,8 +198,7 @@ async def test_figures_are_answered_then_pushed_until_stopped(
         made.append(trio.current_time())
         return {"queries_per_s": float(len(made))}
 
-    server = Server(WebSocketLimits(idle_timeout_s=3600))
-    server.service.figures.source = figures
+    server = Server(WebSocketLimits(idle_timeout_s=3600), figures)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.service.serve_figures, 5.0)
         await trio.sleep(12)  # nobody subscribed: nothing made
