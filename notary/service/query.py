@@ -243,7 +243,6 @@ class QueryService:
         self._v2_signer = v2_signer
         self._v2 = v2_config or V2Config()
         #: The limits of invariant 6 (a null object when there are none).
-        self._limited = abuse is not None
         self._abuse = abuse if abuse is not None else AbuseControls.unlimited()
         #: The query bucket of invariant 6, read on the fast path.
         self._query_buckets = self._abuse.queries
@@ -409,7 +408,7 @@ class QueryService:
         spacing of the target's probes (invariant 6): then a throttled query
         is answered from it, as within ``reprobe_after_s``."""
         newest = record.timeline.newest if record is not None else None
-        if not self._limited or newest is None:
+        if newest is None:
             return False
         return newest.last_seen >= self._clock() - self._abuse.target_spacing_s
 

@@ -563,18 +563,18 @@ class Store:
         Raises ``StoreError`` if the file was made by a newer notary.
         """
         ran = 0
-        self._check_not_newer(self.schema_version())
-        while self.schema_version() < SCHEMA_VERSION:  # read without the write lock
+        # Read without the write lock first: the usual case is up to date.
+        while (version := self.schema_version()) < SCHEMA_VERSION:
             with self._transaction() as db:
                 version = db.execute("PRAGMA user_version").fetchone()[0]
-                self._check_not_newer(version)
-                if version == SCHEMA_VERSION:
-                    return ran
+                if version >= SCHEMA_VERSION:  # another process migrated it
+                    continue
                 for statement in MIGRATIONS[version].split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version = {version + 1}")
             ran += 1
+        self._check_not_newer(version)
         return ran
 
     def _check_not_newer(self, version: int) -> None:
