@@ -1,28 +1,16 @@
 """Store bounds: the bytes the database takes, in the worst cases the README's
-"What the notary keeps" quotes.
+"What the notary keeps" quotes (its table says what each figure counts): file
+growth, ``PRAGMA page_count`` x ``page_size`` after a checkpoint, at the default
+limits; per target as ``Store.record`` writes it and after ``Store.compact``.
 
     .venv/bin/python bench/bench_store_bounds.py
-
-Not a speed benchmark: a measurement of file growth (``PRAGMA page_count`` x
-``page_size`` after a checkpoint) with the default ``TimelineLimits``:
-
-a. **per target at its limits**: targets with the longest host name (253
-   characters), each with ``max_certificates_per_target`` certificates of
-   ``max_certificate_bytes`` of (random) DER, each with
-   ``max_runs_per_certificate`` runs and 8 IPv6 addresses of 39 characters;
-   as written by ``Store.record``, and after ``Store.compact`` (VACUUM).
-b. **per probe**: the most one on-demand probe adds, a new target (253
-   characters) with a new certificate of ``max_certificate_bytes``.
-
-The per-client-prefix figure is b times the probes a prefix may cause in a
-day (``[limits] probes_per_s_per_prefix`` x 86,400 + ``probe_burst``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
-import shutil
 import sqlite3
 import sys
 import tempfile
@@ -51,51 +39,40 @@ def longest_host(index: int) -> str:
 
 
 def file_bytes(path: Path) -> int:
-    db = sqlite3.connect(path)
-    try:
+    with contextlib.closing(sqlite3.connect(path)) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         pages = db.execute("PRAGMA page_count").fetchone()[0]
         return pages * db.execute("PRAGMA page_size").fetchone()[0]
-    finally:
-        db.close()
 
 
-def per_target(directory: Path, settings: StoreConfig, targets: int = 8) -> tuple[float, float]:
-    limits = settings.timeline_limits()
-    window = settings.merge_window_s
-    rng = random.Random(1)
-    path = directory / "per-target.db"
+def per_target(path: Path, settings: StoreConfig, targets: int = 8) -> tuple[float, float]:
+    """Bytes per target at its limits: as written, and after compact."""
+    limits, window = settings.timeline_limits(), settings.merge_window_s
+    runs, rng = limits.max_runs_per_certificate, random.Random(1)
     with Store(path, limits=limits, merge_window_s=window) as store:
         empty = file_bytes(path)
         for index in range(targets):
             target = Target(longest_host(index), 65535)
-            sightings = []
-            for c in range(limits.max_certificates_per_target):
-                leaf = certificate(rng, limits.max_certificate_bytes)
-                for run in range(limits.max_runs_per_certificate):
-                    at = T0 + (c * limits.max_runs_per_certificate + run) * (window + 1)
-                    sightings += [ProbeResult(target, leaf, (), a, at) for a in ADDRESSES]
+            leaves = [certificate(rng, limits.max_certificate_bytes)
+                      for _ in range(limits.max_certificates_per_target)]
+            sightings = [ProbeResult(target, leaves[run // runs], (), address,
+                                     T0 + run * (window + 1))
+                         for run in range(len(leaves) * runs) for address in ADDRESSES]
             for start in range(0, len(sightings), 500):
                 store.record(sightings[start:start + 500])
         written = file_bytes(path)
         store.compact(T0, 10**9)
-        compacted = file_bytes(path)
-    return (written - empty) / targets, (compacted - empty) / targets
+        return (written - empty) / targets, (file_bytes(path) - empty) / targets
 
 
-def per_probe(directory: Path, settings: StoreConfig, probes: int = 4000) -> float:
-    limits = settings.timeline_limits()
-    rng = random.Random(2)
-    path = directory / "per-probe.db"
+def per_probe(path: Path, settings: StoreConfig, probes: int = 4000) -> float:
+    limits, rng = settings.timeline_limits(), random.Random(2)
     with Store(path, limits=limits) as store:
         empty = file_bytes(path)
         for start in range(0, probes, 500):
-            store.record([
-                ProbeResult(Target(longest_host(i), 65535),
-                            certificate(rng, limits.max_certificate_bytes), (), ADDRESSES[0],
-                            T0 + i)
-                for i in range(start, start + 500)
-            ])
+            store.record([ProbeResult(Target(longest_host(i), 65535),
+                                      certificate(rng, limits.max_certificate_bytes), (),
+                                      ADDRESSES[0], T0 + i) for i in range(start, start + 500)])
         return (file_bytes(path) - empty) / probes
 
 
@@ -104,12 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     harness.argument_parser(__doc__.split("\n", 1)[0]).parse_args(argv)
     harness.header("Store bounds", " ".join([".venv/bin/python bench/bench_store_bounds.py", *argv]))
     settings, limits = StoreConfig(), LimitsConfig()
-    directory = Path(tempfile.mkdtemp(prefix="store-bounds-"))
-    try:
-        written, compacted = per_target(directory, settings)
-        probe = per_probe(directory, settings)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="store-bounds-", ignore_cleanup_errors=True) as name:
+        written, compacted = per_target(Path(name) / "per-target.db", settings)
+        probe = per_probe(Path(name) / "per-probe.db", settings)
     probes_per_day = limits.probes_per_s_per_prefix * 86400 + limits.probe_burst
     print(f"SQLite {sqlite3.sqlite_version}; {settings.timeline_limits()}")
     print()
