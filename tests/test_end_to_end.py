@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from notary.config import Endpoint
+from notary.model.targets import Target
 from notary.protocol import convergence
 from notary.protocol.convergence import format_fingerprint
 from notary.state.crypto import verify_convergence_signature
@@ -263,6 +264,26 @@ async def test_the_scheduler_rescans_what_was_asked(tmp_path, autojump_clock):
             await trio.sleep(3600)
             assert scheduler.statistics().probes_started >= 1
             assert notary.running.prober.statistics().succeeded >= 2
+
+
+async def test_a_change_a_query_probed_makes_the_scheduler_rescan_sooner(tmp_path):
+    """The query service tells the scheduler what its probe saw: a target
+    whose certificate changed is due sooner than one that stayed."""
+    steady, rotating = NAME, "rotating.example.test"
+    async with open_tls_target(names=[steady, rotating]) as site:
+        names = {steady: [site.host], rotating: [site.host]}
+        async with open_notary(tmp_path, names=names) as notary:
+            for name in (steady, rotating):
+                assert (await legacy_query(notary.port, f"{name}+{site.port}", None)).status == 200
+            site.replace_certificate(rotating)
+            notary.clock.advance(notary.config.answers.fresh_for_s + 1)
+            for name in (steady, rotating):
+                assert (await legacy_query(notary.port, f"{name}+{site.port}", None)).status == 200
+            assert notary.running.prober.statistics().succeeded == 4
+            scheduler = notary.running.scheduler
+            steady_due = scheduler.due_at(Target(steady, site.port))
+            rotating_due = scheduler.due_at(Target(rotating, site.port))
+    assert rotating_due < steady_due - 3600
 
 
 async def test_rescanning_can_be_turned_off(tmp_path):

@@ -157,7 +157,7 @@ def test_a_record_signs_each_protocol_once_on_first_use() -> None:
     assert record.http_responses is first and record.convergence_body in first[0]
     assert signed == ["convergence"]
     statement = record.v2_statement
-    probed = record.with_probe(probe_result(TARGET.host))
+    probed = record.with_probe(probe_result(TARGET.host), changed=False)
     assert probed.v2_statement is statement  # copies keep answers
     assert probed.last_probe is not None and probed.last_probe.chain == ()  # no chain kept
     assert record.perspectives_body == record.perspectives_body

@@ -21,7 +21,7 @@ from notary.model.policy import AddressPolicy
 from notary.model.targets import Target
 from notary.outbound.probe import Prober, open_prober
 from notary.outbound.writer import open_storage
-from notary.service.records import Records, RecordSigner, open_records
+from notary.service.records import Records, RecordSigner
 from notary.service.stored_targets import StoredTargets
 from notary.state import crypto
 from notary.state.cache import LRUCache
@@ -65,7 +65,7 @@ async def records_and_prober(
     async with (
         open_storage(tmp_path / "notary.db", store_section(batch_interval_ms=1)) as storage,
         open_prober(**with_probe_section(settings)) as prober,
-        open_records(
+        Records(
             cache=LRUCache(100, 10_000_000), storage=storage,
             stored=StoredTargets(1000, 0.01), signer=signer, prober=prober,
             merge_window_s=3600, timeline_limits=None, max_background=4,
@@ -285,3 +285,25 @@ async def test_background_refreshes_are_bounded(tmp_path: Path) -> None:
         assert started == [True] * 4 + [False] * 2  # max_background = 4
         assert records.refresh_soon(stalled.target(names[0]))  # joins: always room
         assert records.statistics().running == 4
+
+
+async def test_a_refresh_says_whether_the_certificate_changed(tmp_path: Path) -> None:
+    async with open_tls_target([NAME_A]) as server, records_and_prober(tmp_path) as (records, _):
+        target = server.target(NAME_A)
+        seen = [await records.refresh(target), await records.refresh(target)]
+        server.replace_certificate(NAME_A)
+        seen += [await records.refresh(target), await records.refresh(target)]
+    assert [record.last_probe_changed for record in seen] == [False, False, True, False]
+    assert seen[2].last_probe.leaf.sha256 != seen[1].last_probe.leaf.sha256
+
+
+async def test_records_refresh_nothing_before_they_are_entered(tmp_path: Path) -> None:
+    async with records_and_prober(tmp_path) as (records, p):
+        unopened = Records(
+            cache=LRUCache(10, 10_000), storage=records._storage, stored=StoredTargets(10, 0.01),
+            signer=records._signer, prober=p, merge_window_s=3600, timeline_limits=None,
+            max_background=1,
+        )
+        with pytest.raises(RuntimeError, match="before it was entered"):
+            await unopened.refresh(Target(NAME_A, 443))
+    assert p.statistics().started == 0

@@ -123,8 +123,14 @@ def make_scheduler(probe: FakeProbe, **overrides) -> RescanScheduler:
     rescan = {name: settings.pop(name) for name in list(settings) if name in RESCAN_KEYS}
     scheduler = RescanScheduler(RescanConfig(**rescan), **settings)
 
+    seen: dict[Target, bytes] = {}
+
     async def refresh(target: Target) -> SimpleNamespace:  # as Records.refresh returns
-        return SimpleNamespace(last_probe=await probe(target))
+        result = await probe(target)
+        previous = seen.get(target)
+        seen[target] = result.leaf.sha256
+        changed = previous is not None and previous != result.leaf.sha256
+        return SimpleNamespace(last_probe=result, last_probe_changed=changed)
 
     REFRESHES[scheduler] = refresh
     return scheduler

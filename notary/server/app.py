@@ -60,7 +60,6 @@ from notary.service.records import (
     BACKGROUND_REFRESHES_PER_PROBE_SLOT,
     Records,
     RecordSigner,
-    open_records,
 )
 from notary.service.scheduler import RescanScheduler
 from notary.service.stored_targets import StoredTargets
@@ -702,12 +701,12 @@ async def serve(
                 scheduler = make_scheduler(
                     config, prober, store_observed_age(storage, c.clock) if c.shared_store else None
                 )
-                async with open_records(
+                async with Records(
                     cache=c.cache, storage=storage, stored=c.stored, signer=c.record_signer,
                     prober=prober, merge_window_s=config.store.merge_window_s,
                     timeline_limits=config.store.timeline_limits(),
                     max_background=BACKGROUND_REFRESHES_PER_PROBE_SLOT * config.probe.max_concurrent,
-                    scheduler=scheduler, watch_hub=c.watch_hub,
+                    watch_hub=c.watch_hub,
                 ) as records:
                     services = build_services(c, storage, prober, scheduler, records)
                     await _run(

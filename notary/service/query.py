@@ -74,7 +74,7 @@ from notary.errors import (
     ProbeTimeout,
     StoreError,
 )
-from notary.model.observations import ProbeResult, Timeline
+from notary.model.observations import Timeline
 from notary.model.ratelimit import RateLimited, retry_after_s
 from notary.model.targets import Target
 from notary.outbound.writer import Storage
@@ -350,7 +350,7 @@ class QueryService:
             if isinstance(exc, ProbeRefused):
                 return ProbeOutcome(Outcome.REFUSED, newest, started)
             return ProbeOutcome(Outcome.UNREACHABLE, newest, started)
-        self._note_probe_outcome(target, record, refreshed.last_probe, None)
+        self._note_probe_outcome(target, record, refreshed, None)
         return ProbeOutcome(Outcome.OBSERVED, refreshed, started)
 
     async def _refresh_for(
@@ -386,20 +386,22 @@ class QueryService:
 
     def _note_probe_outcome(
         self, target: Target, record: TargetRecord | None,
-        result: ProbeResult | None, failure: ProbeError | None,
+        refreshed: TargetRecord | None, failure: ProbeError | None,
     ) -> None:
-        """Tell the scheduler of a query whose probe ended with ``result``
-        or ``failure`` (``record``: what was known before): the query when
-        invariant 8 lets it register the target, then the probe's outcome
-        (the scheduler ignores outcomes of targets it does not know; the
-        refresh noted a merged result already, and a repeat counts once)."""
+        """Tell the scheduler of a query whose probe ended with the record
+        ``refreshed`` or ``failure`` (``record``: what was known before): the
+        query when invariant 8 lets it register the target, then the probe's
+        outcome (the scheduler ignores outcomes of targets it does not know;
+        a probe the scheduler joined is noted by both, and counts once)."""
+        result = refreshed.last_probe if refreshed is not None else None
         registers = result is not None or isinstance(failure, _REACHED_FAILURES) or (
             record is not None and not isinstance(failure, ProbeRefused)
         )
         if registers:
             self._note_query(target)
         if result is not None:
-            self._rescans.note_probe(target, result, None, False)
+            assert refreshed is not None
+            self._rescans.note_probe(target, result, None, refreshed.last_probe_changed)
         elif failure is not None and not isinstance(failure, _NOT_PROBE_OUTCOMES):
             self._rescans.note_probe(target, None, failure.reason, False)
 

@@ -5,16 +5,18 @@ A record (``TargetRecord``) is a target's timeline plus the answer of each
 protocol, signed on first use and kept (a cache hit costs no signature).
 ``Records`` finds a target's record in the cache, else in the store (never
 for a target the stored-targets filter has never seen), and refreshes it: a
-probe, merged into the timeline, cached, queued for the store, published to
-the target's watchers and reported to the rescan scheduler, once per probe
-however many callers wait for it.
+probe, merged into the timeline, cached, queued for the store and published
+to the target's watchers, once per probe however many callers wait for it.
+The record it returns says what the probe saw (``last_probe``,
+``last_probe_changed``): callers tell the rescan scheduler themselves, so
+data goes one way (the scheduler calls ``refresh``, never the reverse).
 
-Resource handling: :func:`open_records` owns a nursery in which every
-refresh runs, never in a caller's task: a caller that stops waiting (its own
-deadline) does not stop the refresh, whose probe is still merged. Leaving
-the context manager cancels refreshes in progress; their waiters get a
-``ProbeError``. ``Records`` borrows the cache, the store writer, the
-stored-targets filter, the prober, the scheduler and the watch hub.
+Resource handling: ``Records`` is an async context manager that owns a
+nursery in which every refresh runs, never in a caller's task: a caller that
+stops waiting (its own deadline) does not stop the refresh, whose probe is
+still merged. Leaving the context manager cancels refreshes in progress;
+their waiters get a ``ProbeError``. ``Records`` borrows the cache, the store
+writer, the stored-targets filter, the prober and the watch hub.
 
 Error handling: a failed probe is the refresh's ``ProbeError`` (each waiter
 gets its own copy); a store read failure is logged and treated as "nothing
@@ -26,8 +28,8 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,7 +42,6 @@ from notary.model.targets import Target
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
-from notary.service.scheduler import RescanScheduler
 from notary.service.stored_targets import StoredTargets
 from notary.service.watch import WatchHub
 from notary.state.cache import LRUCache
@@ -48,7 +49,7 @@ from notary.state.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSi
 
 __all__ = [
     "BACKGROUND_REFRESHES_PER_PROBE_SLOT", "RecordSigner", "Records", "RecordsStatistics",
-    "TargetRecord", "open_records",
+    "TargetRecord",
 ]
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class TargetRecord:
         "_signer",
         "_v2_statement",
         "last_probe",
+        "last_probe_changed",
         "latest_sha256",
         "size",
         "timeline",
@@ -156,6 +158,9 @@ class TargetRecord:
         #: The latest probe's result, its chain left out (the cache's byte
         #: accounting counts no chain); None: not probed since loaded.
         self.last_probe: ProbeResult | None = None
+        #: Whether ``last_probe`` saw another certificate than the one seen
+        #: before it (False for a target's first probe).
+        self.last_probe_changed = False
         self._signer = signer
         self._convergence_body: bytes = _UNSIGNED
         self._http_responses: tuple[bytes, bytes, bytes, bytes] = _UNSIGNED
@@ -226,12 +231,13 @@ class TargetRecord:
             setattr(made, name, getattr(self, name))
         return made
 
-    def with_probe(self, result: ProbeResult) -> TargetRecord:
+    def with_probe(self, result: ProbeResult, changed: bool) -> TargetRecord:
         """This record (answers made so far included) as made by the probe
-        ``result`` (``latest_sha256``, ``last_probe``)."""
+        ``result`` (``latest_sha256``, ``last_probe``, ``last_probe_changed``)."""
         made = self._copy()
         made.latest_sha256 = result.leaf.sha256
         made.last_probe = replace(result, chain=()) if result.chain else result
+        made.last_probe_changed = changed
         return made
 
     def with_new_v2_statement(self) -> TargetRecord:
@@ -262,13 +268,12 @@ class _Refresh:
 
 
 class Records:
-    """The records of every target; see the module docstring. Made by
-    :func:`open_records`."""
+    """The records of every target; see the module docstring. Refreshes
+    need it entered (``async with Records(...) as records``)."""
 
     def __init__(
         self,
         *,
-        nursery: trio.Nursery,
         cache: LRUCache,
         storage: Storage,
         stored: StoredTargets,
@@ -277,10 +282,10 @@ class Records:
         merge_window_s: int,
         timeline_limits: TimelineLimits | None,
         max_background: int,
-        scheduler: RescanScheduler | None = None,
         watch_hub: WatchHub | None = None,
     ) -> None:
-        self._nursery = nursery
+        self._nursery: trio.Nursery | None = None
+        self._exit_stack = AsyncExitStack()
         self._cache = cache
         self._storage = storage
         self._stored = stored
@@ -289,11 +294,21 @@ class Records:
         self._merge_window_s = merge_window_s
         self._timeline_limits = timeline_limits
         self._max_background = max_background
-        self._scheduler = scheduler
         self._watch_hub = watch_hub
         self._refreshes: dict[Target, _Refresh] = {}
         self._started = 0
         self._coalesced = 0
+
+    async def __aenter__(self) -> Records:
+        if self._nursery is not None:
+            raise RuntimeError("these Records are open already")
+        self._nursery = await self._exit_stack.enter_async_context(trio.open_nursery())
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+        return await self._exit_stack.__aexit__(*exc_info)
 
     def make(self, timeline: Timeline) -> TargetRecord:
         """A record of ``timeline``; nothing is signed yet."""
@@ -339,7 +354,7 @@ class Records:
         ``target``, if any. Cancelling the caller stops only its wait.
 
         Error handling: the probe's ``ProbeError`` (a copy per caller);
-        ``RuntimeError`` after :func:`open_records` exited."""
+        ``RuntimeError`` unless the records are open."""
         running = self._refreshes.get(target)
         if running is None:
             running = self._start(target)
@@ -366,6 +381,8 @@ class Records:
 
     def _start(self, target: Target) -> _Refresh:
         running = _Refresh()
+        if self._nursery is None:
+            raise RuntimeError("Records used before it was entered")
         # start_soon first: it raises RuntimeError once the nursery is closed
         self._nursery.start_soon(self._run, target, running, name=f"refresh {target}")
         self._refreshes[target] = running
@@ -392,8 +409,8 @@ class Records:
     async def _merge(self, result: ProbeResult) -> TargetRecord:
         """Merge ``result`` into the target's record (a new record only if
         the timeline changed: nothing is signed here), cache it, publish a
-        new certificate to the target's watchers, tell the scheduler, and
-        queue the result for the store."""
+        new certificate to the target's watchers, and queue the result for
+        the store."""
         target = result.target
         record = await self.lookup(target)
         old = record.timeline if record is not None else Timeline(target)
@@ -403,13 +420,9 @@ class Records:
             newest = old.newest
             previous = record.latest_sha256 or (newest.certificate.sha256 if newest else None)
         new_certificate = previous != result.leaf.sha256
-        if self._scheduler is not None:
-            self._scheduler.note_probe(
-                target, result, None, new_certificate and previous is not None
-            )
         if record is None or timeline != old:
             record = self.make(timeline)
-        record = record.with_probe(result)
+        record = record.with_probe(result, new_certificate and previous is not None)
         self._cache.put(target.key, record, record.size)
         hub = self._watch_hub
         if new_certificate and hub is not None and hub.watched(target.key):
@@ -424,32 +437,5 @@ class Records:
         cached = self._cache.peek(result.target.key)
         old = cached.timeline if cached is not None else Timeline(result.target)
         merged = old.merged(result, self._merge_window_s, self._timeline_limits)
-        return self.make(merged).with_probe(result)
-
-
-@asynccontextmanager
-async def open_records(
-    *,
-    cache: LRUCache,
-    storage: Storage,
-    stored: StoredTargets,
-    signer: RecordSigner,
-    prober: Prober,
-    merge_window_s: int,
-    timeline_limits: TimelineLimits | None,
-    max_background: int,
-    scheduler: RescanScheduler | None = None,
-    watch_hub: WatchHub | None = None,
-) -> AsyncIterator[Records]:
-    """Open :class:`Records`; its refreshes run in a nursery owned here and
-    are cancelled on exit (their waiters get a ``ProbeError``)."""
-    async with trio.open_nursery() as nursery:
-        records = Records(
-            nursery=nursery, cache=cache, storage=storage, stored=stored, signer=signer,
-            prober=prober, merge_window_s=merge_window_s, timeline_limits=timeline_limits,
-            max_background=max_background, scheduler=scheduler, watch_hub=watch_hub,
-        )
-        try:
-            yield records
-        finally:
-            nursery.cancel_scope.cancel()
+        changed = cached is not None and cached.latest_sha256 not in (None, result.leaf.sha256)
+        return self.make(merged).with_probe(result, changed)

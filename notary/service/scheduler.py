@@ -76,9 +76,11 @@ logger = logging.getLogger(__name__)
 
 class Refreshed(Protocol):
     """What a refresh returns that the scheduler reads: the result of the
-    probe it made (``notary.service.records.TargetRecord``)."""
+    probe it made and whether it saw a new certificate
+    (``notary.service.records.TargetRecord``)."""
 
     last_probe: ProbeResult | None
+    last_probe_changed: bool
 
 
 #: What the scheduler calls to re-probe a target (``Records.refresh`` in the
@@ -388,17 +390,17 @@ class RescanScheduler:
         return True
 
     async def _probe_one(self, refresh: Refresh, target: Target) -> None:
-        """Refresh ``target`` under the deadline and note the outcome (rule 9;
-        a refresh that merged its probe has noted it already: the same
-        result noted again counts once)."""
-        result: ProbeResult | None = None
+        """Refresh ``target`` under the deadline and note the outcome (rule 9).
+        A refresh that a query started and this probe joined is noted by
+        both: the same result noted twice counts once."""
+        refreshed: Refreshed | None = None
         reason: str | None = None
         try:
             with trio.move_on_after(self._probe_timeout_s):
                 if self._observed_age is not None and await self._observed_elsewhere(target):
                     return
-                result = (await refresh(target)).last_probe
-            if result is None:
+                refreshed = await refresh(target)
+            if refreshed is None or refreshed.last_probe is None:
                 reason = ProbeTimeout.reason
         except ProbeError as exc:
             reason = exc.reason
@@ -415,14 +417,8 @@ class RescanScheduler:
             else:
                 self.note_probe(target, None, reason, False)
             return
-        assert result is not None
-        entry = self._tracked.get(target.key)
-        changed = (
-            entry is not None
-            and entry.fingerprint is not None
-            and entry.fingerprint != result.leaf.sha256
-        )
-        self.note_probe(target, result, None, changed)
+        assert refreshed is not None
+        self.note_probe(target, refreshed.last_probe, None, refreshed.last_probe_changed)
 
     # -------------------------------------------------------------- helpers
 
