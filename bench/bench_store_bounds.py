@@ -47,16 +47,15 @@ def file_bytes(path: Path) -> int:
 
 def per_target(path: Path, settings: StoreConfig, targets: int = 8) -> tuple[float, float]:
     """Bytes per target at its limits: as written, and after compact."""
-    limits, window = settings.timeline_limits(), settings.merge_window_s
-    runs, rng = limits.max_runs_per_certificate, random.Random(1)
-    with Store(path, limits=limits, merge_window_s=window) as store:
+    limits, rng = settings.timeline_limits(), random.Random(1)
+    runs, spacing = limits.max_runs_per_certificate, settings.merge_window_s + 1
+    with Store(path, limits=limits, merge_window_s=settings.merge_window_s) as store:
         empty = file_bytes(path)
         for index in range(targets):
             target = Target(longest_host(index), 65535)
             leaves = [certificate(rng, limits.max_certificate_bytes)
                       for _ in range(limits.max_certificates_per_target)]
-            sightings = [ProbeResult(target, leaves[run // runs], (), address,
-                                     T0 + run * (window + 1))
+            sightings = [ProbeResult(target, leaves[run // runs], (), address, T0 + run * spacing)
                          for run in range(len(leaves) * runs) for address in ADDRESSES]
             for start in range(0, len(sightings), 500):
                 store.record(sightings[start:start + 500])
@@ -79,7 +78,8 @@ def per_probe(path: Path, settings: StoreConfig, probes: int = 4000) -> float:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     harness.argument_parser(__doc__.split("\n", 1)[0]).parse_args(argv)
-    harness.header("Store bounds", " ".join([".venv/bin/python bench/bench_store_bounds.py", *argv]))
+    command = " ".join([".venv/bin/python bench/bench_store_bounds.py", *argv])
+    harness.header("Store bounds", command)
     settings, limits = StoreConfig(), LimitsConfig()
     with tempfile.TemporaryDirectory(prefix="store-bounds-", ignore_cleanup_errors=True) as name:
         written, compacted = per_target(Path(name) / "per-target.db", settings)
