@@ -95,7 +95,7 @@ def check_same_semantics(factories: dict[str, Callable[[int, int], Any]]) -> Non
         traces[name] = (results, cache.statistics())
     for name, trace in traces.items():
         if trace != traces["compiled"]:
-            sys.exit(f"bench_cache: {name} does not behave like the compiled cache; fix the baseline")
+            sys.exit(f"bench_cache: {name} behaves unlike the compiled cache; fix the baseline")
 
 
 def time_calls(call: Callable[[Any], object], args: Sequence[Any]) -> float:
