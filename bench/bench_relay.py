@@ -4,16 +4,18 @@
     .venv/bin/python bench/bench_relay.py --quick    # smoke run (about 15 s)
     .venv/bin/python bench/bench_relay.py --profile-relay relay.prof   # + cProfile of the relay
 
-The real ``RelayHandler`` in its own process, socat (the baseline forwarder),
-a sink and this client, loopback only (127.0.0.1; no name is ever
-resolved), against direct loopback TCP. What each process does, the pinning
-and the CPU figures: ``bench/README.md``.
+The real ``RelayHandler`` and socat (the baseline forwarder) against direct
+loopback TCP (127.0.0.1 only; no name is ever resolved). What each process
+does, the pinning and the CPU figures: ``bench/README.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
 import os
+import pstats
 import resource
 import signal
 import socket
@@ -22,8 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,27 +46,38 @@ MB = 1_000_000
 #: Socket timeout of the client and the sink: a stalled transfer fails the run.
 SOCKET_TIMEOUT_S = 60.0
 COUNT = struct.Struct("!Q")
+#: What the client uploads and the sink sends: zeros, a chunk at a time.
+ZEROS = memoryview(bytes(CHUNK_BYTES))
 #: socat's own read size (``-b``) when not given: what a plain socat uses.
 SOCAT_DEFAULT_BUFFER = 8192
 #: Time allowed to socat's forked children to exit after a measurement.
 SETTLE_TIMEOUT_S = 10.0
 ROUTES = ("direct", "relay", "socat")
+NAN = float("nan")
 
 
-# -- sockets (client and sink) ---------------------------------------------------
+# -- sockets, and the child processes: sink and relay (``--role``) ---------------
 
 
-def tcp_connect(port: int) -> socket.socket:
-    """A blocking TCP connection to 127.0.0.1:port (an IP literal: no lookup)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
+@contextlib.contextmanager
+def client_connection(route: Route) -> Iterator[socket.socket]:
+    """A connection to the route's port on 127.0.0.1 (an IP literal: no
+    lookup); through the relay, past its ``200`` answer."""
+    with harness.connect(route.port, tls=False, timeout_s=SOCKET_TIMEOUT_S) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(SOCKET_TIMEOUT_S)
-        sock.connect((LOOPBACK, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+        if route.name == "relay":
+            sock.sendall(CONNECT_REQUEST)
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) <= MAX_HEAD_BYTES:
+                chunk = sock.recv(MAX_HEAD_BYTES)
+                if not chunk:
+                    break
+                head += chunk
+            if not head.startswith(ESTABLISHED) or not head.endswith(b"\r\n\r\n"):
+                first_line = head.split(b"\r\n", 1)[0].decode("latin-1") or "nothing"
+                raise BenchError(f"the relay did not open the tunnel: it sent {len(head)} bytes, "
+                                 f"first line {first_line!r} (a 200 head alone expected)")
+        yield sock
 
 
 def recv_exact(sock: socket.socket, size: int) -> bytes:
@@ -79,67 +92,37 @@ def recv_exact(sock: socket.socket, size: int) -> bytes:
 
 def drain_to_eof(sock: socket.socket, buffer: bytearray) -> int:
     total = 0
-    while True:
-        received = sock.recv_into(buffer)
-        if not received:
-            return total
+    while received := sock.recv_into(buffer):
         total += received
+    return total
 
 
-def open_tunnel(relay_port: int) -> socket.socket:
-    """A client connection through the relay, past its ``200`` answer."""
-    sock = tcp_connect(relay_port)
-    try:
-        sock.sendall(CONNECT_REQUEST)
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = sock.recv(MAX_HEAD_BYTES)
-            if not chunk:
-                line = head.split(b"\r\n", 1)[0].decode("latin-1") or "nothing"
-                raise BenchError(f"relay closed the connection after answering {line!r}")
-            head += chunk
-            if len(head) > MAX_HEAD_BYTES:
-                raise BenchError("relay answer head too long")
-        if not head.startswith(ESTABLISHED):
-            line = head.split(b"\r\n", 1)[0].decode("latin-1")
-            raise BenchError(f"relay refused the tunnel: {line!r}")
-        if not head.endswith(b"\r\n\r\n"):
-            raise BenchError("relay sent bytes after its answer, before the sink spoke")
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-# -- the child processes: sink and relay (``--role``) -----------------------------
+def send_zeros(sock: socket.socket, size: int) -> None:
+    while size:
+        chunk = min(CHUNK_BYTES, size)
+        sock.sendall(ZEROS[:chunk])
+        size -= chunk
 
 
 def sink_serve(listener: socket.socket) -> None:
+    """Serve the connections of ``listener`` one at a time, forever; a failed
+    one is closed (the client sees the failure)."""
     buffer = bytearray(CHUNK_BYTES)
-    payload = memoryview(bytes(CHUNK_BYTES))
     while True:
         conn, _ = listener.accept()
-        try:
+        with conn, contextlib.suppress(OSError, BenchError):
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.settimeout(SOCKET_TIMEOUT_S)
             command = conn.recv(1)
             if command == b"U":
                 conn.sendall(COUNT.pack(drain_to_eof(conn, buffer)))
             elif command == b"D":
-                remaining = COUNT.unpack(recv_exact(conn, COUNT.size))[0]
-                while remaining:
-                    size = min(CHUNK_BYTES, remaining)
-                    conn.sendall(payload[:size])
-                    remaining -= size
+                send_zeros(conn, COUNT.unpack(recv_exact(conn, COUNT.size))[0])
                 conn.shutdown(socket.SHUT_WR)
                 drain_to_eof(conn, buffer)
             elif command == b"E":
                 conn.sendall(command + recv_exact(conn, len(PING) - 1))
                 drain_to_eof(conn, buffer)
-        except (OSError, BenchError):
-            pass  # the client sees the failure; the sink serves on
-        finally:
-            conn.close()
 
 
 def run_sink(args: argparse.Namespace) -> int:
@@ -147,7 +130,7 @@ def run_sink(args: argparse.Namespace) -> int:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((LOOPBACK, args.port))
     listener.listen(socket.SOMAXCONN)
-    for index in range(args.threads):
+    for index in range(max(16, 2 * args.concurrency + 8)):
         threading.Thread(target=sink_serve, args=(listener,), name=f"sink-{index}",
                          daemon=True).start()
     threading.Event().wait()  # until SIGTERM (Processes.stop)
@@ -155,13 +138,15 @@ def run_sink(args: argparse.Namespace) -> int:
 
 
 def run_relay(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM, then write the profile (``--profile-relay``) and
+    print the relay's statistics to its log."""
     import trio
 
     from notary.errors import ProbeResolveFailed
     from notary.server.relay import RelayHandler
 
     config = RelayConfig(listen=(), destinations="public", allow_addresses=("127.0.0.0/8",),
-                         dial_port=args.dial_port, max_tunnels=args.max_tunnels)
+                         dial_port=args.sink_port, max_tunnels=args.max_tunnels)
 
     async def resolve_nothing(host: str, port: int) -> list[str]:
         raise ProbeResolveFailed("the benchmark relay resolves no names")
@@ -173,20 +158,14 @@ def run_relay(args: argparse.Namespace) -> int:
             listeners = await trio.open_tcp_listeners(args.port, host=LOOPBACK)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.serve_listeners, handler, listeners)
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    break
+                await anext(signals)
+                nursery.cancel_scope.cancel()
 
-    profiler = None
-    if args.profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-    trio.run(serve)
+    profiler = cProfile.Profile() if args.profile_relay else None
+    with profiler or contextlib.nullcontext():
+        trio.run(serve)
     if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(args.profile)
+        profiler.dump_stats(args.profile_relay)
     stats = handler.statistics()
     print(f"STATS tunnels_opened={stats.tunnels_opened} refused={dict(stats.refused)} "
           f"bytes_to_destinations={stats.bytes_to_destinations} "
@@ -194,92 +173,59 @@ def run_relay(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- the forwarders' CPU ---------------------------------------------------------
+# -- CPU figures and the client's measurements ------------------------------------
+# Not harness.Meter: transfers last a few ms (schedstat counts ns, /proc/<pid>/stat
+# 10 ms ticks), the client is this process, not a reaped child, and socat is a group.
 
 
 def schedstat_seconds(pid: int) -> tuple[float, float]:
     """Seconds the threads of ``pid`` have run so far, and seconds they spent
     runnable but waiting for a CPU (``/proc/<pid>/task/*/schedstat``)."""
     run = wait = 0
-    task_dir = f"/proc/{pid}/task"
     try:
-        tasks = os.listdir(task_dir)
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return float("nan"), float("nan")
+        return NAN, NAN
     for task in tasks:
-        try:
-            with open(f"{task_dir}/{task}/schedstat") as file:
-                fields = file.read().split()
-        except OSError:
-            continue
-        run += int(fields[0])
-        wait += int(fields[1])
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as file:
+            fields = file.read().split()
+            run += int(fields[0])
+            wait += int(fields[1])
     return run / 1e9, wait / 1e9
 
 
-@dataclass
-class Child:
-    """The sink or the relay: a Python process of this script."""
+def socat_seconds(pid: int) -> tuple[float, float]:
+    """(run time, NaN: waiting not known) so far of socat's process group (pgid
+    = pid) once the last connections' children have exited (bounded wait):
+    socat, its reaped children (cutime + cstime) and live ones (zombies too)."""
+    def children() -> list[int]:
+        return [member for member, fields in harness.all_proc_stats().items()
+                if member != pid and fields[2] == str(pid)]
+
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while children() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    try:
+        fields = harness.proc_stat(pid)
+        total = (schedstat_seconds(pid)[0]
+                 + (int(fields[13]) + int(fields[14])) / harness.CLOCK_TICK)
+    except (OSError, IndexError, ValueError):
+        return NAN, NAN
+    for child in children():
+        run = schedstat_seconds(child)[0]
+        total += run if run == run else 0.0  # NaN: gone meanwhile
+    return total, NAN
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the client reaches the sink: ``direct``, ``relay`` (a CONNECT
+    first) or ``socat``, and the (run, waiting) CPU seconds so far of the
+    process forwarding the bytes (NaN: not known, or none)."""
 
     name: str
-    process: subprocess.Popen[bytes]
     port: int
-    log: Path
-
-    def cpu_seconds(self) -> tuple[float, float]:
-        return schedstat_seconds(self.process.pid)
-
-
-@dataclass
-class Socat(Child):
-    """socat in its own process group (pgid = pid), children included."""
-
-    def members(self) -> list[int]:
-        """The live processes of socat's group other than the parent: its
-        per-connection children (zombies included until socat reaps them)."""
-        pgid = str(self.process.pid)
-        return [pid for pid, fields in harness.all_proc_stats().items()
-                if pid != self.process.pid and fields[2] == pgid]
-
-    def cpu_seconds(self) -> tuple[float, float]:
-        """(run time of the whole group so far: the parent, its reaped
-        children's cutime + cstime and the live children; NaN: waiting is
-        not known). Measurements start and end with no child alive (settle)."""
-        try:
-            fields = harness.proc_stat(self.process.pid)
-            total = (schedstat_seconds(self.process.pid)[0]
-                     + (int(fields[13]) + int(fields[14])) / harness.CLOCK_TICK)
-        except (OSError, IndexError, ValueError):
-            return float("nan"), float("nan")
-        for pid in self.members():
-            run = schedstat_seconds(pid)[0]
-            total += run if run == run else 0.0  # NaN: gone meanwhile
-        return total, float("nan")
-
-    def settle(self) -> None:
-        """Wait (bounded) until the forked children of the last connections
-        have exited and been reaped (their CPU then is in cutime/cstime)."""
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while self.members() and time.monotonic() < deadline:
-            time.sleep(0.002)
-
-
-def socat_version(executable: str) -> str:
-    result = subprocess.run([executable, "-V"], capture_output=True, text=True, check=False,
-                            timeout=10)
-    for line in result.stdout.splitlines():
-        if line.startswith("socat version"):
-            return " ".join(line.split()[:3])
-    return "socat (unknown version)"
-
-
-def socat_command(executable: str, port: int | str, sink_port: int | str, buffer: int) -> list[str]:
-    return [executable, "-b", str(buffer),
-            f"TCP-LISTEN:{port},bind={LOOPBACK},reuseaddr,fork,backlog=1024",
-            f"TCP:{LOOPBACK}:{sink_port}"]
-
-
-# -- the client's measurements ---------------------------------------------------
+    forwarder_seconds: Callable[[], tuple[float, float]] = lambda: (NAN, NAN)
 
 
 @dataclass
@@ -294,116 +240,75 @@ class Sample:
     client_sink_cpu: float
 
 
-@dataclass(frozen=True)
-class Route:
-    """How the client reaches the sink: ``direct``, ``relay`` or ``socat``."""
-
-    name: str
-    port: int
-    #: Through the relay: a CONNECT first.
-    connect: bool
-    #: The process forwarding the bytes, whose CPU is measured (None: direct).
-    forwarder: Child | Socat | None
-
-
-class CpuMeter:
-    def __init__(self, sink: Child) -> None:
-        self._sink = sink
-
-    def client_sink_seconds(self) -> float:
+def measure(amount: float, route: Route, sink_pid: int, run: Callable[[], None]) -> Sample:
+    """Time ``run``, which moves ``amount`` (MB, tunnels) through ``route``."""
+    def client_sink_seconds() -> float:
         # getrusage, not os.times: its total is exact (os.times counts 10 ms
         # ticks), and it includes the client threads that have ended.
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return self._sink.cpu_seconds()[0] + usage.ru_utime + usage.ru_stime
+        return schedstat_seconds(sink_pid)[0] + usage.ru_utime + usage.ru_stime
 
-    @staticmethod
-    def forwarder_seconds(route: Route) -> tuple[float, float]:
-        """(run time, time waiting for a CPU) of the route's forwarder."""
-        if route.forwarder is None:
-            return float("nan"), float("nan")
-        if isinstance(route.forwarder, Socat):
-            route.forwarder.settle()
-        return route.forwarder.cpu_seconds()
-
-    def measure(self, amount: float, route: Route, run: Callable[[], None]) -> Sample:
-        forwarder_before = self.forwarder_seconds(route)
-        client_sink_before = self.client_sink_seconds()
-        start = time.perf_counter()
-        run()
-        wall = time.perf_counter() - start
-        client_sink_after = self.client_sink_seconds()  # before the settling wait
-        forwarder_after = self.forwarder_seconds(route)
-        return Sample(amount / wall, (forwarder_after[0] - forwarder_before[0]) / wall,
-                      (forwarder_after[1] - forwarder_before[1]) / wall,
-                      (client_sink_after - client_sink_before) / wall)
+    forwarder_before = route.forwarder_seconds()
+    client_sink_before = client_sink_seconds()
+    start = time.perf_counter()
+    run()
+    wall = time.perf_counter() - start
+    client_sink = client_sink_seconds() - client_sink_before  # before socat settles
+    forwarder_after = route.forwarder_seconds()
+    return Sample(amount / wall, (forwarder_after[0] - forwarder_before[0]) / wall,
+                  (forwarder_after[1] - forwarder_before[1]) / wall, client_sink / wall)
 
 
-def upload(sock: socket.socket, size: int) -> None:
-    payload = memoryview(bytes(CHUNK_BYTES))
-    sock.sendall(b"U")
-    remaining = size
-    while remaining:
-        chunk = min(CHUNK_BYTES, remaining)
-        sock.sendall(payload[:chunk])
-        remaining -= chunk
-    sock.shutdown(socket.SHUT_WR)
-    count = COUNT.unpack(recv_exact(sock, COUNT.size))[0]
-    if count != size:
-        raise BenchError(f"upload: the sink received {count} bytes of {size}")
+def move(sock: socket.socket, direction: str, size: int) -> None:
+    """Upload ``size`` bytes (``U``: the sink answers the count it read) or
+    download them (``D`` + the count: the sink sends them)."""
+    if direction == "upload":
+        sock.sendall(b"U")
+        send_zeros(sock, size)
+        sock.shutdown(socket.SHUT_WR)
+        arrived = COUNT.unpack(recv_exact(sock, COUNT.size))[0]
+    else:
+        sock.sendall(b"D" + COUNT.pack(size))
+        arrived = drain_to_eof(sock, bytearray(CHUNK_BYTES))
+    if arrived != size:
+        raise BenchError(f"{direction}: {arrived} bytes of {size} arrived")
 
 
-def download(sock: socket.socket, size: int) -> None:
-    sock.sendall(b"D" + COUNT.pack(size))
-    received = drain_to_eof(sock, bytearray(CHUNK_BYTES))
-    if received != size:
-        raise BenchError(f"download: received {received} bytes of {size}")
+def transfer(route: Route, sink_pid: int, direction: str, size: int) -> Sample:
+    """One timed upload or download through a tunnel opened beforehand."""
+    with client_connection(route) as sock:
+        return measure(size / MB, route, sink_pid, lambda: move(sock, direction, size))
 
 
-def transfer(meter: CpuMeter, route: Route, direction: str, size: int) -> Sample:
-    sock = open_tunnel(route.port) if route.connect else tcp_connect(route.port)
-    try:
-        move = upload if direction == "upload" else download
-        return meter.measure(size / MB, route, lambda: move(sock, size))
-    finally:
-        sock.close()
-
-
-def echo_once(port: int, relayed: bool) -> None:
-    sock = open_tunnel(port) if relayed else tcp_connect(port)
-    try:
+def echo_once(route: Route) -> None:
+    with client_connection(route) as sock:
         sock.sendall(PING)
         answer = recv_exact(sock, len(PING))
-        if answer != PING:
-            raise BenchError(f"echo: sent {PING!r}, got {answer!r}")
-    finally:
-        sock.close()
+    if answer != PING:
+        raise BenchError(f"echo: sent {PING!r}, got {answer!r}")
 
 
-def open_many(port: int, relayed: bool, total: int, concurrency: int) -> None:
-    """``total`` tunnels (or direct connections), ``concurrency`` at a time."""
+def open_many(route: Route, total: int, concurrency: int) -> None:
+    """``total`` tunnels (or direct connections), ``concurrency`` at a time;
+    the first failure stops them all."""
+    tickets = iter(range(total))
     lock = threading.Lock()
-    started = 0
     errors: list[str] = []
     go = threading.Event()
 
     def worker() -> None:
-        nonlocal started
         go.wait()
-        while True:
-            with lock:
-                if started >= total or errors:
-                    return
-                started += 1
-            try:
-                echo_once(port, relayed)
-            except (OSError, BenchError) as exc:
+        try:
+            while not errors:
                 with lock:
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                return
+                    if next(tickets, None) is None:
+                        return
+                echo_once(route)
+        except (OSError, BenchError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
 
-    threads = [
-        threading.Thread(target=worker, name=f"client-{i}", daemon=True) for i in range(concurrency)
-    ]
+    threads = [threading.Thread(target=worker, name=f"client-{i}", daemon=True)
+               for i in range(concurrency)]
     for thread in threads:
         thread.start()
     go.set()
@@ -413,7 +318,7 @@ def open_many(port: int, relayed: bool, total: int, concurrency: int) -> None:
         raise BenchError(f"{len(errors)} tunnel(s) failed; first: {errors[0]}")
 
 
-# -- the report ------------------------------------------------------------------
+# -- the report and main ---------------------------------------------------------
 
 
 def figure(value: float) -> str:
@@ -431,199 +336,159 @@ class Result:
     #: What one unit of the rate is, for the forwarders' CPU cost ("MB", "tunnel").
     item: str
     #: The samples of each route (``ROUTES``), in the order they were taken.
-    runs: dict[str, list[Sample]]
+    runs: dict[str, list[Sample]] = field(default_factory=lambda: {r: [] for r in ROUTES})
 
-    def best(self, route: str) -> Sample:
-        return max(self.runs[route], key=lambda s: s.rate)
-
-    def cost(self, route: str) -> float:
-        """The forwarder's CPU seconds per unit (MB, tunnel) in the best run."""
-        best = self.best(route)
-        return best.forwarder_cpu / best.rate
+    def best(self) -> list[Sample]:
+        """The best sample of each route (``ROUTES``)."""
+        return [max(self.runs[route], key=lambda s: s.rate) for route in ROUTES]
 
     def rate_row(self) -> list[str]:
-        direct, relay, socat = (self.best(route) for route in ROUTES)
-        return [
-            f"{self.what} ({self.unit})",
-            figure(direct.rate),
-            figure(relay.rate),
-            figure(socat.rate),
-            f"{relay.rate / direct.rate:.2f}",
-            f"{relay.rate / socat.rate:.2f}",
-            *(" ".join(figure(s.rate) for s in self.runs[route]) for route in ROUTES),
-        ]
+        direct, relay, socat = self.best()
+        return [f"{self.what} ({self.unit})", *(figure(s.rate) for s in (direct, relay, socat)),
+                f"{relay.rate / direct.rate:.2f}", f"{relay.rate / socat.rate:.2f}",
+                *(" ".join(figure(s.rate) for s in self.runs[route]) for route in ROUTES)]
 
     def cpu_row(self) -> list[str]:
-        direct, relay, socat = (self.best(route) for route in ROUTES)
-        return [
-            f"{self.what}",
-            f"{percent(relay.forwarder_cpu)} (+{percent(relay.forwarder_waiting)})",
-            f"{1e6 * self.cost('relay'):,.0f} us/{self.item}",
-            percent(socat.forwarder_cpu),
-            f"{1e6 * self.cost('socat'):,.0f} us/{self.item}",
-            f"{self.cost('relay') / self.cost('socat'):.2f}",
-            " / ".join(percent(s.client_sink_cpu) for s in (direct, relay, socat)),
-        ]
-
-
-# -- main ------------------------------------------------------------------------
+        direct, relay, socat = self.best()
+        # CPU cost: the forwarder's CPU seconds per unit (MB, tunnel) in its best run.
+        relay_cost, socat_cost = relay.forwarder_cpu / relay.rate, socat.forwarder_cpu / socat.rate
+        return [self.what, f"{percent(relay.forwarder_cpu)} (+{percent(relay.forwarder_waiting)})",
+                f"{1e6 * relay_cost:,.0f} us/{self.item}", percent(socat.forwarder_cpu),
+                f"{1e6 * socat_cost:,.0f} us/{self.item}", f"{relay_cost / socat_cost:.2f}",
+                " / ".join(percent(s.client_sink_cpu) for s in (direct, relay, socat))]
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Bounce relay throughput (MB/s through one tunnel, tunnels/s) "
-        "against direct loopback TCP and socat, measured in the same run.")
-    parser.add_argument("--quick", action="store_true",
-                        help="20 MB, 500 tunnels, one repetition: a smoke run of ~15 s")
-    parser.add_argument("--mb", type=int, default=None,
-                        help="MB (10^6 bytes) per direction through one tunnel (default 200)")
-    parser.add_argument("--tunnels", type=int, default=None,
-                        help="tunnels per tunnel-rate run (default 4000)")
+    parser = harness.argument_parser(
+        "Bounce relay throughput (MB/s through one tunnel, tunnels/s) against direct loopback "
+        "TCP and socat, measured in the same run; best of --repeat runs (default 3).")
+    parser.add_argument("--mb", type=int, help="MB (10^6 bytes) per direction through one "
+                        "tunnel (default 200, 20 with --quick)")
+    parser.add_argument("--tunnels", type=int,
+                        help="tunnels per tunnel-rate run (default 4000, 500 with --quick)")
     parser.add_argument("--concurrency", type=int, default=64,
                         help="client threads opening tunnels at once (default 64)")
-    parser.add_argument("--repeat", type=int, default=None,
-                        help="runs per measurement, the best is kept (default 3, 1 with --quick)")
-    parser.add_argument("--profile-relay", metavar="FILE", default=None,
-                        help="run the relay under cProfile, write its stats to FILE and print "
-                        "the top functions (the profiler slows the relay: figures are not "
-                        "comparable with an unprofiled run)")
+    parser.add_argument("--profile-relay", metavar="FILE",
+                        help="run the relay under cProfile (slower: figures not comparable), "
+                        "write its stats to FILE and print the top functions")
     parser.add_argument("--socat-buffer", type=int, default=SOCAT_DEFAULT_BUFFER, metavar="BYTES",
                         help=f"socat's read size, -b (default {SOCAT_DEFAULT_BUFFER}, socat's own "
                         f"default; the relay reads up to {RelayConfig().buffer_bytes} bytes)")
-    # Internal: the child processes.
-    parser.add_argument("--role", choices=("relay", "sink"), default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--dial-port", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--max-tunnels", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--profile", default=None, help=argparse.SUPPRESS)
+    # Internal: the child processes (--concurrency sizes them).
+    parser.add_argument("--role", choices=("relay", "sink"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.mb is None:
         args.mb = 20 if args.quick else 200
     if args.tunnels is None:
         args.tunnels = 500 if args.quick else 4000
-    if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
-    for name in ("mb", "tunnels", "concurrency", "repeat", "socat_buffer"):
+    for name in ("mb", "tunnels", "concurrency", "socat_buffer"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    args.repeat = harness.repetitions(args, full=3)
+    args.max_tunnels = max(RelayConfig().max_tunnels, 4 * args.concurrency)
     return args
 
 
-def cpu_plan() -> tuple[set[int] | None, set[int] | None, str]:
-    """(relay CPUs, client and sink CPUs, a sentence saying so)."""
-    usable = sorted(os.sched_getaffinity(0))
-    if len(usable) < 2:
-        return None, None, "not pinned (1 usable core: relay, sink and client share it)"
-    others = ",".join(map(str, usable[1:]))
-    return {usable[0]}, set(usable[1:]), (
-        f"relay process, and socat with its children, pinned to CPU {usable[0]}; sink "
-        f"process and client (this process) pinned to CPU {others}")
+def socat_command(executable: str, port: int | str, sink_port: int | str, buffer: int) -> list[str]:
+    return [executable, "-b", str(buffer),
+            f"TCP-LISTEN:{port},bind={LOOPBACK},reuseaddr,fork,backlog=1024",
+            f"TCP:{LOOPBACK}:{sink_port}"]
 
 
-def relay_max_tunnels(args: argparse.Namespace) -> int:
-    return max(RelayConfig().max_tunnels, 4 * args.concurrency)
-
-
-def start_children(args: argparse.Namespace, processes: Processes, directory: Path, socat: str,
-                   relay_cpus: set[int] | None, other_cpus: set[int] | None
-                   ) -> tuple[Child, Child, Socat]:
-    """The sink, the relay and socat, each ready (its listener seen in
-    /proc/net/tcp: no connection made, so socat forks nothing)."""
-    me = [sys.executable, os.path.abspath(__file__), "--role"]
-    sink_port, relay_port, socat_port = harness.free_ports(3)
-    started = []
-    for name, argv, port, cpus in (
-        ("sink", [*me, "sink", "--port", str(sink_port),
-                  "--threads", str(max(16, 2 * args.concurrency + 8))], sink_port, other_cpus),
-        ("relay", [*me, "relay", "--port", str(relay_port), "--dial-port", str(sink_port),
-                   "--max-tunnels", str(relay_max_tunnels(args))]
-         + (["--profile", os.path.abspath(args.profile_relay)] if args.profile_relay else []),
-         relay_port, relay_cpus),
-        ("socat", socat_command(socat, socat_port, sink_port, args.socat_buffer), socat_port,
-         relay_cpus),
-    ):
-        log = directory / f"{name}.log"
-        process = harness.start_server(processes, name, argv, [port], cpu=cpus, log=log,
-                                       connect=False)
-        started.append((Socat if name == "socat" else Child)(name, process, port, log))
-    return started[0], started[1], started[2]  # type: ignore[return-value]
-
-
-def measure_all(args: argparse.Namespace, relay: Child, sink: Child, socat: Socat) -> list[Result]:
-    meter = CpuMeter(sink)
+def measure_all(args: argparse.Namespace, routes: list[Route], sink_pid: int) -> list[Result]:
+    """A first echo on each route (fails fast, with the relay's answer, if
+    the relay refuses), an untimed warm-up (code paths, the sink's threads,
+    TCP autotuning), then each measurement, ``--repeat`` rounds of the routes."""
     size = args.mb * MB
-    routes = [Route("direct", sink.port, False, None), Route("relay", relay.port, True, relay),
-              Route("socat", socat.port, False, socat)]
-    # Fails fast, with the relay's answer, if the relay refuses.
     for route in routes:
-        echo_once(route.port, route.connect)
-    # Warm-up (not timed): code paths, the sink's threads, TCP autotuning.
+        echo_once(route)
     for route in routes:
         for direction in ("upload", "download"):
-            transfer(meter, route, direction, min(size, 20 * MB))
-        open_many(route.port, route.connect, min(args.tunnels, 2 * args.concurrency),
-                  args.concurrency)
+            transfer(route, sink_pid, direction, min(size, 20 * MB))
+        open_many(route, min(args.tunnels, 2 * args.concurrency), args.concurrency)
 
-    results: list[Result] = []
-    for direction in ("upload", "download"):
-        result = Result(f"{direction}, one tunnel", "MB/s", "MB", {r.name: [] for r in routes})
+    def rounds(result: Result, sample: Callable[[Route], Sample]) -> Result:
         for _ in range(args.repeat):
             for route in routes:
-                result.runs[route.name].append(transfer(meter, route, direction, size))
-        results.append(result)
-    result = Result(f"tunnels opened, {args.concurrency} at once", "/s", "tunnel",
-                    {r.name: [] for r in routes})
-    for _ in range(args.repeat):
-        for route in routes:
-            result.runs[route.name].append(meter.measure(
-                args.tunnels, route, lambda route=route: open_many(
-                    route.port, route.connect, args.tunnels, args.concurrency)))
-    results.append(result)
+                result.runs[route.name].append(sample(route))
+        return result
+
+    results = [rounds(Result(f"{direction}, one tunnel", "MB/s", "MB"),
+                      lambda route, direction=direction: transfer(route, sink_pid, direction, size))
+               for direction in ("upload", "download")]
+    results.append(rounds(
+        Result(f"tunnels opened, {args.concurrency} at once", "/s", "tunnel"),
+        lambda route: measure(args.tunnels, route, sink_pid,
+                              lambda: open_many(route, args.tunnels, args.concurrency))))
     return results
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     socat_executable = harness.ensure_tool("socat")
-    machine = harness.machine_description()  # before pinning, which changes the usable cores
-    relay_cpus, other_cpus, pinning = cpu_plan()
+    # Before pinning, which changes the usable cores.
+    harness.header("Bounce relay throughput",
+                   " ".join([".venv/bin/python", "bench/bench_relay.py", *sys.argv[1:]]))
+    usable = sorted(os.sched_getaffinity(0))
+    relay_cpus, other_cpus = ({usable[0]}, set(usable[1:])) if len(usable) > 1 else (None, None)
     if other_cpus:
         # Before any thread starts: threads inherit the affinity of their creator.
         os.sched_setaffinity(0, other_cpus)
-    print("# Bounce relay throughput")
-    print(f"machine: {machine}")
-    print(f"command: {' '.join(['.venv/bin/python', 'bench/bench_relay.py', *sys.argv[1:]])}")
-    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
-    print(f"pinning: {pinning}")
-    print(f"settings: {args.mb} MB per direction, {args.tunnels} tunnels by "
-          f"{args.concurrency} client threads, best of {args.repeat}, "
-          f"client/sink chunks {CHUNK_BYTES // 1024} KiB, relay buffer_bytes "
-          f"{RelayConfig().buffer_bytes // 1024} KiB (default), relay max_tunnels "
-          f"{relay_max_tunnels(args)}")
+        print(f"pinning: relay process, and socat with its children, pinned to CPU {usable[0]}; "
+              f"sink process and client (this process) pinned to CPU "
+              f"{','.join(map(str, usable[1:]))}")
+    else:
+        print("pinning: not pinned (1 usable core: relay, sink and client share it)")
+    print(f"settings: {args.mb} MB per direction, {args.tunnels} tunnels by {args.concurrency} "
+          f"client threads, best of {args.repeat}, client/sink chunks {CHUNK_BYTES // 1024} KiB, "
+          f"relay buffer_bytes {RelayConfig().buffer_bytes // 1024} KiB (default), relay "
+          f"max_tunnels {args.max_tunnels}")
+    version = subprocess.run([socat_executable, "-V"], capture_output=True, text=True,
+                             check=False, timeout=10).stdout
+    version = next((" ".join(line.split()[:3]) for line in version.splitlines()
+                    if line.startswith("socat version")), "socat (unknown version)")
     shown = socat_command("socat", "<port>", "<sink port>", args.socat_buffer)
     default = " (socat's default)" if args.socat_buffer == SOCAT_DEFAULT_BUFFER else ""
-    print(f"socat: {socat_version(socat_executable)}, `{' '.join(shown)}`: -b "
+    print(f"socat: {version}, `{' '.join(shown)}`: -b "
           f"{args.socat_buffer} bytes per read{default}; one process forked per connection")
     if args.profile_relay:
         print("note: the relay runs under cProfile; its figures are slowed by the profiler")
     print(flush=True)
 
-    sink, relay, socat = start_children(args, processes, directory, socat_executable,
-                                        relay_cpus, other_cpus)
+    sink_port, relay_port, socat_port = harness.free_ports(3)
+    me = [sys.executable, os.path.abspath(__file__), "--concurrency", str(args.concurrency)]
+    profile = ["--profile-relay", os.path.abspath(args.profile_relay)] if args.profile_relay else []
+    children = {}
+    # Each ready when its listener shows in /proc/net/tcp: no connection made,
+    # so no stray tunnel in the relay's statistics and no fork by socat.
+    for name, argv, port, cpus in (
+        ("sink", [*me, "--role", "sink", "--port", str(sink_port)], sink_port, other_cpus),
+        ("relay", [*me, "--role", "relay", "--port", str(relay_port), "--sink-port",
+                   str(sink_port), *profile], relay_port, relay_cpus),
+        ("socat", socat_command(socat_executable, socat_port, sink_port, args.socat_buffer),
+         socat_port, relay_cpus),
+    ):
+        children[name] = harness.start_server(processes, name, argv, [port], cpu=cpus,
+                                              log=directory / f"{name}.log", connect=False)
+    relay_pid, socat_pid = children["relay"].pid, children["socat"].pid
+    routes = [Route("direct", sink_port),
+              Route("relay", relay_port, lambda: schedstat_seconds(relay_pid)),
+              Route("socat", socat_port, lambda: socat_seconds(socat_pid))]
     try:
-        results = measure_all(args, relay, sink, socat)
+        results = measure_all(args, routes, children["sink"].pid)
     except (OSError, BenchError) as exc:
-        for child in (relay, sink, socat):
-            if child.process.poll() is not None:
-                raise BenchError(f"the {child.name} process exited with status "
-                                 f"{child.process.returncode}: {harness.tail(child.log)} "
+        for name, process in children.items():
+            if process.poll() is not None:
+                raise BenchError(f"the {name} process exited with status {process.returncode}: "
+                                 f"{harness.tail(directory / f'{name}.log')} "
                                  f"({type(exc).__name__}: {exc})") from exc
         raise BenchError(f"{type(exc).__name__}: {exc}") from exc
     # socat first; then the relay (SIGTERM: it writes its statistics and
     # profile, given time); the sink last.
-    processes.stop(socat.process)
-    processes.stop(relay.process, timeout_s=30.0)
-    processes.stop(sink.process)
+    processes.stop(children["socat"])
+    processes.stop(children["relay"], timeout_s=30.0)
+    processes.stop(children["sink"])
     print("## Rates\n")
     harness.print_table(
         ["measurement", "direct", "via relay", "via socat", "relay/direct", "relay/socat",
@@ -643,33 +508,23 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
           "copy-on-write faults and exit included; its waiting time is not known); the sink "
           "process plus this client. CPU cost: the forwarder's CPU time per MB or per tunnel "
           "in its best run, the figure least disturbed by other load on the machine.")
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"finished: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, load average {load}")
-    for line in relay.log.read_text(errors="replace").splitlines():
+    print(f"finished: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "
+          f"load average {harness.cores_and_load()[2]}")
+    for line in (directory / "relay.log").read_text(errors="replace").splitlines():
         if line.startswith("STATS "):
             print(f"relay statistics at exit: {line[6:]}")
-    if args.profile_relay:
-        print_profile(args.profile_relay)
+    if args.profile_relay and not os.path.exists(args.profile_relay):
+        print(f"(no profile written to {args.profile_relay})")
+    elif args.profile_relay:
+        print(f"\nrelay profile ({args.profile_relay}), top 25 by own time:", flush=True)
+        pstats.Stats(args.profile_relay, stream=sys.stdout).sort_stats("tottime").print_stats(25)
     return 0
-
-
-def print_profile(path: str) -> None:
-    import pstats
-
-    if not os.path.exists(path):
-        print(f"(no profile written to {path})")
-        return
-    print(f"\nrelay profile ({path}), top 25 by own time:")
-    sys.stdout.flush()
-    pstats.Stats(path, stream=sys.stdout).sort_stats("tottime").print_stats(25)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_arguments(argv)
-    if args.role == "sink":
-        return run_sink(args)
-    if args.role == "relay":
-        return run_relay(args)
+    if args.role:
+        return run_sink(args) if args.role == "sink" else run_relay(args)
     return harness.run_benchmark("bench_relay", args, run)
 
 
