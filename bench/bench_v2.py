@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -31,16 +32,15 @@ BATCHES = (1, 10, 100)
 NONCE = "bench-v2"
 JSON_TYPE = "application/json"
 
-#: The WebSocket client, run as ``python -c CLIENT URL BATCH_FILE WINDOW SECONDS OUT``:
-#: one connection, ``WINDOW`` queries outstanding, the same targets in each;
-#: prints a JSON line with the counts, writes the first answer to OUT.
+#: The WebSocket client, run as ``python -c WS_CLIENT URL TARGETS WINDOW SECONDS``:
+#: one connection, ``WINDOW`` queries outstanding, the same targets (JSON) in
+#: each; prints a JSON line with the counts and the first answer.
 WS_CLIENT = r"""
 import json, ssl, sys, time
 import trio, trio_websocket
 
-url, batch_file, window, seconds, out = sys.argv[1:6]
-window, seconds = int(window), float(seconds)
-targets = json.loads(open(batch_file).read())
+url, targets, window, seconds = sys.argv[1:5]
+targets = json.loads(targets)
 
 def message(n):
     return json.dumps({"type": "query", "id": n, "targets": targets, "nonce": "bench-v2"})
@@ -54,29 +54,21 @@ async def main():
     ) as ws:
         await ws.send_message(message(0))
         first = await ws.get_message()
-        open(out, "w").write(first)
-        sent = received = 0
-        template = [message(n) for n in range(1, window + 1)]
-        for text in template:
-            await ws.send_message(text)
-            sent += 1
-        t0 = time.monotonic()
-        end = t0 + seconds
-        while True:
+        for sent in range(1, int(window) + 1):
+            await ws.send_message(message(sent))
+        received, started = 0, time.monotonic()
+        end = started + float(seconds)
+        while received < sent:
             text = await ws.get_message()
             received += 1
-            tail = ',"id":%d,"type":"answer"}' % received
-            if not text.endswith(tail):
+            if not text.endswith(',"id":%d,"type":"answer"}' % received):
                 print(json.dumps({"error": "unexpected message: " + text[:300]}))
                 return
-            now = time.monotonic()
-            if now < end:
+            if time.monotonic() < end:
                 sent += 1
                 await ws.send_message(message(sent))
-            elif received == sent:
-                break
-        elapsed = time.monotonic() - t0
-        print(json.dumps({"messages": received, "seconds": elapsed}))
+        print(json.dumps({"messages": received, "seconds": time.monotonic() - started,
+                          "first": first}))
 
 trio.run(main)
 """
@@ -87,25 +79,24 @@ trio.run(main)
 
 def add_api_ports(config: Path, extra: Sequence[int]) -> None:
     """Append ``extra`` HTTPS API listeners to ``[server] api``."""
-    lines = config.read_text().splitlines()
-    for index, line in enumerate(lines):
-        if line.strip().startswith("api = ["):
-            more = ", ".join(f'"{LOOPBACK}:{port}"' for port in extra)
-            lines[index] = line.rstrip().removesuffix("]") + f", {more}]"
-            break
-    else:
+    more = "".join(f', "{LOOPBACK}:{port}"' for port in extra)
+    text, found = re.subn(r"(?m)^(\s*api = \[.*?)\]\s*$", lambda line: line[1] + more + "]",
+                          config.read_text(), count=1)
+    if not found:
         raise BenchError("no [server] api line in the dev-init config")
-    config.write_text("\n".join(lines) + "\n")
+    config.write_text(text)
 
 
-def https(port: int, method: str, path: str, body: str = "", content_type: str = JSON_TYPE,
-          timeout_s: float = 30.0) -> tuple[int, bytes]:
+def https(port: int, method: str, path: str, body: str = "") -> bytes:
+    """The body of the answer to one request over HTTPS; not 200 raises."""
     head = f"{method} {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
     if method == "POST":
-        head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        head += f"Content-Type: {JSON_TYPE}\r\nContent-Length: {len(body)}\r\n"
     response = harness.exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
-                               timeout_s=timeout_s)[0]
-    return harness.status_of(response), response.split(b"\r\n\r\n", 1)[1]
+                               timeout_s=30.0)[0]
+    if harness.status_of(response) != 200:
+        raise BenchError(f"{method} {path} answered {response[:300]!r}")
+    return harness.body_of(response)
 
 
 def batch_targets(ports: Sequence[int], sha256: str, size: int) -> list[dict[str, object]]:
@@ -132,13 +123,13 @@ def verify(answer: bytes, body: str, keys: dict[str, object], label: str) -> str
 # -- measurements ----------------------------------------------------------------
 
 
-def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
+def measure_ws(processes: Processes, url: str, targets: list,
                args: argparse.Namespace, client_cpu: int, notary_pid: int) -> tuple[Run, str]:
-    batch_file = directory / f"ws-batch-{len(targets)}.json"
-    batch_file.write_text(json.dumps(targets))
-    first = directory / f"ws-first-{len(targets)}.json"
-    argv = [sys.executable, "-c", WS_CLIENT, url, str(batch_file), str(args.window),
-            str(args.duration), str(first)]
+    """One run of ``WS_CLIENT`` asking about ``targets``: the run (the
+    notary's CPU over the whole client run, connect and first query
+    included) and the first answer message."""
+    argv = [sys.executable, "-c", WS_CLIENT, url, json.dumps(targets), str(args.window),
+            str(args.duration)]
     meter = harness.Meter(lambda: harness.cpu_seconds(notary_pid))
     process = processes.start("ws client", argv, cpu=client_cpu)
     try:
@@ -154,9 +145,7 @@ def measure_ws(processes: Processes, directory: Path, url: str, targets: list,
     report = json.loads(text.splitlines()[-1])
     if "error" in report:
         raise BenchError(f"WebSocket client: {report['error']}")
-    # CPU over the whole client run (connect and first query included).
-    return meter.run(report["messages"] / report["seconds"], report["messages"]), \
-        first.read_text()
+    return meter.run(report["messages"] / report["seconds"], report["messages"]), report["first"]
 
 
 # -- main ------------------------------------------------------------------------
@@ -190,51 +179,40 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             "targets in the batches"])
     ports = harness.free_ports(args.targets + 6)
     api_ports, plain_port, spare = ports[:args.targets], ports[args.targets], ports[args.targets + 1:]
-
     setup = harness.make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
     add_api_ports(setup.config, api_ports[2:])
     log = directory / "notary.log"
-    notary = harness.start_server(processes, "notary", harness.notary_argv(setup),
-                                  [plain_port, *api_ports], cpu=server_cpu, log=log,
-                                  cwd=setup.directory)
+    notary = harness.RunningNotary(setup, harness.start_server(
+        processes, "notary", harness.notary_argv(setup), [plain_port, *api_ports],
+        cpu=server_cpu, log=log, cwd=setup.directory), log)
 
     # Legacy: prime 127.0.0.1+P1 (its SHA-1 pin), answered 200 from the cache.
-    sha1_pin = harness.served_sha1_pin(api_ports[0])
-    legacy_body = f"fingerprint={sha1_pin}"
+    legacy_body = f"fingerprint={harness.served_sha1_pin(api_ports[0])}"
     legacy_answer = harness.prime_notary(setup, legacy_body)
     with harness.connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
-        der = sock.getpeercert(binary_form=True)
-    sha256 = hashlib.sha256(der).hexdigest()
+        sha256 = hashlib.sha256(sock.getpeercert(binary_form=True)).hexdigest()
 
     # v2: prime every target once, then check the answers are all cache-hit matches.
-    all_targets = batch_targets(api_ports, sha256, len(api_ports))
-    status, body = https(api_ports[0], "POST", "/v2/query", query_body(all_targets))
-    if status != 200:
-        raise BenchError(f"priming /v2/query answered {status}: {body[:300]!r}")
-    status, key_document = https(api_ports[0], "GET", "/v2/key")
-    if status != 200:
-        raise BenchError(f"GET /v2/key answered {status}")
-    keys = {k.key_id: k.public_key() for k in v2.parse_key_document(key_document)}
+    https(api_ports[0], "POST", "/v2/query", query_body(batch_targets(api_ports, sha256,
+                                                                      len(api_ports))))
+    keys = {key.key_id: key.public_key()
+            for key in v2.parse_key_document(https(api_ports[0], "GET", "/v2/key"))}
     bodies = {n: query_body(batch_targets(api_ports, sha256, n)) for n in BATCHES}
-    checks = []
-    for n in BATCHES:
-        status, answer = https(api_ports[0], "POST", "/v2/query", bodies[n])
-        if status != 200:
-            raise BenchError(f"/v2/query batch {n} answered {status}: {answer[:300]!r}")
-        checks.append((n, len(bodies[n]), len(answer)))
-        if n == max(BATCHES):
-            print(verify(answer, bodies[n], keys, f"/v2/query batch {n}"))
+    answers = {n: https(api_ports[0], "POST", "/v2/query", bodies[n]) for n in BATCHES}
+    largest = max(BATCHES)
+    print(verify(answers[largest], bodies[largest], keys, f"/v2/query batch {largest}"))
     print(f"legacy: POST {setup.path}, body {legacy_body}: {len(legacy_answer)} bytes answered")
-    for n, request_bytes, answer_bytes in checks:
-        print(f"v2 batch {n}: request body {request_bytes:,} bytes, answer {answer_bytes:,} bytes")
+    for n in BATCHES:
+        print(f"v2 batch {n}: request body {len(bodies[n]):,} bytes, answer "
+              f"{len(answers[n]):,} bytes")
     print(flush=True)
 
-    legacy_script = harness.wrk_script(directory, legacy_body, name="legacy")
-    v2_scripts = {n: harness.wrk_script(directory, bodies[n], name=f"v2-{n}",
-                                        content_type=JSON_TYPE)
-                  for n in BATCHES}
+    # wrk's URL and script for each wrk row; the WebSocket rows have none.
     base = f"https://{LOOPBACK}:{api_ports[0]}"
-    ws_url = f"wss://{LOOPBACK}:{api_ports[0]}/v2/ws"
+    wrk_runs = {"legacy": (base + setup.path, harness.wrk_script(directory, legacy_body,
+                                                                  name="legacy"))}
+    wrk_runs |= {f"v2-{n}": (base + "/v2/query", harness.wrk_script(
+        directory, bodies[n], name=f"v2-{n}", content_type=JSON_TYPE)) for n in BATCHES}
     rows: list[tuple[str, str, int]] = [("legacy", "legacy POST /target (1 target/request)", 1)]
     rows += [(f"v2-{n}", f"POST /v2/query, batch {n}", n) for n in BATCHES]
     rows += [(f"ws-{n}", f"WebSocket query, batch {n}", n) for n in BATCHES]
@@ -243,26 +221,24 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     def measure(row: tuple[str, str, int]) -> Run:
         nonlocal verified_ws
         key, _, n = row
-        if key.startswith("ws-"):
+        if key in wrk_runs:
+            url, script = wrk_runs[key]
+            result = harness.run_wrk(
+                wrk, processes, url, script, threads=args.threads, connections=args.connections,
+                seconds=args.duration, cpu=client_cpu,
+                server_cpu_seconds=lambda: harness.cpu_seconds(notary.pid))
+        else:
             targets = batch_targets(api_ports, sha256, n)
-            result, first = measure_ws(processes, directory, ws_url, targets, args,
-                                       client_cpu, notary.pid)
-            if not verified_ws and n == max(BATCHES):
+            result, first = measure_ws(processes, f"wss://{LOOPBACK}:{api_ports[0]}/v2/ws",
+                                       targets, args, client_cpu, notary.pid)
+            if not verified_ws and n == largest:
                 message = json.loads(first)
                 if message.get("type") != "answer" or message.get("id") != 0:
                     raise BenchError(f"first WebSocket message: {first[:300]}")
                 answer = json.dumps(message["answer"]).encode()
                 print("  " + verify(answer, query_body(targets), keys, f"WebSocket batch {n}"))
                 verified_ws = True
-        else:
-            url, script = ((base + setup.path, legacy_script) if key == "legacy"
-                           else (base + "/v2/query", v2_scripts[n]))
-            result = harness.run_wrk(
-                wrk, processes, url, script, threads=args.threads, connections=args.connections,
-                seconds=args.duration, cpu=client_cpu,
-                server_cpu_seconds=lambda: harness.cpu_seconds(notary.pid))
-        if notary.poll() is not None:
-            raise BenchError(f"the notary exited ({notary.returncode}):\n{harness.tail(log)}")
+        notary.check_alive()
         return result
 
     runs = harness.run_rounds(args, rows, measure, lambda row, result: (
@@ -270,37 +246,23 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         f"{result.server_us:.0f} us CPU/req, {result.server_core:.0%} of its core, client "
         f"{result.client_core:.0%} of its core"), key=lambda row: row[0])
     print()
-    report(rows, runs)
+    best = {key: harness.best(results) for key, results in runs.items()}
+    table = []
+    for key, label, batch in rows:
+        top = best[key]
+        table.append([label, " / ".join(f"{r.rate:,.0f}" for r in runs[key]), f"{top.rate:,.0f}",
+                      f"{top.rate * batch:,.0f}", f"{top.rate * batch / best['legacy'].rate:.2f}",
+                      f"{top.server_us:,.0f}", f"{top.server_us / batch:,.1f}",
+                      f"{top.server_core:.0%}", f"{top.client_core:.0%}"])
+    harness.print_table(
+        ["transport", "req/s per run", "best req/s", "targets/s", "targets/s vs legacy",
+         "server CPU us/req", "server CPU us/target", "server core use", "client core use"],
+        table)
     print(harness.describe_busy([server_cpu, client_cpu], "after the runs (notary idle)"))
     problems = harness.tail(log)
     if problems.strip():
         print(f"notary log (warnings and errors):\n{problems}\n")
     return 0
-
-
-def report(rows: Sequence[tuple[str, str, int]], runs: dict[str, list[Run]]) -> None:
-    best = {key: harness.best(results) for key, results in runs.items()}
-    legacy = best["legacy"].rate
-    table = []
-    for key, label, batch in rows:
-        top = best[key]
-        table.append([
-            label,
-            " / ".join(f"{r.rate:,.0f}" for r in runs[key]),
-            f"{top.rate:,.0f}",
-            f"{top.rate * batch:,.0f}",
-            f"{top.rate * batch / legacy:.2f}",
-            f"{top.server_us:,.0f}",
-            f"{top.server_us / batch:,.1f}",
-            f"{top.server_core:.0%}",
-            f"{top.client_core:.0%}",
-        ])
-    harness.print_table(
-        ["transport", "req/s per run", "best req/s", "targets/s", "targets/s vs legacy",
-         "server CPU us/req", "server CPU us/target", "server core use",
-         "client core use"],
-        table,
-    )
 
 
 if __name__ == "__main__":
