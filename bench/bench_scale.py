@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,16 +69,14 @@ DRAIN_TIMEOUT_S = 120.0
 #: argv[1].<n> (n = 0, 1, ...; renamed once complete); argv[2] is the number
 #: of frames kept; the rest of argv is the notary's.
 TRACE_WRAPPER = """\
-import os, signal, sys, tracemalloc
+import itertools, os, signal, sys, tracemalloc
 prefix, frames = sys.argv[1], int(sys.argv[2])
 tracemalloc.start(frames)
-taken = 0
+taken = itertools.count()
 def dump(*_):
-    global taken
-    path = f"{prefix}.{taken}"
+    path = f"{prefix}.{next(taken)}"
     tracemalloc.take_snapshot().dump(path + ".part")
     os.replace(path + ".part", path)
-    taken += 1
 signal.signal(signal.SIGUSR1, dump)
 from notary.cli import main
 sys.exit(main(sys.argv[3:]))
@@ -88,36 +86,11 @@ KNOWN_LINE = re.compile(r"known targets: (\d+) loaded from the store in ([\d.]+)
 KNOWN_WARNING = re.compile(r"known targets: \d+ targets exceed .*")
 
 
-# -- small helpers ---------------------------------------------------------------
-
-
-def reset_peak(pid: int) -> bool:
-    """Reset ``VmHWM`` to the current RSS (Linux >= 4.0, same user or root)."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as clear:
-            clear.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def open_files_limit(pid: int) -> str:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/limits", encoding="ascii") as limits:
-        for line in limits:
-            if line.startswith("Max open files"):
-                soft, hard = line.split()[3:5]
-                return f"{soft}/{hard}"
-    return "?"
-
-
-def raise_nofile(wanted: int) -> tuple[int, int]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), max(hard, wanted)))
-    except (ValueError, OSError):
-        # Not root: up to the hard limit only.
-        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(wanted, hard)), hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
+def proc_text(path: str) -> str:
+    """A ``/proc`` file's text, empty if it cannot be read."""
+    with contextlib.suppress(OSError), open(path, encoding="ascii") as file:
+        return file.read()
+    return ""
 
 
 def accept_queue(port: int) -> int:
@@ -128,12 +101,6 @@ def accept_queue(port: int) -> int:
     return queued
 
 
-def somaxconn() -> str:
-    with contextlib.suppress(OSError), open("/proc/sys/net/core/somaxconn", encoding="ascii") as f:
-        return f.read().strip()
-    return "?"
-
-
 def mb(value: float) -> str:
     return f"{value / 1e6:,.1f} MB"
 
@@ -142,10 +109,17 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.0f} ms" if seconds >= 0.1 else f"{seconds * 1e3:,.1f} ms"
 
 
+def joined(counts: Iterable[float]) -> str:
+    """``a / b / c``, ``?`` for a count that could not be read (NaN) or for none."""
+    return " / ".join(f"{n:,.0f}" if n == n else "?" for n in counts) or "?"
+
+
 def plain_metrics(notary: RunningNotary) -> dict[str, float]:
     """The plain-HTTP listener's open and refused connections (``/metrics``)."""
+    if notary.setup.admin_port is None:
+        raise BenchError("the bench config has no admin listener")
     figures = {"open": 0.0, "refused": 0.0}
-    for name, value in harness.get_metrics(admin_port(notary)):
+    for name, value in harness.get_metrics(notary.setup.admin_port):
         if 'listener="plain_api"' not in name:
             continue
         if name.startswith("notary_http_connections{"):
@@ -153,22 +127,6 @@ def plain_metrics(notary: RunningNotary) -> dict[str, float]:
         elif name.startswith("notary_http_refused_connections"):
             figures["refused"] = value
     return figures
-
-
-def admin_port(notary: RunningNotary) -> int:
-    if notary.setup.admin_port is None:
-        raise BenchError("the bench config has no admin listener")
-    return notary.setup.admin_port
-
-
-def start_primed(processes: Processes, setup: harness.NotarySetup, server_cpu: int,
-                 name: str, argv: Sequence[str] | None = None) -> RunningNotary:
-    return harness.start_notary(processes, setup, name, cpu=server_cpu, argv=argv,
-                                log=setup.directory.parent / f"{name}.log")
-
-
-def connection_options(max_connections: int, **http: object) -> dict[str, dict[str, object]]:
-    return {"http": {"max_connections": max_connections, **http}}
 
 
 # -- part 1: concurrent connections (wrk) -----------------------------------------
@@ -194,15 +152,6 @@ class LoadRun:
             return self.wrk.latency_p99 if percentile == "p99" else "?"
         return ms(us / 1e6)
 
-    def error(self, name: str) -> int:
-        return self.wrk.errors.get(name, 0)
-
-    def open_text(self) -> str:
-        return " / ".join(f"{n:,.0f}" if n == n else "?" for n in self.open_during) or "?"
-
-    def queued_text(self) -> str:
-        return " / ".join(f"{n:,}" for n in self.queued_during) or "?"
-
 
 def wait_drained(notary: RunningNotary) -> float:
     """Wait until the previous run's connections are gone: none open at the
@@ -223,8 +172,8 @@ def wait_drained(notary: RunningNotary) -> float:
     return time.monotonic() - started
 
 
-def load_run(wrk: str, processes: Processes, notary: RunningNotary, script: Path, connections: int,
-             threads: int, seconds: int, client_cpu: int) -> LoadRun:
+def load_run(args: argparse.Namespace, wrk: str, processes: Processes, notary: RunningNotary,
+             script: Path, connections: int, client_cpu: int) -> LoadRun:
     """One wrk run (``run_wrk``, socket errors counted rather than fatal), with
     the notary's RSS before, its peak during the run (VmHWM reset first),
     its open connections read mid-run and its refused ones."""
@@ -233,8 +182,10 @@ def load_run(wrk: str, processes: Processes, notary: RunningNotary, script: Path
     drained_s = wait_drained(notary)
     refused_before = plain_metrics(notary)["refused"]
     rss_before = harness.proc_status(notary.pid)["VmRSS"]
-    if not reset_peak(notary.pid):
-        raise BenchError("cannot reset the notary's VmHWM (/proc/<pid>/clear_refs)")
+    try:  # VmHWM back to the current RSS (Linux >= 4.0, same user or root)
+        Path(f"/proc/{notary.pid}/clear_refs").write_text("5", encoding="ascii")
+    except OSError:
+        raise BenchError("cannot reset the notary's VmHWM (/proc/<pid>/clear_refs)") from None
     samples: list[float] = []
     queued: list[int] = []
     stop = threading.Event()
@@ -242,7 +193,7 @@ def load_run(wrk: str, processes: Processes, notary: RunningNotary, script: Path
 
     def sample() -> None:  # in a thread, while run_wrk waits for wrk
         for fraction in SAMPLE_AT:
-            if stop.wait(max(0.0, started + seconds * fraction - time.monotonic())):
+            if stop.wait(max(0.0, started + args.duration * fraction - time.monotonic())):
                 return
             try:
                 queued.append(accept_queue(notary.setup.plain_port))
@@ -254,8 +205,8 @@ def load_run(wrk: str, processes: Processes, notary: RunningNotary, script: Path
     sampler.start()
     try:
         result = harness.run_wrk(
-            wrk, processes, url, script, threads=threads, connections=connections,
-            seconds=seconds, cpu=client_cpu, allow_errors=True,
+            wrk, processes, url, script, threads=args.threads, connections=connections,
+            seconds=args.duration, cpu=client_cpu, allow_errors=True,
             server_cpu_seconds=lambda: harness.cpu_seconds(notary.pid),
             extra=[f"--timeout={WRK_TIMEOUT_S}s"])
     finally:
@@ -272,53 +223,52 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
                      cpus: tuple[int, int]) -> None:
     server_cpu, client_cpu = cpus
     max_connections = max(args.connections) + CONNECTION_MARGIN
-    setup = harness.new_notary(directory / "connections", connection_options(max_connections))
-    notary = start_primed(processes, setup, server_cpu, "notary-connections")
+    setup = harness.new_notary(directory / "connections",
+                               {"http": {"max_connections": max_connections}})
+    notary = harness.start_notary(processes, setup, "notary-connections", cpu=server_cpu,
+                                  log=directory / "notary-connections.log")
     script = harness.wrk_script(directory, notary.body)
+    limits = re.search(r"Max open files\s+(\S+)\s+(\S+)", proc_text(f"/proc/{notary.pid}/limits"))
+    somaxconn = proc_text("/proc/sys/net/core/somaxconn").strip() or "?"
     print(f"## 1. Concurrent keep-alive connections: cache-hit POST {setup.path}, plain HTTP (wrk)")
     print(f"notary pid {notary.pid} pinned to CPU {server_cpu}, open files limit "
-          f"{open_files_limit(notary.pid)}, [http] max_connections = {max_connections:,}; "
-          f"wrk -t{args.threads} -cN -d{args.duration}s --timeout={WRK_TIMEOUT_S}s on CPU "
-          f"{client_cpu} ({args.threads} thread(s): N / {args.threads} connections each); "
-          f"{args.rounds} run(s) per N; answer {len(notary.answer)} bytes; listen backlog "
-          f"min(65535, somaxconn {somaxconn()})", flush=True)
+          f"{'/'.join(limits.groups()) if limits else '?'}, [http] max_connections = "
+          f"{max_connections:,}; wrk -t{args.threads} -cN -d{args.duration}s "
+          f"--timeout={WRK_TIMEOUT_S}s on CPU {client_cpu} ({args.threads} thread(s): N / "
+          f"{args.threads} connections each); {args.rounds} run(s) per N; answer "
+          f"{len(notary.answer)} bytes; listen backlog min(65535, somaxconn {somaxconn})",
+          flush=True)
     runs: list[LoadRun] = []
     for connections in args.connections:
         if connections % args.threads:
             print(f"  warning: wrk gives each of its {args.threads} threads {connections} // "
                   f"{args.threads} connections: {connections % args.threads} fewer than asked")
         for round_number in range(args.rounds):
-            run = load_run(wrk, processes, notary, script, connections, args.threads,
-                           args.duration, client_cpu)
+            run = load_run(args, wrk, processes, notary, script, connections, client_cpu)
             runs.append(run)
             print(f"  N={connections:,} run {round_number + 1}: "
                   f"{run.wrk.rate:,.0f} req/s, p50 {run.latency('p50')}, p99 "
                   f"{run.latency('p99')}, errors {run.wrk.errors or 'none'}, "
                   f"{run.wrk.server_us:.1f} us CPU/req, peak RSS {mb(run.peak_rss)}, "
-                  f"open at the notary {run.open_text()}, accept queue {run.queued_text()}; "
+                  f"open at the notary {joined(run.open_during)}, accept queue "
+                  f"{joined(run.queued_during)}; "
                   f"waited {run.drained_s:.1f} s before it for the previous run's connections "
                   "to go", flush=True)
     print()
     when = " / ".join(f"{f:.0%}" for f in SAMPLE_AT)
-    rows = []
-    for run in runs:
-        rows.append([
-            f"{run.connections:,}", f"{run.wrk.rate:,.0f}", run.latency("p50"),
-            run.latency("p99"), ms(run.connections / run.wrk.rate),
-            " / ".join(f"{run.error(name):,}" for name in ("connect", "read", "write",
-                                                           "timeout")),
-            f"{run.error('non-2xx'):,}", f"{run.wrk.server_us:.1f}",
-            f"{run.wrk.server_core or 0:.0%}", f"{run.wrk.client_core:.0%}",
-            run.open_text(), run.queued_text(), f"{run.refused:,.0f}",
-            mb(run.rss_before), mb(run.peak_rss),
-        ])
     harness.print_table(
         ["connections (wrk -c)", "req/s", "latency p50", "latency p99", "N / rate",
          "socket errors connect / read / write / timeout", "non-2xx", "server CPU us/req",
          "server core use", "wrk core use", f"open at the notary at {when} of the run",
          f"accept queue at {when}", "refused by the notary", "server RSS before",
          "server peak RSS (VmHWM)"],
-        rows,
+        [[f"{run.connections:,}", f"{run.wrk.rate:,.0f}", run.latency("p50"),
+          run.latency("p99"), ms(run.connections / run.wrk.rate),
+          joined(run.wrk.errors.get(name, 0) for name in ("connect", "read", "write", "timeout")),
+          f"{run.wrk.errors.get('non-2xx', 0):,}", f"{run.wrk.server_us:.1f}",
+          f"{run.wrk.server_core or 0:.0%}", f"{run.wrk.client_core:.0%}",
+          joined(run.open_during), joined(run.queued_during), f"{run.refused:,.0f}",
+          mb(run.rss_before), mb(run.peak_rss)] for run in runs],
     )
     for run in runs:
         accepted = max((n for n in run.open_during if n == n), default=0.0)
@@ -362,47 +312,18 @@ class IdleRun:
     rss_closed: int
 
 
-def ask(sock: socket.socket, request: bytes, answer: bytes) -> bool:
-    """Send ``request``; True if exactly ``answer`` comes back (it has a
-    Content-Length: no more bytes follow on a keep-alive connection)."""
-    sock.sendall(request)
-    got = b""
-    while len(got) < len(answer):
-        data = sock.recv(len(answer) - len(got))
-        if not data:
-            return False
-        got += data
-    return got == answer
-
-
-def open_idle(port: int, request: bytes, answer: bytes, count: int) -> list[socket.socket]:
-    """``count`` connections, each asked once, answered, then left idle."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.create_connection((LOOPBACK, port), timeout=30.0)
-            socks.append(sock)
-            if not ask(sock, request, answer):
-                raise BenchError("an idle connection's first answer differs from the primed one")
-    except BaseException:
-        for sock in socks:
-            sock.close()
-        raise
+def open_idle(sockets: contextlib.ExitStack, port: int, request: bytes, answer: bytes,
+              count: int) -> list[socket.socket]:
+    """``count`` connections, each asked once, answered, then left idle;
+    ``sockets`` closes them."""
+    socks = []
+    for _ in range(count):
+        sock = sockets.enter_context(socket.create_connection((LOOPBACK, port), timeout=30.0))
+        socks.append(sock)
+        sock.sendall(request)
+        if harness.read_response(sock, bytearray()) != answer:
+            raise BenchError("an idle connection's first answer differs from the primed one")
     return socks
-
-
-def still_alive(socks: Sequence[socket.socket], request: bytes, answer: bytes) -> int:
-    alive = 0
-    for sock in socks:
-        with contextlib.suppress(OSError):
-            alive += ask(sock, request, answer)
-    return alive
-
-
-def traced_argv(setup: harness.NotarySetup, prefix: Path) -> list[str]:
-    argv = harness.notary_argv(setup)
-    return [sys.executable, "-c", TRACE_WRAPPER, str(prefix), str(TRACE_FRAMES),
-            *argv[argv.index("serve"):]]
 
 
 def snapshot(notary: RunningNotary, prefix: Path, index: int) -> Path:
@@ -420,26 +341,32 @@ def snapshot(notary: RunningNotary, prefix: Path, index: int) -> Path:
 
 def idle_run(processes: Processes, directory: Path, connections: int, server_cpu: int,
              max_connections: int, trace: bool = False) -> IdleRun:
+    """One fresh notary holding ``connections`` idle ones; with ``trace``,
+    under tracemalloc, and its allocations per connection printed."""
     name = f"idle-{connections}" + ("-traced" if trace else "")
-    setup = harness.new_notary(directory / name, connection_options(
-        max_connections, keepalive_timeout_s=IDLE_KEEPALIVE_S))
+    setup = harness.new_notary(directory / name, {"http": {
+        "max_connections": max_connections, "keepalive_timeout_s": IDLE_KEEPALIVE_S}})
     prefix = directory / f"{name}.snapshot"
-    notary = start_primed(processes, setup, server_cpu, f"notary-{name}",
-                          traced_argv(setup, prefix) if trace else None)
+    serve = harness.notary_argv(setup)
+    traced = [sys.executable, "-c", TRACE_WRAPPER, str(prefix), str(TRACE_FRAMES),
+              *serve[serve.index("serve"):]]
+    notary = harness.start_notary(processes, setup, f"notary-{name}", cpu=server_cpu,
+                                  argv=traced if trace else None,
+                                  log=directory / f"notary-{name}.log")
     request = harness.post_request(setup.plain_port, setup.path, notary.body)
     snapshots = []
     try:
         # Warm-up: a few connections through the same path, closed, so that
         # what is allocated once (first connection, first answer) is in "before".
-        for sock in open_idle(setup.plain_port, request, notary.answer, 100):
-            sock.close()
+        with contextlib.ExitStack() as warm_up:
+            open_idle(warm_up, setup.plain_port, request, notary.answer, 100)
         time.sleep(SETTLE_S)
         before = harness.proc_status(notary.pid)
         if trace:
             snapshots.append(snapshot(notary, prefix, 0))
         started = time.monotonic()
-        socks = open_idle(setup.plain_port, request, notary.answer, connections)
-        try:
+        with contextlib.ExitStack() as sockets:
+            socks = open_idle(sockets, setup.plain_port, request, notary.answer, connections)
             open_s = time.monotonic() - started
             time.sleep(SETTLE_S)
             idle = harness.proc_status(notary.pid)
@@ -448,10 +375,11 @@ def idle_run(processes: Processes, directory: Path, connections: int, server_cpu
                 snapshots.append(snapshot(notary, prefix, 1))
             longest_idle_s = time.monotonic() - started
             notary.check_alive()
-            alive = still_alive(socks, request, notary.answer)
-        finally:
+            alive = 0
             for sock in socks:
-                sock.close()
+                with contextlib.suppress(OSError, BenchError):
+                    sock.sendall(request)
+                    alive += harness.read_response(sock, bytearray()) == notary.answer
         time.sleep(SETTLE_S)
         closed = harness.proc_status(notary.pid)
     finally:
@@ -468,31 +396,29 @@ def print_traced(run: IdleRun, before_path: Path, after_path: Path, top: int = 1
     before = tracemalloc.Snapshot.load(str(before_path))
     after = tracemalloc.Snapshot.load(str(after_path))
     n = run.connections
-    total = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    by_file = after.compare_to(before, "filename")
+    total = sum(stat.size_diff for stat in by_file)
     rss = run.rss_idle - run.rss_before
     print(f"tracemalloc ({n:,} idle connections, a separate notary run under tracemalloc, "
           f"{TRACE_FRAMES} frames; its RSS figures include tracemalloc's own overhead): "
           f"{total / n:,.0f} B of Python allocations held per connection, RSS "
           f"{rss / n:,.0f} B per connection in the same run")
     print()
-    rows = []
-    for stat in after.compare_to(before, "lineno")[:top]:
-        frame = stat.traceback[0]
-        rows.append([f"{harness.short_path(frame.filename)}:{frame.lineno}",
-                     f"{stat.size_diff / n:,.0f}", f"{stat.count_diff / n:.2f}",
-                     f"{stat.size_diff / total:.0%}" if total else "?"])
-    harness.print_table(["allocation site (innermost frame)", "bytes per connection",
-                        "blocks per connection", "share"], rows)
-    rows = []
-    for stat in after.compare_to(before, "filename")[:8]:
-        rows.append([harness.short_path(stat.traceback[0].filename), f"{stat.size_diff / n:,.0f}",
-                     f"{stat.count_diff / n:.2f}"])
-    harness.print_table(["allocated in (file)", "bytes per connection", "blocks per connection"],
-                       rows)
+    harness.print_table(
+        ["allocation site (innermost frame)", "bytes per connection", "blocks per connection",
+         "share"],
+        [[f"{harness.short_path(stat.traceback[0].filename)}:{stat.traceback[0].lineno}",
+          f"{stat.size_diff / n:,.0f}", f"{stat.count_diff / n:.2f}",
+          f"{stat.size_diff / total:.0%}" if total else "?"]
+         for stat in after.compare_to(before, "lineno")[:top]])
+    harness.print_table(
+        ["allocated in (file)", "bytes per connection", "blocks per connection"],
+        [[harness.short_path(stat.traceback[0].filename), f"{stat.size_diff / n:,.0f}",
+          f"{stat.count_diff / n:.2f}"] for stat in by_file[:8]])
 
 
 def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
-              cpus: tuple[int, int]) -> IdleRun | None:
+              cpus: tuple[int, int]) -> None:
     server_cpu, client_cpu = cpus
     max_connections = max(args.idle) + CONNECTION_MARGIN
     print("## 2. Memory per idle keep-alive connection (plain HTTP, one fresh notary per N)")
@@ -508,21 +434,16 @@ def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
               f"{(run.rss_idle - run.rss_before) / connections:,.0f} B per connection; "
               f"opened in {run.open_s:.1f} s; {run.alive:,} answered again", flush=True)
     print()
-    rows = []
-    for run in runs:
-        rows.append([
-            f"{run.connections:,}", mb(run.rss_before), mb(run.rss_idle),
-            f"{(run.rss_idle - run.rss_before) / run.connections:,.0f}",
-            f"{(run.anon_idle - run.anon_before) / run.connections:,.0f}",
-            f"{run.open_counted:,.0f}", f"{run.open_s:.1f} s", f"{run.longest_idle_s:.1f} s",
-            f"{run.alive:,}", mb(run.rss_closed),
-        ])
     harness.print_table(
         ["idle connections", "server RSS before", "server RSS with them idle",
          "bytes per connection (VmRSS)", "bytes per connection (RssAnon)",
          "open at the notary (/metrics)", "time to open them", "longest idle",
          "answered again afterwards", "server RSS after closing them"],
-        rows,
+        [[f"{run.connections:,}", mb(run.rss_before), mb(run.rss_idle),
+          f"{(run.rss_idle - run.rss_before) / run.connections:,.0f}",
+          f"{(run.anon_idle - run.anon_before) / run.connections:,.0f}",
+          f"{run.open_counted:,.0f}", f"{run.open_s:.1f} s", f"{run.longest_idle_s:.1f} s",
+          f"{run.alive:,}", mb(run.rss_closed)] for run in runs],
     )
     goal = next((run for run in runs if run.connections == GOAL_IDLE_CONNECTIONS), None)
     if goal is not None:
@@ -541,14 +462,9 @@ def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
               "connections, tracemalloc)")
         idle_run(processes, directory, args.trace_memory, server_cpu, max_connections,
                  trace=True)
-    return goal
 
 
 # -- part 3: start-up with a large store ------------------------------------------
-
-
-def store_path(targets: int) -> Path:
-    return CACHE_DIR / f"scale-store-schema{SCHEMA_VERSION}-{targets}-g{GENERATOR}.db"
 
 
 def remove_database(path: Path) -> None:
@@ -578,9 +494,11 @@ def check_store(path: Path, targets: int) -> int:
     return statistics.file_bytes
 
 
-def build_store(path: Path, targets: int) -> float:
+def build_store(path: Path, targets: int, why: str) -> None:
     """``targets`` targets, one observation each, through ``Store.record``;
     written under a temporary name, renamed once complete."""
+    print(f"building {path.relative_to(ROOT)} ({why}): {targets:,} targets, one "
+          f"observation each, Store.record in batches of {STORE_BATCH}", flush=True)
     CACHE_DIR.mkdir(exist_ok=True)
     building = path.with_name(path.name + ".building")
     remove_database(building)
@@ -588,9 +506,8 @@ def build_store(path: Path, targets: int) -> float:
     started = time.monotonic()
     with Store(building) as store:
         for first in range(0, targets, STORE_BATCH):
-            store.record([probe_result(i, rng)
-                          for i in range(first, min(targets, first + STORE_BATCH))])
             done = min(targets, first + STORE_BATCH)
+            store.record([probe_result(i, rng) for i in range(first, done)])
             if done % max(STORE_BATCH, targets // 10 // STORE_BATCH * STORE_BATCH) == 0:
                 print(f"  built {done:,} targets in {time.monotonic() - started:.0f} s",
                       flush=True)
@@ -600,18 +517,15 @@ def build_store(path: Path, targets: int) -> float:
         if Path(f"{building}{suffix}").exists():
             raise BenchError(f"{building}{suffix} left after closing the store")
     os.replace(building, path)
-    return elapsed
+    print(f"built in {elapsed:.1f} s ({targets / elapsed:,.0f} targets/s), "
+          f"{mb(check_store(path, targets))}", flush=True)
 
 
-def evict_from_page_cache(path: Path) -> str:
+def evict_from_page_cache(path: Path) -> None:
     """Drop ``path``'s pages from this kernel's page cache (that file only)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    return resident(path)
+    with open(path, "rb") as file:
+        os.fsync(file.fileno())
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def resident(path: Path) -> str:
@@ -626,94 +540,78 @@ def resident(path: Path) -> str:
 
 @dataclass(frozen=True)
 class StartRun:
-    label: str
-    targets: int
-    bloom_expected: int
-    page_cache: str
     listening_s: float
     answering_s: float
     ready_s: float
     known_line: str
-    known_s: float | None
+    known_s: float
     rss_ready: int
     peak_ready: int
     warning: str
 
 
-def timed_start(processes: Processes, setup: harness.NotarySetup, label: str, targets: int,
-                bloom_expected: int, page_cache: str, server_cpu: int) -> StartRun:
+def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, targets: int,
+                server_cpu: int) -> StartRun:
     """Start the notary with ``NOTIFY_SOCKET`` bound here; time the listener
-    (TCP connect), the first HTTP answer and READY=1; RSS at READY."""
-    name = f"notary-start-{label}"
+    (TCP connect), the first HTTP answer and READY=1; RSS at READY. The
+    notary is stopped before this returns."""
     log = setup.directory.parent / f"{name}.log"
     notify_path = setup.directory.parent / f"{name}.notify"
     notify_path.unlink(missing_ok=True)
-    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    process = None
-    try:
+    request = f"GET / HTTP/1.1\r\nHost: {LOOPBACK}:{setup.plain_port}\r\n\r\n".encode()
+    listening = answering = ready = None
+    probe: socket.socket | None = None
+    answer = b""
+    states: list[bytes] = []
+    rss = peak = 0
+    with contextlib.ExitStack() as stack:
+        notify = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
         notify.bind(str(notify_path))
+        stack.callback(notify_path.unlink, missing_ok=True)
         notify.setblocking(False)
-        request = f"GET / HTTP/1.1\r\nHost: {LOOPBACK}:{setup.plain_port}\r\n\r\n".encode()
         started = time.monotonic()
         process = processes.start(name, harness.notary_argv(setup), cpu=server_cpu, log=log,
                                   cwd=setup.directory, env={"NOTIFY_SOCKET": str(notify_path),
                                                             "WATCHDOG_USEC": None,
                                                             "WATCHDOG_PID": None})
-        listening = answering = ready = None
-        probe: socket.socket | None = None
-        answer = b""
-        states: list[bytes] = []
-        rss = peak = 0
-        try:
-            while ready is None or answering is None:
-                now = time.monotonic()
-                if process.poll() is not None:
-                    raise BenchError(f"{name} exited with {process.returncode}:\n"
-                                     f"{harness.tail(log)}")
-                if now - started > START_TIMEOUT_S:
-                    raise BenchError(f"{name}: not ready after {START_TIMEOUT_S:g} s "
-                                     f"(listening {listening}, answering {answering}, "
-                                     f"states {states}):\n{harness.tail(log)}")
-                if listening is None:
-                    try:
-                        probe = socket.create_connection((LOOPBACK, setup.plain_port),
-                                                         timeout=1.0)
-                    except OSError:
-                        probe = None
-                    if probe is not None:
-                        listening = time.monotonic() - started
-                        probe.sendall(request)
-                        probe.setblocking(False)
-                watch = [notify] + ([probe] if probe is not None and answering is None else [])
-                readable, _, _ = select.select(watch, [], [], 0.005 if listening else 0.01)
-                if notify in readable:
-                    with contextlib.suppress(BlockingIOError):
-                        message = notify.recv(65536)
-                        states += message.split(b"\n")
-                        if b"READY=1" in message.split(b"\n") and ready is None:
-                            ready = time.monotonic() - started
-                            memory = harness.proc_status(process.pid)
-                            rss, peak = memory["VmRSS"], memory["VmHWM"]
-                if probe is not None and probe in readable:
-                    data = probe.recv(65536)
-                    if not data:
-                        raise BenchError(f"{name} closed the first connection without "
-                                         f"answering: {answer!r}")
-                    answer += data
-                    if b"\r\n" in answer:
-                        if not answer.startswith(b"HTTP/1.1 "):
-                            raise BenchError(f"{name} answered {answer[:100]!r}")
-                        answering = time.monotonic() - started
-        finally:
-            if probe is not None:
-                probe.close()
+        stack.callback(processes.stop, process)
+        while ready is None or answering is None:
+            if process.poll() is not None:
+                raise BenchError(f"{name} exited with {process.returncode}:\n{harness.tail(log)}")
+            if time.monotonic() - started > START_TIMEOUT_S:
+                raise BenchError(f"{name}: not ready after {START_TIMEOUT_S:g} s "
+                                 f"(listening {listening}, answering {answering}, "
+                                 f"states {states}):\n{harness.tail(log)}")
+            if probe is None:
+                with contextlib.suppress(OSError):
+                    probe = stack.enter_context(
+                        socket.create_connection((LOOPBACK, setup.plain_port), timeout=1.0))
+                if probe is not None:
+                    listening = time.monotonic() - started
+                    probe.sendall(request)
+                    probe.setblocking(False)
+            watch = [notify] + ([probe] if probe is not None and answering is None else [])
+            readable, _, _ = select.select(watch, [], [], 0.005 if listening else 0.01)
+            if notify in readable:
+                with contextlib.suppress(BlockingIOError):
+                    message = notify.recv(65536).split(b"\n")
+                    states += message
+                    if b"READY=1" in message and ready is None:
+                        ready = time.monotonic() - started
+                        memory = harness.proc_status(process.pid)
+                        rss, peak = memory["VmRSS"], memory["VmHWM"]
+            if probe is not None and probe in readable:
+                data = probe.recv(65536)
+                if not data:
+                    raise BenchError(f"{name} closed the first connection without "
+                                     f"answering: {answer!r}")
+                answer += data
+                if b"\r\n" in answer:
+                    if not answer.startswith(b"HTTP/1.1 "):
+                        raise BenchError(f"{name} answered {answer[:100]!r}")
+                    answering = time.monotonic() - started
         time.sleep(0.2)  # the log line is written before READY; let it reach the file
         text = log.read_text(errors="replace")
-    finally:
-        notify.close()
-        notify_path.unlink(missing_ok=True)
-        if process is not None:
-            processes.stop(process)
     known = KNOWN_LINE.search(text)
     if known is None:
         raise BenchError(f"{name}: no 'known targets: N loaded' line in the log:\n"
@@ -721,8 +619,7 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, label: str, ta
     if int(known.group(1)) != targets:
         raise BenchError(f"{name}: the notary loaded {known.group(1)} targets, not {targets}")
     warning = KNOWN_WARNING.search(text)
-    return StartRun(label, targets, bloom_expected, page_cache, listening or 0.0,
-                    answering or 0.0, ready or 0.0, known.group(0), float(known.group(2)),
+    return StartRun(listening or 0.0, answering, ready, known.group(0), float(known.group(2)),
                     rss, peak, warning.group(0) if warning else "")
 
 
@@ -730,55 +627,45 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
                  cpus: tuple[int, int]) -> None:
     server_cpu, _ = cpus
     targets = args.targets
-    path = store_path(targets)
+    path = CACHE_DIR / f"scale-store-schema{SCHEMA_VERSION}-{targets}-g{GENERATOR}.db"
     print(f"## 3. Start-up with {targets:,} targets in the store "
           "(notary serve --workers 1, NOTIFY_SOCKET bound here)")
     if args.rebuild_store or not path.exists():
-        why = "--rebuild-store" if path.exists() else "not cached yet"
-        print(f"building {path.relative_to(ROOT)} ({why}): {targets:,} targets, one "
-              f"observation each, Store.record in batches of {STORE_BATCH}", flush=True)
-        elapsed = build_store(path, targets)
-        size = check_store(path, targets)
-        print(f"built in {elapsed:.1f} s ({targets / elapsed:,.0f} targets/s), {mb(size)}",
-              flush=True)
+        build_store(path, targets, "--rebuild-store" if path.exists() else "not cached yet")
     else:
-        size = check_store(path, targets)
-        print(f"reusing {path.relative_to(ROOT)} ({mb(size)}; --rebuild-store to build it "
-              "again)", flush=True)
+        print(f"reusing {path.relative_to(ROOT)} ({mb(check_store(path, targets))}; "
+              "--rebuild-store to build it again)", flush=True)
+    size = check_store(path, targets)
     if args.wait_quiet:
         harness.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
     default_bloom = CacheConfig().bloom_expected_items
-    below = max(1, targets // 10)
-    variants = [("empty", 0, default_bloom, "warm")]
-    variants.append(("large-cold", targets, default_bloom, "cold"))
+    variants = [("empty", 0, default_bloom, "warm"), ("large-cold", targets, default_bloom, "cold")]
     variants += [(f"large-warm-{i + 1}", targets, default_bloom, "warm")
                  for i in range(args.rounds)]
-    variants.append(("large-bloom-below", targets, below, "warm"))
-    runs = []
+    variants.append(("large-bloom-below", targets, max(1, targets // 10), "warm"))
+    rows = []
+    warnings = []
     for label, count, bloom, cache in variants:
         options: dict[str, dict[str, object]] = {
             "server": {"log_level": "info"}, "cache": {"bloom_expected_items": bloom}}
         if count:
             options["server"]["db_file"] = str(path)
         setup = harness.new_notary(directory / f"startup-{label}", options)
-        page_cache = resident(path) if count else "-"
         if count and cache == "cold":
-            page_cache = evict_from_page_cache(path)
-        run = timed_start(processes, setup, label, count, bloom, page_cache, server_cpu)
-        runs.append(run)
+            evict_from_page_cache(path)
+        page_cache = resident(path) if count else "-"
+        run = timed_start(processes, setup, f"notary-start-{label}", count, server_cpu)
         print(f"  {label}: listening {ms(run.listening_s)}, answering {ms(run.answering_s)}, "
               f"READY {ms(run.ready_s)}; '{run.known_line}'; RSS {mb(run.rss_ready)}"
               + (f"; WARNING logged: {run.warning}" if run.warning else ""), flush=True)
-    print()
-    rows = []
-    for run in runs:
         rows.append([
-            f"{run.targets:,}", f"{run.bloom_expected:,}",
-            f"{run.page_cache} resident" if run.targets else "-",
-            ms(run.listening_s), ms(run.answering_s), ms(run.ready_s),
-            f"{run.known_s:.1f} s" if run.known_s is not None else "?",
+            f"{count:,}", f"{bloom:,}", f"{page_cache} resident" if count else "-",
+            ms(run.listening_s), ms(run.answering_s), ms(run.ready_s), f"{run.known_s:.1f} s",
             mb(run.rss_ready), mb(run.peak_ready), "yes" if run.warning else "no",
         ])
+        if run.warning:
+            warnings.append(f"{label}: the notary logged: {run.warning}")
+    print()
     harness.print_table(
         ["targets in the store", "[cache] bloom_expected_items", "database in page cache",
          "listening (TCP connect)", "first HTTP answer", "READY=1",
@@ -789,9 +676,8 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
     print(f"Times from the notary's fork (Python start-up and imports included); the database: "
           f"{path.relative_to(ROOT)}, {mb(size)}, used in place. Each start is a new process "
           f"pinned to CPU {server_cpu}.")
-    for run in runs:
-        if run.warning:
-            print(f"{run.label}: the notary logged: {run.warning}")
+    for warning in warnings:
+        print(warning)
     after = check_store(path, targets)
     print(f"store unchanged after the starts: {targets:,} targets, {mb(after)}")
     print()
@@ -828,12 +714,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     if not args.parts or set(args.parts) - set(PARTS):
         parser.error(f"--parts: choose among {', '.join(PARTS)}")
-    if args.connections is None:
-        args.connections = [10, 100, 1000] if args.quick else [10, 100, 1000, 10000]
-    if args.idle is None:
-        args.idle = [100, 1000] if args.quick else [1000, 10000]
-    if args.targets is None:
-        args.targets = 100_000 if args.quick else 1_000_000
+    for name, quick, full in (("connections", [10, 100, 1000], [10, 100, 1000, 10000]),
+                              ("idle", [100, 1000], [1000, 10000]),
+                              ("targets", 100_000, 1_000_000)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     if args.threads < 1 or min(args.connections) < args.threads:
         parser.error("--threads must be >= 1 and <= every --connections value")
     if args.targets < 10 or args.duration < 1 or args.rounds < 1:
@@ -848,7 +733,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     wrk = harness.ensure_wrk()
     needed = max([*args.connections, *args.idle]) + CONNECTION_MARGIN + 1000
-    soft, hard = raise_nofile(max(NOFILE, needed))
+    wanted = max(NOFILE, needed)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), max(hard, wanted)))
+    except (ValueError, OSError):  # not root: up to the hard limit only
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(wanted, hard)), hard))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < needed:
         raise BenchError(f"RLIMIT_NOFILE is {soft} (hard {hard}): {needed} needed; raise the "
                          "hard limit (ulimit -Hn, or prlimit as root)")
