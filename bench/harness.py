@@ -1,8 +1,7 @@
 """The one harness of every benchmark in ``bench/``: processes, the machine
-lock, tools (wrk, nginx, openssl, socat), ports and loopback HTTP, CPU and
-machine figures, result tables and the benchmark notary's set-up. What each
-piece does and why: ``bench/README.md``. Importing it puts the project root
-on ``sys.path``, so the scripts run from a checkout without installing.
+lock, tools, ports and loopback HTTP, CPU figures, tables and the benchmark
+notary's set-up (what each piece does and why: ``bench/README.md``).
+Importing it puts the project root on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -47,24 +46,18 @@ CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
 CONTENT_TYPE = "application/x-www-form-urlencoded"
 #: A run is flagged (not trusted) when the server used less of its core than
-#: this (it was not the bottleneck) ...
+#: MIN_SERVER_CORE (it was not the bottleneck) or wrk more of its core than
+#: MAX_WRK_CORE (the generator was the limit).
 MIN_SERVER_CORE = 0.90
-#: ... or wrk more of its core than this (the generator was the limit).
 MAX_WRK_CORE = 0.95
 
 #: cProfile wrapper for the notary process: SIGUSR1 starts profiling, SIGUSR2
 #: stops it and writes the stats to argv[1]; the rest of argv is the notary's.
 PROFILE_WRAPPER = """\
 import cProfile, signal, sys
-out = sys.argv[1]
 profile = cProfile.Profile()
-def start(*_):
-    profile.enable()
-def dump(*_):
-    profile.disable()
-    profile.dump_stats(out)
-signal.signal(signal.SIGUSR1, start)
-signal.signal(signal.SIGUSR2, dump)
+signal.signal(signal.SIGUSR1, lambda *_: profile.enable())
+signal.signal(signal.SIGUSR2, lambda *_: (profile.disable(), profile.dump_stats(sys.argv[1])))
 from notary.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -78,8 +71,7 @@ class BenchError(Exception):
 
 
 def project_env() -> dict[str, str]:
-    """The environment of every subprocess: the notary imported from this
-    checkout (``ROOT``), whatever else is installed."""
+    """Every subprocess's environment: the notary imported from this checkout first."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
@@ -90,7 +82,7 @@ class Processes:
     group; ``stop`` and ``stop_all`` end the whole group."""
 
     def __init__(self) -> None:
-        self._running: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._running: list[subprocess.Popen[bytes]] = []
 
     def start(
         self, name: str, argv: Sequence[str], *, cpu: int | Iterable[int] | None,
@@ -106,23 +98,14 @@ class Processes:
                 os.sched_setaffinity(0, cpus)
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
-        environment = project_env()
-        for key, value in (env or {}).items():
-            if value is None:
-                environment.pop(key, None)
-            else:
-                environment[key] = value
-        out = log.open("wb") if log is not None else subprocess.PIPE
-        try:
+        environment = {k: v for k, v in {**project_env(), **(env or {})}.items() if v is not None}
+        with log.open("wb") if log else contextlib.nullcontext(subprocess.PIPE) as out:
             process = subprocess.Popen(
                 argv, cwd=cwd, env=environment, stdout=out,
                 stderr=subprocess.STDOUT if log else subprocess.PIPE,
                 stdin=subprocess.DEVNULL, preexec_fn=prepare, start_new_session=True,
             )
-        finally:
-            if log is not None:
-                out.close()
-        self._running.append((name, process))
+        self._running.append(process)
         return process
 
     def stop(self, process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
@@ -130,13 +113,13 @@ class Processes:
         then a SIGKILL sweep of whatever the group still holds."""
         _terminate(process)
         _end_group(process, time.monotonic() + timeout_s)
-        self._running = [(n, p) for n, p in self._running if p is not process]
+        self._running = [p for p in self._running if p is not process]
 
     def stop_all(self) -> None:
-        for _, process in reversed(self._running):
+        for process in reversed(self._running):
             _terminate(process)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for _, process in reversed(self._running):
+        for process in reversed(self._running):
             with contextlib.suppress(Exception):
                 _end_group(process, deadline)
         self._running.clear()
@@ -153,10 +136,9 @@ def _terminate(process: subprocess.Popen[bytes]) -> None:
 
 def _end_group(process: subprocess.Popen[bytes], deadline: float) -> None:
     """Wait (until ``deadline``) for ``process`` to exit without reaping it,
-    SIGKILL its process group (while the zombie leader still holds the group
-    id, so no other process can have it), then reap it. A leader already
-    reaped (``poll`` elsewhere) gets the group SIGKILL too: the group id
-    cannot be handed out again while any member lives."""
+    SIGKILL its group while the zombie leader holds the group id (no other
+    process can have it; a leader reaped elsewhere gets the SIGKILL too: the
+    id is not handed out while a member lives), then reap it."""
     if process.returncode is None:
         while time.monotonic() < deadline:
             try:
@@ -172,46 +154,29 @@ def _end_group(process: subprocess.Popen[bytes], deadline: float) -> None:
         process.wait()
 
 
-def _raise_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-@contextlib.contextmanager
-def machine_lock(path: Path = LOCK_PATH) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` for the whole benchmark: two
-    benchmarks on this machine must not measure each other. Waits (saying
-    so) while another benchmark holds it; Ctrl-C interrupts the wait."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another benchmark to finish (lock {path})",
-                  file=sys.stderr, flush=True)
-            started = time.monotonic()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            print(f"lock taken after {time.monotonic() - started:.0f} s", file=sys.stderr,
-                  flush=True)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def run_benchmark(
     name: str,
     args: argparse.Namespace,
     run: Callable[[argparse.Namespace, Processes, Path], int],
 ) -> int:
-    """Run ``run`` under the machine lock, with a temporary directory and a
+    """Run ``run`` under the machine lock (an exclusive ``flock`` on
+    ``LOCK_PATH``: two benchmarks must not measure each other; a wait, saying
+    so, while another holds it), with a temporary directory and a
     ``Processes`` it fills, all cleaned up on every exit path (SIGTERM and
     Ctrl-C included); a ``BenchError`` is one message and exit 1."""
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in background
     try:
-        with machine_lock():
+        with open(os.open(LOCK_PATH, os.O_RDONLY | os.O_CREAT, 0o666)) as lock:  # close: unlock
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"waiting for another benchmark to finish (lock {LOCK_PATH})",
+                      file=sys.stderr, flush=True)
+                started = time.monotonic()
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                print(f"lock taken after {time.monotonic() - started:.0f} s", file=sys.stderr,
+                      flush=True)
             processes = Processes()
             directory = Path(tempfile.mkdtemp(prefix=f"notary-{name.replace('_', '-')}-"))
             try:
@@ -236,8 +201,8 @@ def run_benchmark(
 def ensure_tool(command: str) -> str:
     """The path of ``command`` (wrk, nginx, openssl, h2load...), installing
     the bench tools with the project's script if it is missing."""
-    found = shutil.which(command) or (
-        f"/usr/sbin/{command}" if os.access(f"/usr/sbin/{command}", os.X_OK) else None)
+    search = os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/sbin"])
+    found = shutil.which(command, path=search)
     if found is None:
         print(f"{command} not found: running {INSTALL_TOOLS.relative_to(ROOT)} bench", flush=True)
         try:
@@ -245,8 +210,7 @@ def ensure_tool(command: str) -> str:
                                             check=False).returncode
         except OSError as exc:
             status = f"not run: {exc}"
-        found = shutil.which(command) or (
-            f"/usr/sbin/{command}" if os.access(f"/usr/sbin/{command}", os.X_OK) else None)
+        found = shutil.which(command, path=search)
         if found is None:
             raise BenchError(
                 f"{command} is not available after `{INSTALL_TOOLS} bench` (exit {status}); "
@@ -269,31 +233,34 @@ def wrk_version(wrk: str) -> str:
 # -- machine ---------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-        for line in cpuinfo:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+def _proc_fields(path: str) -> dict[str, str]:
+    """The ``name: value`` lines of ``path`` (/proc/cpuinfo, meminfo, <pid>/status), {} if gone."""
+    with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as lines:
+        pairs = (line.partition(":") for line in lines)
+        return {name.strip(): value.strip() for name, _, value in pairs}
+    return {}
 
 
 def cores_and_load() -> tuple[int, int, str]:
     """Cores of the machine, cores this process may run on, load averages."""
-    cores = os.cpu_count() or 0
     try:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         load = "n/a"
-    return cores, len(os.sched_getaffinity(0)), load
+    return os.cpu_count() or 0, len(os.sched_getaffinity(0)), load
+
+
+def _cpu_and_cores() -> str:
+    cores, usable, _ = cores_and_load()
+    cpu = _proc_fields("/proc/cpuinfo").get("model name") or platform.processor() or "unknown CPU"
+    return f"{cpu}, {cores} cores ({usable} usable)"
 
 
 def machine_description() -> str:
     """The micro-benchmarks' machine line: CPU, cores, kernel, Python, load."""
-    cores, usable, load = cores_and_load()
-    return (f"{cpu_model()}, {cores} cores ({usable} usable), "
-            f"{platform.system()} {platform.release()} {platform.machine()}, "
+    return (f"{_cpu_and_cores()}, {platform.system()} {platform.release()} {platform.machine()}, "
             f"{platform.python_implementation()} {platform.python_version()}, "
-            f"load average {load}")
+            f"load average {cores_and_load()[2]}")
 
 
 def header(title: str, command: str) -> None:
@@ -302,59 +269,40 @@ def header(title: str, command: str) -> None:
     print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
 
 
-def memory_total() -> str:
-    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemTotal:"):
-                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB RAM"
-    return "RAM n/a"
+def notary_version() -> str:
+    """The commit measured, and whether notary/ has uncommitted changes (read-only git)."""
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True,
+                              check=True, timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "notary")
+    except (OSError, subprocess.SubprocessError):
+        return "notary (not a git checkout)"
+    return f"notary at {commit}" + (" + uncommitted changes in notary/" if dirty else "")
 
 
-def machine_line(wrk: str | None = None) -> str:
-    """CPU, cores, memory, Python, kernel, wrk, trio, httptools, OpenSSL, the
-    notary's cache implementation and the load average, on one line."""
+def print_preamble(title: str, wrk: str | None, note: str = "") -> None:
+    """The head of every load report: title, machine (with the versions of
+    wrk, trio, httptools, OpenSSL and the notary's cache), command, start, commit."""
     import httptools
     import trio
 
     from notary.state.cache import IMPLEMENTATION
 
-    cores, usable, load = cores_and_load()
-    return (
-        f"{cpu_model()}, {cores} cores ({usable} usable), {memory_total()}; "
-        f"{platform.python_implementation()} {platform.python_version()}; "
+    memory = _proc_fields("/proc/meminfo").get("MemTotal")
+    print(f"# {title}")
+    print(
+        f"machine: {_cpu_and_cores()}, "
+        + (f"{int(memory.split()[0]) / 1024 / 1024:.1f} GiB RAM; " if memory else "RAM n/a; ")
+        + f"{platform.python_implementation()} {platform.python_version()}; "
         f"{platform.system()} {platform.release()} {platform.machine()}; "
         + (f"{wrk_version(wrk)}; " if wrk else "")
         + f"trio {trio.__version__}, httptools {httptools.__version__}, {ssl.OPENSSL_VERSION}, "
-        f"notary cache {IMPLEMENTATION}; load average {load}"
+        f"notary cache {IMPLEMENTATION}; load average {cores_and_load()[2]}"
     )
-
-
-def command_line() -> str:
-    return shlex.join([Path(sys.executable).name, *sys.argv])
-
-
-def notary_version() -> str:
-    """The commit measured, and whether notary/ has uncommitted changes (read-only git)."""
-    def git(*argv: str) -> str:
-        try:
-            result = subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True,
-                                    check=False, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-        return result.stdout.strip() if result.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short", "HEAD")
-    if not commit:
-        return "notary (not a git checkout)"
-    dirty = git("status", "--porcelain", "--", "notary")
-    return f"notary at {commit}" + (" + uncommitted changes in notary/" if dirty else "")
-
-
-def print_preamble(title: str, wrk: str | None, note: str = "") -> None:
-    """Title, machine, command and start time: the head of every load report."""
-    print(f"# {title}")
-    print(f"machine: {machine_line(wrk)}")
-    print(f"command: {command_line()}")
+    print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
     print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {notary_version()}{note}")
 
 
@@ -363,10 +311,11 @@ def choose_cpus(args: argparse.Namespace) -> tuple[int, int]:
     by default the first two usable cores."""
     usable = sorted(os.sched_getaffinity(0))
     server = getattr(args, "server_cpu", None)
+    if server is None:
+        server = usable[0]
     client = getattr(args, "client_cpu", None)
-    server = server if server is not None else usable[0]
-    client = client if client is not None else next(
-        (cpu for cpu in usable if cpu != server), server)
+    if client is None:
+        client = next((cpu for cpu in usable if cpu != server), server)
     if server == client:
         print(f"warning: one usable core: server and client share CPU {server}", file=sys.stderr)
     return server, client
@@ -385,19 +334,21 @@ def cpu_times(cpus: Sequence[int]) -> dict[int, tuple[int, int]]:
     return times
 
 
+def _busy_shares(before: dict[int, tuple[int, int]],
+                 after: dict[int, tuple[int, int]]) -> dict[int, float]:
+    """The busy share of each CPU between two ``cpu_times``."""
+    return {cpu: (after[cpu][0] - before[cpu][0]) / max(1, after[cpu][1] - before[cpu][1])
+            for cpu in before if cpu in after}
+
+
 def busy_cpus(cpus: Sequence[int], seconds: float = 1.0) -> dict[int, float]:
-    """Share of each CPU in ``cpus`` busy over ``seconds``: a benchmark on a
-    busy machine measures the machine, not the server."""
+    """Share of each CPU in ``cpus`` busy over ``seconds`` ({} if unreadable)."""
     try:
         before = cpu_times(cpus)
         time.sleep(seconds)
-        after = cpu_times(cpus)
+        return _busy_shares(before, cpu_times(cpus))
     except OSError:
         return {}
-    return {
-        cpu: (after[cpu][0] - before[cpu][0]) / max(1, after[cpu][1] - before[cpu][1])
-        for cpu in before if cpu in after
-    }
 
 
 def describe_busy(cpus: Sequence[int], when: str) -> str:
@@ -451,14 +402,8 @@ def cpu_seconds(pid: int) -> float:
 
 def proc_status(pid: int) -> dict[str, int]:
     """``VmRSS``, ``VmHWM``, ``RssAnon``, ... of ``pid`` in bytes (empty if gone)."""
-    figures = {}
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            parts = value.split()
-            if len(parts) == 2 and parts[1] == "kB":
-                figures[name] = int(parts[0]) * 1024
-    return figures
+    return {name: int(value.split()[0]) * 1024
+            for name, value in _proc_fields(f"/proc/{pid}/status").items() if value.endswith(" kB")}
 
 
 def listen_queue(port: int) -> int | None:
@@ -477,16 +422,11 @@ def listen_queue(port: int) -> int | None:
 
 
 def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((LOOPBACK, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
         for sock in sockets:
-            sock.close()
+            sock.bind((LOOPBACK, 0))
+        return [sock.getsockname()[1] for sock in sockets]
 
 
 def client_tls_context() -> ssl.SSLContext:
@@ -549,11 +489,8 @@ def body_of(response: bytes) -> bytes:
 
 def header_of(response: bytes, name: str) -> str | None:
     head = response.split(b"\r\n\r\n", 1)[0].decode("latin-1")
-    for line in head.split("\r\n")[1:]:
-        key, _, value = line.partition(":")
-        if key.strip().lower() == name.lower():
-            return value.strip()
-    return None
+    match = re.search(rf"\r\n[ \t]*{re.escape(name)}[ \t]*:([^\r]*)", head, re.IGNORECASE)
+    return match.group(1).strip() if match else None
 
 
 def served_sha1_pin(port: int) -> str:
@@ -571,34 +508,31 @@ def post_request(port: int, path: str, body: str, *, version: str = "1.1") -> by
     ).encode("ascii")
 
 
-def wait_listening(process: subprocess.Popen[bytes], ports: Sequence[int], name: str,
-                   log: Path, *, connect: bool = True) -> None:
-    """Wait until ``process`` listens on ``ports``: a connection is made and
-    closed, or (``connect=False``) the listener is seen in /proc/net/tcp."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    for port in ports:
-        while True:
-            if process.poll() is not None:
-                raise BenchError(f"{name} exited with {process.returncode}:\n{tail(log)}")
-            try:
-                if connect:
-                    socket.create_connection((LOOPBACK, port), timeout=1.0).close()
-                elif listen_queue(port) is None:
-                    raise OSError
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise BenchError(f"{name} not listening on port {port}:\n{tail(log)}") from None
-                time.sleep(0.05)
-
-
 def start_server(processes: Processes, name: str, argv: Sequence[str], ports: Sequence[int], *,
                  cpu: int | Iterable[int] | None, log: Path, cwd: Path | None = None,
                  env: dict[str, str | None] | None = None,
                  connect: bool = True) -> subprocess.Popen[bytes]:
-    """``Processes.start``, then ``wait_listening`` on every one of ``ports``."""
+    """``Processes.start``, then a wait until the server listens on every one
+    of ``ports``: a connection made and closed, or (``connect=False``) its
+    listener seen in /proc/net/tcp. Raises if it exits or is not listening in time."""
     process = processes.start(name, argv, cpu=cpu, log=log, cwd=cwd, env=env)
-    wait_listening(process, ports, name, log, connect=connect)
+
+    def listening(port: int) -> bool:
+        with contextlib.suppress(OSError):
+            if not connect:
+                return listen_queue(port) is not None
+            socket.create_connection((LOOPBACK, port), timeout=1.0).close()
+            return True
+        return False
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for port in ports:
+        while process.poll() is None and not listening(port):
+            if time.monotonic() > deadline:
+                raise BenchError(f"{name} not listening on port {port}:\n{tail(log)}")
+            time.sleep(0.05)
+        if process.returncode is not None:
+            raise BenchError(f"{name} exited with {process.returncode}:\n{tail(log)}")
     return process
 
 
@@ -660,32 +594,27 @@ class NotarySetup:
         return self.directory / "notary.key"
 
 
-def edit_config(text: str, plain_port: int, spare_ports: Iterator[int]) -> str:
-    """dev-init's config for the benchmark: ``[server] plain_api`` added,
-    ``log_level = "warning"``, ``[relay] listen = []``; every other section's
-    ``listen`` (dev-init puts them on fixed ports: admin, Perspectives...)
-    moved to a port from ``spare_ports`` (``make_notary`` checks the result)."""
-    section = ""
-    lines = []
+def _set_keys(text: str, options: dict[str, dict[str, object]]) -> str:
+    """``text`` (TOML) with ``key = value`` set in ``[section]`` for every
+    ``options[section][key]``: written under the section's header (the
+    section added at the end if missing), any line of the key dropped."""
+    def assignments(section: str) -> list[str]:
+        return [f"{key} = {json.dumps(value)}" for key, value in options.get(section, {}).items()]
+
+    section, seen, lines = "", set(), []
     for line in text.splitlines():
         header = re.fullmatch(r"\s*\[([\w.-]+)\]\s*(#.*)?", line)
         if header:
             section = header.group(1)
-        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith("#") else ""
-        if section == "server" and key in ("plain_api", "log_level"):
-            continue  # set below
-        if key == "listen":
-            if section == "relay":
-                ports = ""
-            else:
-                try:
-                    ports = f'"{LOOPBACK}:{next(spare_ports)}"'
-                except StopIteration:
-                    raise BenchError("not enough spare ports for the config's listeners") from None
-            line = f"listen = [{ports}]"
-        lines.append(line)
-        if header and section == "server":
-            lines += [f'plain_api = ["{LOOPBACK}:{plain_port}"]', 'log_level = "warning"']
+            seen.add(section)
+            lines += [line, *assignments(section)]
+            continue
+        key = line.split("=", 1)[0].strip() if "=" in line else ""
+        if line.lstrip().startswith("#") or key not in options.get(section, {}):
+            lines.append(line)
+    for name in options:
+        if name not in seen:
+            lines += ["", f"[{name}]", *assignments(name)]
     return "\n".join(lines) + "\n"
 
 
@@ -707,9 +636,10 @@ def make_notary(
     spare_ports: Sequence[int] | None = None,
 ) -> NotarySetup:
     """A fresh notary by ``notary dev-init`` in ``directory``, its config
-    edited by ``edit_config``, and checked: plain_api, log level, relay off,
-    and every listener on loopback on a port chosen here (none left on a
-    dev-init fixed port)."""
+    edited (``[server] plain_api`` added, ``log_level = "warning"``, ``[relay]
+    listen = []``, every other section's ``listen``, on a dev-init fixed port,
+    moved to one of ``spare_ports``), and checked: every listener on loopback
+    on a port chosen here."""
     spare = list(spare_ports) if spare_ports is not None else free_ports(4)
     result = subprocess.run(
         [sys.executable, "-m", "notary", "dev-init", "--dir", str(directory),
@@ -719,7 +649,17 @@ def make_notary(
     if result.returncode != 0:
         raise BenchError(f"notary dev-init failed ({result.returncode}):\n{result.stderr}")
     config = directory / "notary.toml"
-    text = edit_config(config.read_text(), plain_port, iter(spare))
+    text = config.read_text()
+    options: dict[str, dict[str, object]] = {
+        "server": {"plain_api": [f"{LOOPBACK}:{plain_port}"], "log_level": "warning"},
+        "relay": {"listen": []}}
+    listeners = [name for name, section in tomllib.loads(text).items()
+                 if isinstance(section, dict) and "listen" in section and name != "relay"]
+    if len(listeners) > len(spare):
+        raise BenchError("not enough spare ports for the config's listeners")
+    for name, port in zip(listeners, spare, strict=False):  # enough ports: checked above
+        options[name] = {"listen": [f"{LOOPBACK}:{port}"]}
+    text = _set_keys(text, options)
     config.write_text(text)
     try:
         raw = tomllib.loads(text)
@@ -749,25 +689,7 @@ def set_options(config: Path, options: dict[str, dict[str, object]]) -> None:
     added if missing), then check that the notary reads them back."""
     from notary.config import load_config
 
-    section, seen, lines = "", set(), []
-    for line in config.read_text().splitlines():
-        header = re.fullmatch(r"\s*\[([\w.-]+)\]\s*(#.*)?", line)
-        if header:
-            section = header.group(1)
-            seen.add(section)
-            lines.append(line)
-            lines += [f"{key} = {json.dumps(value)}" for key, value in
-                      options.get(section, {}).items()]
-            continue
-        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(
-            "#") else ""
-        if key and key in options.get(section, {}):
-            continue  # replaced under the header
-        lines.append(line)
-    for name, values in options.items():
-        if name not in seen:
-            lines += ["", f"[{name}]", *(f"{k} = {json.dumps(v)}" for k, v in values.items())]
-    config.write_text("\n".join(lines) + "\n")
+    config.write_text(_set_keys(config.read_text(), options))
     loaded = load_config(config)
     for name, values in options.items():
         for key, value in values.items():
@@ -827,10 +749,8 @@ def notary_argv(setup: NotarySetup, extra: Sequence[str] = (), *,
     """``notary serve`` on ``setup``'s config, one worker unless ``extra``
     says ``--workers`` (explicit, whatever dev-init's ``[node] workers`` says);
     with ``profile_out``, under ``PROFILE_WRAPPER``'s cProfile."""
-    serve = ["serve", "--config", str(setup.config)]
-    if "--workers" not in extra:
-        serve += ["--workers", "1"]
-    serve += list(extra)
+    workers = [] if "--workers" in extra else ["--workers", "1"]
+    serve = ["serve", "--config", str(setup.config), *workers, *extra]
     if profile_out is None:
         return [sys.executable, "-m", "notary", *serve]
     return [sys.executable, "-c", PROFILE_WRAPPER, str(profile_out), *serve]
@@ -990,11 +910,8 @@ class Meter:
     def run(self, rate: float, count: int, **fields: Any) -> Run:
         """The ``Run`` of ``count`` at ``rate``; ``fields``: latency, errors..."""
         elapsed = time.monotonic() - self.started
-        busy: list[float | None] = [None, None]
-        if self.cpus:
-            cores = cpu_times(self.cpus)
-            busy = [(cores[c][0] - self.cores[c][0]) / max(1, cores[c][1] - self.cores[c][1])
-                    for c in self.cpus]
+        shares = _busy_shares(self.cores, cpu_times(self.cpus)) if self.cpus else {}
+        busy: list[float | None] = [shares[cpu] for cpu in self.cpus] or [None]
         figures: dict[str, Any] = {
             "server_cpu_s": self.server_cpu() - self.server_s if self.server_cpu else None,
             "client_cpu_s": self._children() - self.children, "server_busy": busy[0],
@@ -1003,8 +920,7 @@ class Meter:
 
 
 def best(runs: Sequence[Any]) -> Any:
-    """The best run (by ``rate``) not flagged by its ``warnings()``, or the
-    best of all if every run is."""
+    """The best run (by ``rate``) not flagged by its ``warnings()`` (of all, if every one is)."""
     clean = [r for r in runs if not r.warnings()]
     return max(clean or runs, key=lambda r: r.rate)
 
@@ -1012,11 +928,10 @@ def best(runs: Sequence[Any]) -> Any:
 def run_rounds(args: argparse.Namespace, items: Sequence[Any], measure: Callable[[Any], Any],
                progress: Callable[[Any, Any], str], *, key: Callable[[Any], Any] | None = None,
                quiet_cpus: Sequence[int] = ()) -> dict[Any, list[Any]]:
-    """``args.rounds`` interleaved rounds of ``measure(item)`` over ``items``
-    (before each further round, with ``quiet_cpus`` and ``--wait-quiet``, a
-    wait for them to be idle of at most 30 s); after each run a progress
-    line, ``round N `` + ``progress(item, run)`` + the run's warnings.
-    Returns the runs by ``key(item)`` (default ``item.key``)."""
+    """``args.rounds`` interleaved rounds of ``measure(item)`` over ``items``,
+    a progress line (``progress(item, run)``, the run's warnings) after each
+    run; before each further round, with ``quiet_cpus`` and ``--wait-quiet``,
+    a wait (<= 30 s) for them to be idle. Returns the runs by ``key(item)``."""
     key = key or (lambda item: item.key)
     runs: dict[Any, list[Any]] = {key(item): [] for item in items}
     for round_number in range(args.rounds):
@@ -1071,31 +986,24 @@ def run_wrk(
     output = out.decode(errors="replace") + err.decode(errors="replace")
     if process.returncode != 0:
         raise BenchError(f"wrk exited with {process.returncode}:\n{output}")
-    errors: dict[str, int] = {}
-    found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
-                      output)
-    if found:
-        for name, value in zip(("connect", "read", "write", "timeout"), found.groups(),
-                               strict=True):
-            if int(value):
-                errors[name] = int(value)
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    if non_2xx and int(non_2xx.group(1)):
-        errors["non-2xx"] = int(non_2xx.group(1))
-    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
-    total = re.search(r"(\d+) requests in", output)
-    if rate is None or total is None or not int(total.group(1)):
+
+    def found(pattern: str) -> str | None:
+        match = re.search(pattern, output, re.MULTILINE)
+        return match.group(1) if match else None
+
+    counts = re.findall(r"(connect|read|write|timeout) (\d+)", found(r"Socket errors: (.*)") or "")
+    counts.append(("non-2xx", found(r"Non-2xx or 3xx responses: (\d+)") or "0"))
+    errors = {name: int(value) for name, value in counts if int(value)}
+    rate, total = found(r"Requests/sec:\s+([\d.]+)"), found(r"(\d+) requests in")
+    if rate is None or total is None or not int(total):
         raise BenchError(f"wrk against {url}: no requests counted\n{output}")
     if errors and not allow_errors:
         raise BenchError(f"wrk against {url}: errors {errors}\n{output}")
-    latency = re.search(r"Latency\s+(\S+)", output)
-    p99 = re.search(r"^\s+99%\s+(\S+)", output, re.MULTILINE)
     percentiles = re.search(r"latency-us p50 (\d+) p99 (\d+) p999 (\d+) max (\d+)", output)
     latency_us = dict(zip(("p50", "p99", "p99.9", "max"), map(int, percentiles.groups()),
                           strict=True)) if percentiles else {}
-    return meter.run(float(rate.group(1)), int(total.group(1)),
-                     latency_avg=latency.group(1) if latency else "?",
-                     latency_p99=p99.group(1) if p99 else "?", latency_us=latency_us,
+    return meter.run(float(rate), int(total), latency_avg=found(r"Latency\s+(\S+)") or "?",
+                     latency_p99=found(r"^\s+99%\s+(\S+)") or "?", latency_us=latency_us,
                      errors=errors, output=output)
 
 
@@ -1152,7 +1060,8 @@ def argument_parser(description: str) -> argparse.ArgumentParser:
         help="small sizes and one repetition: a smoke run of a few seconds, not a measurement")
     parser.add_argument(
         "--repeat", type=int, default=None,
-        help="repetitions per measurement, the best is kept (default: see the script; 1 with --quick)")
+        help="repetitions per measurement, the best is kept (default: see the script; 1 with "
+        "--quick)")
     return parser
 
 
@@ -1188,12 +1097,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     """Print a GitHub-flavoured Markdown table, columns aligned (pastes into RESULTS.md)."""
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row: Sequence[str]) -> str:
-        return "| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) + " |"
-
-    print(line(cells[0]))
-    print("| " + " | ".join("-" * width for width in widths) + " |")
-    for row in cells[1:]:
-        print(line(row))
+    lines = [[cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+             for row in cells]
+    lines.insert(1, ["-" * width for width in widths])
+    for line in lines:
+        print("| " + " | ".join(line) + " |")
     print()
