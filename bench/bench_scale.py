@@ -398,11 +398,10 @@ def print_traced(run: IdleRun, before_path: Path, after_path: Path, top: int = 1
     n = run.connections
     by_file = after.compare_to(before, "filename")
     total = sum(stat.size_diff for stat in by_file)
-    rss = run.rss_idle - run.rss_before
     print(f"tracemalloc ({n:,} idle connections, a separate notary run under tracemalloc, "
           f"{TRACE_FRAMES} frames; its RSS figures include tracemalloc's own overhead): "
           f"{total / n:,.0f} B of Python allocations held per connection, RSS "
-          f"{rss / n:,.0f} B per connection in the same run")
+          f"{(run.rss_idle - run.rss_before) / n:,.0f} B per connection in the same run")
     print()
     harness.print_table(
         ["allocation site (innermost frame)", "bytes per connection", "blocks per connection",
@@ -563,7 +562,6 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, tar
     probe: socket.socket | None = None
     answer = b""
     states: list[bytes] = []
-    rss = peak = 0
     with contextlib.ExitStack() as stack:
         notify = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
         notify.bind(str(notify_path))
@@ -599,7 +597,6 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, tar
                     if b"READY=1" in message and ready is None:
                         ready = time.monotonic() - started
                         memory = harness.proc_status(process.pid)
-                        rss, peak = memory["VmRSS"], memory["VmHWM"]
             if probe is not None and probe in readable:
                 data = probe.recv(65536)
                 if not data:
@@ -620,7 +617,7 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, tar
         raise BenchError(f"{name}: the notary loaded {known.group(1)} targets, not {targets}")
     warning = KNOWN_WARNING.search(text)
     return StartRun(listening or 0.0, answering, ready, known.group(0), float(known.group(2)),
-                    rss, peak, warning.group(0) if warning else "")
+                    memory["VmRSS"], memory["VmHWM"], warning.group(0) if warning else "")
 
 
 def part_startup(args: argparse.Namespace, processes: Processes, directory: Path,
