@@ -18,9 +18,8 @@ import os
 import re
 import ssl
 import statistics
-import subprocess
 import sys
-import urllib.request
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,9 +32,19 @@ GOAL_VS_HANDSHAKES = 0.70
 #: this share is "growing".
 GROWTH_TOLERANCE = 0.05
 NO_SUCH_FINGERPRINT = ":".join(["00"] * 20)
+#: (name, POST with an unknown fingerprint, passes over the target list).
+PHASES = (
+    ("1. fresh targets (GET, never seen)", False, 1),
+    ("2. probe per query (POST, unknown fingerprint, same targets)", True, 200),
+)
 
 
 # -- the farm and the baseline client (child modes) -------------------------------
+
+
+def target_list(addresses: int, ports: Sequence[int]) -> list[tuple[str, int]]:
+    """Every farm target, ports varying fastest."""
+    return [(f"127.0.0.{k}", port) for k in range(1, addresses + 1) for port in ports]
 
 
 def farm_main(args: argparse.Namespace) -> int:
@@ -44,7 +53,6 @@ def farm_main(args: argparse.Namespace) -> int:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(args.cert, args.key)
     context.num_tickets = 0  # nothing after the handshake: the farm stays cheap
-    ports = [int(p) for p in args.farm_ports.split(",")]
 
     async def handshake(tcp: trio.SocketStream) -> None:
         stream = trio.SSLStream(tcp, context, server_side=True)
@@ -57,13 +65,12 @@ def farm_main(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         listeners = []
-        for k in range(1, args.addresses + 1):
-            for port in ports:
-                sock = trio.socket.socket()
-                sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
-                await sock.bind((f"127.0.0.{k}", port))
-                sock.listen(1024)
-                listeners.append(trio.SocketListener(sock))
+        for host, port in target_list(args.addresses, args.farm_ports):
+            sock = trio.socket.socket()
+            sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+            await sock.bind((host, port))
+            sock.listen(1024)
+            listeners.append(trio.SocketListener(sock))
         print("ready", flush=True)
         await trio.serve_listeners(handshake, listeners)
 
@@ -74,10 +81,8 @@ def farm_main(args: argparse.Namespace) -> int:
 def handshake_main(args: argparse.Namespace) -> int:
     """The baseline: handshakes against every target in turn, ``--concurrency``
     at once, for ``--duration`` seconds; prints the count as JSON."""
-    targets = target_list(args.addresses, [int(p) for p in args.farm_ports.split(",")])
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+    targets = target_list(args.addresses, args.farm_ports)
+    context = harness.client_tls_context()
     done = failed = 0
 
     async def worker(offset: int, deadline: float) -> None:
@@ -108,24 +113,6 @@ def handshake_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def farm_certificate(directory: Path) -> tuple[Path, Path]:
-    """An ECDSA P-256 certificate and key for the farm (trustme, a test
-    dependency of the project)."""
-    import trustme
-
-    authority = trustme.CA(key_type=trustme.KeyType.ECDSA)
-    issued = authority.issue_cert("127.0.0.1", key_type=trustme.KeyType.ECDSA)
-    cert, key = directory / "farm.crt", directory / "farm.key"
-    issued.cert_chain_pems[0].write_to_path(str(cert))
-    issued.private_key_pem.write_to_path(str(key))
-    return cert, key
-
-
-def target_list(addresses: int, ports: Sequence[int]) -> list[tuple[str, int]]:
-    """Every farm target, ports varying fastest."""
-    return [(f"127.0.0.{k}", port) for k in range(1, addresses + 1) for port in ports]
-
-
 # -- the load (this process) --------------------------------------------------------
 
 
@@ -133,36 +120,28 @@ class Sampler:
     """Every second: the notary's RSS and ``notary_probes_in_flight``."""
 
     def __init__(self, pid: int, admin_port: int | None) -> None:
-        self.pid = pid
-        self.admin_port = admin_port
-        self.rss_kib: list[int] = []
+        self.pid, self.admin_port = pid, admin_port
+        self.rss: list[int] = []  # bytes
         self.in_flight: list[float] = []
 
     def sample(self) -> None:
-        with open(f"/proc/{self.pid}/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    self.rss_kib.append(int(line.split()[1]))
+        self.rss.append(harness.proc_status(self.pid)["VmRSS"])
         if self.admin_port is not None:
-            url = f"http://{LOOPBACK}:{self.admin_port}/metrics"
-            with urllib.request.urlopen(url, timeout=5) as response:  # loopback only
-                text = response.read().decode()
-            match = re.search(r"^notary_probes_in_flight(?:\{[^}]*\})? (\S+)$", text, re.M)
-            if match:
-                self.in_flight.append(float(match.group(1)))
+            found = [value for name, value in harness.get_metrics(self.admin_port)
+                     if name.split("{")[0] == "notary_probes_in_flight"]
+            self.in_flight += found[:1]
 
     def growth(self) -> float:
         """Peak RSS of the last third over the first third's, minus one."""
-        third = max(1, len(self.rss_kib) // 3)
-        first, last = max(self.rss_kib[:third]), max(self.rss_kib[-third:])
-        return last / first - 1
+        third = max(1, len(self.rss) // 3)
+        return max(self.rss[-third:]) / max(self.rss[:third]) - 1
 
 
 async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, concurrency: int,
-               duration_s: float, sampler: Sampler) -> dict[str, float]:
+               duration_s: float, sampler: Sampler) -> tuple[Counter[int], float]:
     """Queries over ``concurrency`` keep-alive connections, each target at
-    most once, for ``duration_s``; returns counts and seconds."""
-    statuses: dict[int, int] = {}
+    most once, for ``duration_s``; returns the count of each status, and the seconds."""
+    statuses: Counter[int] = Counter()
     next_index = 0
     body = f"fingerprint={NO_SUCH_FINGERPRINT}".encode()
 
@@ -192,26 +171,21 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
                 while len(rest) < length:
                     rest += await stream.receive_some(65536)
                 buffer = rest[length:]
-                status = int(head.split(b" ", 2)[1])
-                statuses[status] = statuses.get(status, 0) + 1
+                statuses[harness.status_of(head)] += 1
 
-    async def sample_every_second(scope: trio.CancelScope) -> None:
-        with scope:
-            while True:
-                await trio.to_thread.run_sync(sampler.sample)
-                await trio.sleep(1)
+    async def sample_every_second() -> None:
+        while True:
+            await trio.to_thread.run_sync(sampler.sample)
+            await trio.sleep(1)
 
     start = trio.current_time()
-    sampling = trio.CancelScope()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(sample_every_second, sampling)
+        nursery.start_soon(sample_every_second)
         async with trio.open_nursery() as clients:
             for _ in range(concurrency):
                 clients.start_soon(client, start + duration_s)
-        sampling.cancel()
-    seconds = trio.current_time() - start
-    return {"queries": sum(statuses.values()), "ok": statuses.get(200, 0) + statuses.get(409, 0),
-            "statuses": statuses, "seconds": seconds}
+        nursery.cancel_scope.cancel()  # the sampling
+    return statuses, trio.current_time() - start
 
 
 # -- the benchmark --------------------------------------------------------------------
@@ -238,15 +212,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # Child modes (started by the benchmark itself).
     parser.add_argument("--farm", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--handshake", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--farm-ports", help=argparse.SUPPRESS)
+    parser.add_argument("--farm-ports", help=argparse.SUPPRESS,
+                        type=lambda text: [int(port) for port in text.split(",")])
     parser.add_argument("--cert", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.duration = args.duration or (5.0 if args.quick else 20.0)
-    args.rounds = args.rounds or (1 if args.quick else 3)
-    args.memory_duration = args.memory_duration or (5.0 if args.quick else 60.0)
-    args.addresses = args.addresses or (4 if args.quick else 20)
-    args.ports = args.ports or (50 if args.quick else 200)
+    for name, full, quick in (("duration", 20.0, 5.0), ("rounds", 3, 1),
+                              ("memory_duration", 60.0, 5.0), ("addresses", 20, 4),
+                              ("ports", 200, 50)):
+        setattr(args, name, getattr(args, name) or (quick if args.quick else full))
     return args
 
 
@@ -257,6 +231,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.handshake:
         return handshake_main(args)
     return harness.run_benchmark("bench_probe", args, run)
+
+
+def farm_certificate(directory: Path) -> tuple[Path, Path]:
+    """An ECDSA P-256 certificate and key for the farm (trustme, a test
+    dependency of the project)."""
+    import trustme
+
+    authority = trustme.CA(key_type=trustme.KeyType.ECDSA)
+    issued = authority.issue_cert("127.0.0.1", key_type=trustme.KeyType.ECDSA)
+    cert, key = directory / "farm.crt", directory / "farm.key"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    return cert, key
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
@@ -285,30 +272,39 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     growth = 0.0
     for number in range(1, args.rounds + 1):
         last = number == args.rounds
-        notary, setup, log = start_notary(processes, directory / f"round{number}", server_cpu)
+        # A fresh notary (new database: every target is new to it), serving plain
+        # HTTP; a capacity test, not an abuse test: the per-target and
+        # per-destination probe limits (every farm target is in 127.0.0.0/24) are off.
+        setup = harness.new_notary(directory / f"round{number}", {
+            "answers": {"fresh_for_s": 1, "reprobe_after_s": 0},
+            "limits": {"probes_per_minute_per_target": 0,
+                       "probes_per_s_per_destination_prefix": 0}})
+        log = setup.directory / "notary.log"
+        notary = harness.start_server(processes, "notary", harness.notary_argv(setup),
+                                      [setup.plain_port], cpu=server_cpu, log=log)
         rates = {}
         for phase, post, rounds_over in PHASES:
             # Phase 2 goes round after round over the same targets: each query probes again.
             duration = args.memory_duration if post and last else args.duration
             sampler = Sampler(notary.pid, setup.admin_port)
             cpu_before = harness.cpu_seconds(notary.pid)
-            result = trio.run(functools.partial(
+            statuses, seconds = trio.run(functools.partial(
                 load, setup.plain_port, targets * rounds_over, post=post,
                 concurrency=args.concurrency, duration_s=duration, sampler=sampler))
             cpu = harness.cpu_seconds(notary.pid) - cpu_before
             if notary.poll() is not None:
                 raise BenchError(f"the notary exited ({notary.returncode}):\n{harness.tail(log)}")
-            rates[phase] = result["ok"] / result["seconds"]
+            ok = statuses[200] + statuses[409]
+            rates[phase] = ok / seconds
             if post and last:
                 growth = sampler.growth()
             in_flight = (f"{sum(sampler.in_flight) / len(sampler.in_flight):.0f} avg, "
                          f"{max(sampler.in_flight):.0f} max") if sampler.in_flight else "n/a"
             rows.append([
-                f"{number}", phase, f"{result['queries']:,}", f"{rates[phase]:,.0f}",
-                ", ".join(f"{k}: {v:,}" for k, v in sorted(result["statuses"].items())),
-                in_flight, f"{cpu / result['seconds']:.0%}",
-                f"{cpu / max(1, result['ok']) * 1e6:,.0f}",
-                f"{min(sampler.rss_kib) / 1024:.0f} / {max(sampler.rss_kib) / 1024:.0f}",
+                f"{number}", phase, f"{statuses.total():,}", f"{rates[phase]:,.0f}",
+                ", ".join(f"{k}: {v:,}" for k, v in sorted(statuses.items())),
+                in_flight, f"{cpu / seconds:.0%}", f"{cpu / max(1, ok) * 1e6:,.0f}",
+                f"{min(sampler.rss) / 2**20:.0f} / {max(sampler.rss) / 2**20:.0f}",
                 f"{sampler.growth():+.1%}",
             ])
         problems = harness.tail(log)
@@ -346,33 +342,6 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
           f"({'none' if growth <= GROWTH_TOLERANCE else 'GROWING'})")
     print(harness.describe_busy([server_cpu, client_cpu], "after the runs"))
     return 0
-
-
-#: (name, POST with an unknown fingerprint, passes over the target list).
-PHASES = (
-    ("1. fresh targets (GET, never seen)", False, 1),
-    ("2. probe per query (POST, unknown fingerprint, same targets)", True, 200),
-)
-
-
-def start_notary(
-    processes: Processes, directory: Path, server_cpu: int
-) -> tuple[subprocess.Popen[bytes], harness.NotarySetup, Path]:
-    """A fresh notary (new database: every target is new to it) pinned to
-    ``server_cpu``, serving plain HTTP; its process, ports and log."""
-    setup = harness.new_notary(directory)
-    text = setup.config.read_text() + "\n"
-    text = re.sub(r"(?m)^fresh_for_s = \d+$", "fresh_for_s = 1\nreprobe_after_s = 0", text)
-    if "reprobe_after_s = 0" not in text:
-        raise BenchError("could not set [answers] reprobe_after_s in the config")
-    # A capacity test, not an abuse test: the per-target and per-destination
-    # probe limits (every farm target is in 127.0.0.0/24) are turned off.
-    text += "\n[limits]\nprobes_per_minute_per_target = 0\nprobes_per_s_per_destination_prefix = 0\n"
-    setup.config.write_text(text)
-    log = directory / "notary.log"
-    notary = harness.start_server(processes, "notary", harness.notary_argv(setup),
-                                  [setup.plain_port], cpu=server_cpu, log=log)
-    return notary, setup, log
 
 
 if __name__ == "__main__":

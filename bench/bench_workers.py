@@ -1,11 +1,7 @@
-"""Worker scaling: cache-hit Convergence ``POST /target/<host>+<port>``
-requests per second, measured with wrk over HTTP/1.1 keep-alive (plain HTTP
-and HTTPS), against ``notary serve --workers 1`` and ``--workers 2`` in the
-same run: the 1-worker figure is the baseline.
+"""Worker scaling: cache-hit ``POST /target`` requests per second (wrk, plain HTTP and
+HTTPS keep-alive), ``notary serve --workers 2`` against the baseline ``--workers 1``.
 
-Rows: 1 worker pinned (``bench_http.py``'s set-up, a reference), 1 worker
-and N workers with nothing pinned (wrk ``-t2``). Why nothing is pinned, and
-the checks made: ``bench/README.md``.
+Rows, why nothing is pinned, and the checks made: ``bench/README.md``.
 
     .venv/bin/python bench/bench_workers.py --wait-quiet 120   # about 5 minutes
     .venv/bin/python bench/bench_workers.py --quick            # 2 s per run: a smoke run
@@ -15,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +31,6 @@ WARM_UP_S = 1
 MIN_WORKER_SHARE = 0.10
 #: A measured run where a worker takes less than this share is flagged as uneven.
 UNEVEN_SHARE = 0.35
-#: Graceful stop of a node (idle: well under a second per worker), then SIGKILL.
-NODE_STOP_TIMEOUT_S = 15.0
 TRANSPORTS = ("plain", "https")
 
 
@@ -47,66 +39,57 @@ class Variant:
     key: str
     label: str
     workers: int
-    pinned: bool  # notary on the server core, wrk on the client core (bench_http's set-up)
-    wrk_threads: int
+    #: Notary on the server core, wrk -t1 on the client core (bench_http's set-up);
+    #: else nothing pinned, wrk --threads.
+    pinned: bool
 
 
 @dataclass
 class Node:
     variant: Variant
-    setup: harness.NotarySetup
-    process: subprocess.Popen[bytes]
-    log: Path
-    admin_port: int
+    notary: harness.RunningNotary
+    admin_port: int  # its /metrics
     #: The serving processes: the notary itself (1 worker), or the supervisor's children.
     workers: list[int]
-    body: str = ""
-    answer: bytes = b""
-    script: Path | None = None
-
-    def url(self, transport: str) -> str:
-        if transport == "plain":
-            return f"http://{LOOPBACK}:{self.setup.plain_port}{self.setup.path}"
-        return f"https://{LOOPBACK}:{self.setup.api_port}{self.setup.path}"
+    script: Path
 
 
 @dataclass(frozen=True)
-class Measurement:
-    run: harness.Run  # server CPU: the node's processes, summed
-    worker_cpu_s: tuple[float, ...]  # per worker (the supervisor left out)
-    cores: int
-    queries: float  # Convergence queries the node counted (/metrics)
-    misses: float
-    probes: float
+class Measurement(harness.Run):
+    """A wrk run whose server CPU is the node's processes, summed, plus each
+    worker's CPU (the supervisor left out) and the node's ``/metrics`` counts."""
 
-    @property
-    def rate(self) -> float:
-        return self.run.rate
+    worker_cpu_s: tuple[float, ...] = ()
+    queries: float = 0.0  # Convergence queries the node counted
+    misses: float = 0.0
+    probes: float = 0.0
 
     @property
     def ceiling(self) -> float:
         """The rate at which notary + wrk would fill every core, or each
         worker its own core, whichever comes first (no other load)."""
-        return min(self.cores * 1e6 / (self.run.server_us + self.run.client_us),
-                   len(self.worker_cpu_s) * 1e6 / self.run.server_us)
+        return min((os.cpu_count() or 1) * 1e6 / (self.server_us + self.client_us),
+                   len(self.worker_cpu_s) * 1e6 / self.server_us)
 
     @property
-    def supervisor_cpu_s(self) -> float:
-        return (self.run.server_cpu_s or 0.0) - sum(self.worker_cpu_s)
+    def shares(self) -> list[float]:
+        """Each worker's share of the workers' CPU (none if they used none)."""
+        total = sum(self.worker_cpu_s)
+        return [s / total for s in self.worker_cpu_s] if total else []
 
     def split(self) -> str:
-        total = sum(self.worker_cpu_s)
-        if len(self.worker_cpu_s) < 2 or not total:
+        if len(self.shares) < 2:
             return "-"
-        text = " / ".join(f"{s / total:.0%}" for s in self.worker_cpu_s)
-        return text + (" UNEVEN" if min(self.worker_cpu_s) / total < UNEVEN_SHARE else "")
+        text = " / ".join(f"{share:.0%}" for share in self.shares)
+        return text + (" UNEVEN" if min(self.shares) < UNEVEN_SHARE else "")
 
     def warnings(self) -> list[str]:
+        """The node's counters only: nothing is pinned, so ``Run``'s core checks do not apply."""
         found = []
         if self.misses or self.probes:
             found.append(f"{self.misses:.0f} cache misses, {self.probes:.0f} probes during the run")
-        if self.queries < self.run.count:
-            found.append(f"/metrics counted {self.queries:.0f} queries, wrk {self.run.count}")
+        if self.queries < self.count:
+            found.append(f"/metrics counted {self.queries:.0f} queries, wrk {self.count}")
         return found
 
 
@@ -114,40 +97,29 @@ class Measurement:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (``/proc/<pid>/task/*/children`` is not
-    in every kernel: this VM has no CONFIG_PROC_CHILDREN)."""
+    """Every process below ``pid``, sorted (``/proc/<pid>/task/*/children`` is
+    not in every kernel: this VM has no CONFIG_PROC_CHILDREN)."""
     parents = {child: int(fields[1]) for child, fields in harness.all_proc_stats().items()}
-    found, frontier = [], [pid]
+    found, frontier = [], {pid}
     while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found += frontier
+    return sorted(found)
 
 
 def tree_cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
     """User + system CPU seconds of each process (all its threads); a process
     gone is a worker that died: the figure would be wrong."""
-    times = {}
-    for pid in pids:
-        try:
-            times[pid] = harness.cpu_seconds(pid)
-        except OSError:
-            raise BenchError(f"process {pid} of the node vanished during the run") from None
-    return times
+    try:
+        return {pid: harness.cpu_seconds(pid) for pid in pids}
+    except OSError as exc:
+        raise BenchError(f"a process of the node vanished during the run ({exc})") from None
 
 
-def worker_index_of(pid: int) -> str | None:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as environ:
-        for item in environ.read().split(b"\0"):
-            if item.startswith(b"NOTARY_WORKER_INDEX="):
-                return item.split(b"=", 1)[1].decode()
-    return None
-
-
-def cmdline_of(pid: int) -> list[str]:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-        return [part.decode(errors="replace") for part in cmdline.read().split(b"\0") if part]
+def proc_strings(pid: int, name: str) -> list[str]:
+    """The NUL-separated strings of ``/proc/<pid>/<name>`` (cmdline, environ); none if gone."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/{name}", "rb") as file:
+        return [part.decode(errors="replace") for part in file.read().split(b"\0") if part]
     return []
 
 
@@ -156,78 +128,66 @@ def wait_for_workers(node_process: subprocess.Popen[bytes], workers: int, log: P
     child); for N > 1 its N children, each a ``notary serve`` worker with its
     own ``NOTARY_WORKER_INDEX``."""
     deadline = time.monotonic() + harness.READY_TIMEOUT_S
+    expected = workers if workers > 1 else 0  # 1 worker: the node itself, no child
     while True:
         if node_process.poll() is not None:
             raise BenchError(f"the node exited with {node_process.returncode}:\n{harness.tail(log)}")
         children = descendants(node_process.pid)
-        if workers == 1:
-            if children:
-                raise BenchError(f"--workers 1 started child processes {children}: a supervisor?")
-            return [node_process.pid]
-        if len(children) == workers:
+        if len(children) == expected:
             break
-        if len(children) > workers or time.monotonic() > deadline:
+        if len(children) > workers or workers == 1 or time.monotonic() > deadline:
             raise BenchError(f"--workers {workers} node has children {children}:\n"
                              f"{harness.tail(log)}")
         time.sleep(0.1)
-    indexes = sorted(worker_index_of(pid) or "?" for pid in children)
-    commands = [cmdline_of(pid) for pid in children]
+    if workers == 1:
+        return [node_process.pid]
+    indexes = sorted(next((item.split("=", 1)[1] for item in proc_strings(pid, "environ")
+                           if item.startswith("NOTARY_WORKER_INDEX=")), "?") for pid in children)
+    commands = [proc_strings(pid, "cmdline") for pid in children]
     if indexes != [str(i) for i in range(workers)] or not all(
         "notary" in argv and "serve" in argv for argv in commands
     ):
         raise BenchError(f"the node's children are not its workers: indexes {indexes}, "
                          f"commands {commands}")
-    return sorted(children)
+    return children
 
 
-# -- set-up ----------------------------------------------------------------------
-
-
-def check_listeners(setup: harness.NotarySetup) -> int:
-    """``make_notary`` checked that every listener is on a port chosen here;
-    also none on dev-init's fixed ports (admin 9142, Perspectives 8080, relay
-    8280), and one admin listener (for /metrics): return its port."""
-    raw = tomllib.loads(setup.config.read_text())
-    addresses = [a for values in harness.listen_addresses(raw).values() for a in values]
-    fixed = {DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT}
-    if setup.admin_port is None or {int(a.rsplit(":", 1)[1]) for a in addresses} & fixed:
-        raise BenchError(f"the edited config listens on {addresses} (admin port "
-                         f"{setup.admin_port}):\n{setup.config.read_text()}")
-    return setup.admin_port
+# -- set-up and measurement ------------------------------------------------------
 
 
 def start_node(processes: Processes, directory: Path, variant: Variant, server_cpu: int) -> Node:
-    setup = harness.new_notary(directory / variant.key)
-    admin_port = check_listeners(setup)
+    """A fresh notary with ``variant.workers``, primed: a cache hit in every
+    worker, each answering the same bytes (the first POST probes; the others
+    load the stored answer). Its listeners: on ports chosen here (``make_notary``
+    checks), none of them dev-init's fixed ones, and one admin listener (for /metrics)."""
+    ports = harness.free_ports(7)  # api, relay api, plain, spare: every listener's
+    setup = harness.new_notary(directory / variant.key, ports=ports)
+    fixed = {DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT}
+    if setup.admin_port is None or set(ports) & fixed:
+        raise BenchError(f"the edited config listens on {sorted(set(ports) & fixed)} or has "
+                         f"no admin listener:\n{setup.config.read_text()}")
     log = directory / f"{variant.key}.log"
-    process = harness.start_notary(
+    notary = harness.start_notary(
         processes, setup, f"notary {variant.key}", cpu=server_cpu if variant.pinned else None,
-        log=log, argv=harness.notary_argv(setup, ["--workers", str(variant.workers)]),
-        prime=False).process
-    workers = wait_for_workers(process, variant.workers, log)
-    return Node(variant, setup, process, log, admin_port, workers)
-
-
-def prime(node: Node) -> None:
-    """Cache hit in every worker, and the same bytes from each: the first
-    POST probes (one worker); the others load the stored answer."""
-    node.body = f"fingerprint={harness.served_sha1_pin(node.setup.api_port)}"
-    node.answer = harness.prime_notary(node.setup, node.body)
-    node.script = harness.wrk_script(node.setup.directory, node.body)
-    for port, tls in ((node.setup.plain_port, False), (node.setup.api_port, True)):
-        request = harness.post_request(port, node.setup.path, node.body)
+        log=log, argv=harness.notary_argv(setup, ["--workers", str(variant.workers)]))
+    node = Node(variant, notary, setup.admin_port,
+                wait_for_workers(notary.process, variant.workers, log),
+                harness.wrk_script(setup.directory, notary.body))
+    for port, tls in ((setup.plain_port, False), (setup.api_port, True)):
+        request = harness.post_request(port, setup.path, notary.body)
         with contextlib.ExitStack() as stack:
             # Several connections open at once, so that the kernel hands them
             # to different workers.
             socks = [stack.enter_context(harness.connect(port, tls=tls, timeout_s=30.0))
-                     for _ in range(4 * node.variant.workers)]
+                     for _ in range(4 * variant.workers)]
             for sock in socks:
                 buffer = bytearray()
                 for _ in range(2):
                     sock.sendall(request)
-                    if harness.read_response(sock, buffer) != node.answer:
-                        raise BenchError(f"notary {node.variant.key}: a worker answers "
+                    if harness.read_response(sock, buffer) != notary.answer:
+                        raise BenchError(f"notary {variant.key}: a worker answers "
                                          "different bytes")
+    return node
 
 
 def scrape(node: Node) -> dict[str, float]:
@@ -244,32 +204,23 @@ def scrape(node: Node) -> dict[str, float]:
     return totals
 
 
-def stop_node(node: Node, processes: Processes) -> None:
-    """SIGTERM to the node (a supervisor stops its workers), then SIGKILL to
-    its whole process group after ``NODE_STOP_TIMEOUT_S`` (``Processes.stop``)."""
-    processes.stop(node.process, NODE_STOP_TIMEOUT_S)
-
-
-# -- measurement -----------------------------------------------------------------
-
-
 def measure(wrk: str, processes: Processes, node: Node, transport: str,
             args: argparse.Namespace, client_cpu: int, seconds: int,
             settle_s: float) -> Measurement:
     """One wrk run against ``node``, with the CPU time of the node's
     processes (summed), of each worker, of wrk and of the whole machine."""
-    if node.process.poll() is not None:
-        raise BenchError(f"notary {node.variant.key} exited ({node.process.returncode}):\n"
-                         f"{harness.tail(node.log)}")
-    children = sorted(descendants(node.process.pid))
-    pids = [node.process.pid, *children]
-    if (children or [node.process.pid]) != node.workers:
+    node.notary.check_alive()
+    children = descendants(node.notary.pid)
+    pids = [node.notary.pid, *children]
+    if (children or [node.notary.pid]) != node.workers:
         raise BenchError(f"notary {node.variant.key}: workers {node.workers} became {pids}: "
-                         f"a worker restarted\n{harness.tail(node.log)}")
-    before_metrics = scrape(node)
-    before = tree_cpu_seconds(pids)
+                         f"a worker restarted\n{harness.tail(node.notary.log)}")
+    before_metrics, before = scrape(node), tree_cpu_seconds(pids)
+    setup = node.notary.setup
+    url = (f"http://{LOOPBACK}:{setup.plain_port}" if transport == "plain"
+           else f"https://{LOOPBACK}:{setup.api_port}") + setup.path
     result = harness.run_wrk(
-        wrk, processes, node.url(transport), node.script, threads=node.variant.wrk_threads,
+        wrk, processes, url, node.script, threads=1 if node.variant.pinned else args.threads,
         connections=args.connections, seconds=seconds,
         cpu=client_cpu if node.variant.pinned else None)
     after = tree_cpu_seconds(pids)
@@ -277,52 +228,32 @@ def measure(wrk: str, processes: Processes, node: Node, transport: str,
     after_metrics = scrape(node)
     used = {pid: after[pid] - before[pid] for pid in pids}
     return Measurement(
-        dataclasses.replace(result, server_cpu_s=sum(used.values())),
-        tuple(used[pid] for pid in node.workers), os.cpu_count() or 1,
-        **{key: after_metrics[key] - before_metrics[key] for key in before_metrics},
-    )
-
-
-def warm_up(wrk: str, processes: Processes, node: Node, args: argparse.Namespace,
-            client_cpu: int, settle_s: float) -> None:
-    """A short run per transport (TLS sessions, caches, every worker's first
-    hit); with several workers, each must take a share of the load."""
-    for transport in TRANSPORTS:
-        run = measure(wrk, processes, node, transport, args, client_cpu, WARM_UP_S, settle_s)
-        total = sum(run.worker_cpu_s)
-        shares = [s / total for s in run.worker_cpu_s] if total else [0.0]
-        print(f"  warm-up {node.variant.label}, {transport}: {run.rate:,.0f} req/s; "
-              f"worker pids {node.workers}, CPU {' / '.join(f'{s:.2f}' for s in run.worker_cpu_s)}"
-              " s", flush=True)
-        if len(shares) > 1 and min(shares) < MIN_WORKER_SHARE:
-            raise BenchError(f"notary {node.variant.key}: a worker took {min(shares):.0%} of the "
-                             f"workers' CPU in the warm-up ({transport}): not all workers answer")
+        **{**vars(result), "server_cpu_s": sum(used.values())},
+        worker_cpu_s=tuple(used[pid] for pid in node.workers),
+        **{key: after_metrics[key] - before_metrics[key] for key in before_metrics})
 
 
 # -- report ----------------------------------------------------------------------
 
 
-def least(results: Sequence[Measurement], key: str) -> float:
-    return min(getattr(m.run, key) for m in results)
-
-
-def report(variants: Sequence[Variant], runs: dict[tuple[str, str], list[Measurement]],
-           base_key: str) -> None:
-    base = {t: harness.best(runs[base_key, t]).rate for t in TRANSPORTS}
+def report(args: argparse.Namespace, variants: Sequence[Variant],
+           runs: dict[tuple[str, str], list[Measurement]]) -> None:
+    """The table, then the scaled node's best rate over each 1-worker row's."""
+    best = {key: harness.best(results) for key, results in runs.items()}
     rows = []
     for variant in variants:
         plain, https = runs[variant.key, "plain"], runs[variant.key, "https"]
-        top = {t: harness.best(runs[variant.key, t]) for t in TRANSPORTS}
+        top = {t: best[variant.key, t] for t in TRANSPORTS}
         rows.append([
             variant.label,
             f"{top['plain'].rate:,.0f} ({' / '.join(f'{m.rate:,.0f}' for m in plain)})",
-            f"{top['plain'].rate / base['plain']:.2f}x",
+            f"{top['plain'].rate / best['w1', 'plain'].rate:.2f}x",
             f"{top['https'].rate:,.0f} ({' / '.join(f'{m.rate:,.0f}' for m in https)})",
-            f"{top['https'].rate / base['https']:.2f}x",
-            f"{least(plain, 'server_us'):.1f} / {least(https, 'server_us'):.1f}",
-            f"{least(plain, 'client_us'):.1f} / {least(https, 'client_us'):.1f}",
-            " / ".join(f"{m.run.server_core:.2f} + {m.run.client_core:.2f} + "
-                       f"{m.run.other_cores:.2f}" for m in (top["plain"], top["https"])),
+            f"{top['https'].rate / best['w1', 'https'].rate:.2f}x",
+            f"{min(m.server_us for m in plain):.1f} / {min(m.server_us for m in https):.1f}",
+            f"{min(m.client_us for m in plain):.1f} / {min(m.client_us for m in https):.1f}",
+            " / ".join(f"{m.server_core:.2f} + {m.client_core:.2f} + {m.other_cores:.2f}"
+                       for m in (top["plain"], top["https"])),
             f"{top['plain'].ceiling:,.0f} / {top['https'].ceiling:,.0f}",
             f"{top['plain'].split()} ; {top['https'].split()}",
         ])
@@ -334,6 +265,20 @@ def report(variants: Sequence[Variant], runs: dict[tuple[str, str], list[Measure
          "CPU ceiling req/s plain / HTTPS", "worker CPU split plain ; HTTPS"],
         rows,
     )
+    for transport in TRANSPORTS:
+        top = best[f"w{args.workers}", transport].rate
+        line = (f"{transport}: {args.workers} workers / 1 worker = "
+                f"{top / best['w1', transport].rate:.2f}x")
+        if not args.no_pinned_row:
+            line += (f"; / 1 worker pinned (bench_http set-up) = "
+                     f"{top / best['w1-pinned', transport].rate:.2f}x")
+        print(line)
+    print("cores used: CPU time / wall time of the run, in cores (other = the rest of the "
+          "machine's busy time: other benchmarks, the idle nodes, and the loopback traffic's "
+          "softirq time, which no process is charged with); CPU ceiling: min(cores / (notary "
+          "+ wrk CPU per request), workers / notary CPU per request), the rate of this run's "
+          f"costs on an otherwise idle machine; 'UNEVEN': a worker took less than "
+          f"{UNEVEN_SHARE:.0%} of the workers' CPU")
 
 
 # -- main ------------------------------------------------------------------------
@@ -376,73 +321,68 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             "(cores / (notary + wrk CPU per request)). On a machine with C cores, run N workers "
             "with N + wrk's cores <= C."], cpus=cores)
     variants = [
-        Variant("w1", f"1 worker (-t{args.threads}, nothing pinned)", 1, False, args.threads),
+        Variant("w1", f"1 worker (-t{args.threads}, nothing pinned)", 1, False),
         Variant(f"w{args.workers}", f"{args.workers} workers (-t{args.threads}, nothing pinned)",
-                args.workers, False, args.threads),
+                args.workers, False),
     ]
     if not args.no_pinned_row:
         variants.insert(0, Variant("w1-pinned", f"1 worker pinned to CPU {server_cpu} "
-                                   f"(-t1 on CPU {client_cpu}, bench_http)", 1, True, 1))
+                                   f"(-t1 on CPU {client_cpu}, bench_http)", 1, True))
 
-    nodes: list[Node] = []
-    try:
-        for variant in variants:
-            node = start_node(processes, directory, variant, server_cpu)
-            nodes.append(node)
-            prime(node)
-            print(f"{variant.label}: pid {node.process.pid}, serving pids {node.workers}; "
-                  f"answer {len(node.answer)} bytes, {node.answer.split(b' ', 2)[1].decode()}")
-        settle_s = load_config(nodes[0].setup.config).admin.metrics_interval_s + 0.5
-        print(f"query: POST /target/{LOOPBACK}+<the node's own HTTPS port>, body "
-              "fingerprint=<its SHA-1 pin> (each node is its own target)")
-        for node in nodes:
-            warm_up(wrk, processes, node, args, client_cpu, settle_s)
-        print()
-        problems = []
+    # Every node runs to the end: run_benchmark's Processes.stop_all stops them
+    # (SIGTERM, a supervisor stops its workers; SIGKILL after a timeout).
+    nodes = []
+    for variant in variants:
+        node = start_node(processes, directory, variant, server_cpu)
+        nodes.append(node)
+        answer = node.notary.answer
+        print(f"{variant.label}: pid {node.notary.pid}, serving pids {node.workers}; "
+              f"answer {len(answer)} bytes, {answer.split(b' ', 2)[1].decode()}")
+    settle_s = load_config(nodes[0].notary.setup.config).admin.metrics_interval_s + 0.5
+    print(f"query: POST /target/{LOOPBACK}+<the node's own HTTPS port>, body "
+          "fingerprint=<its SHA-1 pin> (each node is its own target)")
 
-        def progress(item: tuple[Node, str], m: Measurement) -> str:
-            label = f"{item[0].variant.label}, {item[1]}"
-            problems.extend(f"{label}: {w}" for w in m.warnings())
-            return (f"{label}: {m.rate:,.0f} req/s, notary {m.run.server_us:.1f} us CPU/req "
-                    f"({m.run.server_core:.2f} cores, split {m.split()}, supervisor "
-                    f"{m.supervisor_cpu_s * 1e3:.0f} ms), wrk {m.run.client_us:.1f} us/req "
-                    f"({m.run.client_core:.2f} cores), other load {m.run.other_cores:.2f} "
-                    f"cores; latency {m.run.latency_avg} / p99 {m.run.latency_p99}")
+    def measure_node(node: Node, transport: str, seconds: int) -> Measurement:
+        return measure(wrk, processes, node, transport, args, client_cpu, seconds, settle_s)
 
-        # Other work may start meanwhile: each further round waits too.
-        runs = harness.run_rounds(
-            args, [(node, t) for node in nodes for t in TRANSPORTS],
-            lambda item: measure(wrk, processes, item[0], item[1], args, client_cpu,
-                                 args.duration, settle_s),
-            progress, key=lambda item: (item[0].variant.key, item[1]), quiet_cpus=cores)
-        print()
-        report(variants, runs, "w1")
-        scaled = f"w{args.workers}"
-        for transport in TRANSPORTS:
-            top = harness.best(runs[scaled, transport]).rate
-            line = (f"{transport}: {args.workers} workers / 1 worker = "
-                    f"{top / harness.best(runs['w1', transport]).rate:.2f}x")
-            if not args.no_pinned_row:
-                line += (f"; / 1 worker pinned (bench_http set-up) = "
-                         f"{top / harness.best(runs['w1-pinned', transport]).rate:.2f}x")
-            print(line)
-        print("cores used: CPU time / wall time of the run, in cores (other = the rest of the "
-              "machine's busy time: other benchmarks, the idle nodes, and the loopback traffic's "
-              "softirq time, which no process is charged with); CPU ceiling: min(cores / (notary "
-              "+ wrk CPU per request), workers / notary CPU per request), the rate of this run's "
-              f"costs on an otherwise idle machine; 'UNEVEN': a worker took less than "
-              f"{UNEVEN_SHARE:.0%} of the workers' CPU")
-        for problem in problems:
-            print(f"WARNING: {problem}")
-        print(harness.describe_busy(cores, "after the runs (nodes idle)"))
-        for node in nodes:
-            text = harness.tail(node.log)
-            if text.strip():
-                print(f"notary {node.variant.key} log (warnings and errors):\n{text}\n")
-    finally:
-        for node in reversed(nodes):
-            with contextlib.suppress(Exception):
-                stop_node(node, processes)
+    # Warm-up, a short run per transport (TLS sessions, caches, every
+    # worker's first hit): with several workers, each must take a share.
+    for node, transport in ((node, t) for node in nodes for t in TRANSPORTS):
+        m = measure_node(node, transport, WARM_UP_S)
+        print(f"  warm-up {node.variant.label}, {transport}: {m.rate:,.0f} req/s; "
+              f"worker pids {node.workers}, CPU "
+              f"{' / '.join(f'{s:.2f}' for s in m.worker_cpu_s)} s", flush=True)
+        if len(m.shares) > 1 and min(m.shares) < MIN_WORKER_SHARE:
+            raise BenchError(f"notary {node.variant.key}: a worker took {min(m.shares):.0%} "
+                             f"of the workers' CPU in the warm-up ({transport}): not all "
+                             "workers answer")
+    print()
+    problems = []
+
+    def progress(item: tuple[Node, str], m: Measurement) -> str:
+        label = f"{item[0].variant.label}, {item[1]}"
+        problems.extend(f"{label}: {w}" for w in m.warnings())
+        supervisor_s = (m.server_cpu_s or 0.0) - sum(m.worker_cpu_s)
+        return (f"{label}: {m.rate:,.0f} req/s, notary {m.server_us:.1f} us CPU/req "
+                f"({m.server_core:.2f} cores, split {m.split()}, supervisor "
+                f"{supervisor_s * 1e3:.0f} ms), wrk {m.client_us:.1f} us/req "
+                f"({m.client_core:.2f} cores), other load {m.other_cores:.2f} "
+                f"cores; latency {m.latency_avg} / p99 {m.latency_p99}")
+
+    # Other work may start meanwhile: each further round waits too.
+    runs = harness.run_rounds(
+        args, [(node, t) for node in nodes for t in TRANSPORTS],
+        lambda item: measure_node(*item, args.duration), progress,
+        key=lambda item: (item[0].variant.key, item[1]), quiet_cpus=cores)
+    print()
+    report(args, variants, runs)
+    for problem in problems:
+        print(f"WARNING: {problem}")
+    print(harness.describe_busy(cores, "after the runs (nodes idle)"))
+    for node in nodes:
+        text = harness.tail(node.notary.log)
+        if text.strip():
+            print(f"notary {node.variant.key} log (warnings and errors):\n{text}\n")
     return 0
 
 
