@@ -2,9 +2,12 @@
 
 Modes a to d2, then a diagnosis of the batched writer (``--no-diagnosis``
 skips it); what each part measures, and the workload: ``bench/README.md``.
+``--part bounds``: the bytes the database takes in the worst cases that the
+project README's "What the notary keeps" quotes (its table says what each counts).
 
-    .venv/bin/python bench/bench_writer.py           # full run (a minute or two)
-    .venv/bin/python bench/bench_writer.py --quick   # smoke run (seconds)
+    .venv/bin/python bench/bench_writer.py                # full run (a minute or two)
+    .venv/bin/python bench/bench_writer.py --quick        # smoke run (seconds)
+    .venv/bin/python bench/bench_writer.py --part bounds  # store bounds (about 10 s)
 """
 
 from __future__ import annotations
@@ -23,19 +26,20 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 import harness
 import trio
 
-from notary.config import StoreConfig
+from notary.config import LimitsConfig, StoreConfig
 from notary.model.observations import Certificate, ProbeResult, Run, add_sighting
 from notary.model.targets import Target
 from notary.outbound.writer import StorageStatistics, open_storage
 from notary.state.store import MAX_ADDRESSES, Store
 
 DEFAULTS = StoreConfig()
+LIMITS = DEFAULTS.timeline_limits()
 BATCH_ROWS = DEFAULTS.batch_rows
 #: Goals of the issue.
 GOAL_VS_PER_ROW_DEFAULT = 100.0
@@ -43,18 +47,21 @@ GOAL_VS_RAW = 0.5
 
 T0 = 1_700_000_000
 DER_BYTES = 1_200
+#: Part bounds: eight IPv6 addresses of the longest text form (39 characters).
+LONG_ADDRESSES = [f"2001:db8:ffff:ffff:ffff:ffff:ffff:{i:04x}" for i in range(8)]
 
 
-# -- workload --------------------------------------------------------------------
+def certificate(rng: random.Random, size: int) -> Certificate:
+    """``size`` random bytes standing in for the DER, with their real hashes."""
+    der = rng.randbytes(size)
+    return Certificate(der, hashlib.sha1(der).digest(), hashlib.sha256(der).digest(),
+                       hashlib.md5(der).digest(), hashlib.sha256(der[:64]).digest())
 
 
 def observations(n: int, seed: int = 1) -> list[ProbeResult]:
     rng = random.Random(seed)
     targets = max(1, n // 4)
-    ders = [rng.randbytes(DER_BYTES) for _ in range(targets)]
-    leaves = [Certificate(der, hashlib.sha1(der).digest(), hashlib.sha256(der).digest(),
-                          hashlib.md5(der).digest(), hashlib.sha256(der[:300]).digest())
-              for der in ders]
+    leaves = [certificate(rng, DER_BYTES) for _ in range(targets)]
     hosts = [Target(f"host{i}.example.test", 443) for i in range(targets)]
     return [ProbeResult(hosts[i % targets], leaves[i % targets], (leaves[i % targets].der,),
                         f"192.0.2.{(i // targets) % 250 + 1}", T0 + i) for i in range(n)]
@@ -78,8 +85,7 @@ def timed(function: Callable[..., Any], seconds: Counter[str], label: str) -> Ca
 
 
 def filesystem_of(path: Path) -> str:
-    """``ext4 on /dev/vda mounted at /``: the mount holding ``path`` (the longest
-    mount point that holds it; the last mounted of equal ones)."""
+    """``ext4 on /dev/vda mounted at /``: the innermost mount holding ``path`` (last if stacked)."""
     inside = str(path.resolve()).rstrip("/") + "/"
     with open("/proc/mounts", encoding="utf-8") as mounts:
         holding = [entry for entry in map(str.split, mounts)
@@ -88,11 +94,7 @@ def filesystem_of(path: Path) -> str:
     return f"{fs_type} on {device} mounted at {mount_point}"
 
 
-# -- the four modes of the goals ---------------------------------------------------
-
-
-@dataclass
-class BatchedRun:
+class BatchedRun(NamedTuple):
     seconds: float
     statistics: StorageStatistics
     record_seconds: float  # wall time spent inside Store.record (the writer thread)
@@ -233,9 +235,6 @@ def run_raw_executemany(path: Path, statements: Sequence[str],
         return time.perf_counter() - start
 
 
-# -- diagnosis: where the batched writer's time goes -------------------------------
-
-
 @functools.cache
 def statement_label(prefix: str, sql: str) -> str:
     """``INSERT OR IGNORE INTO targets`` from the full statement, after ``prefix``."""
@@ -289,8 +288,9 @@ class TimedConnection:
         return getattr(self.db, name)
 
 
-def run_record_in_batches(store: Store, results: Sequence[ProbeResult]) -> float:
-    """``store.record`` on ``BATCH_ROWS``-row batches, in this thread, no channel."""
+def record_in_batches(store: Store, results: Sequence[ProbeResult]) -> float:
+    """``store.record`` on ``BATCH_ROWS``-row batches, in this thread, no channel:
+    the seconds it took."""
     batches = in_batches(results)
     start = time.perf_counter()
     for batch in batches:
@@ -301,30 +301,35 @@ def run_record_in_batches(store: Store, results: Sequence[ProbeResult]) -> float
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = harness.argument_parser(__doc__.split("\n", 1)[0])
+    parser.add_argument("--part", choices=("writer", "bounds"), default="writer",
+                        help="writer (default): observations committed per second; bounds: "
+                        "the bytes the database takes at the default limits (ignores --quick)")
     parser.add_argument("--no-diagnosis", action="store_true",
                         help="measure the four modes of the goals only")
     parser.add_argument("--tmp-dir", type=Path, default=harness.ROOT / ".bench-tmp",
                         help="parent of the temporary databases (default: <project>/.bench-tmp)")
     args = parser.parse_args(argv)
-    harness.header("Writer micro-benchmark",
+    harness.header("Store bounds" if args.part == "bounds" else "Writer micro-benchmark",
                    " ".join([".venv/bin/python bench/bench_writer.py", *argv]))
-    parent = args.tmp_dir
-    created_parent = not parent.exists()
-    parent.mkdir(parents=True, exist_ok=True)
+    created_parent = not args.tmp_dir.exists()
+    args.tmp_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with tempfile.TemporaryDirectory(dir=parent, prefix="writer-",
+        with tempfile.TemporaryDirectory(dir=args.tmp_dir, prefix=f"{args.part}-",
                                          ignore_cleanup_errors=True) as name:
-            print(f"databases in {name} ({filesystem_of(Path(name))}); "
-                  f"SQLite {sqlite3.sqlite_version}; StoreConfig defaults: {DEFAULTS}\n")
-            run(Path(name), args)
+            if args.part == "bounds":
+                bounds(Path(name))
+            else:
+                run(Path(name), args)
     finally:
         if created_parent:
             with contextlib.suppress(OSError):
-                parent.rmdir()
+                args.tmp_dir.rmdir()
 
 
 def run(directory: Path, args: argparse.Namespace) -> None:
     """The four modes of the goals, then the diagnosis, in databases under ``directory``."""
+    print(f"databases in {directory} ({filesystem_of(directory)}); "
+          f"SQLite {sqlite3.sqlite_version}; StoreConfig defaults: {DEFAULTS}\n")
     repeat = harness.repetitions(args, full=1)
     n_batched, n_default, n_wal = (5_000, 100, 1_000) if args.quick else (100_000, 1_500, 20_000)
     workload = observations(n_batched)
@@ -383,12 +388,12 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
     with mock.patch.object(Store, "record", lambda self, batch: None):
         noop = harness.rate(n, run_batched(path("noop"), workload).seconds)
     with open_store(path("record")) as store:
-        alone = harness.rate(n, run_record_in_batches(store, workload))
+        alone = harness.rate(n, record_in_batches(store, workload))
     with open_store(path("record-timed")) as store:
         # Bench-only use of the private connection; closing goes through the proxy.
         proxy = TimedConnection(store._db)
         store._db = proxy  # type: ignore[assignment]
-        pass_seconds = run_record_in_batches(store, workload)
+        pass_seconds = record_in_batches(store, workload)
 
     print("## Diagnosis: where the batched writer's time goes\n")
     harness.print_table(
@@ -400,10 +405,8 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
         ]],
     )
     print(f"### Store.record on {BATCH_ROWS}-row batches: time per statement\n")
-    print(f"{n:,} observations in one pass with a timing proxy around the store's "
-          f"connection, so the real Store.record runs: each execute or executemany call, "
-          f"with the fetches of its cursor, is timed. The pass took "
-          f"{pass_seconds * 1e6 / n:.1f} µs per observation, against "
+    print(f"{n:,} observations in one pass with a timing proxy around the store's connection "
+          f"(bench/README.md): {pass_seconds * 1e6 / n:.1f} µs per observation, against "
           f"{1e6 / alone:.1f} µs without the proxy (variant 2).\n")
     outside = max(0.0, pass_seconds - sum(proxy.seconds.values()))
     rows = [(label, f"{proxy.calls[label]:,}", seconds)
@@ -413,6 +416,63 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
     harness.print_table(["statement", "calls", "µs per observation", "share"],
                         [[label, calls, f"{seconds * 1e6 / n:.2f}", f"{seconds / pass_seconds:.0%}"]
                          for label, calls, seconds in rows])
+
+
+def longest_host(index: int) -> str:
+    return (f"t{index:08d}." + ("a" * 62 + ".") * 4)[:253].rstrip(".")
+
+
+def file_bytes(path: Path) -> int:
+    """``PRAGMA page_count`` x ``page_size`` after a checkpoint."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        return pages * db.execute("PRAGMA page_size").fetchone()[0]
+
+
+def per_target(path: Path, targets: int = 8) -> tuple[float, float]:
+    """Bytes per target at its limits: as written, and after compact."""
+    rng = random.Random(1)
+    runs, spacing = LIMITS.max_runs_per_certificate, DEFAULTS.merge_window_s + 1
+    with Store(path, limits=LIMITS, merge_window_s=DEFAULTS.merge_window_s) as store:
+        empty = file_bytes(path)
+        for index in range(targets):
+            target = Target(longest_host(index), 65535)
+            leaves = [certificate(rng, LIMITS.max_certificate_bytes)
+                      for _ in range(LIMITS.max_certificates_per_target)]
+            record_in_batches(store, [
+                ProbeResult(target, leaves[run // runs], (), address, T0 + run * spacing)
+                for run in range(len(leaves) * runs) for address in LONG_ADDRESSES])
+        written = file_bytes(path)
+        store.compact(T0, 10**9)
+        return (written - empty) / targets, (file_bytes(path) - empty) / targets
+
+
+def per_probe(path: Path, probes: int = 4000) -> float:
+    """Bytes per probe of a new target with a new certificate."""
+    rng = random.Random(2)
+    with Store(path, limits=LIMITS) as store:
+        empty = file_bytes(path)
+        record_in_batches(store, [ProbeResult(Target(longest_host(i), 65535),
+                                              certificate(rng, LIMITS.max_certificate_bytes), (),
+                                              LONG_ADDRESSES[0], T0 + i) for i in range(probes)])
+        return (file_bytes(path) - empty) / probes
+
+
+def bounds(directory: Path) -> None:
+    """Part bounds, in databases under ``directory``."""
+    written, compacted = per_target(directory / "per-target.db")
+    probe = per_probe(directory / "per-probe.db")
+    limits = LimitsConfig()
+    probes_per_day = limits.probes_per_s_per_prefix * 86400 + limits.probe_burst
+    print(f"SQLite {sqlite3.sqlite_version}; {LIMITS}\n")
+    harness.print_table(["measure", "bytes"], [
+        ["a. per target at its limits, as written", f"{written:,.0f}"],
+        ["a. per target at its limits, after compact", f"{compacted:,.0f}"],
+        ["b. per probe (new target, new certificate)", f"{probe:,.0f}"],
+        [f"per client prefix per day ({probes_per_day:,.0f} probes x b)",
+         f"{probes_per_day * probe:,.0f}"],
+    ])
 
 
 if __name__ == "__main__":
