@@ -1,8 +1,7 @@
 """Scale: how the notary holds up with many connections and a large store.
-Three parts, each printed as one Markdown table (loopback only): 1.
-concurrent keep-alive connections (wrk, 10 to 10,000), 2. memory per idle
-connection (and, under tracemalloc, where it goes), 3. start-up with a
-store of 1,000,000 targets. What each part measures and how: ``bench/README.md``.
+Three parts, one Markdown table each (loopback only): 1. concurrent keep-alive connections
+(wrk, 10 to 10,000), 2. memory per idle connection (and, under tracemalloc, where it goes),
+3. start-up with a store of 1,000,000 targets. What each part measures: ``bench/README.md``.
 
     .venv/bin/python bench/bench_scale.py --wait-quiet 120   # about 5 min (+1-2 min to build the store once)
     .venv/bin/python bench/bench_scale.py --quick            # 10/100/1000 connections, 100k targets, 2 s runs
@@ -19,7 +18,6 @@ import random
 import re
 import resource
 import select
-import shutil
 import signal
 import socket
 import sqlite3
@@ -86,13 +84,6 @@ KNOWN_LINE = re.compile(r"known targets: (\d+) loaded from the store in ([\d.]+)
 KNOWN_WARNING = re.compile(r"known targets: \d+ targets exceed .*")
 
 
-def proc_text(path: str) -> str:
-    """A ``/proc`` file's text, empty if it cannot be read."""
-    with contextlib.suppress(OSError), open(path, encoding="ascii") as file:
-        return file.read()
-    return ""
-
-
 def accept_queue(port: int) -> int:
     """Connections waiting in the accept queue of the listener on ``port``."""
     queued = harness.listen_queue(port)
@@ -129,9 +120,6 @@ def plain_metrics(notary: RunningNotary) -> dict[str, float]:
     return figures
 
 
-# -- part 1: concurrent connections (wrk) -----------------------------------------
-
-
 @dataclass(frozen=True)
 class LoadRun:
     connections: int
@@ -154,10 +142,8 @@ class LoadRun:
 
 
 def wait_drained(notary: RunningNotary) -> float:
-    """Wait until the previous run's connections are gone: none open at the
-    notary (twice in a row: /metrics lags) and none left in the accept queue
-    (a wrk that exits leaves the connections the notary never accepted
-    there: it must accept each, read EOF and close it). Return the wait."""
+    """Wait until the previous run's connections are gone: none open at the notary (twice
+    in a row: /metrics lags), none left in the accept queue (bench/README.md). Return the wait."""
     started = time.monotonic()
     zero = 0
     while zero < 2:
@@ -174,9 +160,8 @@ def wait_drained(notary: RunningNotary) -> float:
 
 def load_run(args: argparse.Namespace, wrk: str, processes: Processes, notary: RunningNotary,
              script: Path, connections: int, client_cpu: int) -> LoadRun:
-    """One wrk run (``run_wrk``, socket errors counted rather than fatal), with
-    the notary's RSS before, its peak during the run (VmHWM reset first),
-    its open connections read mid-run and its refused ones."""
+    """One wrk run (socket errors counted, not fatal), with the notary's RSS before, its peak
+    during the run (VmHWM reset first), its open connections mid-run and its refused ones."""
     notary.check_alive()
     url = f"http://{LOOPBACK}:{notary.setup.plain_port}{notary.setup.path}"
     drained_s = wait_drained(notary)
@@ -228,16 +213,16 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
     notary = harness.start_notary(processes, setup, "notary-connections", cpu=server_cpu,
                                   log=directory / "notary-connections.log")
     script = harness.wrk_script(directory, notary.body)
-    limits = re.search(r"Max open files\s+(\S+)\s+(\S+)", proc_text(f"/proc/{notary.pid}/limits"))
-    somaxconn = proc_text("/proc/sys/net/core/somaxconn").strip() or "?"
+    limits = re.search(r"Max open files\s+(\S+)\s+(\S+)",
+                       Path(f"/proc/{notary.pid}/limits").read_text())
+    somaxconn = Path("/proc/sys/net/core/somaxconn").read_text().strip()
     print(f"## 1. Concurrent keep-alive connections: cache-hit POST {setup.path}, plain HTTP (wrk)")
     print(f"notary pid {notary.pid} pinned to CPU {server_cpu}, open files limit "
           f"{'/'.join(limits.groups()) if limits else '?'}, [http] max_connections = "
-          f"{max_connections:,}; wrk -t{args.threads} -cN -d{args.duration}s "
-          f"--timeout={WRK_TIMEOUT_S}s on CPU {client_cpu} ({args.threads} thread(s): N / "
-          f"{args.threads} connections each); {args.rounds} run(s) per N; answer "
-          f"{len(notary.answer)} bytes; listen backlog min(65535, somaxconn {somaxconn})",
-          flush=True)
+          f"{max_connections:,}; wrk -t{args.threads} -cN -d{args.duration}s --timeout="
+          f"{WRK_TIMEOUT_S}s on CPU {client_cpu} ({args.threads} thread(s): N / {args.threads} "
+          f"connections each); {args.rounds} run(s) per N; answer {len(notary.answer)} bytes; "
+          f"listen backlog min(65535, somaxconn {somaxconn})", flush=True)
     runs: list[LoadRun] = []
     for connections in args.connections:
         if connections % args.threads:
@@ -246,14 +231,12 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
         for round_number in range(args.rounds):
             run = load_run(args, wrk, processes, notary, script, connections, client_cpu)
             runs.append(run)
-            print(f"  N={connections:,} run {round_number + 1}: "
-                  f"{run.wrk.rate:,.0f} req/s, p50 {run.latency('p50')}, p99 "
-                  f"{run.latency('p99')}, errors {run.wrk.errors or 'none'}, "
-                  f"{run.wrk.server_us:.1f} us CPU/req, peak RSS {mb(run.peak_rss)}, "
-                  f"open at the notary {joined(run.open_during)}, accept queue "
-                  f"{joined(run.queued_during)}; "
-                  f"waited {run.drained_s:.1f} s before it for the previous run's connections "
-                  "to go", flush=True)
+            print(f"  N={connections:,} run {round_number + 1}: {run.wrk.rate:,.0f} req/s, "
+                  f"p50 {run.latency('p50')}, p99 {run.latency('p99')}, errors "
+                  f"{run.wrk.errors or 'none'}, {run.wrk.server_us:.1f} us CPU/req, peak RSS "
+                  f"{mb(run.peak_rss)}, open at the notary {joined(run.open_during)}, accept "
+                  f"queue {joined(run.queued_during)}; waited {run.drained_s:.1f} s before it "
+                  "for the previous run's connections to go", flush=True)
     print()
     when = " / ".join(f"{f:.0%}" for f in SAMPLE_AT)
     harness.print_table(
@@ -275,27 +258,20 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
         if accepted < 0.95 * run.connections:
             queued = max(run.queued_during, default=0)
             print(f"N={run.connections:,}: the notary held at most {accepted:,.0f} of the "
-                  f"{run.connections:,} connections during the run; the others waited, "
-                  f"connected, in the kernel's accept queue (up to {queued:,} at once; beyond "
-                  "its capacity the handshake is retried) with "
-                  "their first request unanswered: wrk's latency covers only answered "
-                  f"requests, and the latency Little's law gives (N / rate: "
-                  f"{ms(run.connections / run.wrk.rate)}) is the one the clients "
-                  "would see on average. wrk counts a request as a timeout only once it is "
-                  f"older than --timeout ({WRK_TIMEOUT_S} s).")
+                  f"{run.connections:,} connections; the others waited in the kernel's accept "
+                  f"queue (up to {queued:,} at once), their first request unanswered: wrk's "
+                  "latency covers answered requests only; clients would see N / rate ("
+                  f"{ms(run.connections / run.wrk.rate)}) on average, and wrk counts a timeout "
+                  f"only past --timeout ({WRK_TIMEOUT_S} s).")
     print("Columns: latency from wrk (answered requests); 'open at the notary': "
           "notary_http_connections{listener=\"plain_api\"} from /metrics (up to 1 s old); "
           "accept queue: the listener's rx_queue in /proc/net/tcp (accepted by the kernel, "
-          "not yet by the notary); "
-          "peak RSS: VmHWM, reset at the start of each run.")
+          "not yet by the notary); peak RSS: VmHWM, reset at the start of each run.")
     print()
     processes.stop(notary.process)
     text = harness.tail(notary.log)
     if text.strip():
         print(f"notary log (warnings and errors):\n{text}\n")
-
-
-# -- part 2: memory per idle connection -------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -422,9 +398,9 @@ def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
     max_connections = max(args.idle) + CONNECTION_MARGIN
     print("## 2. Memory per idle keep-alive connection (plain HTTP, one fresh notary per N)")
     print(f"notary pinned to CPU {server_cpu}, [http] max_connections = {max_connections:,}, "
-          f"keepalive_timeout_s = {IDLE_KEEPALIVE_S:g} (raised from 30); the client is this "
-          f"process on CPU {client_cpu}: sockets opened one after the other, each asked once "
-          "and left idle; 100 connections opened and closed first (warm-up)", flush=True)
+          f"keepalive_timeout_s = {IDLE_KEEPALIVE_S:g} (raised from 30); the client, this process "
+          f"on CPU {client_cpu}, opens them one after the other, asks each once and leaves it "
+          "idle, after a warm-up of 100 connections opened and closed", flush=True)
     runs = []
     for connections in args.idle:
         run = idle_run(processes, directory, connections, server_cpu, max_connections)
@@ -445,15 +421,14 @@ def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
           f"{run.alive:,}", mb(run.rss_closed)] for run in runs],
     )
     goal = next((run for run in runs if run.connections == GOAL_IDLE_CONNECTIONS), None)
-    if goal is not None:
-        verdict = "met" if goal.rss_idle < GOAL_RSS_BYTES and goal.alive == goal.connections \
-            else "NOT met"
-        print(f"goal: {GOAL_IDLE_CONNECTIONS:,} idle connections held under "
-              f"{mb(GOAL_RSS_BYTES)} of server RSS: {mb(goal.rss_idle)}, "
-              f"{goal.alive:,} still answering -> {verdict}")
-    else:
+    if goal is None:
         print(f"goal ({GOAL_IDLE_CONNECTIONS:,} idle connections under {mb(GOAL_RSS_BYTES)}): "
               f"not measured in this run (--idle without {GOAL_IDLE_CONNECTIONS})")
+    else:
+        met = goal.rss_idle < GOAL_RSS_BYTES and goal.alive == goal.connections
+        print(f"goal: {GOAL_IDLE_CONNECTIONS:,} idle connections held under {mb(GOAL_RSS_BYTES)} "
+              f"of server RSS: {mb(goal.rss_idle)}, {goal.alive:,} still answering -> "
+              f"{'met' if met else 'NOT met'}")
     print("Kernel socket memory (buffers, the socket structures) is not in the process's RSS.")
     print()
     if args.trace_memory:
@@ -461,9 +436,6 @@ def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
               "connections, tracemalloc)")
         idle_run(processes, directory, args.trace_memory, server_cpu, max_connections,
                  trace=True)
-
-
-# -- part 3: start-up with a large store ------------------------------------------
 
 
 def remove_database(path: Path) -> None:
@@ -520,21 +492,14 @@ def build_store(path: Path, targets: int, why: str) -> None:
           f"{mb(check_store(path, targets))}", flush=True)
 
 
-def evict_from_page_cache(path: Path) -> None:
-    """Drop ``path``'s pages from this kernel's page cache (that file only)."""
-    with open(path, "rb") as file:
-        os.fsync(file.fileno())
-        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-
-
 def resident(path: Path) -> str:
-    fincore = shutil.which("fincore")
-    if fincore is None:
-        return "?"
-    result = subprocess.run([fincore, "--bytes", "--noheadings", "--output", "RES", str(path)],
-                            capture_output=True, text=True, check=False)
-    text = result.stdout.strip()
-    return mb(int(text)) if text.isdigit() else "?"
+    """How much of ``path`` is in the page cache (fincore), ``?`` if unknown."""
+    with contextlib.suppress(OSError):  # no fincore
+        result = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES",
+                                 str(path)], capture_output=True, text=True, check=False)
+        if result.stdout.strip().isdigit():
+            return mb(int(result.stdout))
+    return "?"
 
 
 @dataclass(frozen=True)
@@ -566,12 +531,10 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, tar
         notify = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
         notify.bind(str(notify_path))
         stack.callback(notify_path.unlink, missing_ok=True)
-        notify.setblocking(False)
+        env = {"NOTIFY_SOCKET": str(notify_path), "WATCHDOG_USEC": None, "WATCHDOG_PID": None}
         started = time.monotonic()
         process = processes.start(name, harness.notary_argv(setup), cpu=server_cpu, log=log,
-                                  cwd=setup.directory, env={"NOTIFY_SOCKET": str(notify_path),
-                                                            "WATCHDOG_USEC": None,
-                                                            "WATCHDOG_PID": None})
+                                  cwd=setup.directory, env=env)
         stack.callback(processes.stop, process)
         while ready is None or answering is None:
             if process.poll() is not None:
@@ -587,17 +550,14 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, tar
                 if probe is not None:
                     listening = time.monotonic() - started
                     probe.sendall(request)
-                    probe.setblocking(False)
             watch = [notify] + ([probe] if probe is not None and answering is None else [])
             readable, _, _ = select.select(watch, [], [], 0.005 if listening else 0.01)
-            if notify in readable:
-                with contextlib.suppress(BlockingIOError):
-                    message = notify.recv(65536).split(b"\n")
-                    states += message
-                    if b"READY=1" in message and ready is None:
-                        ready = time.monotonic() - started
-                        memory = harness.proc_status(process.pid)
-            if probe is not None and probe in readable:
+            if notify in readable:  # select: a datagram waits, recv returns at once
+                states += notify.recv(65536).split(b"\n")
+                if b"READY=1" in states and ready is None:
+                    ready = time.monotonic() - started
+                    memory = harness.proc_status(process.pid)
+            if probe in readable:
                 data = probe.recv(65536)
                 if not data:
                     raise BenchError(f"{name} closed the first connection without "
@@ -648,8 +608,10 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
         if count:
             options["server"]["db_file"] = str(path)
         setup = harness.new_notary(directory / f"startup-{label}", options)
-        if count and cache == "cold":
-            evict_from_page_cache(path)
+        if count and cache == "cold":  # drop the file's pages from this kernel's page cache
+            with open(path, "rb") as file:
+                os.fsync(file.fileno())
+                os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         page_cache = resident(path) if count else "-"
         run = timed_start(processes, setup, f"notary-start-{label}", count, server_cpu)
         print(f"  {label}: listening {ms(run.listening_s)}, answering {ms(run.answering_s)}, "
@@ -675,12 +637,9 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
           f"pinned to CPU {server_cpu}.")
     for warning in warnings:
         print(warning)
-    after = check_store(path, targets)
-    print(f"store unchanged after the starts: {targets:,} targets, {mb(after)}")
+    print(f"store unchanged after the starts: {targets:,} targets, "
+          f"{mb(check_store(path, targets))}")
     print()
-
-
-# -- main ------------------------------------------------------------------------
 
 
 def int_list(text: str) -> list[int]:
