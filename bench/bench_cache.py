@@ -44,8 +44,7 @@ class OrderedDictLRU:
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self._map: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._max_entries = max_entries
-        self._max_bytes = max_bytes
+        self._max_entries, self._max_bytes = max_entries, max_bytes
         self._bytes = 0
         self._hits = self._misses = self._evictions = self._rejected = 0
 
@@ -217,8 +216,7 @@ def bench_lru(impls: dict[str, Callable[[int, int], Any]], quick: bool, repeat: 
         hit_rates[name] = hits / (hits + misses) if hits + misses else 0.0
         del cache, mixed
         gc.collect()
-    empty_loop = partial(time_empty_loop, hit_keys)
-    loop_rate = harness.rate(n_ops, harness.best_seconds(empty_loop, repeat))
+    loop_rate = best_rates({"loop": (n_ops, partial(time_empty_loop, hit_keys))}, repeat)["loop"]
 
     print_rates(f"## LRU cache: operations per second (capacity {capacity:,} entries, "
                 f"{n_ops:,} operations per pass, best of {repeat})", {
@@ -278,8 +276,7 @@ def bench_bloom(modules: dict[str, ModuleType], quick: bool, repeat: int) -> flo
                 }, rates)
     print("Measured false-positive rate on absent digests: "
           + ", ".join(f"{name} {rate:.3%}" for name, rate in false_positives.items()) + "\n")
-    compiled, twin = rates["compiled"], rates["twin"]
-    return min(compiled["present"] / twin["present"], compiled["absent"] / twin["absent"])
+    return min(rates["compiled"][key] / rates["twin"][key] for key in ("present", "absent"))
 
 
 def memory_child(impl: str, targets: int, method: str) -> None:
@@ -359,10 +356,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         compiled = importlib.import_module(MODULES["compiled"])
     except ImportError as exc:
-        sys.exit(
-            f"bench_cache: the compiled cache notary.state._fastcache does not import ({exc}).\n"
-            f"Build it first: cd {harness.ROOT} && .venv/bin/python setup.py build_ext --inplace"
-        )
+        sys.exit(f"bench_cache: the compiled cache {MODULES['compiled']} does not import ({exc}).\n"
+                 f"Build it first: cd {harness.ROOT} && .venv/bin/python setup.py build_ext --inplace")
     modules = {"compiled": compiled, "twin": importlib.import_module(MODULES["twin"])}
     impls = {name: module.LRUCache for name, module in modules.items()}
     impls["OrderedDict"] = OrderedDictLRU

@@ -4,9 +4,8 @@
     .venv/bin/python bench/bench_relay.py --quick    # smoke run (about 15 s)
     .venv/bin/python bench/bench_relay.py --profile-relay relay.prof   # + cProfile of the relay
 
-The real ``RelayHandler`` and socat (the baseline forwarder) against direct
-loopback TCP (127.0.0.1 only; no name is ever resolved). What each process
-does, the pinning and the CPU figures: ``bench/README.md``.
+The real ``RelayHandler`` and socat against direct loopback TCP (127.0.0.1 only);
+what each part measures, the pinning and the CPU figures: ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -56,9 +55,6 @@ ROUTES = ("direct", "relay", "socat")
 NAN = float("nan")
 
 
-# -- sockets, and the child processes: sink and relay (``--role``) ---------------
-
-
 @contextlib.contextmanager
 def client_connection(route: Route) -> Iterator[socket.socket]:
     """A connection to the route's port on 127.0.0.1 (an IP literal: no
@@ -68,10 +64,8 @@ def client_connection(route: Route) -> Iterator[socket.socket]:
         if route.name == "relay":
             sock.sendall(CONNECT_REQUEST)
             head = b""
-            while b"\r\n\r\n" not in head and len(head) <= MAX_HEAD_BYTES:
-                chunk = sock.recv(MAX_HEAD_BYTES)
-                if not chunk:
-                    break
+            while (b"\r\n\r\n" not in head and len(head) <= MAX_HEAD_BYTES
+                   and (chunk := sock.recv(MAX_HEAD_BYTES))):
                 head += chunk
             if not head.startswith(ESTABLISHED) or not head.endswith(b"\r\n\r\n"):
                 first_line = head.split(b"\r\n", 1)[0].decode("latin-1") or "nothing"
@@ -126,10 +120,7 @@ def sink_serve(listener: socket.socket) -> None:
 
 
 def run_sink(args: argparse.Namespace) -> int:
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((LOOPBACK, args.port))
-    listener.listen(socket.SOMAXCONN)
+    listener = socket.create_server((LOOPBACK, args.port), backlog=socket.SOMAXCONN)
     for index in range(max(16, 2 * args.concurrency + 8)):
         threading.Thread(target=sink_serve, args=(listener,), name=f"sink-{index}",
                          daemon=True).start()
@@ -173,11 +164,8 @@ def run_relay(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- CPU figures and the client's measurements ------------------------------------
 # Not harness.Meter: transfers last a few ms (schedstat counts ns, /proc/<pid>/stat
 # 10 ms ticks), the client is this process, not a reaped child, and socat is a group.
-
-
 def schedstat_seconds(pid: int) -> tuple[float, float]:
     """Seconds the threads of ``pid`` have run so far, and seconds they spent
     runnable but waiting for a CPU (``/proc/<pid>/task/*/schedstat``)."""
@@ -318,15 +306,8 @@ def open_many(route: Route, total: int, concurrency: int) -> None:
         raise BenchError(f"{len(errors)} tunnel(s) failed; first: {errors[0]}")
 
 
-# -- the report and main ---------------------------------------------------------
-
-
 def figure(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def percent(value: float) -> str:
-    return f"{100 * value:.0f}%"
 
 
 @dataclass
@@ -350,45 +331,11 @@ class Result:
 
     def cpu_row(self) -> list[str]:
         direct, relay, socat = self.best()
-        # CPU cost: the forwarder's CPU seconds per unit (MB, tunnel) in its best run.
         relay_cost, socat_cost = relay.forwarder_cpu / relay.rate, socat.forwarder_cpu / socat.rate
-        return [self.what, f"{percent(relay.forwarder_cpu)} (+{percent(relay.forwarder_waiting)})",
-                f"{1e6 * relay_cost:,.0f} us/{self.item}", percent(socat.forwarder_cpu),
+        return [self.what, f"{relay.forwarder_cpu:.0%} (+{relay.forwarder_waiting:.0%})",
+                f"{1e6 * relay_cost:,.0f} us/{self.item}", f"{socat.forwarder_cpu:.0%}",
                 f"{1e6 * socat_cost:,.0f} us/{self.item}", f"{relay_cost / socat_cost:.2f}",
-                " / ".join(percent(s.client_sink_cpu) for s in (direct, relay, socat))]
-
-
-def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.argument_parser(
-        "Bounce relay throughput (MB/s through one tunnel, tunnels/s) against direct loopback "
-        "TCP and socat, measured in the same run; best of --repeat runs (default 3).")
-    parser.add_argument("--mb", type=int, help="MB (10^6 bytes) per direction through one "
-                        "tunnel (default 200, 20 with --quick)")
-    parser.add_argument("--tunnels", type=int,
-                        help="tunnels per tunnel-rate run (default 4000, 500 with --quick)")
-    parser.add_argument("--concurrency", type=int, default=64,
-                        help="client threads opening tunnels at once (default 64)")
-    parser.add_argument("--profile-relay", metavar="FILE",
-                        help="run the relay under cProfile (slower: figures not comparable), "
-                        "write its stats to FILE and print the top functions")
-    parser.add_argument("--socat-buffer", type=int, default=SOCAT_DEFAULT_BUFFER, metavar="BYTES",
-                        help=f"socat's read size, -b (default {SOCAT_DEFAULT_BUFFER}, socat's own "
-                        f"default; the relay reads up to {RelayConfig().buffer_bytes} bytes)")
-    # Internal: the child processes (--concurrency sizes them).
-    parser.add_argument("--role", choices=("relay", "sink"), help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.mb is None:
-        args.mb = 20 if args.quick else 200
-    if args.tunnels is None:
-        args.tunnels = 500 if args.quick else 4000
-    for name in ("mb", "tunnels", "concurrency", "socat_buffer"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    args.repeat = harness.repetitions(args, full=3)
-    args.max_tunnels = max(RelayConfig().max_tunnels, 4 * args.concurrency)
-    return args
+                " / ".join(f"{s.client_sink_cpu:.0%}" for s in (direct, relay, socat))]
 
 
 def socat_command(executable: str, port: int | str, sink_port: int | str, buffer: int) -> list[str]:
@@ -436,8 +383,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         # Before any thread starts: threads inherit the affinity of their creator.
         os.sched_setaffinity(0, other_cpus)
         print(f"pinning: relay process, and socat with its children, pinned to CPU {usable[0]}; "
-              f"sink process and client (this process) pinned to CPU "
-              f"{','.join(map(str, usable[1:]))}")
+              f"sink process and client (this process) pinned to CPU {','.join(map(str, usable[1:]))}")
     else:
         print("pinning: not pinned (1 usable core: relay, sink and client share it)")
     print(f"settings: {args.mb} MB per direction, {args.tunnels} tunnels by {args.concurrency} "
@@ -471,10 +417,9 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     ):
         children[name] = harness.start_server(processes, name, argv, [port], cpu=cpus,
                                               log=directory / f"{name}.log", connect=False)
-    relay_pid, socat_pid = children["relay"].pid, children["socat"].pid
     routes = [Route("direct", sink_port),
-              Route("relay", relay_port, lambda: schedstat_seconds(relay_pid)),
-              Route("socat", socat_port, lambda: socat_seconds(socat_pid))]
+              Route("relay", relay_port, lambda: schedstat_seconds(children["relay"].pid)),
+              Route("socat", socat_port, lambda: socat_seconds(children["socat"].pid))]
     try:
         results = measure_all(args, routes, children["sink"].pid)
     except (OSError, BenchError) as exc:
@@ -494,20 +439,16 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         ["measurement", "direct", "via relay", "via socat", "relay/direct", "relay/socat",
          "direct runs", "relay runs", "socat runs"],
         [result.rate_row() for result in results])
-    print("Best of the runs in the first columns (each run's figure at the right). The relay "
-          "answers a CONNECT per tunnel; socat has none, but forks a process per connection "
-          "(the relay: one process, one task per tunnel).")
+    print("Best of the runs in the first columns (each run's figure at the right); socat forks "
+          "a process per connection, the relay answers a CONNECT per tunnel (bench/README.md).")
     print("\n## CPU of the forwarders (best run)\n")
     harness.print_table(
         ["measurement", "relay CPU (+waiting)", "relay CPU cost", "socat CPU", "socat CPU cost",
          "relay cost/socat cost", "client+sink CPU (direct / relay / socat)"],
         [result.cpu_row() for result in results])
-    print("CPU: cores busy during the best run (100% = one core): the relay process (and, "
-          "in brackets, the time it was runnable but waiting for its CPU, taken by another "
-          "process: noise); socat's whole process group (parent, forked children: fork, "
-          "copy-on-write faults and exit included; its waiting time is not known); the sink "
-          "process plus this client. CPU cost: the forwarder's CPU time per MB or per tunnel "
-          "in its best run, the figure least disturbed by other load on the machine.")
+    print("CPU: cores busy during the best run (100% = one core; +waiting: runnable, its core "
+          "taken: noise); socat: its whole process group; CPU cost: CPU time per MB or tunnel, "
+          "the figure least disturbed by other load (bench/README.md).")
     print(f"finished: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "
           f"load average {harness.cores_and_load()[2]}")
     for line in (directory / "relay.log").read_text(errors="replace").splitlines():
@@ -522,7 +463,35 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_arguments(argv)
+    parser = harness.argument_parser(
+        "Bounce relay throughput (MB/s through one tunnel, tunnels/s) against direct loopback "
+        "TCP and socat, measured in the same run; best of --repeat runs (default 3).")
+    parser.add_argument("--mb", type=int, help="MB (10^6 bytes) per direction through one "
+                        "tunnel (default 200, 20 with --quick)")
+    parser.add_argument("--tunnels", type=int,
+                        help="tunnels per tunnel-rate run (default 4000, 500 with --quick)")
+    parser.add_argument("--concurrency", type=int, default=64,
+                        help="client threads opening tunnels at once (default 64)")
+    parser.add_argument("--profile-relay", metavar="FILE",
+                        help="run the relay under cProfile (slower: figures not comparable), "
+                        "write its stats to FILE and print the top functions")
+    parser.add_argument("--socat-buffer", type=int, default=SOCAT_DEFAULT_BUFFER, metavar="BYTES",
+                        help=f"socat's read size, -b (default {SOCAT_DEFAULT_BUFFER}, socat's own "
+                        f"default; the relay reads up to {RelayConfig().buffer_bytes} bytes)")
+    # Internal: the child processes (--concurrency sizes them).
+    parser.add_argument("--role", choices=("relay", "sink"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sink-port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.mb is None:
+        args.mb = 20 if args.quick else 200
+    if args.tunnels is None:
+        args.tunnels = 500 if args.quick else 4000
+    for name in ("mb", "tunnels", "concurrency", "socat_buffer"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    args.repeat = harness.repetitions(args, full=3)
+    args.max_tunnels = max(RelayConfig().max_tunnels, 4 * args.concurrency)
     if args.role:
         return run_sink(args) if args.role == "sink" else run_relay(args)
     return harness.run_benchmark("bench_relay", args, run)
