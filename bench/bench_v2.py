@@ -1,10 +1,6 @@
-"""The v2 API: cache-hit targets answered per second through ``POST
-/v2/query`` (batches of 1, 10 and 100 targets, HTTPS keep-alive, wrk) and
-query messages per second over one WebSocket (``wss://…/v2/ws``, a window of
-outstanding queries), against legacy ``POST /target/<host>+<port>`` (one
-target per request, fingerprint form, HTTPS keep-alive, wrk) in the same run.
-
-Set-up and checks: ``bench/README.md``.
+"""The v2 API: cache-hit targets per second through ``POST /v2/query`` (batches of 1, 10
+and 100) and over one WebSocket, against legacy ``POST /target`` in the same run
+(set-up, checks and columns: ``bench/README.md``).
 
     .venv/bin/python bench/bench_v2.py            # about 3 minutes
     .venv/bin/python bench/bench_v2.py --quick    # 2 s per run, one round: a smoke run
@@ -32,18 +28,18 @@ BATCHES = (1, 10, 100)
 NONCE = "bench-v2"
 JSON_TYPE = "application/json"
 
-#: The WebSocket client, run as ``python -c WS_CLIENT URL TARGETS WINDOW SECONDS``:
-#: one connection, ``WINDOW`` queries outstanding, the same targets (JSON) in
-#: each; prints a JSON line with the counts and the first answer.
+#: The WebSocket client, run as ``python -c WS_CLIENT URL BODY WINDOW SECONDS``:
+#: one connection, ``WINDOW`` queries outstanding, each one ``BODY`` (a /v2/query
+#: body: targets and nonce); prints a JSON line with the counts and the first answer.
 WS_CLIENT = r"""
 import json, ssl, sys, time
 import trio, trio_websocket
 
-url, targets, window, seconds = sys.argv[1:5]
-targets = json.loads(targets)
+url, body, window, seconds = sys.argv[1:5]
+query = json.loads(body)
 
 def message(n):
-    return json.dumps({"type": "query", "id": n, "targets": targets, "nonce": "bench-v2"})
+    return json.dumps({"type": "query", "id": n, **query})
 
 async def main():
     context = ssl.create_default_context()
@@ -74,9 +70,6 @@ trio.run(main)
 """
 
 
-# -- set-up ----------------------------------------------------------------------
-
-
 def add_api_ports(config: Path, extra: Sequence[int]) -> None:
     """Append ``extra`` HTTPS API listeners to ``[server] api``."""
     more = "".join(f', "{LOOPBACK}:{port}"' for port in extra)
@@ -99,12 +92,10 @@ def https(port: int, method: str, path: str, body: str = "") -> bytes:
     return harness.body_of(response)
 
 
-def batch_targets(ports: Sequence[int], sha256: str, size: int) -> list[dict[str, object]]:
-    return [{"host": LOOPBACK, "port": ports[i % len(ports)], "sha256": sha256}
-            for i in range(size)]
-
-
-def query_body(targets: list[dict[str, object]]) -> str:
+def query_body(ports: Sequence[int], sha256: str, size: int) -> str:
+    """A /v2/query body naming ``size`` targets: ``ports`` in turn, each with ``sha256``."""
+    targets = [{"host": LOOPBACK, "port": ports[i % len(ports)], "sha256": sha256}
+               for i in range(size)]
     return json.dumps({"targets": targets, "nonce": NONCE}, separators=(",", ":"))
 
 
@@ -120,16 +111,11 @@ def verify(answer: bytes, body: str, keys: dict[str, object], label: str) -> str
     return f"{label}: {len(results)} results verified (envelope, statements, nonce, order, match)"
 
 
-# -- measurements ----------------------------------------------------------------
-
-
-def measure_ws(processes: Processes, url: str, targets: list,
+def measure_ws(processes: Processes, url: str, body: str,
                args: argparse.Namespace, client_cpu: int, notary_pid: int) -> tuple[Run, str]:
-    """One run of ``WS_CLIENT`` asking about ``targets``: the run (the
-    notary's CPU over the whole client run, connect and first query
-    included) and the first answer message."""
-    argv = [sys.executable, "-c", WS_CLIENT, url, json.dumps(targets), str(args.window),
-            str(args.duration)]
+    """One ``WS_CLIENT`` run sending ``body``: its run (the notary's CPU over the whole
+    client run, connect and first query included) and its first answer message."""
+    argv = [sys.executable, "-c", WS_CLIENT, url, body, str(args.window), str(args.duration)]
     meter = harness.Meter(lambda: harness.cpu_seconds(notary_pid))
     process = processes.start("ws client", argv, cpu=client_cpu)
     try:
@@ -146,9 +132,6 @@ def measure_ws(processes: Processes, url: str, targets: list,
     if "error" in report:
         raise BenchError(f"WebSocket client: {report['error']}")
     return meter.run(report["messages"] / report["seconds"], report["messages"]), report["first"]
-
-
-# -- main ------------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -181,27 +164,21 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     api_ports, plain_port, spare = ports[:args.targets], ports[args.targets], ports[args.targets + 1:]
     setup = harness.make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
     add_api_ports(setup.config, api_ports[2:])
-    log = directory / "notary.log"
-    notary = harness.RunningNotary(setup, harness.start_server(
-        processes, "notary", harness.notary_argv(setup), [plain_port, *api_ports],
-        cpu=server_cpu, log=log, cwd=setup.directory), log)
-
-    # Legacy: prime 127.0.0.1+P1 (its SHA-1 pin), answered 200 from the cache.
-    legacy_body = f"fingerprint={harness.served_sha1_pin(api_ports[0])}"
-    legacy_answer = harness.prime_notary(setup, legacy_body)
+    # Primes the legacy query; the extra API ports listen too (all bound before any accepts).
+    notary = harness.start_notary(processes, setup, "notary", cpu=server_cpu,
+                                  log=directory / "notary.log")
     with harness.connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
         sha256 = hashlib.sha256(sock.getpeercert(binary_form=True)).hexdigest()
 
     # v2: prime every target once, then check the answers are all cache-hit matches.
-    https(api_ports[0], "POST", "/v2/query", query_body(batch_targets(api_ports, sha256,
-                                                                      len(api_ports))))
+    https(api_ports[0], "POST", "/v2/query", query_body(api_ports, sha256, len(api_ports)))
     keys = {key.key_id: key.public_key()
             for key in v2.parse_key_document(https(api_ports[0], "GET", "/v2/key"))}
-    bodies = {n: query_body(batch_targets(api_ports, sha256, n)) for n in BATCHES}
+    bodies = {n: query_body(api_ports, sha256, n) for n in BATCHES}
     answers = {n: https(api_ports[0], "POST", "/v2/query", bodies[n]) for n in BATCHES}
     largest = max(BATCHES)
     print(verify(answers[largest], bodies[largest], keys, f"/v2/query batch {largest}"))
-    print(f"legacy: POST {setup.path}, body {legacy_body}: {len(legacy_answer)} bytes answered")
+    print(f"legacy: POST {setup.path}, body {notary.body}: {len(notary.answer)} bytes answered")
     for n in BATCHES:
         print(f"v2 batch {n}: request body {len(bodies[n]):,} bytes, answer "
               f"{len(answers[n]):,} bytes")
@@ -209,7 +186,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
 
     # wrk's URL and script for each wrk row; the WebSocket rows have none.
     base = f"https://{LOOPBACK}:{api_ports[0]}"
-    wrk_runs = {"legacy": (base + setup.path, harness.wrk_script(directory, legacy_body,
+    wrk_runs = {"legacy": (base + setup.path, harness.wrk_script(directory, notary.body,
                                                                   name="legacy"))}
     wrk_runs |= {f"v2-{n}": (base + "/v2/query", harness.wrk_script(
         directory, bodies[n], name=f"v2-{n}", content_type=JSON_TYPE)) for n in BATCHES}
@@ -228,15 +205,14 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                 seconds=args.duration, cpu=client_cpu,
                 server_cpu_seconds=lambda: harness.cpu_seconds(notary.pid))
         else:
-            targets = batch_targets(api_ports, sha256, n)
             result, first = measure_ws(processes, f"wss://{LOOPBACK}:{api_ports[0]}/v2/ws",
-                                       targets, args, client_cpu, notary.pid)
+                                       bodies[n], args, client_cpu, notary.pid)
             if not verified_ws and n == largest:
                 message = json.loads(first)
                 if message.get("type") != "answer" or message.get("id") != 0:
                     raise BenchError(f"first WebSocket message: {first[:300]}")
                 answer = json.dumps(message["answer"]).encode()
-                print("  " + verify(answer, query_body(targets), keys, f"WebSocket batch {n}"))
+                print("  " + verify(answer, bodies[n], keys, f"WebSocket batch {n}"))
                 verified_ws = True
         notary.check_alive()
         return result
@@ -259,7 +235,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
          "server CPU us/req", "server CPU us/target", "server core use", "client core use"],
         table)
     print(harness.describe_busy([server_cpu, client_cpu], "after the runs (notary idle)"))
-    problems = harness.tail(log)
+    problems = harness.tail(notary.log)
     if problems.strip():
         print(f"notary log (warnings and errors):\n{problems}\n")
     return 0
