@@ -1,10 +1,7 @@
-"""TLS: the notary against nginx and the minimal Trio TLS server, same
-certificate and key, same wrk command, same run (issue: scenarios 1 and 2).
-
-Scenario 1: cache hit over HTTPS keep-alive (goal: notary >= 80% of the
-minimal Trio TLS server). Scenario 2: one new TLS connection per query, full
-handshakes (resumption off everywhere; goal: notary >= 75% of nginx), with
-wrk and ``openssl s_time -new``. Set-up, flags and columns: ``bench/README.md``.
+"""TLS: the notary against nginx and the minimal Trio TLS server, same certificate and key,
+same wrk command, same run: cache hit over HTTPS keep-alive (scenario 1), and one new TLS
+connection per query, full handshakes, with wrk and ``openssl s_time -new`` (scenario 2).
+Goals, set-up and columns: ``bench/README.md``.
 
     .venv/bin/python bench/bench_tls.py --wait-quiet 120   # about 4 minutes
     .venv/bin/python bench/bench_tls.py --quick            # 2 s runs, one round
@@ -20,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,9 +27,8 @@ from harness import LOOPBACK, MINIMAL_SERVER, BenchError, NotarySetup, Processes
 GOAL_KEEPALIVE = 0.80  # scenario 1: notary / minimal Trio TLS server
 GOAL_HANDSHAKE = 0.75  # scenario 2: notary / nginx, full handshakes
 
-#: ``notary serve`` with TLS session resumption off (scenario 2): the
-#: context from ``make_server_ssl_context`` (looked up at call time) issues no
-#: session tickets. argv[1:] is the ``serve`` command line.
+#: ``notary serve`` (argv[1:]) with TLS session resumption off (scenario 2): the context
+#: from ``make_server_ssl_context`` (looked up at call time) issues no session tickets.
 NOTARY_NO_RESUMPTION = """\
 import ssl, sys
 import notary.server.app as app
@@ -56,7 +53,6 @@ class Server:
     info_only: bool = False
 
     def cpu(self) -> float:
-        """The server process's CPU seconds so far."""
         return harness.cpu_seconds(self.process.pid)
 
 
@@ -84,10 +80,8 @@ class Bench:
 
     def start_nginx(self, name: str, answer: bytes, *, resumption: bool,
                     log_reuse: bool = False) -> Server:
-        """One nginx in the foreground (no daemon, no master: the process we
-        start serves) on a free port of the server core, its files in
-        directory/``name``, one location answering ``answer``'s body and
-        Content-Type, the notary's certificate and key, TLS 1.2+."""
+        """One foreground nginx (the process we start serves) on the server core, its
+        files in directory/``name``, answering ``answer``'s body and Content-Type."""
         port = harness.free_ports(1)[0]
         text = harness.body_of(answer).decode("utf-8")
         if "$" in text:
@@ -104,7 +98,6 @@ class Bench:
         config.write_text(f"""\
 daemon off;
 master_process off;
-worker_processes 1;
 pid {work}/nginx.pid;
 error_log {work}/error.log warn;
 events {{ worker_connections 1024; }}
@@ -112,7 +105,6 @@ http {{
     {logging}
     {temp_paths}
     keepalive_requests 1000000;
-    keepalive_timeout 75s;
     server {{
         listen {LOOPBACK}:{port} ssl;
         ssl_certificate {self.setup.cert};
@@ -169,30 +161,27 @@ http {{
     def measure_s_time(self, server: Server) -> Run:
         """``--s-time-clients`` ``openssl s_time -new`` at once (each one
         handshake at a time), all on the client core: full handshakes per second."""
-        seconds = self.args.duration
         argv = [self.openssl, "s_time", "-connect", f"{LOOPBACK}:{server.port}", "-new",
-                "-time", str(seconds)]
+                "-time", str(self.args.duration)]
         meter = harness.Meter(server.cpu, (self.server_cpu, self.client_cpu))
-        started = time.monotonic()
         clients = [self.processes.start("s_time", argv, cpu=self.client_cpu)
                    for _ in range(self.args.s_time_clients)]
         count = 0
         try:
             for client in clients:
-                try:
-                    out, err = client.communicate(timeout=seconds + 30)
-                except subprocess.TimeoutExpired:
-                    raise BenchError(f"openssl s_time did not finish ({server.label})") from None
+                out, err = client.communicate(timeout=self.args.duration + 30)
                 text = (out + err).decode(errors="replace")
                 found = re.search(r"(\d+) connections in [\d.]+s;", text)
                 if client.returncode != 0 or found is None or not int(found.group(1)):
                     raise BenchError(f"openssl s_time against {server.label} failed "
                                      f"({client.returncode}):\n{text[-2000:]}")
                 count += int(found.group(1))
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"openssl s_time did not finish ({server.label})") from None
         finally:
             for client in clients:
                 self.processes.stop(client)
-        return meter.run(count / (time.monotonic() - started), count)
+        return meter.run(count / (time.monotonic() - meter.started), count)
 
     def rounds(self, servers: Sequence[Server], measure: Callable[[Server], Run],
                what: str) -> dict[str, list[Run]]:
@@ -214,9 +203,6 @@ http {{
         return harness.run_rounds(self.args, servers, checked, progress)
 
 
-# -- checks ----------------------------------------------------------------------
-
-
 def content_type(response: bytes) -> str:
     return harness.header_of(response, "Content-Type") or "application/json"
 
@@ -227,21 +213,17 @@ def head_line(response: bytes) -> str:
 
 def check_answer(server: Server, got: bytes, expected: bytes) -> None:
     """The notary's bytes, or from nginx the same status, Content-Type and body."""
-    def essentials(response: bytes) -> tuple[object, ...]:
-        return (harness.status_of(response), harness.header_of(response, "Content-Type"),
-                harness.body_of(response))
-
     if server.key != "nginx" and got != expected:
         raise BenchError(f"{server.label} does not answer the notary's bytes: {got[:300]!r}")
-    if server.key == "nginx" and essentials(got) != essentials(expected):
+    parts = (harness.status_of, content_type, harness.body_of)
+    if server.key == "nginx" and any(part(got) != part(expected) for part in parts):
         raise BenchError(f"{server.label} answers a different status, type or body: {got[:400]!r}")
 
 
 def tls_query(port: int, request: bytes, *, to_close: bool) -> tuple[bytes, str, bool]:
-    """``request`` over a new TLS connection, then over a second one offering
-    the first one's session (and any ticket): the first answer (read to the
-    server's close with ``to_close``, else by its length), its protocol and
-    cipher, and whether the second connection resumed the session."""
+    """``request`` over a new TLS connection, then over a second one offering the first one's
+    session (and any ticket): the first answer (read to the server's close with ``to_close``,
+    else by its length), its protocol and cipher, and whether the second one resumed."""
     context, session, answers, protocols = harness.client_tls_context(), None, [], []
     for _ in range(2):
         with socket.create_connection((LOOPBACK, port), timeout=10.0) as raw, \
@@ -249,13 +231,8 @@ def tls_query(port: int, request: bytes, *, to_close: bool) -> tuple[bytes, str,
             cipher = sock.cipher()
             protocols.append(f"{sock.version()} {cipher[0] if cipher else '?'}")
             sock.sendall(request)  # TLS 1.3 tickets arrive while the answer is read
-            if to_close:
-                answer = bytearray()
-                while chunk := sock.recv(65536):
-                    answer += chunk
-                answers.append(bytes(answer))
-            else:
-                answers.append(harness.read_response(sock, bytearray()))
+            answers.append(b"".join(iter(partial(sock.recv, 65536), b"")) if to_close
+                           else harness.read_response(sock, bytearray()))
             session, reused = sock.session, sock.session_reused
     return answers[0], protocols[0], reused
 
@@ -290,12 +267,10 @@ def describe_certificate(path: Path) -> str:
     return type(key).__name__
 
 
-# -- report ----------------------------------------------------------------------
-
-
 def print_report(servers: Sequence[Server], runs: dict[str, list[Run]], unit: str,
                  each: str, client: str) -> dict[str, Run]:
-    """The table of ``runs`` (peak RSS read now); returns the best run of each server."""
+    """A blank line, the table of ``runs`` (peak RSS read now); returns each server's best run."""
+    print()
     best = {key: harness.best(results) for key, results in runs.items()}
     rows = []
     for server in servers:
@@ -319,28 +294,21 @@ def print_report(servers: Sequence[Server], runs: dict[str, list[Run]], unit: st
         ["server", f"{unit} per run (* flagged)", f"best {unit}",
          "latency p50 / p99 / p99.9 (best)", "errors (best)", f"server CPU us per {each}",
          "server: process / core busy", f"{client}: process / core busy", "other load (cores)",
-         "server peak RSS", "notary / this"],
-        rows,
-    )
+         "server peak RSS", "notary / this"], rows)
     return best
 
 
 def verdict(name: str, ours: Run, theirs: Run, goal: float) -> str:
-    """The goal judged twice: by the measured rates, and by the servers'
-    CPU time per request (the rate each would reach with its core to itself:
-    the figure to use when a run is flagged, e.g. when wrk was the limit)."""
+    """The goal judged by rate and by server CPU per request (the figure to use when a run is
+    flagged, e.g. when wrk was the limit: bench/README.md)."""
     ratio = ours.rate / theirs.rate
     cpu = theirs.server_us / ours.server_us if ours.server_us else 0.0
-    trust = ("" if not (ours.warnings() or theirs.warnings())
-             else " (flagged runs: see the warnings)")
+    trust = " (flagged runs: see the warnings)" if ours.warnings() or theirs.warnings() else ""
     return (f"goal: notary >= {goal:.0%} of {name}: by rate {ratio:.1%} ({ours.rate:,.0f} / "
             f"{theirs.rate:,.0f}) -> {'met' if ratio >= goal else 'NOT met'}{trust}; by server "
             f"CPU per request {cpu:.1%} ({theirs.server_us:,.1f} / {ours.server_us:,.1f} us, "
             f"i.e. {1e6 / ours.server_us:,.0f} vs {1e6 / theirs.server_us:,.0f} per core-second)"
             f" -> {'met' if cpu >= goal else 'NOT met'}")
-
-
-# -- main ------------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -425,7 +393,6 @@ def scenario_keepalive(bench: Bench, notary: Server, answer: bytes) -> None:
     script = harness.wrk_script(bench.directory, bench.body, name="keepalive")
     runs = bench.rounds(servers, lambda server: bench.measure_wrk(server, script),
                         "wrk keep-alive")
-    print()
     best = print_report(servers, runs, "req/s", "request", "wrk")
     print(verdict("the minimal Trio TLS server", best["notary"], best["minimal"],
                   GOAL_KEEPALIVE))
@@ -478,13 +445,10 @@ def scenario_handshakes(bench: Bench) -> None:
     runs = bench.rounds(servers, lambda server: bench.measure_wrk(server, scripts[server.key]),
                         "wrk new connection per query")
     s_time_runs = bench.rounds(servers, bench.measure_s_time, "openssl s_time -new")
-    print()
-    print("wrk, one query per TLS connection (wrk's latency leaves the handshake out):")
-    print()
+    print("\nwrk, one query per TLS connection (wrk's latency leaves the handshake out):")
     best = print_report(servers, runs, "req/s", "connection", "wrk")
     print(f"openssl s_time -new -time {bench.args.duration} x {bench.args.s_time_clients} "
           "processes (handshake only, no HTTP):")
-    print()
     best_s_time = print_report(servers, s_time_runs, "handshakes/s", "handshake", "s_time")
     print(verdict("nginx (wrk, full handshake + query)", best["notary"], best["nginx"],
                   GOAL_HANDSHAKE))
