@@ -38,11 +38,7 @@ def wrk_run(wrk: str, processes: Processes, url: str, script: Path, args: argpar
     return harness.run_wrk(
         wrk, processes, url, script, threads=args.threads, connections=args.connections,
         seconds=args.duration, cpu=cpu,
-        server_cpu_seconds=(lambda: harness.cpu_seconds(server_pid)) if server_pid else None,
-    )
-
-
-# -- report ----------------------------------------------------------------------
+        server_cpu_seconds=(lambda: harness.cpu_seconds(server_pid)) if server_pid else None)
 
 
 def url(port: int, path: str, *, tls: bool) -> str:
@@ -84,13 +80,11 @@ def report(targets: Sequence[Target], runs: dict[str, list[Run]]) -> float:
     run_headers = [f"run {i + 1} req/s" for i in range(max(len(r) for r in runs.values()))]
     harness.print_table(
         ["server", *run_headers, "best req/s", "vs (c)", "vs its ceiling",
-         "server CPU us/req (min)", "server core use (best)", "latency avg / p99 (best)"],
-        rows,
-    )
+         "server CPU us/req (min)", "server core use (best)", "latency avg / p99 (best)"], rows)
     ratio = best["a"].rate / base
-    verdict = "met" if ratio >= GOAL else "NOT met"
     print(f"goal: notary plain HTTP keep-alive >= {GOAL:.0%} of the minimal Trio server: "
-          f"{ratio:.1%} ({best['a'].rate:,.0f} / {base:,.0f} req/s) -> {verdict}")
+          f"{ratio:.1%} ({best['a'].rate:,.0f} / {base:,.0f} req/s) -> "
+          f"{'met' if ratio >= GOAL else 'NOT met'}")
     if cpu["a"] and cpu["c"]:
         print(f"cross-check by server CPU time per request (less sensitive to other load): "
               f"minimal {cpu['c']:.1f} us / notary {cpu['a']:.1f} us = {cpu['c'] / cpu['a']:.1%}")
@@ -105,15 +99,10 @@ def report(targets: Sequence[Target], runs: dict[str, list[Run]]) -> float:
     return ratio
 
 
-# -- profile ---------------------------------------------------------------------
-
-
 def profile_notary(wrk: str, processes: Processes, notary: harness.RunningNotary, script: Path,
                    args: argparse.Namespace, server_cpu: int, client_cpu: int) -> None:
-    """Restart the notary, load it over plain HTTP with wrk, and profile it
-    while wrk runs: cProfile (in-process, deterministic: exact calls per
-    request, inflated times) or py-spy (samples from outside, pausing the
-    process briefly for each: truer shares, no call counts)."""
+    """Restart the notary under ``args.profile`` (cProfile or py-spy: bench/README.md)
+    and print where its time goes while wrk loads it over plain HTTP."""
     setup = notary.setup
     stats_path, raw = setup.directory / "notary.prof", setup.directory / "py-spy.txt"
     log = setup.directory / "notary-profiled.log"
@@ -211,9 +200,6 @@ def print_py_spy(raw: Path, result: Run, top: int) -> None:
             for frame, count in counts.most_common(top)])
 
 
-# -- main ------------------------------------------------------------------------
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = harness.load_parser(__doc__.split("\n\n")[0], rounds=2,
                                  quick="2 s per run instead of 10: a smoke run, not a measurement")
@@ -232,16 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return harness.run_benchmark("bench_http", parse_args(argv), run)
 
 
-#: Row (f): every per-client limit applies to the loopback load client, with
-#: rates and caps it never reaches: what a limited client's query costs.
-LIMITS_ON = """
-[limits]
-exempt_clients = []
-queries_per_s_per_prefix = 1000000000
-query_burst = 1000000000
-max_connections_per_address = 4096
-max_connections_per_prefix = 4096
-"""
+#: Row (f): every per-client limit applies to the loopback load client (no client exempt:
+#: an empty tuple, as the config reads it back), with rates and caps it never reaches.
+LIMITS_ON: dict[str, dict[str, object]] = {"limits": {
+    "exempt_clients": (), "queries_per_s_per_prefix": 10**9, "query_burst": 10**9,
+    "max_connections_per_address": 4096, "max_connections_per_prefix": 4096}}
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
@@ -259,16 +240,12 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     response_file.write_bytes(answer)
     head = answer.split(b"\r\n\r\n", 1)[0].decode("ascii").replace("\r\n", " | ")
     print(f"query: POST {setup.path} (the notary's own HTTPS port), body {body}")
-    print(f"answer: {len(answer)} bytes, {head}")
-    print()
+    print(f"answer: {len(answer)} bytes, {head}\n")
 
     script = harness.wrk_script(directory, body)
-    targets = {
-        "a": Target("a", "notary, plain HTTP", url(setup.plain_port, setup.path, tls=False),
-                    notary.pid, script),
-        "b": Target("b", "notary, HTTPS", url(setup.api_port, setup.path, tls=True), notary.pid,
-                    script),
-    }
+    targets = {key: Target(key, label, url(port, setup.path, tls=tls), notary.pid, script)
+               for key, label, port, tls in (("a", "notary, plain HTTP", setup.plain_port, False),
+                                            ("b", "notary, HTTPS", setup.api_port, True))}
     minimal = [sys.executable, str(harness.MINIMAL_SERVER), "--response", str(response_file)]
     tls_files = ["--cert", str(setup.cert), "--key", str(setup.key)]
     minimal_rows = [("c", "minimal Trio server, plain HTTP (ceiling)", [], False),
@@ -287,8 +264,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             raise BenchError(f"({key}) {label} does not answer the notary's bytes: {got!r}")
         targets[key] = Target(key, label, url(port, setup.path, tls=tls), pid, script)
     if not args.no_limits_row:
-        limited_setup = harness.new_notary(directory / "limited")
-        limited_setup.config.write_text(limited_setup.config.read_text() + LIMITS_ON)
+        limited_setup = harness.new_notary(directory / "limited", LIMITS_ON)
         limited = harness.start_notary(processes, limited_setup, "notary (limits on)",
                                        cpu=server_cpu, log=directory / "limited" / "notary.log")
         targets["f"] = Target(

@@ -1,9 +1,7 @@
 """Scenario 3: cache misses, every query a probe.
 
-A target farm (this script, ``--farm``), a notary probing a new target per
-query, and a minimal Trio client's TLS handshakes against the same targets
-as the baseline (this script, ``--handshake``). Phases, rounds and the goal:
-``bench/README.md``.
+A notary probing a target farm (``--farm``), against a minimal Trio client's TLS handshakes
+with the same targets (``--handshake``). Set-up, phases, rounds, goal: ``bench/README.md``.
 
     .venv/bin/python bench/bench_probe.py --wait-quiet 120   # full run (about 4 minutes)
     .venv/bin/python bench/bench_probe.py --quick            # smoke run
@@ -28,18 +26,11 @@ import trio
 from harness import LOOPBACK, BenchError, Processes
 
 GOAL_VS_HANDSHAKES = 0.70
-#: A run whose last third's RSS peak exceeds its first third's by more than
-#: this share is "growing".
-GROWTH_TOLERANCE = 0.05
+GROWTH_TOLERANCE = 0.05  # more growth of the RSS peak (last third over first) is "GROWING"
 NO_SUCH_FINGERPRINT = ":".join(["00"] * 20)
 #: (name, POST with an unknown fingerprint, passes over the target list).
-PHASES = (
-    ("1. fresh targets (GET, never seen)", False, 1),
-    ("2. probe per query (POST, unknown fingerprint, same targets)", True, 200),
-)
-
-
-# -- the farm and the baseline client (child modes) -------------------------------
+PHASES = (("1. fresh targets (GET, never seen)", False, 1),
+          ("2. probe per query (POST, unknown fingerprint, same targets)", True, 200))
 
 
 def target_list(addresses: int, ports: Sequence[int]) -> list[tuple[str, int]]:
@@ -113,9 +104,6 @@ def handshake_main(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- the load (this process) --------------------------------------------------------
-
-
 class Sampler:
     """Every second: the notary's RSS and ``notary_probes_in_flight``."""
 
@@ -143,7 +131,7 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
     most once, for ``duration_s``; returns the count of each status, and the seconds."""
     statuses: Counter[int] = Counter()
     next_index = 0
-    body = f"fingerprint={NO_SUCH_FINGERPRINT}".encode()
+    body = f"fingerprint={NO_SUCH_FINGERPRINT}"
 
     async def client(deadline: float) -> None:
         nonlocal next_index
@@ -154,12 +142,8 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
                 host, target_port = targets[next_index]
                 next_index += 1
                 path = f"/target/{host}+{target_port}"
-                if post:
-                    request = (f"POST {path} HTTP/1.1\r\nHost: n\r\nContent-Type: "
-                               f"{harness.CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n"
-                               ).encode() + body
-                else:
-                    request = f"GET {path} HTTP/1.1\r\nHost: n\r\n\r\n".encode()
+                request = (harness.post_request(port, path, body) if post
+                           else f"GET {path} HTTP/1.1\r\nHost: n\r\n\r\n".encode())
                 await stream.send_all(request)
                 while b"\r\n\r\n" not in buffer:
                     chunk = await stream.receive_some(65536)
@@ -186,9 +170,6 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
                 clients.start_soon(client, start + duration_s)
         nursery.cancel_scope.cancel()  # the sampling
     return statuses, trio.current_time() - start
-
-
-# -- the benchmark --------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -233,17 +214,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return harness.run_benchmark("bench_probe", args, run)
 
 
-def farm_certificate(directory: Path) -> tuple[Path, Path]:
-    """An ECDSA P-256 certificate and key for the farm (trustme, a test
-    dependency of the project)."""
+def start_farm(processes: Processes, directory: Path, child: Sequence[str], cpu: int) -> None:
+    """Start the target farm (``child --farm``) with an ECDSA P-256 certificate (trustme,
+    a test dependency); return once it listens on every target."""
     import trustme
 
-    authority = trustme.CA(key_type=trustme.KeyType.ECDSA)
-    issued = authority.issue_cert("127.0.0.1", key_type=trustme.KeyType.ECDSA)
+    issued = trustme.CA(key_type=trustme.KeyType.ECDSA).issue_cert(
+        "127.0.0.1", key_type=trustme.KeyType.ECDSA)
     cert, key = directory / "farm.crt", directory / "farm.key"
     issued.cert_chain_pems[0].write_to_path(str(cert))
     issued.private_key_pem.write_to_path(str(key))
-    return cert, key
+    farm = processes.start("farm", [*child, "--farm", "--cert", str(cert), "--key", str(key)],
+                           cpu=cpu)
+    line = farm.stdout.readline() if farm.stdout else b""
+    if line.strip() != b"ready":
+        raise BenchError(f"the target farm did not start: {line!r}")
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
@@ -251,16 +236,9 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         args, "Scenario 3: cache misses, every query a probe", None)
     farm_ports = harness.free_ports(args.ports)
     targets = target_list(args.addresses, farm_ports)
-    this = [sys.executable, str(Path(__file__).resolve())]
-    common_child = ["--farm-ports", ",".join(map(str, farm_ports)),
-                    "--addresses", str(args.addresses)]
-    cert, key = farm_certificate(directory)
-    farm = processes.start(
-        "farm", [*this, "--farm", *common_child, "--cert", str(cert), "--key", str(key)],
-        cpu=client_cpu)
-    line = farm.stdout.readline() if farm.stdout else b""
-    if line.strip() != b"ready":
-        raise BenchError(f"the target farm did not start: {line!r}")
+    child = [sys.executable, str(Path(__file__).resolve()), "--farm-ports",
+             ",".join(map(str, farm_ports)), "--addresses", str(args.addresses)]
+    start_farm(processes, directory, child, client_cpu)
     os.sched_setaffinity(0, {client_cpu})
     print(f"targets: {len(targets):,} ({args.addresses} loopback addresses x {args.ports} "
           f"ports), concurrency {args.concurrency}, {args.rounds} round(s) of: a fresh "
@@ -272,16 +250,15 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     growth = 0.0
     for number in range(1, args.rounds + 1):
         last = number == args.rounds
-        # A fresh notary (new database: every target is new to it), serving plain
-        # HTTP; a capacity test, not an abuse test: the per-target and
-        # per-destination probe limits (every farm target is in 127.0.0.0/24) are off.
+        # A fresh notary (new database: every target is new to it), serving plain HTTP; a
+        # capacity test, not an abuse test: the per-target and per-destination probe limits
+        # (every farm target is in 127.0.0.0/24) are off.
         setup = harness.new_notary(directory / f"round{number}", {
             "answers": {"fresh_for_s": 1, "reprobe_after_s": 0},
             "limits": {"probes_per_minute_per_target": 0,
                        "probes_per_s_per_destination_prefix": 0}})
-        log = setup.directory / "notary.log"
-        notary = harness.start_server(processes, "notary", harness.notary_argv(setup),
-                                      [setup.plain_port], cpu=server_cpu, log=log)
+        notary = harness.start_notary(processes, setup, "notary", cpu=server_cpu,
+                                      log=setup.directory / "notary.log", prime=False)
         rates = {}
         for phase, post, rounds_over in PHASES:
             # Phase 2 goes round after round over the same targets: each query probes again.
@@ -292,8 +269,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                 load, setup.plain_port, targets * rounds_over, post=post,
                 concurrency=args.concurrency, duration_s=duration, sampler=sampler))
             cpu = harness.cpu_seconds(notary.pid) - cpu_before
-            if notary.poll() is not None:
-                raise BenchError(f"the notary exited ({notary.returncode}):\n{harness.tail(log)}")
+            notary.check_alive()
             ok = statuses[200] + statuses[409]
             rates[phase] = ok / seconds
             if post and last:
@@ -305,15 +281,13 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                 ", ".join(f"{k}: {v:,}" for k, v in sorted(statuses.items())),
                 in_flight, f"{cpu / seconds:.0%}", f"{cpu / max(1, ok) * 1e6:,.0f}",
                 f"{min(sampler.rss) / 2**20:.0f} / {max(sampler.rss) / 2**20:.0f}",
-                f"{sampler.growth():+.1%}",
-            ])
-        problems = harness.tail(log)
-        processes.stop(notary)
+                f"{sampler.growth():+.1%}"])
+        problems = harness.tail(notary.log)
+        processes.stop(notary.process)
         # The baseline right after, on the same core: the notary is stopped.
-        baseline = processes.start(
-            "handshake client", [*this, "--handshake", *common_child,
-                                 "--concurrency", str(args.concurrency),
-                                 "--duration", f"{args.duration:g}"], cpu=server_cpu)
+        baseline = processes.start("handshake client", [
+            *child, "--handshake", "--concurrency", str(args.concurrency),
+            "--duration", f"{args.duration:g}"], cpu=server_cpu)
         out, err = baseline.communicate(timeout=args.duration + 60)
         if baseline.returncode != 0:
             raise BenchError(f"the handshake client failed:\n{err.decode(errors='replace')}")
@@ -322,8 +296,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         rows.append([
             f"{number}", "baseline: minimal Trio client, TLS handshakes, same targets",
             f"{counts['handshakes']:,}", f"{handshake_rate:,.0f}",
-            f"failed: {counts['failed']}", "-", "-", "-", "-", "-",
-        ])
+            f"failed: {counts['failed']}", "-", "-", "-", "-", "-"])
         for phase, rate in rates.items():
             ratios[phase].append(rate / handshake_rate)
         if problems.strip():
@@ -338,8 +311,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
               f"(rounds: {', '.join(f'{share:.0%}' for share in shares)}; goal >= "
               f"{GOAL_VS_HANDSHAKES:.0%}: {verdict})")
     print(f"memory, probing without end for {args.memory_duration:g} s (round {args.rounds}, "
-          f"phase 2): RSS growth {growth:+.1%} "
-          f"({'none' if growth <= GROWTH_TOLERANCE else 'GROWING'})")
+          f"phase 2): RSS growth {growth:+.1%} ({'none' if growth <= GROWTH_TOLERANCE else 'GROWING'})")
     print(harness.describe_busy([server_cpu, client_cpu], "after the runs"))
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -39,9 +40,7 @@ class Variant:
     key: str
     label: str
     workers: int
-    #: Notary on the server core, wrk -t1 on the client core (bench_http's set-up);
-    #: else nothing pinned, wrk --threads.
-    pinned: bool
+    pinned: bool = False  # notary, wrk -t1 each pinned (bench_http's set-up); else wrk --threads
 
 
 @dataclass
@@ -93,9 +92,6 @@ class Measurement(harness.Run):
         return found
 
 
-# -- processes of a node ---------------------------------------------------------
-
-
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid``, sorted (``/proc/<pid>/task/*/children`` is
     not in every kernel: this VM has no CONFIG_PROC_CHILDREN)."""
@@ -129,37 +125,30 @@ def wait_for_workers(node_process: subprocess.Popen[bytes], workers: int, log: P
     own ``NOTARY_WORKER_INDEX``."""
     deadline = time.monotonic() + harness.READY_TIMEOUT_S
     expected = workers if workers > 1 else 0  # 1 worker: the node itself, no child
-    while True:
-        if node_process.poll() is not None:
-            raise BenchError(f"the node exited with {node_process.returncode}:\n{harness.tail(log)}")
-        children = descendants(node_process.pid)
-        if len(children) == expected:
+    while len(children := descendants(node_process.pid)) != expected:
+        if (node_process.poll() is not None or len(children) > workers or workers == 1
+                or time.monotonic() > deadline):
             break
-        if len(children) > workers or workers == 1 or time.monotonic() > deadline:
-            raise BenchError(f"--workers {workers} node has children {children}:\n"
-                             f"{harness.tail(log)}")
         time.sleep(0.1)
+    if node_process.poll() is not None or len(children) != expected:
+        raise BenchError(f"--workers {workers} node (exit status {node_process.returncode}) "
+                         f"has children {children}:\n{harness.tail(log)}")
     if workers == 1:
         return [node_process.pid]
     indexes = sorted(next((item.split("=", 1)[1] for item in proc_strings(pid, "environ")
                            if item.startswith("NOTARY_WORKER_INDEX=")), "?") for pid in children)
     commands = [proc_strings(pid, "cmdline") for pid in children]
     if indexes != [str(i) for i in range(workers)] or not all(
-        "notary" in argv and "serve" in argv for argv in commands
-    ):
+            "notary" in argv and "serve" in argv for argv in commands):
         raise BenchError(f"the node's children are not its workers: indexes {indexes}, "
                          f"commands {commands}")
     return children
 
 
-# -- set-up and measurement ------------------------------------------------------
-
-
 def start_node(processes: Processes, directory: Path, variant: Variant, server_cpu: int) -> Node:
-    """A fresh notary with ``variant.workers``, primed: a cache hit in every
-    worker, each answering the same bytes (the first POST probes; the others
-    load the stored answer). Its listeners: on ports chosen here (``make_notary``
-    checks), none of them dev-init's fixed ones, and one admin listener (for /metrics)."""
+    """A fresh notary with ``variant.workers`` on ports chosen here (none of dev-init's fixed
+    ones; an admin listener for /metrics), each worker checked to answer the cache hit with
+    the same bytes (the first POST probed; the others load the stored answer)."""
     ports = harness.free_ports(7)  # api, relay api, plain, spare: every listener's
     setup = harness.new_notary(directory / variant.key, ports=ports)
     fixed = {DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT}
@@ -176,8 +165,7 @@ def start_node(processes: Processes, directory: Path, variant: Variant, server_c
     for port, tls in ((setup.plain_port, False), (setup.api_port, True)):
         request = harness.post_request(port, setup.path, notary.body)
         with contextlib.ExitStack() as stack:
-            # Several connections open at once, so that the kernel hands them
-            # to different workers.
+            # Several connections at once, so that the kernel hands them to different workers.
             socks = [stack.enter_context(harness.connect(port, tls=tls, timeout_s=30.0))
                      for _ in range(4 * variant.workers)]
             for sock in socks:
@@ -185,28 +173,25 @@ def start_node(processes: Processes, directory: Path, variant: Variant, server_c
                 for _ in range(2):
                     sock.sendall(request)
                     if harness.read_response(sock, buffer) != notary.answer:
-                        raise BenchError(f"notary {variant.key}: a worker answers "
-                                         "different bytes")
+                        raise BenchError(f"notary {variant.key}: a worker answers different bytes")
+    print(f"{variant.label}: pid {notary.pid}, serving pids {node.workers}; answer "
+          f"{len(notary.answer)} bytes, {notary.answer.split(b' ', 2)[1].decode()}")
     return node
 
 
 def scrape(node: Node) -> dict[str, float]:
     """Node totals from ``/metrics`` (summed over the workers, each as of its
     last fold, at most ``[admin] metrics_interval_s`` old)."""
-    totals = {"queries": 0.0, "misses": 0.0, "probes": 0.0}
-    for name, value in harness.get_metrics(node.admin_port):
-        if name.startswith("notary_queries_total{") and 'protocol="convergence"' in name:
-            totals["queries"] += value
-        elif name == "notary_cache_misses_total":
-            totals["misses"] += value
-        elif name.startswith("notary_probes_total{"):
-            totals["probes"] += value
-    return totals
+    metrics = harness.get_metrics(node.admin_port)
+    return {"queries": sum(value for name, value in metrics if 'protocol="convergence"' in name
+                           and name.startswith("notary_queries_total{")),
+            "misses": sum(value for name, value in metrics if name == "notary_cache_misses_total"),
+            "probes": sum(value for name, value in metrics
+                          if name.startswith("notary_probes_total{"))}
 
 
-def measure(wrk: str, processes: Processes, node: Node, transport: str,
-            args: argparse.Namespace, client_cpu: int, seconds: int,
-            settle_s: float) -> Measurement:
+def measure(wrk: str, processes: Processes, args: argparse.Namespace, client_cpu: int,
+            settle_s: float, node: Node, transport: str, seconds: int) -> Measurement:
     """One wrk run against ``node``, with the CPU time of the node's
     processes (summed), of each worker, of wrk and of the whole machine."""
     node.notary.check_alive()
@@ -231,9 +216,6 @@ def measure(wrk: str, processes: Processes, node: Node, transport: str,
         **{**vars(result), "server_cpu_s": sum(used.values())},
         worker_cpu_s=tuple(used[pid] for pid in node.workers),
         **{key: after_metrics[key] - before_metrics[key] for key in before_metrics})
-
-
-# -- report ----------------------------------------------------------------------
 
 
 def report(args: argparse.Namespace, variants: Sequence[Variant],
@@ -262,26 +244,17 @@ def report(args: argparse.Namespace, variants: Sequence[Variant],
          "HTTPS req/s best (runs)", "HTTPS vs 1 worker", "notary CPU us/req plain / HTTPS",
          "wrk CPU us/req plain / HTTPS",
          "cores used, notary + wrk + other (best plain / best HTTPS)",
-         "CPU ceiling req/s plain / HTTPS", "worker CPU split plain ; HTTPS"],
-        rows,
-    )
+         "CPU ceiling req/s plain / HTTPS", "worker CPU split plain ; HTTPS"], rows)
     for transport in TRANSPORTS:
         top = best[f"w{args.workers}", transport].rate
-        line = (f"{transport}: {args.workers} workers / 1 worker = "
-                f"{top / best['w1', transport].rate:.2f}x")
-        if not args.no_pinned_row:
-            line += (f"; / 1 worker pinned (bench_http set-up) = "
-                     f"{top / best['w1-pinned', transport].rate:.2f}x")
-        print(line)
-    print("cores used: CPU time / wall time of the run, in cores (other = the rest of the "
-          "machine's busy time: other benchmarks, the idle nodes, and the loopback traffic's "
-          "softirq time, which no process is charged with); CPU ceiling: min(cores / (notary "
-          "+ wrk CPU per request), workers / notary CPU per request), the rate of this run's "
-          f"costs on an otherwise idle machine; 'UNEVEN': a worker took less than "
-          f"{UNEVEN_SHARE:.0%} of the workers' CPU")
-
-
-# -- main ------------------------------------------------------------------------
+        pinned = "" if args.no_pinned_row else (f"; / 1 worker pinned (bench_http set-up) = "
+                                                f"{top / best['w1-pinned', transport].rate:.2f}x")
+        print(f"{transport}: {args.workers} workers / 1 worker = "
+              f"{top / best['w1', transport].rate:.2f}x{pinned}")
+    print("cores used: CPU time / wall time, in cores (other: the rest of the machine's busy "
+          "time, loopback softirq included); CPU ceiling: min(cores / (notary + wrk CPU per "
+          "request), workers / notary CPU per request) (bench/README.md); 'UNEVEN': a worker "
+          f"took less than {UNEVEN_SHARE:.0%} of the workers' CPU")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -311,51 +284,38 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     server_cpu, client_cpu = harness.start_load(
         args, "Worker scaling: cache-hit POST /target requests per second (wrk), "
         f"notary serve --workers 1 vs {args.workers}", wrk, lambda server, client: [
-            f"wrk: -c{args.connections} -d{args.duration}s, -t{args.threads} in the unpinned "
-            f"rows; {args.rounds} run(s) per row and transport, interleaved, best kept; "
-            "loopback only",
-            f"note: {len(cores)} usable cores, and wrk needs cores too. With {args.workers} "
-            f"workers on {len(cores)} cores, wrk's threads share the cores with the workers "
-            "(nothing is pinned in the compared rows), so the scaled figure is bounded by the "
-            "cores left to the notary, not by the workers: see 'cores used' and 'CPU ceiling' "
-            "(cores / (notary + wrk CPU per request)). On a machine with C cores, run N workers "
-            "with N + wrk's cores <= C."], cpus=cores)
-    variants = [
-        Variant("w1", f"1 worker (-t{args.threads}, nothing pinned)", 1, False),
-        Variant(f"w{args.workers}", f"{args.workers} workers (-t{args.threads}, nothing pinned)",
-                args.workers, False),
-    ]
+            f"wrk: -c{args.connections} -d{args.duration}s, -t{args.threads} in the unpinned rows; "
+            f"{args.rounds} run(s) per row and transport, interleaved, best kept; loopback only",
+            f"note: {args.workers} workers and wrk share {len(cores)} usable cores (nothing "
+            "pinned in the compared rows): the cores bound the scaled figure, see 'CPU ceiling' "
+            "(bench/README.md); with C cores, run N workers with N + wrk's cores <= C"],
+        cpus=cores)
+    unpinned = f"(-t{args.threads}, nothing pinned)"
+    variants = [Variant("w1", f"1 worker {unpinned}", 1),
+                Variant(f"w{args.workers}", f"{args.workers} workers {unpinned}", args.workers)]
     if not args.no_pinned_row:
         variants.insert(0, Variant("w1-pinned", f"1 worker pinned to CPU {server_cpu} "
-                                   f"(-t1 on CPU {client_cpu}, bench_http)", 1, True))
+                                   f"(-t1 on CPU {client_cpu}, bench_http)", 1, pinned=True))
 
-    # Every node runs to the end: run_benchmark's Processes.stop_all stops them
-    # (SIGTERM, a supervisor stops its workers; SIGKILL after a timeout).
-    nodes = []
-    for variant in variants:
-        node = start_node(processes, directory, variant, server_cpu)
-        nodes.append(node)
-        answer = node.notary.answer
-        print(f"{variant.label}: pid {node.notary.pid}, serving pids {node.workers}; "
-              f"answer {len(answer)} bytes, {answer.split(b' ', 2)[1].decode()}")
+    # Every node runs to the end: run_benchmark's Processes.stop_all stops them (SIGTERM, a
+    # supervisor stops its workers; SIGKILL after a timeout).
+    nodes = [start_node(processes, directory, variant, server_cpu) for variant in variants]
     settle_s = load_config(nodes[0].notary.setup.config).admin.metrics_interval_s + 0.5
     print(f"query: POST /target/{LOOPBACK}+<the node's own HTTPS port>, body "
           "fingerprint=<its SHA-1 pin> (each node is its own target)")
 
-    def measure_node(node: Node, transport: str, seconds: int) -> Measurement:
-        return measure(wrk, processes, node, transport, args, client_cpu, seconds, settle_s)
-
+    measure_node = functools.partial(measure, wrk, processes, args, client_cpu, settle_s)
+    items = [(node, transport) for node in nodes for transport in TRANSPORTS]
     # Warm-up, a short run per transport (TLS sessions, caches, every
     # worker's first hit): with several workers, each must take a share.
-    for node, transport in ((node, t) for node in nodes for t in TRANSPORTS):
+    for node, transport in items:
         m = measure_node(node, transport, WARM_UP_S)
         print(f"  warm-up {node.variant.label}, {transport}: {m.rate:,.0f} req/s; "
               f"worker pids {node.workers}, CPU "
               f"{' / '.join(f'{s:.2f}' for s in m.worker_cpu_s)} s", flush=True)
         if len(m.shares) > 1 and min(m.shares) < MIN_WORKER_SHARE:
-            raise BenchError(f"notary {node.variant.key}: a worker took {min(m.shares):.0%} "
-                             f"of the workers' CPU in the warm-up ({transport}): not all "
-                             "workers answer")
+            raise BenchError(f"notary {node.variant.key}, warm-up ({transport}): a worker took "
+                             f"{min(m.shares):.0%} of the workers' CPU: not all workers answer")
     print()
     problems = []
 
@@ -370,10 +330,9 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                 f"cores; latency {m.latency_avg} / p99 {m.latency_p99}")
 
     # Other work may start meanwhile: each further round waits too.
-    runs = harness.run_rounds(
-        args, [(node, t) for node in nodes for t in TRANSPORTS],
-        lambda item: measure_node(*item, args.duration), progress,
-        key=lambda item: (item[0].variant.key, item[1]), quiet_cpus=cores)
+    runs = harness.run_rounds(args, items, lambda item: measure_node(*item, args.duration),
+                              progress, key=lambda item: (item[0].variant.key, item[1]),
+                              quiet_cpus=cores)
     print()
     report(args, variants, runs)
     for problem in problems:
