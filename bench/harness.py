@@ -1,8 +1,5 @@
-"""The one harness of every benchmark in ``bench/``: processes, the machine
-lock, tools, ports and loopback HTTP, CPU figures, tables and the benchmark
-notary's set-up (what each piece does and why: ``bench/README.md``).
-Importing it puts the project root on ``sys.path``.
-"""
+"""The one harness of every benchmark in ``bench/`` (what each piece does and
+why: ``bench/README.md``). Importing it puts the project root on ``sys.path``."""
 
 from __future__ import annotations
 
@@ -26,7 +23,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-BENCH = ROOT / "bench"
-MINIMAL_SERVER = BENCH / "minimal_server.py"
+MINIMAL_SERVER = ROOT / "bench" / "minimal_server.py"
 INSTALL_TOOLS = ROOT / ".ci" / "install-tools"
 LOOPBACK = "127.0.0.1"
 LOCK_PATH = Path("/tmp/notary-bench.lock")
@@ -45,9 +41,7 @@ STOP_TIMEOUT_S = 10.0
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
 CONTENT_TYPE = "application/x-www-form-urlencoded"
-#: A run is flagged (not trusted) when the server used less of its core than
-#: MIN_SERVER_CORE (it was not the bottleneck) or wrk more of its core than
-#: MAX_WRK_CORE (the generator was the limit).
+#: ``Run.warnings`` flags a server core busy below MIN_SERVER_CORE, a client's above MAX_WRK_CORE.
 MIN_SERVER_CORE = 0.90
 MAX_WRK_CORE = 0.95
 
@@ -67,9 +61,6 @@ class BenchError(Exception):
     """The benchmark cannot give a valid figure: say why and stop."""
 
 
-# -- processes -------------------------------------------------------------------
-
-
 def project_env() -> dict[str, str]:
     """Every subprocess's environment: the notary imported from this checkout first."""
     env = dict(os.environ)
@@ -84,10 +75,9 @@ class Processes:
     def __init__(self) -> None:
         self._running: list[subprocess.Popen[bytes]] = []
 
-    def start(
-        self, name: str, argv: Sequence[str], *, cpu: int | Iterable[int] | None,
-        log: Path | None = None, cwd: Path | None = None, env: dict[str, str | None] | None = None,
-    ) -> subprocess.Popen[bytes]:
+    def start(self, name: str, argv: Sequence[str], *, cpu: int | Iterable[int] | None,
+              log: Path | None = None, cwd: Path | None = None,
+              env: dict[str, str | None] | None = None) -> subprocess.Popen[bytes]:
         """Start ``argv`` pinned to ``cpu`` (a core, a set of cores, None: any),
         output to ``log`` (stdout and stderr) or to pipes, with ``env``'s
         variables set (None: removed); SIGKILLed if this process dies."""
@@ -103,8 +93,7 @@ class Processes:
             process = subprocess.Popen(
                 argv, cwd=cwd, env=environment, stdout=out,
                 stderr=subprocess.STDOUT if log else subprocess.PIPE,
-                stdin=subprocess.DEVNULL, preexec_fn=prepare, start_new_session=True,
-            )
+                stdin=subprocess.DEVNULL, preexec_fn=prepare, start_new_session=True)
         self._running.append(process)
         return process
 
@@ -154,16 +143,11 @@ def _end_group(process: subprocess.Popen[bytes], deadline: float) -> None:
         process.wait()
 
 
-def run_benchmark(
-    name: str,
-    args: argparse.Namespace,
-    run: Callable[[argparse.Namespace, Processes, Path], int],
-) -> int:
-    """Run ``run`` under the machine lock (an exclusive ``flock`` on
-    ``LOCK_PATH``: two benchmarks must not measure each other; a wait, saying
-    so, while another holds it), with a temporary directory and a
-    ``Processes`` it fills, all cleaned up on every exit path (SIGTERM and
-    Ctrl-C included); a ``BenchError`` is one message and exit 1."""
+def run_benchmark(name: str, args: argparse.Namespace,
+                  run: Callable[[argparse.Namespace, Processes, Path], int]) -> int:
+    """Run ``run`` under the machine lock (waiting while another benchmark
+    holds it), with a temporary directory and a ``Processes``, all cleaned up
+    on every exit path; a ``BenchError`` is one message and exit 1."""
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in background
     try:
@@ -195,12 +179,8 @@ def run_benchmark(
         return 130
 
 
-# -- tools -----------------------------------------------------------------------
-
-
 def ensure_tool(command: str) -> str:
-    """The path of ``command`` (wrk, nginx, openssl, h2load...), installing
-    the bench tools with the project's script if it is missing."""
+    """The path of ``command``, first installing the bench tools if it is missing."""
     search = os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/sbin"])
     found = shutil.which(command, path=search)
     if found is None:
@@ -212,10 +192,9 @@ def ensure_tool(command: str) -> str:
             status = f"not run: {exc}"
         found = shutil.which(command, path=search)
         if found is None:
-            raise BenchError(
-                f"{command} is not available after `{INSTALL_TOOLS} bench` (exit {status}); "
-                "install it (the Debian packages are listed in that script) and run again"
-            )
+            raise BenchError(f"{command} is not available after `{INSTALL_TOOLS} bench` (exit "
+                             f"{status}); install it (the Debian packages are listed in that "
+                             "script) and run again")
     return found
 
 
@@ -228,9 +207,6 @@ def wrk_version(wrk: str) -> str:
     text = (result.stdout + result.stderr).strip()
     first = text.splitlines()[0] if text else "wrk (unknown version)"
     return first.split(" Copyright")[0].strip()
-
-
-# -- machine ---------------------------------------------------------------------
 
 
 def _proc_fields(path: str) -> dict[str, str]:
@@ -256,16 +232,12 @@ def _cpu_and_cores() -> str:
     return f"{cpu}, {cores} cores ({usable} usable)"
 
 
-def machine_description() -> str:
-    """The micro-benchmarks' machine line: CPU, cores, kernel, Python, load."""
-    return (f"{_cpu_and_cores()}, {platform.system()} {platform.release()} {platform.machine()}, "
-            f"{platform.python_implementation()} {platform.python_version()}, "
-            f"load average {cores_and_load()[2]}")
-
-
 def header(title: str, command: str) -> None:
     """The micro-benchmarks' head: title, machine, command, start time."""
-    print(f"# {title}\nmachine: {machine_description()}\ncommand: {command}")
+    print(f"# {title}\nmachine: {_cpu_and_cores()}, "
+          f"{platform.system()} {platform.release()} {platform.machine()}, "
+          f"{platform.python_implementation()} {platform.python_version()}, "
+          f"load average {cores_and_load()[2]}\ncommand: {command}")
     print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
 
 
@@ -292,27 +264,23 @@ def print_preamble(title: str, wrk: str | None, note: str = "") -> None:
     from notary.state.cache import IMPLEMENTATION
 
     memory = _proc_fields("/proc/meminfo").get("MemTotal")
-    print(f"# {title}")
     print(
-        f"machine: {_cpu_and_cores()}, "
+        f"# {title}\nmachine: {_cpu_and_cores()}, "
         + (f"{int(memory.split()[0]) / 1024 / 1024:.1f} GiB RAM; " if memory else "RAM n/a; ")
         + f"{platform.python_implementation()} {platform.python_version()}; "
         f"{platform.system()} {platform.release()} {platform.machine()}; "
         + (f"{wrk_version(wrk)}; " if wrk else "")
         + f"trio {trio.__version__}, httptools {httptools.__version__}, {ssl.OPENSSL_VERSION}, "
-        f"notary cache {IMPLEMENTATION}; load average {cores_and_load()[2]}"
-    )
+        f"notary cache {IMPLEMENTATION}; load average {cores_and_load()[2]}")
     print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
     print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {notary_version()}{note}")
 
 
 def choose_cpus(args: argparse.Namespace) -> tuple[int, int]:
-    """(server core, client core) from ``--server-cpu``/``--client-cpu``,
-    by default the first two usable cores."""
+    """(server core, client core): ``--server-cpu``/``--client-cpu``, or the first two usable."""
     usable = sorted(os.sched_getaffinity(0))
     server = getattr(args, "server_cpu", None)
-    if server is None:
-        server = usable[0]
+    server = usable[0] if server is None else server
     client = getattr(args, "client_cpu", None)
     if client is None:
         client = next((cpu for cpu in usable if cpu != server), server)
@@ -407,8 +375,7 @@ def proc_status(pid: int) -> dict[str, int]:
 
 
 def listen_queue(port: int) -> int | None:
-    """The accept queue's length of the TCP listener on 127.0.0.1 or any
-    address, ``port`` (``/proc/net/tcp``: no connection made), None if none."""
+    """The accept queue of the listener on ``port`` (/proc/net/tcp: no connection), or None."""
     with open("/proc/net/tcp", encoding="ascii") as table:
         for line in table:
             fields = line.split()
@@ -416,9 +383,6 @@ def listen_queue(port: int) -> int | None:
                     and fields[3] == "0A"):
                 return int(fields[4].split(":")[1], 16)
     return None
-
-
-# -- ports and HTTP by hand (set-up checks, not measurement) ---------------------
 
 
 def free_ports(count: int) -> list[int]:
@@ -437,15 +401,10 @@ def client_tls_context() -> ssl.SSLContext:
     return context
 
 
-@contextlib.contextmanager
-def connect(port: int, *, tls: bool, timeout_s: float) -> Iterator[socket.socket]:
+def connect(port: int, *, tls: bool, timeout_s: float) -> socket.socket:
+    """A connection to ``port``, to use in ``with`` (a failed TLS handshake closes it)."""
     sock = socket.create_connection((LOOPBACK, port), timeout=timeout_s)
-    try:
-        if tls:
-            sock = client_tls_context().wrap_socket(sock)
-        yield sock
-    finally:
-        sock.close()
+    return client_tls_context().wrap_socket(sock) if tls else sock
 
 
 def read_response(sock: socket.socket, buffer: bytearray) -> bytes:
@@ -493,12 +452,6 @@ def header_of(response: bytes, name: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def served_sha1_pin(port: int) -> str:
-    with connect(port, tls=True, timeout_s=10.0) as sock:
-        der = sock.getpeercert(binary_form=True)
-    return hashlib.sha1(der).digest().hex(":").upper()
-
-
 def post_request(port: int, path: str, body: str, *, version: str = "1.1") -> bytes:
     """The request wrk sends with ``wrk_script`` (same headers, same order);
     ``version="1.0"``: the legacy client's (no Host needed, closes)."""
@@ -512,9 +465,8 @@ def start_server(processes: Processes, name: str, argv: Sequence[str], ports: Se
                  cpu: int | Iterable[int] | None, log: Path, cwd: Path | None = None,
                  env: dict[str, str | None] | None = None,
                  connect: bool = True) -> subprocess.Popen[bytes]:
-    """``Processes.start``, then a wait until the server listens on every one
-    of ``ports``: a connection made and closed, or (``connect=False``) its
-    listener seen in /proc/net/tcp. Raises if it exits or is not listening in time."""
+    """``Processes.start``, then a wait until it listens on every one of ``ports``
+    (``connect=False``: seen in /proc/net/tcp, no connection made); raises if it does not."""
     process = processes.start(name, argv, cpu=cpu, log=log, cwd=cwd, env=env)
 
     def listening(port: int) -> bool:
@@ -537,10 +489,9 @@ def start_server(processes: Processes, name: str, argv: Sequence[str], ports: Se
 
 
 def tail(path: Path, lines: int = 20) -> str:
-    try:
+    with contextlib.suppress(OSError):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+    return "(no log)"
 
 
 def short_path(filename: str) -> str:
@@ -568,17 +519,13 @@ def get_metrics(port: int) -> list[tuple[str, float]]:
     return samples
 
 
-# -- the notary ------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class NotarySetup:
     directory: Path
     config: Path
     api_port: int
     plain_port: int
-    #: The ``[admin] listen`` port (metrics, health), None without one.
-    admin_port: int | None = None
+    admin_port: int | None = None  # [admin] listen (metrics, health), None without one
 
     @property
     def path(self) -> str:
@@ -595,9 +542,8 @@ class NotarySetup:
 
 
 def _set_keys(text: str, options: dict[str, dict[str, object]]) -> str:
-    """``text`` (TOML) with ``key = value`` set in ``[section]`` for every
-    ``options[section][key]``: written under the section's header (the
-    section added at the end if missing), any line of the key dropped."""
+    """``text`` (TOML) with ``options[section][key]`` set under the section's
+    header (added at the end if missing), any other line of that key dropped."""
     def assignments(section: str) -> list[str]:
         return [f"{key} = {json.dumps(value)}" for key, value in options.get(section, {}).items()]
 
@@ -618,34 +564,15 @@ def _set_keys(text: str, options: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def listen_addresses(raw: dict[str, object]) -> dict[str, list[str]]:
-    """Every listening address of a parsed config, by ``section.key``."""
-    found: dict[str, list[str]] = {}
-    server = raw.get("server", {})
-    if isinstance(server, dict):
-        for key in ("api", "plain_api"):
-            found[f"server.{key}"] = list(server.get(key, []))
-    for name, section in raw.items():
-        if isinstance(section, dict) and "listen" in section:
-            found[f"{name}.listen"] = list(section["listen"])
-    return found
-
-
-def make_notary(
-    directory: Path, api_port: int, relay_api_port: int, plain_port: int,
-    spare_ports: Sequence[int] | None = None,
-) -> NotarySetup:
-    """A fresh notary by ``notary dev-init`` in ``directory``, its config
-    edited (``[server] plain_api`` added, ``log_level = "warning"``, ``[relay]
-    listen = []``, every other section's ``listen``, on a dev-init fixed port,
-    moved to one of ``spare_ports``), and checked: every listener on loopback
-    on a port chosen here."""
+def make_notary(directory: Path, api_port: int, relay_api_port: int, plain_port: int,
+                spare_ports: Sequence[int] | None = None) -> NotarySetup:
+    """A fresh notary by ``notary dev-init`` in ``directory``, its config edited
+    and checked: every listener on a loopback port chosen here (bench/README.md)."""
     spare = list(spare_ports) if spare_ports is not None else free_ports(4)
     result = subprocess.run(
         [sys.executable, "-m", "notary", "dev-init", "--dir", str(directory),
          "--api-port", str(api_port), "--relay-api-port", str(relay_api_port)],
-        cwd=ROOT, env=project_env(), capture_output=True, text=True, check=False,
-    )
+        cwd=ROOT, env=project_env(), capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BenchError(f"notary dev-init failed ({result.returncode}):\n{result.stderr}")
     config = directory / "notary.toml"
@@ -665,18 +592,20 @@ def make_notary(
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BenchError(f"config edit broke the TOML ({exc}):\n{text}") from None
-    addresses = listen_addresses(raw)
+    server = raw["server"]
+    # Every listening address, by section.key.
+    addresses = {f"server.{key}": list(server.get(key, [])) for key in ("api", "plain_api")}
+    addresses.update((f"{name}.listen", list(section["listen"])) for name, section in raw.items()
+                     if isinstance(section, dict) and "listen" in section)
     chosen = {api_port, relay_api_port, plain_port, *spare}
-    strays = [
-        f"{where} {address}" for where, values in addresses.items() for address in values
-        if address.rsplit(":", 1)[0] != LOOPBACK or int(address.rsplit(":", 1)[1]) not in chosen
-    ]
+    strays = [f"{where} {address}" for where, values in addresses.items() for address in values
+              if address.rsplit(":", 1)[0] != LOOPBACK
+              or int(address.rsplit(":", 1)[1]) not in chosen]
     expected = {
         "plain_api": addresses.get("server.plain_api") == [f"{LOOPBACK}:{plain_port}"],
-        "log_level": raw.get("server", {}).get("log_level") == "warning",
+        "log_level": server.get("log_level") == "warning",
         "relay listen": raw.get("relay", {}).get("listen", []) == [],
-        "every listener on a chosen loopback port": not strays,
-    }
+        "every listener on a chosen loopback port": not strays}
     if not all(expected.values()):
         raise BenchError(f"config edit failed ({expected}; strays {strays}):\n{text}")
     admin = addresses.get("admin.listen", [])
@@ -684,28 +613,23 @@ def make_notary(
     return NotarySetup(directory, config, api_port, plain_port, admin_port)
 
 
-def set_options(config: Path, options: dict[str, dict[str, object]]) -> None:
-    """Set ``key = value`` in ``[section]`` of ``config`` (the section is
-    added if missing), then check that the notary reads them back."""
-    from notary.config import load_config
-
-    config.write_text(_set_keys(config.read_text(), options))
-    loaded = load_config(config)
-    for name, values in options.items():
-        for key, value in values.items():
-            got = getattr(getattr(loaded, name), key)
-            if str(got) != str(value) and got != value:
-                raise BenchError(f"config edit: [{name}] {key} reads back {got!r}, not {value!r}")
-
-
 def new_notary(directory: Path, options: dict[str, dict[str, object]] | None = None,
                ports: Sequence[int] | None = None) -> NotarySetup:
-    """``make_notary`` on free ports (or ``ports``: api, relay api, plain,
-    spare...), then ``set_options``."""
+    """``make_notary`` on free ports (or ``ports``: api, relay api, plain, spare...),
+    ``options[section][key]`` set in its TOML and read back by the notary's loader."""
+    from notary.config import load_config
+
     api_port, relay_api_port, plain_port, *spare = ports or free_ports(7)
     setup = make_notary(directory, api_port, relay_api_port, plain_port, spare)
     if options:
-        set_options(setup.config, options)
+        setup.config.write_text(_set_keys(setup.config.read_text(), options))
+        loaded = load_config(setup.config)
+        for name, values in options.items():
+            for key, value in values.items():
+                got = getattr(getattr(loaded, name), key)
+                if str(got) != str(value) and got != value:
+                    raise BenchError(
+                        f"config edit: [{name}] {key} reads back {got!r}, not {value!r}")
     return setup
 
 
@@ -731,24 +655,24 @@ class RunningNotary:
 def start_notary(processes: Processes, setup: NotarySetup, name: str, *,
                  cpu: int | Iterable[int] | None, log: Path, argv: Sequence[str] | None = None,
                  prime: bool = True) -> RunningNotary:
-    """Start ``notary serve`` (or ``argv``) on ``setup``, wait for its plain
-    and HTTPS listeners; ``prime``: ask it about itself with its own SHA-1 pin
-    (``prime_notary``), so that the query is a cache hit."""
+    """Start ``notary serve`` (or ``argv``) on ``setup`` and wait for its listeners;
+    ``prime``: ask it about itself with its own SHA-1 pin (a cache hit from then on)."""
     process = start_server(processes, name, argv or notary_argv(setup),
                            [setup.plain_port, setup.api_port], cpu=cpu, log=log,
                            cwd=setup.directory)
     notary = RunningNotary(setup, process, log)
     if prime:
-        notary.body = f"fingerprint={served_sha1_pin(setup.api_port)}"
+        with connect(setup.api_port, tls=True, timeout_s=10.0) as sock:
+            pin = hashlib.sha1(sock.getpeercert(binary_form=True)).digest().hex(":").upper()
+        notary.body = f"fingerprint={pin}"
         notary.answer = prime_notary(setup, notary.body)
     return notary
 
 
 def notary_argv(setup: NotarySetup, extra: Sequence[str] = (), *,
                 profile_out: Path | None = None) -> list[str]:
-    """``notary serve`` on ``setup``'s config, one worker unless ``extra``
-    says ``--workers`` (explicit, whatever dev-init's ``[node] workers`` says);
-    with ``profile_out``, under ``PROFILE_WRAPPER``'s cProfile."""
+    """``notary serve`` on ``setup``'s config, ``--workers 1`` unless ``extra`` says
+    otherwise; with ``profile_out``, under ``PROFILE_WRAPPER``'s cProfile."""
     workers = [] if "--workers" in extra else ["--workers", "1"]
     serve = ["serve", "--config", str(setup.config), *workers, *extra]
     if profile_out is None:
@@ -771,10 +695,7 @@ def prime_notary(setup: NotarySetup, body: str) -> bytes:
     return hits[0]
 
 
-# -- wrk -------------------------------------------------------------------------
-
-#: Appended to every wrk script: wrk's ``--latency`` table stops at p99; this
-#: prints p50, p99, p99.9 and max in microseconds (all threads merged).
+#: Appended to every wrk script: p50, p99, p99.9 and max in us (wrk's table stops at p99).
 LATENCY_LUA = """
 done = function(summary, latency, requests)
   io.write(string.format("latency-us p50 %d p99 %d p999 %d max %d\\n",
@@ -785,17 +706,12 @@ end
 
 def wrk_script(directory: Path, body: str, *, name: str = "post",
                content_type: str = CONTENT_TYPE) -> Path:
-    """The cache-hit query for wrk: ``POST`` (the URL's path), ``body``,
-    HTTP/1.1 keep-alive, plus ``LATENCY_LUA``."""
+    """The cache-hit query for wrk: ``POST`` ``body``, keep-alive, plus ``LATENCY_LUA``."""
     path = directory / f"{name}.lua"
     if "]]" in body:
         raise BenchError("body cannot be a Lua long string")
-    path.write_text(
-        "-- cache-hit query, keep-alive\n"
-        'wrk.method = "POST"\n'
-        f"wrk.body = [[{body}]]\n"
-        f'wrk.headers["Content-Type"] = "{content_type}"\n' + LATENCY_LUA
-    )
+    path.write_text(f'-- cache-hit query, keep-alive\nwrk.method = "POST"\nwrk.body = [[{body}]]\n'
+                    f'wrk.headers["Content-Type"] = "{content_type}"\n' + LATENCY_LUA)
     return path
 
 
@@ -804,10 +720,8 @@ def wrk_raw_script(directory: Path, request: bytes, *, name: str) -> Path:
     wrk's own requests are always HTTP/1.1), plus ``LATENCY_LUA``."""
     path = directory / f"{name}.lua"
     # A quoted Lua string with escapes (a long string would turn \r\n into \n).
-    quoted = "".join(
-        chr(byte) if 32 <= byte < 127 and byte not in b'"\\' else f"\\{byte:03d}"
-        for byte in request
-    )
+    quoted = "".join(chr(byte) if 32 <= byte < 127 and byte not in b'"\\' else f"\\{byte:03d}"
+                     for byte in request)
     path.write_text(f'local raw = "{quoted}"\nrequest = function() return raw end\n'
                     + LATENCY_LUA)
     return path
@@ -815,30 +729,24 @@ def wrk_raw_script(directory: Path, request: bytes, *, name: str) -> Path:
 
 @dataclass(frozen=True)
 class Run:
-    """One measured run of a load generator (wrk, ``openssl s_time``, a
-    WebSocket client) against a server, with the CPU figures around it
-    (``Meter``): what every load benchmark records."""
+    """One measured run of a load generator against a server, with its CPU figures."""
 
     rate: float  # requests (handshakes, messages) per second
     count: int
     elapsed_s: float
-    #: The server's processes' CPU time (None: not measured), the client's
-    #: (the children reaped meanwhile: wrk, the s_time processes).
+    #: CPU seconds of the server's processes (None: not measured) and of the
+    #: client (the children reaped meanwhile: wrk, the s_time processes).
     server_cpu_s: float | None = None
     client_cpu_s: float = 0.0
-    #: How busy the server's and the client's cores were (every process, and
-    #: the loopback traffic's softirq time, which no process is charged
-    #: with); None when no cores were watched.
+    #: Busy share of the server's and the client's cores, softirq time
+    #: included (None: not watched).
     server_busy: float | None = None
     client_busy: float | None = None
-    #: Busy CPU seconds of every core during the run, every process.
-    machine_busy_s: float = 0.0
+    machine_busy_s: float = 0.0  # busy CPU seconds of every core during the run
     latency_avg: str = "?"
     latency_p99: str = "?"
-    #: Percentiles from ``LATENCY_LUA`` (empty if the script lacks it), in us.
-    latency_us: dict[str, int] = field(default_factory=dict)
-    #: Socket errors (connect, read, write, timeout) and non-2xx answers.
-    errors: dict[str, int] = field(default_factory=dict)
+    latency_us: dict[str, int] = field(default_factory=dict)  # from LATENCY_LUA, if run
+    errors: dict[str, int] = field(default_factory=dict)  # socket errors, non-2xx answers
     output: str = ""
 
     @property
@@ -866,9 +774,8 @@ class Run:
         return max(0.0, rest) / self.elapsed_s
 
     def warnings(self) -> list[str]:
-        """Why this run does not measure the server: its core (its process,
-        when no cores were watched) not saturated, or the client's saturated
-        (the generator was the limit; one wrk thread per core assumed)."""
+        """Why this run does not measure the server: its core (or process) not
+        saturated, or the client's saturated (one wrk thread per core assumed)."""
         found = []
         if self.server_busy is not None and self.client_busy is not None:
             if self.server_busy < MIN_SERVER_CORE:
@@ -888,10 +795,8 @@ class Run:
 
 
 class Meter:
-    """CPU accounting around one run, from its creation to ``run``: the
-    server's CPU time (``server_cpu``: its seconds so far), the client's
-    (children reaped meanwhile: single-threaded harness), the busy share of
-    ``cpus`` (server core, client core) and the whole machine's."""
+    """CPU accounting from its creation to ``run``: ``server_cpu()`` (the server's
+    CPU seconds so far), the children reaped (the client), ``cpus``, the machine."""
 
     def __init__(self, server_cpu: Callable[[], float] | None = None,
                  cpus: Sequence[int] = ()) -> None:
@@ -929,9 +834,8 @@ def run_rounds(args: argparse.Namespace, items: Sequence[Any], measure: Callable
                progress: Callable[[Any, Any], str], *, key: Callable[[Any], Any] | None = None,
                quiet_cpus: Sequence[int] = ()) -> dict[Any, list[Any]]:
     """``args.rounds`` interleaved rounds of ``measure(item)`` over ``items``,
-    a progress line (``progress(item, run)``, the run's warnings) after each
-    run; before each further round, with ``quiet_cpus`` and ``--wait-quiet``,
-    a wait (<= 30 s) for them to be idle. Returns the runs by ``key(item)``."""
+    a progress line after each run, a wait (<= 30 s, ``--wait-quiet``) for idle
+    ``quiet_cpus`` before each further round. Returns the runs by ``key(item)``."""
     key = key or (lambda item: item.key)
     runs: dict[Any, list[Any]] = {key(item): [] for item in items}
     for round_number in range(args.rounds):
@@ -948,10 +852,9 @@ def run_rounds(args: argparse.Namespace, items: Sequence[Any], measure: Callable
 def start_load(args: argparse.Namespace, title: str, wrk: str | None,
                describe: Callable[[int, int], Sequence[str]] = lambda s, c: (), *,
                cpus: Sequence[int] | None = None, note: str = "") -> tuple[int, int]:
-    """The start of every load benchmark's run: its cores (``choose_cpus``),
-    the preamble, ``describe(server_cpu, client_cpu)``'s lines (what runs
-    where), a wait for quiet cores (``--wait-quiet``; ``cpus``, default the
-    two chosen) and the other load then. Returns (server core, client core)."""
+    """Every load benchmark's start: cores, preamble, ``describe(server_cpu,
+    client_cpu)``'s lines, ``--wait-quiet`` for ``cpus`` (default: the two
+    chosen), their other load. Returns (server core, client core)."""
     server_cpu, client_cpu = choose_cpus(args)
     print_preamble(title, wrk, note)
     for line in describe(server_cpu, client_cpu):
@@ -963,16 +866,13 @@ def start_load(args: argparse.Namespace, title: str, wrk: str | None,
     return server_cpu, client_cpu
 
 
-def run_wrk(
-    wrk: str, processes: Processes, url: str, script: Path, *, threads: int,
-    connections: int, seconds: int, cpu: int | None,
-    server_cpu_seconds: Callable[[], float] | None = None, allow_errors: bool = False,
-    extra: Sequence[str] = (), cpus: Sequence[int] = (),
-) -> Run:
-    """One run of ``wrk -t{threads} -c{connections} -d{seconds}s --latency``
-    pinned to ``cpu``, measured by a ``Meter`` (``server_cpu_seconds``, e.g.
-    ``lambda: cpu_seconds(pid)``, and ``cpus``). Socket errors or non-2xx
-    answers raise, unless ``allow_errors`` (then they are counted)."""
+def run_wrk(wrk: str, processes: Processes, url: str, script: Path, *, threads: int,
+            connections: int, seconds: int, cpu: int | None,
+            server_cpu_seconds: Callable[[], float] | None = None, allow_errors: bool = False,
+            extra: Sequence[str] = (), cpus: Sequence[int] = ()) -> Run:
+    """One run of ``wrk --latency`` pinned to ``cpu``, measured by a ``Meter``
+    (``server_cpu_seconds``, ``cpus``). Socket errors or non-2xx answers
+    raise, unless ``allow_errors`` (then they are counted)."""
     argv = [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", *extra,
             "-s", str(script), url]
     meter = Meter(server_cpu_seconds, cpus)
@@ -1011,20 +911,15 @@ def format_us(us: float | None) -> str:
     """Latency for a table: ``850 us``, ``12.3 ms``."""
     if us is None:
         return "?"
-    return f"{us:.0f} us" if us < 1000 else f"{us / 1000:.1f} ms" if us < 100_000 \
-        else f"{us / 1000:.0f} ms"
-
-
-# -- options, micro-benchmarks and tables ------------------------------------------
+    if us < 1000:
+        return f"{us:.0f} us"
+    return f"{us / 1000:.1f} ms" if us < 100_000 else f"{us / 1000:.0f} ms"
 
 
 def load_parser(description: str, *, rounds: int, quick: str, cpus: str = "the servers",
                 wait_quiet: str = "", connections: int | None = 64, threads: int = 1,
                 ) -> argparse.ArgumentParser:
-    """A parser with the options of the load benchmarks (wrk against a
-    server on one core): --quick, --duration, --rounds, --connections,
-    --threads, --server-cpu, --client-cpu, --wait-quiet, --keep.
-    ``finish_load_args`` fills the defaults that depend on --quick."""
+    """The load benchmarks' options (``finish_load_args`` fills those that depend on --quick)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--duration", type=int, default=None, help="seconds per wrk run (10)")
@@ -1055,13 +950,10 @@ def finish_load_args(args: argparse.Namespace, *, quick_rounds: int = 1) -> argp
 def argument_parser(description: str) -> argparse.ArgumentParser:
     """A parser with the options every micro-benchmark takes."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument(
-        "--quick", action="store_true",
-        help="small sizes and one repetition: a smoke run of a few seconds, not a measurement")
-    parser.add_argument(
-        "--repeat", type=int, default=None,
-        help="repetitions per measurement, the best is kept (default: see the script; 1 with "
-        "--quick)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and one repetition: "
+                        "a smoke run of a few seconds, not a measurement")
+    parser.add_argument("--repeat", type=int, default=None, help="repetitions per measurement, "
+                        "the best is kept (default: see the script; 1 with --quick)")
     return parser
 
 
@@ -1097,9 +989,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     """Print a GitHub-flavoured Markdown table, columns aligned (pastes into RESULTS.md)."""
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [[cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-             for row in cells]
-    lines.insert(1, ["-" * width for width in widths])
-    for line in lines:
-        print("| " + " | ".join(line) + " |")
+    cells.insert(1, ["-" * width for width in widths])
+    for row in cells:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
     print()

@@ -1,20 +1,7 @@
-"""The ceiling of ``bench_http.py`` and ``bench_tls.py``: a minimal Trio HTTP/1.1 server.
+"""A minimal Trio HTTP/1.1 server: the ceiling of ``bench_http.py`` and ``bench_tls.py``.
 
-It answers every request with the same bytes (read from ``--response``: the
-notary's own answer to the benchmark's query, captured by ``bench_http.py``)
-and does nothing else: no routing, no validation, no timeouts, no cache.
-
-Parsing is plain byte scanning, no HTTP library: find ``\\r\\n\\r\\n`` (end of
-the head), read ``Content-Length`` from the head (case-insensitive), skip that
-many body bytes, answer. Requests that arrive together (pipelining) are
-answered with one ``send_all``. ``--parser httptools`` parses with
-httptools/llhttp instead (what the notary uses), to show that parser's cost.
-
-Usage (``bench_http.py`` runs it; loopback only)::
-
-    python bench/minimal_server.py --port 8080 --response answer.bin
-    python bench/minimal_server.py --port 8443 --response answer.bin --cert c.pem --key k.pem
-    python bench/minimal_server.py ... --cert c.pem --key k.pem --no-resumption   # bench_tls.py
+Those scripts run it on loopback (``--port P --response FILE [--cert C --key K]``): it
+answers every request with the bytes of FILE and does nothing else (bench/README.md).
 """
 
 from __future__ import annotations
@@ -30,8 +17,7 @@ from pathlib import Path
 import trio
 
 RECEIVE_BYTES = 64 * 1024
-#: A head without its end after this many bytes closes the connection.
-MAX_HEAD_BYTES = 64 * 1024
+MAX_HEAD_BYTES = 64 * 1024  # a longer head without its end closes the connection
 _CONTENT_LENGTH = b"\r\ncontent-length:"
 
 
@@ -44,8 +30,7 @@ class _ScanParser:
         self._buffer = b""
 
     def feed(self, data: bytes) -> int:
-        """Add ``data``; return how many requests it completed. ``ValueError``
-        for a head without end within ``MAX_HEAD_BYTES`` or a bad length."""
+        """Add ``data``; the number of requests it completed (``ValueError``: bad head, length)."""
         buffer = self._buffer + data if self._buffer else data
         count = 0
         start = 0
@@ -128,9 +113,7 @@ def make_connection_handler(
 
 
 def make_ssl_context(cert: Path, key: Path, *, resumption: bool = True) -> ssl.SSLContext:
-    """The notary's TLS settings (see ``notary.server.app.make_server_ssl_context``);
-    ``resumption=False``: no session tickets (TLS 1.2 and 1.3), so that every
-    connection is a full handshake (TLS 1.3 resumes through tickets only)."""
+    """The notary's TLS settings (``make_server_ssl_context``); ``resumption=False``: no tickets."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key)
@@ -160,18 +143,14 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--response", type=Path, required=True,
-                        help="file holding the exact response bytes to send")
+    parser.add_argument("--response", type=Path, required=True, help="the response bytes (file)")
     parser.add_argument("--parser", choices=["scan", "httptools"], default="scan")
     parser.add_argument("--cert", type=Path, help="serve TLS with this certificate (PEM)")
     parser.add_argument("--key", type=Path, help="private key of --cert (PEM)")
-    parser.add_argument("--close", action="store_true",
-                        help="answer one request per connection, then close (HTTP/1.0 clients; "
-                        "--response should then say Connection: close)")
-    parser.add_argument("--no-resumption", action="store_true",
-                        help="TLS: issue no session tickets (every connection a full handshake)")
+    parser.add_argument("--close", action="store_true", help="close after one answer (HTTP/1.0)")
+    parser.add_argument("--no-resumption", action="store_true", help="TLS: no session tickets")
     args = parser.parse_args(argv)
     if not ipaddress.ip_address(args.host).is_loopback:
         parser.error("--host must be a loopback address")

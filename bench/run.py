@@ -5,29 +5,8 @@
     .venv/bin/python bench/run.py --only tls,scale # some scenarios
     make bench                                     # installs the tools, then this
 
-Each scenario is its own script (run alone for its options); this runs them
-in the order below, passes ``--quick`` and ``--wait-quiet`` on, prints each
-one's tables as they come, and ends with a summary line per scenario (its
-exit status and duration). Every script measures its baseline in the same
-run and prints the ratio; none sends a byte beyond loopback.
-
-=========  ==============================  ===========================================
-scenario   script                          baseline of the same run
-=========  ==============================  ===========================================
-tls        ``bench_tls.py``                minimal Trio TLS server, nginx (1: keep-alive,
-                                           2: a full handshake per query)
-http       ``bench_http.py``               minimal Trio server (plain HTTP and TLS)
-probe      ``bench_probe.py``              a minimal Trio client's TLS handshakes (3)
-relay      ``bench_relay.py``              direct loopback TCP
-v2         ``bench_v2.py``                 legacy ``POST /target`` of the same run
-scale      ``bench_scale.py``              10 connections; memory with none open
-workers    ``bench_workers.py``            ``--workers 1``
-cache      ``bench_cache.py``              the pure-Python twin, an ``OrderedDict`` LRU
-writer     ``bench_writer.py``             one transaction per row, raw ``executemany``
-=========  ==============================  ===========================================
-
-Exit status: 0 when every scenario ran (a goal not met is a finding, not a
-failure), 1 when one failed (the others still run), 130 on Ctrl-C.
+Each scenario is the script ``bench_<scenario>.py``; what each one measures,
+against which baseline, and the exit status: bench/README.md.
 """
 
 from __future__ import annotations
@@ -39,19 +18,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-
-#: scenario -> (script, takes --wait-quiet)
-SCENARIOS: dict[str, tuple[str, bool]] = {
-    "tls": ("bench_tls.py", True),
-    "http": ("bench_http.py", True),
-    "probe": ("bench_probe.py", True),
-    "relay": ("bench_relay.py", False),
-    "v2": ("bench_v2.py", True),
-    "scale": ("bench_scale.py", True),
-    "workers": ("bench_workers.py", True),
-    "cache": ("bench_cache.py", False),
-    "writer": ("bench_writer.py", False),
-}
+SCENARIOS = ("tls", "http", "probe", "relay", "v2", "scale", "workers", "cache", "writer")
+#: The scenarios whose script takes no ``--wait-quiet``.
+NO_WAIT_QUIET = {"relay", "cache", "writer"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -74,11 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     summary = []
     for name in args.names:
-        script, waits = SCENARIOS[name]
-        command = [sys.executable, str(HERE / script)]
+        command = [sys.executable, str(HERE / f"bench_{name}.py")]
         if args.quick:
             command.append("--quick")
-        if waits and not args.quick:
+        elif name not in NO_WAIT_QUIET:
             command += ["--wait-quiet", f"{args.wait_quiet:g}"]
         print(f"\n# scenario {name}: {' '.join(command[1:])}\n", flush=True)
         started = time.monotonic()
