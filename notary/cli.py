@@ -662,8 +662,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # node's budgets; skipping what another worker observed meanwhile
         # (the scheduler's rule 11) keeps a target from being probed once
         # per worker.
+        # Likewise each enforces its share of the per-client rates.
         rescan = config.rescan
-        config = replace(config, rescan=replace(
+        config = replace(config, limits=config.limits.shared_by(workers), rescan=replace(
             rescan,
             probes_per_s=rescan.probes_per_s / workers,
             per_prefix_per_s=rescan.per_prefix_per_s / workers,

@@ -32,7 +32,7 @@ import ipaddress
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,8 +170,9 @@ class HttpConfig:
 
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
-    """Per-client and per-target limits (README "Security model"). Client
-    limits apply per worker process; a rate of 0 turns that limit off."""
+    """Per-client and per-target limits (README "Security model"): the
+    node's; each of N workers enforces its share (``shared_by``). A rate of
+    0 turns that limit off."""
 
     #: Clients no per-client limit applies to: the operator's machine, or a
     #: TLS terminator in front (every client would share its address).
@@ -202,6 +203,29 @@ class LimitsConfig:
     #: Entries each rate table (client prefixes, targets, target prefixes)
     #: holds at most (about 160 bytes each; README "Security model").
     max_tracked: int = 16384
+
+    def shared_by(self, workers: int) -> LimitsConfig:
+        """One worker's share of the node's rates and bursts when ``workers``
+        processes serve (the kernel spreads connections evenly, so a client's
+        rate over the node stays near the configured one). Connection caps
+        stay per worker: one connection lives on one worker, and a share
+        would refuse clients within the cap whenever the spread is uneven."""
+        if workers <= 1:
+            return self
+
+        def burst(value: int) -> int:
+            return max(1, math.ceil(value / workers))
+
+        return replace(
+            self,
+            queries_per_s_per_prefix=self.queries_per_s_per_prefix / workers,
+            query_burst=burst(self.query_burst),
+            probes_per_s_per_prefix=self.probes_per_s_per_prefix / workers,
+            probe_burst=burst(self.probe_burst),
+            probes_per_minute_per_target=self.probes_per_minute_per_target / workers,  # type: ignore[arg-type]
+            probes_per_s_per_destination_prefix=self.probes_per_s_per_destination_prefix / workers,
+            destination_probe_burst=burst(self.destination_probe_burst),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +265,12 @@ class StoreConfig:
     #: A target nobody asked about this long is removed with its history
     #: (at least ``[rescan] forget_after_s``, so no rescanned target goes).
     forget_unasked_after_s: int = 90 * 86400  # None, set in code only: for ever
+    #: How often each process reads the change feed (what the node's other
+    #: workers committed: README "Workers and the change feed")...
+    feed_interval_ms: int = 100
+    #: ...and how many of its newest rows the store keeps (a worker that
+    #: falls further behind drops its whole cache).
+    feed_max_rows: int = 100_000
 
     def timeline_limits(self) -> TimelineLimits:
         """The limits of a target's timeline, for the store and the cache."""
@@ -586,6 +616,7 @@ _POSITIVE = {
     "store": (
         "batch_rows", "batch_interval_ms", "queue_rows", "merge_window_s",
         "max_certificates_per_target", "max_runs_per_certificate", "forget_unasked_after_s",
+        "feed_interval_ms", "feed_max_rows",
     ),
     "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
     "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),

@@ -88,10 +88,10 @@ async def test_readiness_fails_while_the_writer_fails_and_lags(tmp_path, monkeyp
             writer = notary.running.storage._writer
             record = writer.record
 
-            def record_or_fail(batch):
+            def record_or_fail(batch, origin=""):
                 if failing:
                     raise StoreError("disk full (test)")
-                return record(batch)
+                return record(batch, origin)
 
             monkeypatch.setattr(writer, "record", record_or_fail)
 

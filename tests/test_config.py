@@ -14,6 +14,7 @@ from notary.config import (
     Config,
     Endpoint,
     HttpConfig,
+    LimitsConfig,
     ProbeConfig,
     RelayConfig,
     ServerConfig,
@@ -577,3 +578,20 @@ def test_a_short_retention_is_allowed_without_rescans(tmp_path: Path) -> None:
     config = load_config(server_file(
         tmp_path, rest="[store]\nforget_unasked_after_s = 86400\n[rescan]\nenabled = false\n"))
     assert config.store.forget_unasked_after_s == 86400
+
+
+def test_each_worker_enforces_its_share_of_the_per_client_rates() -> None:
+    limits = LimitsConfig(
+        queries_per_s_per_prefix=20.0, query_burst=100, probes_per_s_per_prefix=1.0,
+        probe_burst=3, probes_per_minute_per_target=4, probes_per_s_per_destination_prefix=10.0,
+        destination_probe_burst=50, max_connections_per_address=64,
+    )
+    assert limits.shared_by(1) is limits
+    share = limits.shared_by(4)
+    assert (share.queries_per_s_per_prefix, share.query_burst) == (5.0, 25)
+    assert (share.probes_per_s_per_prefix, share.probe_burst) == (0.25, 1)  # bursts >= 1
+    assert share.probes_per_minute_per_target == 1.0
+    assert (share.probes_per_s_per_destination_prefix, share.destination_probe_burst) == (2.5, 13)
+    assert share.max_connections_per_address == 64  # a connection lives on one worker
+    off = LimitsConfig(queries_per_s_per_prefix=0).shared_by(4)
+    assert off.queries_per_s_per_prefix == 0  # a rule that is off stays off

@@ -53,8 +53,10 @@ class Node:
 
 @asynccontextmanager
 async def run_node(
-    directory: Path, *, workers: int = 2, extra: Sequence[str] = ()
+    directory: Path, *, workers: int = 2, extra: Sequence[str] = (), more_config: str = ""
 ) -> AsyncIterator[Node]:
+    """``notary serve`` with ``workers`` in a subprocess (``more_config``:
+    TOML sections appended to the configuration)."""
     key, cert, _ = make_notary_files(directory)
     for path in (key, cert):
         path.chmod(0o644)  # readable after a privilege drop
@@ -66,6 +68,7 @@ async def run_node(
         f'[relay]\nlisten = []\n[admin]\nlisten = []\n'
         f'[probe]\ntimeout_s = 5.0\n'
         f'[node]\nworkers = {workers}\ngraceful_timeout_s = 10.0\nrestart_delay_s = 0.2\n'
+        + more_config
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     process = await trio.lowlevel.open_process(
@@ -96,9 +99,9 @@ async def run_node(
             nursery.cancel_scope.cancel()
 
 
-async def plain_port(node: Node) -> int:
+async def plain_port(node: Node, workers: int = 2) -> int:
     match = await node.wait_for(r"plain-HTTP API .* on 127\.0\.0\.1:(\d+)")
-    await node.wait_for(r"node ready: 2 workers serving")
+    await node.wait_for(rf"node ready: {workers} workers serving")
     return int(match.group(1))
 
 

@@ -550,7 +550,7 @@ def test_runs_do_not_depend_on_arrival_order(
 
 #: Undoes migration 4 (a database of schema 3 from one of today's).
 DOWNGRADE_TO_3 = """
-    DROP TABLE settings; DROP INDEX targets_by_asked_at; DROP INDEX observations_by_certificate;
+    DROP TABLE probe_claims; DROP TABLE changes; DROP TABLE settings; DROP INDEX targets_by_asked_at; DROP INDEX observations_by_certificate;
     DROP INDEX runs_by_certificate; ALTER TABLE targets DROP COLUMN asked_at;
 """
 

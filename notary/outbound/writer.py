@@ -27,12 +27,20 @@ targets asked about meanwhile (``note_asked``, a bounded set: queries never
 wait on the disk) and every ``PRUNE_INTERVAL_S`` removes the targets nobody
 asked about for ``forget_unasked_after_s``. A failure there is logged and
 tried again at the next interval; a crash loses at most one interval of
-asked-about notes (a target asked about again is noted again).
+asked-about notes (a target asked about again is noted again). The same
+task keeps the change feed (``notary.state.feed``) to its newest
+``[store] feed_max_rows`` rows.
+
+The change feed: each batch is written with the storage's ``origin`` (unique
+per process), so a process following the feed (``notary.service.feed``) can
+tell its own changes from other writers'.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -47,6 +55,8 @@ from notary.config import StoreConfig
 from notary.errors import StoreError
 from notary.model.observations import ProbeResult, Timeline
 from notary.model.targets import Target
+from notary.state.claims import Claim
+from notary.state.feed import FeedPage
 from notary.state.store import DATABASE_FILE_MODE, PruneReport, Store
 
 log = logging.getLogger(__name__)
@@ -110,16 +120,24 @@ class Storage:
         send: trio.MemorySendChannel[ProbeResult],
         *,
         forget_unasked_after_s: int | None = None,
+        feed_max_rows: int = KEEP_EVERYTHING.feed_max_rows,
         clock: Callable[[], float] = time.time,
         timings: BatchTimings | None = None,
     ) -> None:
         self.path = reader.path
+        #: Names this process's writes in the change feed.
+        self.origin = f"{os.getpid()}-{secrets.token_hex(6)}"
+        self._feed_max_rows = feed_max_rows
         self._timings = timings
         self._reader = reader
         self._writer = writer
         self._send = send
         self._read_limiter = trio.CapacityLimiter(1)
         self._write_limiter = trio.CapacityLimiter(1)
+        #: Probe claims' connection, opened on first use (a node's workers
+        #: claim; a single process never does).
+        self._claims: Store | None = None
+        self._claims_limiter = trio.CapacityLimiter(1)
         self._committed = 0
         self._batches = 0
         self._failed_batches = 0
@@ -142,6 +160,42 @@ class Storage:
         return await trio.to_thread.run_sync(
             self._reader.load_timeline, target, limiter=self._read_limiter
         )
+
+    async def feed_position(self) -> int:
+        """The newest change's sequence number; raises ``StoreError``."""
+        return await trio.to_thread.run_sync(
+            self._reader.feed_position, limiter=self._read_limiter
+        )
+
+    async def read_feed(self, after: int, limit: int) -> FeedPage:
+        """Up to ``limit`` changes after ``after``; raises ``StoreError``."""
+        return await trio.to_thread.run_sync(
+            self._reader.read_feed, after, limit, limiter=self._read_limiter
+        )
+
+    async def claim_probe(self, target: Target, now_ms: int, ttl_ms: int) -> Claim:
+        """Claim ``target``'s probe for this process (``notary.state.claims``);
+        the claim that stands. Raises ``StoreError``."""
+        return await self._on_claims(lambda store: store.claim_probe(
+            target, self.origin, now_ms, ttl_ms))
+
+    async def read_claim(self, target: Target) -> Claim | None:
+        return await self._on_claims(lambda store: store.read_claim(target))
+
+    async def release_claim(
+        self, target: Target, failure: str | None, now_ms: int, linger_ms: int
+    ) -> None:
+        """This process's probe of ``target`` ended (``failure``: why it failed)."""
+        await self._on_claims(lambda store: store.release_claim(
+            target, self.origin, failure, now_ms, linger_ms))
+
+    async def _on_claims(self, function: Callable[[Store], Any]) -> Any:
+        def run() -> Any:
+            if self._claims is None:
+                self._claims = Store(self.path, create=False)
+            return function(self._claims)
+
+        return await trio.to_thread.run_sync(run, limiter=self._claims_limiter)
 
     async def scan_target_keys(self, consume: Callable[[list[str]], None]) -> int:
         """Call ``consume`` with the keys of every stored target, a chunk at a
@@ -225,6 +279,9 @@ class Storage:
             with trio.move_on_after(ASKED_FLUSH_INTERVAL_S):
                 await self._asked_full.wait()
             await self._flush_asked()
+            await self._prune_feed()
+            if self._claims is not None:
+                await self._delete_expired_claims()
             if self._forget_unasked_after_s is not None and trio.current_time() >= next_prune:
                 next_prune = trio.current_time() + PRUNE_INTERVAL_S
                 await self._prune()
@@ -279,6 +336,19 @@ class Storage:
         if report:
             log.info("store: removed what nobody asked about for %d days: %s",
                      self._forget_unasked_after_s // 86400, report)
+
+    async def _prune_feed(self) -> None:
+        try:
+            await self._on_writer(self._writer.prune_feed, self._feed_max_rows)
+        except StoreError as exc:
+            log.error("store: pruning the change feed failed, tried again in %gs: %s",
+                      ASKED_FLUSH_INTERVAL_S, exc)
+
+    async def _delete_expired_claims(self) -> None:
+        try:
+            await self._on_writer(self._writer.delete_expired_claims, int(self._clock() * 1000))
+        except StoreError as exc:
+            log.error("store: deleting expired probe claims failed: %s", exc)
 
     def _closing(self) -> None:
         """The queue is being closed (a clean stop): start the bound on
@@ -337,7 +407,7 @@ class Storage:
                 # while the notary shuts down.
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(
-                        self._writer.record, batch, limiter=self._write_limiter
+                        self._writer.record, batch, self.origin, limiter=self._write_limiter
                     )
             except StoreError as exc:
                 self._failed_batches += 1
@@ -393,8 +463,8 @@ async def open_storage(
         raise
     send, receive = trio.open_memory_channel[ProbeResult](store.queue_rows)
     storage = Storage(
-        reader, writer, send, forget_unasked_after_s=store.forget_unasked_after_s, clock=clock,
-        timings=timings,
+        reader, writer, send, forget_unasked_after_s=store.forget_unasked_after_s,
+        feed_max_rows=store.feed_max_rows, clock=clock, timings=timings,
     )
     try:
         async with trio.open_nursery() as nursery:
@@ -415,6 +485,8 @@ async def open_storage(
     finally:
         reader.close()
         writer.close()
+        if storage._claims is not None:
+            storage._claims.close()
 
 
 async def _run_in(scope: trio.CancelScope, function: Callable[[], Any]) -> None:

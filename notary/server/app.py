@@ -54,6 +54,8 @@ from notary.server.websocket import (
     WebSocketService,
 )
 from notary.service.abuse import AbuseControls
+from notary.service.claims import NodeProber
+from notary.service.feed import follow_changes
 from notary.service.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
 from notary.service.query import QueryService
 from notary.service.records import (
@@ -278,6 +280,19 @@ def make_scheduler(
     )
 
 
+def make_node_prober(
+    config: Config, storage: Storage, prober: Prober, clock: Callable[[], float]
+) -> NodeProber:
+    """Probes once per node for a worker sharing the store: a claim lasts
+    as long as a probe can (its queue wait and its timeout) and its write."""
+    feed_interval_s = config.store.feed_interval_ms / 1000
+    return NodeProber(
+        storage, prober, clock=clock, poll_interval_s=feed_interval_s,
+        ttl_s=2 * config.probe.timeout_s + config.store.batch_interval_ms / 1000 + 1.0,
+        linger_s=2 * feed_interval_s + 1.0,
+    )
+
+
 def store_observed_age(
     storage: Storage, clock: Callable[[], float]
 ) -> Callable[[Target], Awaitable[float | None]]:
@@ -454,7 +469,8 @@ async def serve_notary(
     when None. Either way they are closed when this returns.
     ``reload_config``: reads the configuration again on SIGHUP (``Reloader``).
     ``shared_store``: other processes (the node's other workers) write to the
-    same database, so the stored-targets filter is off (its rule 4)."""
+    same database (their probes then count for the scheduler's rule 11; the
+    change feed brings their changes either way)."""
     if sockets is None:
         sockets = bind_sockets(config)
     try:
@@ -477,7 +493,7 @@ class Components:
     sockets: Sockets
     resolver: Resolver
     clock: Callable[[], float]
-    shared_store: bool  # other workers write the store: no stored-targets filter
+    shared_store: bool  # other workers write the store (the scheduler's rule 11)
     tls: ssl.SSLContext
     policy: AddressPolicy
     abuse: AbuseControls
@@ -532,8 +548,6 @@ def build_components(
         ) if kind_signer is not None
     }
     stored = StoredTargets(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
-    if shared_store:
-        stored.switch_off()
     return Components(
         config=config, sockets=sockets, resolver=resolver, clock=clock,
         shared_store=shared_store, tls=tls,
@@ -707,6 +721,8 @@ async def serve(
                     timeline_limits=config.store.timeline_limits(),
                     max_background=BACKGROUND_REFRESHES_PER_PROBE_SLOT * config.probe.max_concurrent,
                     watch_hub=c.watch_hub,
+                    node_prober=make_node_prober(config, storage, prober, c.clock)
+                    if c.shared_store else None,
                 ) as records:
                     services = build_services(c, storage, prober, scheduler, records)
                     await _run(
@@ -729,8 +745,12 @@ async def _run(
     by_role = {listener.role: listener for listener in s.listeners}
     connections_done = trio.Event()
     async with trio.open_nursery() as nursery:
-        if not c.shared_store:
-            nursery.start_soon(c.stored.load, storage)
+        # The feed's position is read before the filter's scan: a target
+        # committed in between is in the scan or the feed, never in neither.
+        await nursery.start(
+            follow_changes, storage, records, c.config.store.feed_interval_ms / 1000
+        )
+        nursery.start_soon(c.stored.load, storage)
         nursery.start_soon(s.metrics.serve_folding, c.config.admin.metrics_interval_s)
         if s.websocket is not None:
             nursery.start_soon(s.websocket.serve_figures)

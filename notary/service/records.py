@@ -6,7 +6,9 @@ protocol, signed on first use and kept (a cache hit costs no signature).
 ``Records`` finds a target's record in the cache, else in the store (never
 for a target the stored-targets filter has never seen), and refreshes it: a
 probe, merged into the timeline, cached, queued for the store and published
-to the target's watchers, once per probe however many callers wait for it.
+to the target's watchers (through the store's change feed, which also
+brings what the node's other workers committed: ``apply_change``), once per
+probe however many callers wait for it.
 The record it returns says what the probe saw (``last_probe``,
 ``last_probe_changed``): callers tell the rescan scheduler themselves, so
 data goes one way (the scheduler calls ``refresh``, never the reverse).
@@ -42,10 +44,12 @@ from notary.model.targets import Target
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
+from notary.service.claims import NodeProber, Probed
 from notary.service.stored_targets import StoredTargets
 from notary.service.watch import WatchHub
 from notary.state.cache import LRUCache
 from notary.state.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSigner
+from notary.state.feed import Change
 
 __all__ = [
     "BACKGROUND_REFRESHES_PER_PROBE_SLOT", "RecordSigner", "Records", "RecordsStatistics",
@@ -283,6 +287,7 @@ class Records:
         timeline_limits: TimelineLimits | None,
         max_background: int,
         watch_hub: WatchHub | None = None,
+        node_prober: NodeProber | None = None,
     ) -> None:
         self._nursery: trio.Nursery | None = None
         self._exit_stack = AsyncExitStack()
@@ -291,6 +296,8 @@ class Records:
         self._stored = stored
         self._signer = signer
         self.prober = prober
+        #: Probes once per node when the store is shared (None: one process).
+        self._node_prober = node_prober
         self._merge_window_s = merge_window_s
         self._timeline_limits = timeline_limits
         self._max_background = max_background
@@ -391,9 +398,13 @@ class Records:
 
     async def _run(self, target: Target, running: _Refresh) -> None:
         try:
-            result = await self.prober.probe(target)
+            if self._node_prober is not None:
+                probed = await self._node_prober.probe(target)
+            else:
+                probed = Probed(await self.prober.probe(target))
+            result = probed.result
             try:
-                running.record = await self._merge(result)
+                running.record = await self._merge(result, stored=probed.stored)
             except Exception:
                 log.exception("merging the probe of %s failed", target)
                 running.record = self._merged_in_memory(result)
@@ -406,11 +417,11 @@ class Records:
                 del self._refreshes[target]
             running.done.set()
 
-    async def _merge(self, result: ProbeResult) -> TargetRecord:
+    async def _merge(self, result: ProbeResult, *, stored: bool = False) -> TargetRecord:
         """Merge ``result`` into the target's record (a new record only if
-        the timeline changed: nothing is signed here), cache it, publish a
-        new certificate to the target's watchers, and queue the result for
-        the store."""
+        the timeline changed: nothing is signed here), cache it and queue the
+        result for the store (whose change feed tells the watchers) unless
+        it is ``stored`` already (another worker's probe)."""
         target = result.target
         record = await self.lookup(target)
         old = record.timeline if record is not None else Timeline(target)
@@ -424,14 +435,37 @@ class Records:
             record = self.make(timeline)
         record = record.with_probe(result, new_certificate and previous is not None)
         self._cache.put(target.key, record, record.size)
-        hub = self._watch_hub
-        if new_certificate and hub is not None and hub.watched(target.key):
-            statement = record.v2_statement  # signed here only when someone watches
-            if statement is not None:
-                hub.publish(target, statement.entry)
         self._stored.add(target.key)
-        await self._storage.record(result)
+        if not stored:
+            await self._storage.record(result)
         return record
+
+    async def apply_change(self, change: Change) -> None:
+        """A change the store committed (its feed, ``notary.service.feed``):
+        another writer's makes the cached record stale (dropped) and the
+        target known to the stored-targets filter; a new certificate is
+        published to the target's watchers, signed here only when someone
+        watches. Store read errors are logged (``lookup``)."""
+        key = change.target.key
+        if change.origin != self._storage.origin:
+            self._cache.invalidate(key)
+            self._stored.add(key)
+        hub = self._watch_hub
+        if change.changed and hub is not None and hub.watched(key):
+            record = await self.lookup(change.target)
+            statement = record.v2_statement if record is not None else None
+            if statement is not None:
+                hub.publish(change.target, statement.entry)
+
+    def forget_everything(self) -> None:
+        """The feed went on without this process (pruned unread): every
+        cached record may be stale, and the stored-targets filter may lack
+        targets. The cache is emptied; the filter is switched off (every
+        lookup reads the store from now on)."""
+        log.warning("change feed: fell behind its pruned end; cache dropped, "
+                    "stored-targets filter off")
+        self._cache.clear()
+        self._stored.switch_off()
 
     def _merged_in_memory(self, result: ProbeResult) -> TargetRecord:
         cached = self._cache.peek(result.target.key)

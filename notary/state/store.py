@@ -51,6 +51,7 @@ from notary.model.observations import (
     add_sighting,
 )
 from notary.model.targets import Target
+from notary.state import claims, feed
 
 #: Migrations, applied in order; ``PRAGMA user_version`` is the index of the
 #: last applied one. Never edit a released migration: append a new one.
@@ -123,6 +124,10 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     INSERT INTO settings VALUES ('deletions', 0);
     """,
+    # 5: the change feed (``notary.state.feed``).
+    feed.MIGRATION,
+    # 6: probe claims (``notary.state.claims``).
+    claims.MIGRATION,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 5000
@@ -607,8 +612,10 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
 
-    def record(self, results: Sequence[ProbeResult]) -> None:
-        """Record ``results`` in one transaction: a certificate seen again
+    def record(self, results: Sequence[ProbeResult], origin: str = "") -> None:
+        """Record ``results`` in one transaction, with a row each in the
+        change feed (``notary.state.feed``; ``origin`` names the writer): a
+        certificate seen again
         widens its observation (first_seen down, last_seen up) and adds the
         address; a new one starts an observation. ``first_seen`` and
         ``last_seen`` do not depend on the order of recording, so a batch may
@@ -650,6 +657,7 @@ class Store:
                 db, results, learnt_certificates
             )
             pairs = list(zip(target_ids, certificate_ids, strict=True))
+            feed.write(db, results, pairs, new_targets, origin)
             dropped = self._write(db, pairs, results, new_targets, new_certificates)
             deleted = self._delete_orphans(db, dropped)
             if deleted:
@@ -1166,6 +1174,57 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
         return report
+
+    # -- the change feed ---------------------------------------------------------
+
+    def feed_position(self) -> int:
+        """The newest change's sequence number (0: none yet)."""
+        try:
+            return feed.position(self._db)
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+
+    def read_feed(self, after: int, limit: int) -> feed.FeedPage:
+        """Up to ``limit`` changes after the position ``after``, read in one
+        snapshot (``FeedPage.missed``: some were pruned unread)."""
+        try:
+            self._db.execute("BEGIN")
+            try:
+                return feed.read(self._db, after, limit)
+            finally:
+                self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+
+    def prune_feed(self, max_rows: int) -> int:
+        """Keep the newest ``max_rows`` changes; return how many went."""
+        with self._transaction() as db:
+            return feed.prune(db, max_rows)
+
+    # -- probe claims ------------------------------------------------------------
+
+    def claim_probe(self, target: Target, holder: str, now_ms: int, ttl_ms: int) -> claims.Claim:
+        """Claim ``target``'s probe for ``holder`` (``notary.state.claims``);
+        the claim that stands, ``holder``'s or another's."""
+        with self._transaction() as db:
+            return claims.claim(db, target, holder, now_ms, ttl_ms)
+
+    def read_claim(self, target: Target) -> claims.Claim | None:
+        try:
+            return claims.read(self._db, target)
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+
+    def release_claim(
+        self, target: Target, holder: str, failure: str | None, now_ms: int, linger_ms: int
+    ) -> None:
+        """``holder``'s probe of ``target`` ended (``failure``: why it failed)."""
+        with self._transaction() as db:
+            claims.release(db, target, holder, failure, now_ms, linger_ms)
+
+    def delete_expired_claims(self, now_ms: int) -> int:
+        with self._transaction() as db:
+            return claims.delete_expired(db, now_ms)
 
     def _deleted(self, db: sqlite3.Connection) -> None:
         """This transaction deleted rows: count it (``settings``) and forget

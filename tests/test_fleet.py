@@ -1,0 +1,145 @@
+"""One node, several workers, one notary: what one worker learns reaches the
+others through the store's change feed (loopback only; the node runs as
+an operator runs it, ``notary serve`` in a subprocess)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import trio
+
+from notary.client import check as client
+from notary.model.targets import Target
+from notary.protocol.bundle import BundleHost, make_bundle
+from notary.state import crypto
+from tests.support.notaries import LOCALHOST
+from tests.support.tls_targets import open_tls_target
+from tests.test_node import get, plain_port, run_node
+
+WORKERS = 4
+CHANGES = 6
+#: How long a watcher may wait for an event after the query whose probe saw
+#: the change: the writer's batch interval (50 ms) and the feed's interval
+#: (100 ms) with room for a loaded machine; bench/ measures the real delay.
+EVENT_WITHIN_S = 5.0
+
+
+async def test_a_watcher_sees_every_change_whichever_worker_probed_it(tmp_path: Path) -> None:
+    v2_key = tmp_path / "v2.key"
+    crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
+    v2_key.chmod(0o644)
+    config = (
+        f'[v2]\nkey_file = "{v2_key}"\n'
+        # Every query after a second probes: each lands on whichever worker
+        # the kernel gives the connection.
+        '[answers]\nfresh_for_s = 1\n'
+        '[limits]\nprobes_per_minute_per_target = 0\n'  # no spacing of one target's probes
+    )
+    async with (
+        open_tls_target(names=[]) as site,
+        run_node(tmp_path / "node", workers=WORKERS, more_config=config) as node,
+    ):
+        plain = await plain_port(node, WORKERS)
+        api = int((await node.wait_for(r"serving the API on 127\.0\.0\.1:(\d+)")).group(1))
+        target = Target(LOCALHOST, site.port)
+        path = f"/target/{LOCALHOST}+{site.port}"
+        assert await get(plain, path) == ("answered", 200)  # the first certificate
+        certificate = (tmp_path / "node" / "notary.crt").read_bytes().decode()
+        bundle = make_bundle(
+            name="Fleet", location="https://127.0.0.1/f.notary",
+            hosts=[BundleHost(LOCALHOST, api, 80, certificate)],
+        )
+        events: list[client.WatchEvent] = []
+        arrived = trio.Event()
+        watching = trio.Event()
+
+        def on_event(event: client.WatchEvent) -> None:
+            events.append(event)
+            arrived.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: client.watch(
+                bundle, [target], on_event=on_event, on_watching=lambda _: watching.set(),
+                resolver=lambda host, port: None,
+            ))
+            with trio.fail_after(20):
+                await watching.wait()
+            served = []
+            for _ in range(CHANGES):
+                served.append(site.replace_certificate())
+                await trio.sleep(2.1)  # past fresh_for_s (whole seconds): the next query probes
+                arrived = trio.Event()
+                assert await get(plain, path) == ("answered", 200)
+                with trio.fail_after(EVENT_WITHIN_S):
+                    await arrived.wait()
+            await trio.sleep(0.5)  # no late duplicate
+            nursery.cancel_scope.cancel()
+    assert len(events) == CHANGES
+    for event, der in zip(events, served, strict=True):
+        assert hashlib.sha256(der).digest() in {o.sha256 for o in event.observations}
+    with sqlite3.connect(tmp_path / "node" / "notary.db") as db:
+        origins = {row[0] for row in db.execute("SELECT origin FROM changes WHERE changed = 1")}
+    assert len(origins) >= 2  # the changes were probed by several workers
+
+
+
+async def test_a_new_target_asked_of_the_node_at_once_is_probed_once(tmp_path: Path) -> None:
+    """Many clients ask about one target the node never saw; their
+    connections land on several workers; one of them probes (a claim in the
+    store), the others answer from its observation."""
+    async with (
+        open_tls_target(names=[]) as site,
+        run_node(tmp_path / "node", workers=WORKERS) as node,
+    ):
+        plain = await plain_port(node, WORKERS)
+        site.pause()
+        answers: list[tuple[str, int]] = []
+
+        async def ask() -> None:
+            answers.append(await get(plain, f"/target/{LOCALHOST}+{site.port}"))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4 * WORKERS):
+                nursery.start_soon(ask)
+            await site.wait_accepted(1)
+            await trio.sleep(1.0)  # every connection has reached a worker
+            site.resume()
+    assert answers == [("answered", 200)] * (4 * WORKERS)
+    assert site.accepted == 1
+
+
+async def test_a_clients_query_rate_over_two_workers_stays_near_the_configured_rate(
+    tmp_path: Path,
+) -> None:
+    """Each worker enforces its share of the per-client rates: a client
+    spraying connections over the node gets about the configured rate, not
+    one per worker."""
+    rate, burst = 5.0, 5
+    config = (
+        f'[limits]\nexempt_clients = []\nqueries_per_s_per_prefix = {rate}\n'
+        f'query_burst = {burst}\n'
+    )
+    async with (
+        open_tls_target(names=[]) as site,
+        run_node(tmp_path / "node", workers=2, more_config=config) as node,
+    ):
+        plain = await plain_port(node, 2)
+        path = f"/target/{LOCALHOST}+{site.port}"
+        statuses: list[int] = []
+        started = trio.current_time()
+        while trio.current_time() - started < 3.0:
+            async with trio.open_nursery() as nursery:
+                for _ in range(8):
+                    nursery.start_soon(lambda: _count(plain, path, statuses))
+        elapsed = trio.current_time() - started
+    assert statuses.count(429) > 0
+    assert statuses.count(200) <= 1.5 * (rate * elapsed + burst)
+    assert set(statuses) <= {200, 429}
+
+
+async def _count(port: int, path: str, statuses: list[int]) -> None:
+    outcome, status = await get(port, path)
+    assert outcome == "answered"
+    statuses.append(status)
