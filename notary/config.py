@@ -271,6 +271,13 @@ class StoreConfig:
     #: ...and how many of its newest rows the store keeps (a worker that
     #: falls further behind drops its whole cache).
     feed_max_rows: int = 100_000
+    #: The engine: "sqlite" (the file ``[server] db_file``, one machine) or
+    #: "postgresql" (``dsn``, shared by the nodes of a fleet: README
+    #: "Running a fleet").
+    backend: str = "sqlite"
+    #: PostgreSQL connection string (libpq keywords or a URL); the password
+    #: best from ``PGPASSFILE`` or the service's credentials, never here.
+    dsn: str = ""
 
     def timeline_limits(self) -> TimelineLimits:
         """The limits of a target's timeline, for the store and the cache."""
@@ -697,6 +704,10 @@ def _validate_server_and_node(config: Config) -> None:
 
 
 def _validate_store_cache_v2(config: Config) -> None:
+    if config.store.backend not in ("sqlite", "postgresql"):
+        raise ConfigError('[store] backend must be "sqlite" or "postgresql"')
+    if config.store.backend == "postgresql" and not config.store.dsn:
+        raise ConfigError('[store] backend = "postgresql" needs [store] dsn')
     if config.store.synchronous.upper() not in _SYNCHRONOUS:
         raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
     if config.store.max_certificate_bytes < 0:

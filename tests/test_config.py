@@ -354,6 +354,22 @@ def test_bad_synchronous(tmp_path: Path, mode: str) -> None:
     assert "[store] synchronous" in config_error(tmp_path, rest=f'[store]\nsynchronous = "{mode}"\n')
 
 
+@pytest.mark.parametrize(("rest", "message"), [
+    ('[store]\nbackend = "mysql"\n', '[store] backend must be "sqlite" or "postgresql"'),
+    ('[store]\nbackend = "postgresql"\n', '[store] backend = "postgresql" needs [store] dsn'),
+])
+def test_bad_store_backend(tmp_path: Path, rest: str, message: str) -> None:
+    assert message in config_error(tmp_path, rest=rest)
+
+
+def test_a_postgresql_store(tmp_path: Path) -> None:
+    config = load_config(server_file(
+        tmp_path, rest='[store]\nbackend = "postgresql"\ndsn = "host=db dbname=notary"\n'
+    ))
+    assert (config.store.backend, config.store.dsn) == ("postgresql", "host=db dbname=notary")
+    assert load_config(server_file(tmp_path)).store.backend == "sqlite"
+
+
 @pytest.mark.parametrize("mode", ["off", "normal", "FULL", "Extra"])
 def test_synchronous_modes(tmp_path: Path, mode: str) -> None:
     config = load_config(server_file(tmp_path, rest=f'[store]\nsynchronous = "{mode}"\n'))

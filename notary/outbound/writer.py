@@ -119,12 +119,15 @@ class Storage:
         writer: Store,
         send: trio.MemorySendChannel[ProbeResult],
         *,
+        connect: Callable[[], Store],
         forget_unasked_after_s: int | None = None,
         feed_max_rows: int = KEEP_EVERYTHING.feed_max_rows,
         clock: Callable[[], float] = time.time,
         timings: BatchTimings | None = None,
     ) -> None:
         self.path = reader.path
+        #: Opens another connection (the scan, the claims), in a thread.
+        self._connect = connect
         #: Names this process's writes in the change feed.
         self.origin = f"{os.getpid()}-{secrets.token_hex(6)}"
         self._feed_max_rows = feed_max_rows
@@ -192,7 +195,7 @@ class Storage:
     async def _on_claims(self, function: Callable[[Store], Any]) -> Any:
         def run() -> Any:
             if self._claims is None:
-                self._claims = Store(self.path, create=False)
+                self._claims = self._connect()
             return function(self._claims)
 
         return await trio.to_thread.run_sync(run, limiter=self._claims_limiter)
@@ -209,7 +212,7 @@ class Storage:
 
         def scan() -> int:
             count = 0
-            with Store(self.path, create=False) as store:
+            with self._connect() as store:
                 for keys in store.iter_target_keys():
                     if stop.is_set():
                         break
@@ -448,22 +451,16 @@ async def open_storage(
     told the rows and write seconds of each committed batch. Raises
     ``StoreError`` if it cannot be opened, ``ValueError`` for a limit out of
     range."""
-    limits = store.timeline_limits()
-    synchronous, merge_window_s = store.synchronous, store.merge_window_s
-    writer = await trio.to_thread.run_sync(
-        lambda: Store(path, synchronous=synchronous, merge_window_s=merge_window_s,
-                      limits=limits, file_mode=file_mode)
-    )
+    open_writer, connect = _engine(path, store, file_mode)
+    writer = await trio.to_thread.run_sync(open_writer)
     try:
-        reader = await trio.to_thread.run_sync(
-            lambda: Store(path, synchronous=synchronous, create=False, limits=limits)
-        )
+        reader = await trio.to_thread.run_sync(connect)
     except BaseException:
         writer.close()
         raise
     send, receive = trio.open_memory_channel[ProbeResult](store.queue_rows)
     storage = Storage(
-        reader, writer, send, forget_unasked_after_s=store.forget_unasked_after_s,
+        reader, writer, send, connect=connect, forget_unasked_after_s=store.forget_unasked_after_s,
         feed_max_rows=store.feed_max_rows, clock=clock, timings=timings,
     )
     try:
@@ -487,6 +484,27 @@ async def open_storage(
         writer.close()
         if storage._claims is not None:
             storage._claims.close()
+
+
+def _engine(
+    path: Path, store: StoreConfig, file_mode: int
+) -> tuple[Callable[[], Store], Callable[[], Store]]:
+    """How to open the writer's connection (it makes the schema) and the
+    others, by ``[store] backend``."""
+    limits, merge_window_s = store.timeline_limits(), store.merge_window_s
+    if store.backend == "postgresql":
+        from notary.state.pgstore import PostgresStore
+
+        return (
+            lambda: PostgresStore(store.dsn, merge_window_s=merge_window_s, limits=limits),
+            lambda: PostgresStore(store.dsn, create=False, limits=limits),
+        )  # type: ignore[return-value]
+    synchronous = store.synchronous
+    return (
+        lambda: Store(path, synchronous=synchronous, merge_window_s=merge_window_s,
+                      limits=limits, file_mode=file_mode),
+        lambda: Store(path, synchronous=synchronous, create=False, limits=limits),
+    )
 
 
 async def _run_in(scope: trio.CancelScope, function: Callable[[], Any]) -> None:

@@ -283,13 +283,17 @@ def make_scheduler(
 def make_node_prober(
     config: Config, storage: Storage, prober: Prober, clock: Callable[[], float]
 ) -> NodeProber:
-    """Probes once per node for a worker sharing the store: a claim lasts
-    as long as a probe can (its queue wait and its timeout) and its write."""
+    """Probes once per node for a worker sharing the store. A claim lasts as
+    long as a probe and its write (a probe that waited in the prober's queue
+    may outlive it: another worker then probes too); after the probe it
+    stands as long as the write and two reads of the feed take. A worker
+    that dies holding a claim delays the others that long at most."""
     feed_interval_s = config.store.feed_interval_ms / 1000
+    write_s = config.store.batch_interval_ms / 1000
     return NodeProber(
         storage, prober, clock=clock, poll_interval_s=feed_interval_s,
-        ttl_s=2 * config.probe.timeout_s + config.store.batch_interval_ms / 1000 + 1.0,
-        linger_s=2 * feed_interval_s + 1.0,
+        ttl_s=config.probe.timeout_s + write_s + 1.0,
+        linger_s=write_s + 2 * feed_interval_s + 0.25,
     )
 
 
@@ -550,7 +554,8 @@ def build_components(
     stored = StoredTargets(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
     return Components(
         config=config, sockets=sockets, resolver=resolver, clock=clock,
-        shared_store=shared_store, tls=tls,
+        # A PostgreSQL store is a fleet's: other nodes write it too.
+        shared_store=shared_store or config.store.backend == "postgresql", tls=tls,
         policy=AddressPolicy.from_cidrs(config.server.allow_targets, config.server.opt_out),
         abuse=abuse,
         relay=make_relay_handler(config, resolver=resolver, notary_name=notary_name, abuse=abuse),

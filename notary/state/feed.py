@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from notary.model.observations import ProbeResult
 from notary.model.targets import Target
 
-__all__ = ["MIGRATION", "Change", "FeedPage", "position", "prune", "read", "write"]
+__all__ = ["MIGRATION", "Change", "FeedPage", "Newest", "position", "prune", "read", "rows", "write"]
 
 #: The schema's migration that adds the feed (``notary.state.store.MIGRATIONS``).
 MIGRATION = """
@@ -92,7 +92,7 @@ def write(
     ``results[i]``), in the transaction that records them, before their
     observations are written (the newest stored certificates are read)."""
     known = sorted({t for t, _ in pairs if t not in new_targets})
-    newest: dict[int, tuple[set[int], int]] = {}  # target: (certificates, last sighting)
+    newest: Newest = {}
     for start in range(0, len(known), 500):
         chunk = known[start:start + 500]
         marks = ", ".join("?" * len(chunk))
@@ -100,7 +100,22 @@ def write(
             _NEWEST.format(marks=marks), chunk
         ):
             newest.setdefault(target_id, (set(), last_seen))[0].add(certificate_id)
-    rows = []
+    db.executemany(_INSERT, rows(results, pairs, newest, origin))
+
+
+#: Each target's newest certificates (ids) and their last sighting.
+Newest = dict[int, tuple[set[int], int]]
+
+
+def rows(
+    results: Sequence[ProbeResult], pairs: Sequence[tuple[int, int]], newest: Newest,
+    origin: str,
+) -> list[tuple[str, int, bytes, int, str]]:
+    """The feed rows of ``results`` (``pairs[i]``: the ids of ``results[i]``)
+    given each target's ``newest`` stored certificates, which it updates:
+    (host, port, sha256, changed, origin), in observation order. The rule
+    of both engines."""
+    made = []
     for i in sorted(range(len(results)), key=lambda i: results[i].observed_at):
         result, (t, c) = results[i], pairs[i]
         seen = result.observed_at
@@ -111,8 +126,8 @@ def write(
         elif seen == before[1]:
             before[0].add(c)
         target = result.target
-        rows.append((target.host, target.port, result.leaf.sha256, int(changed), origin))
-    db.executemany(_INSERT, rows)
+        made.append((target.host, target.port, result.leaf.sha256, int(changed), origin))
+    return made
 
 
 def position(db: sqlite3.Connection) -> int:

@@ -1,0 +1,631 @@
+"""The observation store on PostgreSQL, for the nodes of a fleet sharing one
+database: the operations of :class:`notary.state.store.Store` (the SQLite
+engine), with the same rows, the same change feed and probe claims.
+
+Where SQLite's writer is set-based and tuned, this one rewrites each
+target of a batch from its merged timeline (``Timeline.merged`` with the
+limits, what the cache does): a few statements per batch, whatever its
+size. Writers on several nodes serialise per target (its row is locked,
+in id order) and on the feed (a transaction-level advisory lock taken
+last), so the feed's sequence numbers are committed in order and a
+follower never skips one.
+
+Synchronous, like the SQLite engine: the Trio edge runs these methods in
+worker threads. Resource handling: a ``PostgresStore`` owns one connection
+(autocommit, explicit transactions); ``close()`` releases it. A connection
+the server dropped is made again at the next call.
+
+Error handling: every ``psycopg`` error is raised as ``StoreError`` naming
+the database without its password (``describe_dsn``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from notary.errors import StoreError
+from notary.model.observations import (
+    DEFAULT_MERGE_WINDOW_S,
+    ProbeResult,
+    Timeline,
+    TimelineLimits,
+)
+from notary.model.targets import Target
+from notary.state import feed
+from notary.state.claims import Claim
+from notary.state.store import (
+    _LIMIT_NAMES,
+    PRUNE_CHUNK_TARGETS,
+    SCHEMA_VERSION,
+    SWEEP_CHUNK_TARGETS,
+    PruneReport,
+    StoreStatistics,
+    _timeline_of,
+)
+
+__all__ = ["PostgresStore", "describe_dsn"]
+
+#: The schema at ``SCHEMA_VERSION``, made in one step on a new database
+#: (the SQLite engine's migrations 1-6 give the same tables). A later schema
+#: version adds a migration to both engines.
+SCHEMA = """
+    CREATE TABLE settings (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+    CREATE TABLE certificates (
+        id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        sha256      BYTEA NOT NULL UNIQUE,
+        sha1        BYTEA NOT NULL,
+        md5         BYTEA NOT NULL,
+        spki_sha256 BYTEA NOT NULL,
+        der         BYTEA NOT NULL
+    );
+    CREATE TABLE targets (
+        id       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        host     TEXT NOT NULL,
+        port     INTEGER NOT NULL,
+        asked_at BIGINT NOT NULL DEFAULT 0,
+        UNIQUE (host, port)
+    );
+    CREATE INDEX targets_by_asked_at ON targets (asked_at);
+    CREATE TABLE observations (
+        target_id      BIGINT NOT NULL REFERENCES targets (id),
+        certificate_id BIGINT NOT NULL REFERENCES certificates (id),
+        first_seen     BIGINT NOT NULL,
+        last_seen      BIGINT NOT NULL,
+        addresses      TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (target_id, certificate_id)
+    );
+    CREATE INDEX observations_by_certificate ON observations (certificate_id);
+    CREATE TABLE runs (
+        target_id      BIGINT NOT NULL REFERENCES targets (id),
+        certificate_id BIGINT NOT NULL REFERENCES certificates (id),
+        start          BIGINT NOT NULL,
+        "end"          BIGINT NOT NULL,
+        PRIMARY KEY (target_id, certificate_id, start)
+    );
+    CREATE INDEX runs_by_certificate ON runs (certificate_id);
+    CREATE TABLE changes (
+        seq     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        host    TEXT NOT NULL,
+        port    INTEGER NOT NULL,
+        sha256  BYTEA NOT NULL,
+        changed INTEGER NOT NULL,
+        origin  TEXT NOT NULL
+    );
+    CREATE TABLE probe_claims (
+        host     TEXT NOT NULL,
+        port     INTEGER NOT NULL,
+        holder   TEXT NOT NULL,
+        until_ms BIGINT NOT NULL,
+        failure  TEXT,
+        PRIMARY KEY (host, port)
+    );
+    INSERT INTO settings VALUES ('deletions', 0), ('feed_pruned_through', 0);
+"""
+#: Advisory lock keys (``pg_advisory_xact_lock``): migrations, the feed.
+_MIGRATION_LOCK = 0x6E6F7461
+_FEED_LOCK = 0x6E6F7462
+#: Targets per statement (``= ANY(%s)`` arrays).
+CHUNK = 1000
+#: How long opening a connection may take.
+CONNECT_TIMEOUT_S = 10
+
+_LOAD_TIMELINE = """
+    SELECT c.id, c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
+           o.first_seen, o.last_seen, o.addresses
+    FROM targets t JOIN observations o ON o.target_id = t.id
+    JOIN certificates c ON c.id = o.certificate_id
+    WHERE t.host = %s AND t.port = %s
+"""
+_LOAD_RUNS = """
+    SELECT r.certificate_id, r.start, r."end" FROM targets t JOIN runs r ON r.target_id = t.id
+    WHERE t.host = %s AND t.port = %s ORDER BY r.start
+"""
+_ROWS_OF_TARGETS = """
+    SELECT o.target_id, c.id, c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
+           o.first_seen, o.last_seen, o.addresses
+    FROM observations o JOIN certificates c ON c.id = o.certificate_id
+    WHERE o.target_id = ANY(%s)
+"""
+_RUNS_OF_TARGETS = """
+    SELECT target_id, certificate_id, start, "end" FROM runs
+    WHERE target_id = ANY(%s) ORDER BY start
+"""
+_CLAIM = """
+    INSERT INTO probe_claims (host, port, holder, until_ms, failure) VALUES (%s, %s, %s, %s, NULL)
+    ON CONFLICT (host, port) DO UPDATE
+        SET holder = excluded.holder, until_ms = excluded.until_ms, failure = NULL
+        WHERE probe_claims.until_ms <= %s OR probe_claims.holder = excluded.holder
+    RETURNING holder
+"""
+_READ_CLAIM = "SELECT holder, until_ms, failure FROM probe_claims WHERE host = %s AND port = %s"
+
+
+def describe_dsn(dsn: str) -> str:
+    """``dsn`` for messages: user, host, port and database, never the
+    password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "postgresql database (unparsable dsn)"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    host = parts.get("host") or "localhost"
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}"
+
+
+class PostgresStore:
+    """One connection to the observation database on PostgreSQL; the
+    methods and arguments of :class:`notary.state.store.Store`. ``dsn``:
+    libpq keywords or a URL (a password comes best from ``PGPASSFILE``)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        create: bool = True,
+        merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
+        limits: TimelineLimits | None = None,
+    ) -> None:
+        import psycopg
+
+        self.path = describe_dsn(dsn)  # what messages name (the SQLite engine's path)
+        self.merge_window_s = merge_window_s
+        self.limits = limits
+        self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
+        self._dsn = dsn
+        self._db = self._connect()
+        try:
+            if create:
+                self.migrate()
+            self._check_not_newer(self.schema_version())
+        except BaseException:
+            self._db.close()
+            raise
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+
+    def _usable(self) -> Any:
+        """The connection, made again if the server dropped it (a restart,
+        a failover): the caller's retry then works once the server is back."""
+        if self._db.broken or self._db.closed:
+            self._db.close()
+            self._db = self._connect()
+        return self._db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        db = self._usable()
+        try:
+            with db.transaction():
+                yield db
+        except self._errors as exc:
+            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+
+    def _read(self, query: str, params: Sequence[Any] = ()) -> list[tuple]:
+        db = self._usable()
+        try:
+            return db.execute(query, params).fetchall()
+        except self._errors as exc:
+            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+
+    # -- schema ------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        rows = self._read(
+            "SELECT value FROM settings WHERE name = 'schema_version'"
+        ) if self._has_schema() else []
+        return int(rows[0][0]) if rows else 0
+
+    def _has_schema(self) -> bool:
+        return bool(self._read("SELECT to_regclass('settings') IS NOT NULL")[0][0])
+
+    def migrate(self) -> int:
+        """Make the schema on a new database (under an advisory lock: the
+        nodes of a fleet may start at once); return how many steps ran."""
+        with self._transaction() as db:
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            if db.execute("SELECT to_regclass('settings')").fetchone()[0] is not None:
+                return 0
+            db.execute(SCHEMA)
+            db.execute(
+                "INSERT INTO settings VALUES ('schema_version', %s)", (SCHEMA_VERSION,)
+            )
+        return 1
+
+    def _check_not_newer(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {self.path} has schema {version}, newer than this "
+                f"notary's {SCHEMA_VERSION}"
+            )
+        if version < SCHEMA_VERSION:
+            raise StoreError(f"database {self.path} has no schema (run `notary serve` once)")
+
+    # -- reads ---------------------------------------------------------------------
+
+    def load_timeline(self, target: Target) -> Timeline:
+        rows = self._read(_LOAD_TIMELINE, (target.host, target.port))
+        run_rows = self._read(_LOAD_RUNS, (target.host, target.port))
+        timeline = _timeline_of(target, [_plain(row) for row in rows], run_rows)
+        return timeline if self.limits is None else timeline.bounded(self.limits)
+
+    def iter_target_keys(self, chunk_rows: int = 10_000) -> Iterator[list[str]]:
+        after = 0
+        while rows := self._read(
+            "SELECT id, host, port FROM targets WHERE id > %s ORDER BY id LIMIT %s",
+            (after, chunk_rows),
+        ):
+            yield [Target(host, port).key for _, host, port in rows]
+            after = rows[-1][0]
+
+    def statistics(self) -> StoreStatistics:
+        count = {
+            table: self._read(f"SELECT count(*) FROM {table}")[0][0]
+            for table in ("targets", "certificates", "observations")
+        }
+        size = self._read("SELECT pg_database_size(current_database())")[0][0]
+        return StoreStatistics(
+            self.schema_version(), count["targets"], count["certificates"],
+            count["observations"], size,
+        )
+
+    # -- writes --------------------------------------------------------------------
+
+    def record(self, results: Sequence[ProbeResult], origin: str = "") -> None:
+        """Record ``results`` in one transaction (the SQLite engine's
+        semantics: each target's rows become its stored timeline merged
+        with its sightings, within ``limits``), with their feed rows."""
+        if not results:
+            return
+        if self.merge_window_s < 0:
+            raise ValueError("merge_window_s must not be negative")
+        with self._transaction() as db:
+            target_ids = self._lock_targets(db, {r.target for r in results})
+            stored = self._timelines(db, target_ids)
+            newest: feed.Newest = {
+                t: ({c for c, o in ids.items() if o.last_seen == timeline.newest.last_seen},
+                    timeline.newest.last_seen)
+                for t, (timeline, ids) in stored.items() if timeline.newest is not None
+            }
+            certificate_ids = self._certificate_ids(db, results)
+            pairs = [(target_ids[r.target], certificate_ids[r.leaf.sha256]) for r in results]
+            dropped = self._rewrite(db, results, pairs, stored, certificate_ids)
+            self._delete_orphans(db, dropped)
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (_FEED_LOCK,))
+            with db.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO changes (host, port, sha256, changed, origin) "
+                    "VALUES (%s, %s, %s, %s, %s)", feed.rows(results, pairs, newest, origin),
+                )
+
+    def _lock_targets(self, db: Any, targets: set[Target]) -> dict[Target, int]:
+        """The ids of ``targets``, inserted if new, their rows locked (in id
+        order: writers on other nodes wait, never deadlock)."""
+        ordered = sorted(targets, key=lambda t: (t.host, t.port))
+        with db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO targets (host, port, asked_at) VALUES (%s, %s, "
+                "extract(epoch from now())::bigint) ON CONFLICT (host, port) DO NOTHING",
+                [(t.host, t.port) for t in ordered],
+            )
+        hosts, ports = [t.host for t in ordered], [t.port for t in ordered]
+        rows = db.execute(
+            "SELECT t.id, t.host, t.port FROM targets t "
+            "JOIN unnest(%s::text[], %s::int[]) AS k(host, port) "
+            "ON t.host = k.host AND t.port = k.port ORDER BY t.id FOR UPDATE OF t",
+            (hosts, ports),
+        ).fetchall()
+        return {Target(host, port): target_id for target_id, host, port in rows}
+
+    def _timelines(
+        self, db: Any, target_ids: dict[Target, int]
+    ) -> dict[int, tuple[Timeline, dict[int, Any]]]:
+        """Each target's stored timeline and its observations by certificate id."""
+        ids = list(target_ids.values())
+        rows: dict[int, list[tuple]] = {}
+        runs: dict[int, list[tuple]] = {}
+        for start in range(0, len(ids), CHUNK):
+            chunk = ids[start:start + CHUNK]
+            for row in db.execute(_ROWS_OF_TARGETS, (chunk,)):
+                rows.setdefault(row[0], []).append(_plain(row[1:]))
+            for row in db.execute(_RUNS_OF_TARGETS, (chunk,)):
+                runs.setdefault(row[0], []).append(row[1:])
+        made = {}
+        for target, target_id in target_ids.items():
+            target_rows = rows.get(target_id, [])
+            timeline = _timeline_of(target, target_rows, runs.get(target_id, []))
+            ids = {row[3]: row[0] for row in target_rows}  # sha256 -> certificate id
+            by_id = {ids[o.certificate.sha256]: o for o in timeline.observations}
+            if self.limits is not None:
+                timeline = timeline.bounded(self.limits)
+            made[target_id] = (timeline, by_id)
+        return made
+
+    def _certificate_ids(self, db: Any, results: Sequence[ProbeResult]) -> dict[bytes, int]:
+        leaves = {r.leaf.sha256: r.leaf for r in results}
+        keep_der = self.limits.max_certificate_bytes if self.limits is not None else math.inf
+        with db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO certificates (sha256, sha1, md5, spki_sha256, der) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (sha256) DO NOTHING",
+                [(c.sha256, c.sha1, c.md5, c.spki_sha256, c.der if len(c.der) <= keep_der else b"")
+                 for c in leaves.values()],
+            )
+        return dict(db.execute(
+            "SELECT sha256, id FROM certificates WHERE sha256 = ANY(%s)", (list(leaves),)
+        ).fetchall())
+
+    def _rewrite(
+        self, db: Any, results: Sequence[ProbeResult], pairs: list[tuple[int, int]],
+        stored: dict[int, tuple[Timeline, dict[int, Any]]], certificate_ids: dict[bytes, int],
+    ) -> set[int]:
+        """Write each target's timeline merged with its sightings (in
+        recording order) in place of its rows; return the certificate ids
+        some target dropped."""
+        sightings: dict[int, list[ProbeResult]] = {}
+        for result, (t, _) in zip(results, pairs, strict=True):
+            sightings.setdefault(t, []).append(result)
+        observations, run_rows, dropped = [], [], set()
+        for t, seen in sightings.items():
+            timeline, before = stored[t]
+            for result in seen:
+                timeline = timeline.merged(result, self.merge_window_s, self.limits)
+            ids = {**{o.certificate.sha256: c for c, o in before.items()}, **certificate_ids}
+            kept = {ids[o.certificate.sha256]: o for o in timeline.observations}
+            dropped |= before.keys() - kept.keys()
+            for c, o in kept.items():
+                observations.append((t, c, o.first_seen, o.last_seen, ",".join(o.addresses)))
+                if len(o.timespans) > 1:
+                    run_rows += [(t, c, start, end) for start, end in o.timespans]
+        targets = list(sightings)
+        db.execute("DELETE FROM runs WHERE target_id = ANY(%s)", (targets,))
+        db.execute("DELETE FROM observations WHERE target_id = ANY(%s)", (targets,))
+        with db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO observations (target_id, certificate_id, first_seen, last_seen, "
+                "addresses) VALUES (%s, %s, %s, %s, %s)", observations,
+            )
+            cursor.executemany(
+                'INSERT INTO runs (target_id, certificate_id, start, "end") '
+                "VALUES (%s, %s, %s, %s)", run_rows,
+            )
+        return dropped
+
+    def _delete_orphans(self, db: Any, certificate_ids: Iterable[int]) -> int:
+        ids = list(certificate_ids)
+        if not ids:
+            return 0
+        return db.execute(
+            "DELETE FROM certificates c WHERE c.id = ANY(%s) AND NOT EXISTS "
+            "(SELECT 1 FROM observations o WHERE o.certificate_id = c.id)", (ids,),
+        ).rowcount
+
+    # -- what is kept ----------------------------------------------------------------
+
+    def note_asked(self, targets: Iterable[tuple[str, int]], at: int) -> int:
+        rows = [(at, host, port, at) for host, port in targets]
+        if not rows:
+            return 0
+        with self._transaction() as db, db.cursor() as cursor:
+            cursor.executemany(
+                "UPDATE targets SET asked_at = %s WHERE host = %s AND port = %s "
+                "AND asked_at < %s", rows,
+            )
+            return cursor.rowcount
+
+    def prune_unasked(self, asked_before: int, max_targets: int = PRUNE_CHUNK_TARGETS
+                      ) -> PruneReport:
+        with self._transaction() as db:
+            ids = [row[0] for row in db.execute(
+                "SELECT id FROM targets WHERE asked_at < %s LIMIT %s FOR UPDATE SKIP LOCKED",
+                (asked_before, max_targets),
+            )]
+            if not ids:
+                return PruneReport()
+            certificates = [row[0] for row in db.execute(
+                "SELECT DISTINCT certificate_id FROM observations WHERE target_id = ANY(%s)",
+                (ids,),
+            )]
+            runs = db.execute("DELETE FROM runs WHERE target_id = ANY(%s)", (ids,)).rowcount
+            observations = db.execute(
+                "DELETE FROM observations WHERE target_id = ANY(%s)", (ids,)
+            ).rowcount
+            targets = db.execute("DELETE FROM targets WHERE id = ANY(%s)", (ids,)).rowcount
+            deleted = self._delete_orphans(db, certificates)
+        return PruneReport(targets, observations, runs, deleted)
+
+    def prune(self, now: int, forget_unasked_after_s: int) -> PruneReport:
+        report = PruneReport()
+        while True:
+            chunk = self.prune_unasked(now - forget_unasked_after_s)
+            report += chunk
+            if chunk.targets < PRUNE_CHUNK_TARGETS:
+                return report
+
+    def limits_enforced(self) -> bool:
+        if self.limits is None:
+            return True
+        recorded = dict(self._read("SELECT name, value FROM settings"))
+        return all(
+            name in recorded and recorded[name] <= getattr(self.limits, name)
+            for name in _LIMIT_NAMES
+        )
+
+    def target_id_ranges(self) -> list[tuple[int, int]]:
+        ids = [row[0] for row in self._read("SELECT id FROM targets ORDER BY id")]
+        return [
+            (ids[i], ids[min(i + SWEEP_CHUNK_TARGETS, len(ids)) - 1])
+            for i in range(0, len(ids), SWEEP_CHUNK_TARGETS)
+        ]
+
+    def enforce_limits_in(self, first_id: int, last_id: int) -> PruneReport:
+        """Bring targets ``first_id``..``last_id`` within ``limits``."""
+        if self.limits is None:
+            return PruneReport()
+        with self._transaction() as db:
+            targets = {
+                Target(host, port): target_id for target_id, host, port in db.execute(
+                    "SELECT id, host, port FROM targets WHERE id BETWEEN %s AND %s "
+                    "ORDER BY id FOR UPDATE", (first_id, last_id),
+                )
+            }
+            report = PruneReport()
+            for target_id, (timeline, before) in self._timelines(db, targets).items():
+                ids = {o.certificate.sha256: c for c, o in before.items()}
+                kept = {ids[o.certificate.sha256] for o in timeline.observations}
+                old_runs = sum(len(o.timespans) for o in before.values())
+                new_runs = sum(len(o.timespans) for o in timeline.observations)
+                if kept == before.keys() and old_runs == new_runs:
+                    continue
+                db.execute("DELETE FROM runs WHERE target_id = %s", (target_id,))
+                db.execute("DELETE FROM observations WHERE target_id = %s", (target_id,))
+                with db.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO observations VALUES (%s, %s, %s, %s, %s)",
+                        [(target_id, ids[o.certificate.sha256], o.first_seen, o.last_seen,
+                          ",".join(o.addresses)) for o in timeline.observations],
+                    )
+                    cursor.executemany("INSERT INTO runs VALUES (%s, %s, %s, %s)", [
+                        (target_id, ids[o.certificate.sha256], start, end)
+                        for o in timeline.observations if len(o.timespans) > 1
+                        for start, end in o.timespans
+                    ])
+                report += PruneReport(
+                    0, len(before) - len(kept), max(old_runs - new_runs, 0),
+                    self._delete_orphans(db, before.keys() - kept),
+                )
+        return report
+
+    def record_limits(self) -> PruneReport:
+        if self.limits is None:
+            return PruneReport()
+        with self._transaction() as db, db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO settings VALUES (%s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                [(name, getattr(self.limits, name)) for name in _LIMIT_NAMES],
+            )
+        return PruneReport()
+
+    def enforce_limits(self, *, force: bool = False) -> PruneReport:
+        if not force and self.limits_enforced():
+            return PruneReport()
+        report = PruneReport()
+        for first_id, last_id in self.target_id_ranges():
+            report += self.enforce_limits_in(first_id, last_id)
+        return report + self.record_limits()
+
+    def delete_orphans(self) -> PruneReport:
+        with self._transaction() as db:
+            deleted = db.execute(
+                "DELETE FROM certificates c WHERE NOT EXISTS "
+                "(SELECT 1 FROM observations o WHERE o.certificate_id = c.id)"
+            ).rowcount
+        return PruneReport(certificates=deleted)
+
+    def compact(self, now: int, forget_unasked_after_s: int) -> PruneReport:
+        report = self.prune(now, forget_unasked_after_s)
+        report += self.enforce_limits(force=True)
+        report += self.delete_orphans()
+        self._read("SELECT 1")  # (VACUUM is the database's autovacuum's job)
+        return report
+
+    # -- the change feed -------------------------------------------------------------
+
+    def feed_position(self) -> int:
+        """The newest change's sequence number (0: none yet)."""
+        return int(self._read(
+            "SELECT greatest(coalesce(max(seq), 0), (SELECT value FROM settings "
+            "WHERE name = 'feed_pruned_through')) FROM changes"
+        )[0][0])
+
+    def read_feed(self, after: int, limit: int) -> feed.FeedPage:
+        with self._transaction() as db:
+            pruned = db.execute(
+                "SELECT value FROM settings WHERE name = 'feed_pruned_through'"
+            ).fetchone()[0]
+            rows = db.execute(
+                "SELECT seq, host, port, sha256, changed, origin FROM changes "
+                "WHERE seq > %s ORDER BY seq LIMIT %s", (after, limit),
+            ).fetchall()
+        return feed.FeedPage(tuple(
+            feed.Change(seq, Target(host, port), bytes(sha256), bool(changed), origin)
+            for seq, host, port, sha256, changed, origin in rows
+        ), after < pruned)
+
+    def prune_feed(self, max_rows: int) -> int:
+        with self._transaction() as db:
+            through = db.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]
+            through -= max_rows
+            pruned = db.execute(
+                "SELECT value FROM settings WHERE name = 'feed_pruned_through' FOR UPDATE"
+            ).fetchone()[0]
+            if through <= pruned:
+                return 0
+            deleted = db.execute("DELETE FROM changes WHERE seq <= %s", (through,)).rowcount
+            db.execute(
+                "UPDATE settings SET value = %s WHERE name = 'feed_pruned_through'", (through,)
+            )
+        return deleted
+
+    # -- probe claims ------------------------------------------------------------------
+
+    def claim_probe(self, target: Target, holder: str, now_ms: int, ttl_ms: int) -> Claim:
+        until = now_ms + ttl_ms
+        with self._transaction() as db:
+            won = db.execute(
+                _CLAIM, (target.host, target.port, holder, until, now_ms)
+            ).fetchone()
+            if won is not None:
+                return Claim(holder, until)
+            return Claim(*db.execute(_READ_CLAIM, (target.host, target.port)).fetchone())
+
+    def read_claim(self, target: Target) -> Claim | None:
+        rows = self._read(_READ_CLAIM, (target.host, target.port))
+        return Claim(*rows[0]) if rows else None
+
+    def release_claim(
+        self, target: Target, holder: str, failure: str | None, now_ms: int, linger_ms: int
+    ) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE probe_claims SET failure = %s, until_ms = %s WHERE host = %s "
+                "AND port = %s AND holder = %s",
+                (failure, now_ms + linger_ms, target.host, target.port, holder),
+            )
+
+    def delete_expired_claims(self, now_ms: int) -> int:
+        with self._transaction() as db:
+            return db.execute(
+                "DELETE FROM probe_claims WHERE until_ms <= %s", (now_ms,)
+            ).rowcount
+
+
+def _plain(row: Sequence[Any]) -> tuple:
+    """A row with ``bytes`` for PostgreSQL's ``memoryview`` BYTEA values."""
+    return tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+
+
+def _reason(exc: BaseException) -> str:
+    """A psycopg error in one line (libpq's message can span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -1,0 +1,118 @@
+"""Two notaries of a fleet on one PostgreSQL database (a throwaway server
+on loopback, ``tests.support.postgres``): what one observes, the other
+answers from and tells its watchers."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import trio
+
+from notary.client import check as client
+from notary.model.targets import Target
+from notary.protocol.bundle import BundleHost, make_bundle
+from notary.state import crypto
+from tests.support.notaries import LOCALHOST, legacy_query, open_notary
+from tests.support.postgres import PostgresServer
+from tests.support.tls_targets import open_tls_target
+
+SITE = "fleet.example.test"
+
+
+def fleet_store(postgres: PostgresServer, dsn: str) -> dict[str, object]:
+    return {"backend": "postgresql", "dsn": dsn, "batch_interval_ms": 10}
+
+
+async def test_a_target_one_node_probed_is_answered_by_the_other_from_the_store(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    store = fleet_store(postgres_server, postgres_server.new_database())
+    async with open_tls_target(names=[SITE]) as site:
+        names = {SITE: [site.host]}
+        path = f"{SITE}+{site.port}"
+        async with (
+            open_notary(tmp_path / "a", names=names, store=store) as first,
+            open_notary(tmp_path / "b", names=names, store=store) as second,
+        ):
+            assert (await legacy_query(first.port, path, None)).status == 200
+            assert site.accepted == 1
+            key = Target(SITE, site.port).key
+            with trio.fail_after(10):  # committed, then read from the feed
+                while not second.running.stored.may_contain(key):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            assert (await legacy_query(second.port, path, None)).status == 200
+            assert site.accepted == 1  # no probe on the second node
+
+
+async def test_a_watcher_on_one_node_sees_a_change_the_other_probed(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    store = fleet_store(postgres_server, postgres_server.new_database())
+    v2_key = tmp_path / "v2.key"
+    crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
+    async with open_tls_target(names=[SITE]) as site:
+        names = {SITE: [site.host]}
+        target = Target(SITE, site.port)
+        async with (
+            open_notary(tmp_path / "a", names=names, store=store,
+                        v2={"key_file": v2_key}) as prober_node,
+            open_notary(tmp_path / "b", names=names, store=store,
+                        v2={"key_file": v2_key}) as watched_node,
+        ):
+            await prober_node.running.records.refresh(target)  # the first certificate
+            bundle = make_bundle(
+                name="Fleet", location="https://127.0.0.1/f.notary",
+                hosts=[BundleHost(LOCALHOST, watched_node.port, 80,
+                                  crypto.certificate_pem(watched_node.certificate).decode())],
+            )
+            events: list[client.WatchEvent] = []
+            arrived, watching = trio.Event(), trio.Event()
+
+            def on_event(event: client.WatchEvent) -> None:
+                events.append(event)
+                arrived.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: client.watch(
+                    bundle, [target], on_event=on_event,
+                    on_watching=lambda _: watching.set(), resolver=lambda host, port: None,
+                ))
+                with trio.fail_after(20):
+                    await watching.wait()
+                    new_der = site.replace_certificate(SITE)
+                    await prober_node.running.records.refresh(target)  # on the other node
+                    await arrived.wait()
+                await trio.sleep(0.3)  # and only once
+                nursery.cancel_scope.cancel()
+    assert len(events) == 1
+    assert hashlib.sha256(new_der).digest() in {o.sha256 for o in events[0].observations}
+
+
+def test_a_store_connects_again_after_the_server_restarted(
+    postgres_server: PostgresServer,
+) -> None:
+    from notary.errors import StoreError
+    from notary.state.pgstore import PostgresStore
+    from tests.support.observations import probe_result
+
+    t0 = 1_700_000_000
+    with PostgresStore(postgres_server.new_database()) as store:
+        store.record([probe_result(at=t0)])
+        postgres_server.restart()
+        try:  # the dropped connection fails this call...
+            store.record([probe_result(at=t0 + 1)])
+        except StoreError as exc:
+            assert "postgresql://postgres@127.0.0.1" in str(exc)
+        store.record([probe_result(at=t0 + 2)])  # ...and the next one connects again
+        (observation,) = store.load_timeline(Target("www.example.test", 443)).observations
+    assert observation.last_seen == t0 + 2
+
+
+def test_messages_name_the_database_never_its_password() -> None:
+    from notary.state.pgstore import describe_dsn
+
+    for dsn in ("postgresql://notary:s3cret@db.example.org:5433/notary",
+                "host=db.example.org port=5433 dbname=notary user=notary password=s3cret"):
+        assert describe_dsn(dsn) == "postgresql://notary@db.example.org:5433/notary"
+    assert "s3cret" not in describe_dsn("password=s3cret host=")
