@@ -48,7 +48,10 @@ async def test_a_target_one_node_probed_is_answered_by_the_other_from_the_store(
 async def test_a_watcher_on_one_node_sees_a_change_the_other_probed(
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
-    store = fleet_store(postgres_server, postgres_server.new_database())
+    """At once: the commit's NOTIFY wakes the other node, long before its
+    next scheduled read of the feed."""
+    store = {**fleet_store(postgres_server, postgres_server.new_database()),
+             "feed_interval_ms": 60_000}
     v2_key = tmp_path / "v2.key"
     crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
     async with open_tls_target(names=[SITE]) as site:
@@ -80,8 +83,9 @@ async def test_a_watcher_on_one_node_sees_a_change_the_other_probed(
                 ))
                 with trio.fail_after(20):
                     await watching.wait()
-                    new_der = site.replace_certificate(SITE)
-                    await prober_node.running.records.refresh(target)  # on the other node
+                new_der = site.replace_certificate(SITE)
+                await prober_node.running.records.refresh(target)  # on the other node
+                with trio.fail_after(5):  # not the 60 s of feed_interval_ms
                     await arrived.wait()
                 await trio.sleep(0.3)  # and only once
                 nursery.cancel_scope.cancel()
@@ -116,3 +120,45 @@ def test_messages_name_the_database_never_its_password() -> None:
                 "host=db.example.org port=5433 dbname=notary user=notary password=s3cret"):
         assert describe_dsn(dsn) == "postgresql://notary@db.example.org:5433/notary"
     assert "s3cret" not in describe_dsn("password=s3cret host=")
+
+
+async def test_while_the_database_is_away_a_node_answers_and_then_catches_up(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    from notary.state.pgstore import PostgresStore
+    from tests.test_admin import admin_port
+    from tests.test_metrics import http_get, wait_for
+
+    store = fleet_store(postgres_server, postgres_server.new_database())
+    async with open_tls_target(names=[SITE, "new.example.test"]) as site:
+        names = {SITE: [site.host], "new.example.test": [site.host]}
+        async with open_notary(tmp_path / "a", names=names, store=store) as node:
+            admin = admin_port(node)
+
+            async def ready() -> bool:
+                return (await http_get(admin, "/readyz"))[0] == 200
+
+            async def not_ready() -> bool:
+                return not await ready()
+
+            cached = f"{SITE}+{site.port}"
+            assert (await legacy_query(node.port, cached, None)).status == 200
+            await wait_for(lambda: _committed(node, 1))
+            await trio.to_thread.run_sync(postgres_server.stop)
+            try:
+                assert (await legacy_query(node.port, cached, None)).status == 200  # cache hit
+                fresh = f"new.example.test+{site.port}"
+                assert (await legacy_query(node.port, fresh, None)).status == 200  # probed
+                await wait_for(not_ready)
+                assert b"store not writable" in (await http_get(admin, "/readyz"))[2]
+            finally:
+                await trio.to_thread.run_sync(postgres_server.start)
+            with trio.fail_after(30):  # the writer's back-off is at most 5 s
+                await wait_for(ready)
+                await wait_for(lambda: _committed(node, 2))
+    with PostgresStore(str(store["dsn"]), create=False) as reopened:
+        assert reopened.load_timeline(Target("new.example.test", site.port)).observations
+
+
+async def _committed(node, rows: int) -> bool:
+    return node.running.storage.statistics().committed >= rows

@@ -141,6 +141,9 @@ class Storage:
         #: claim; a single process never does).
         self._claims: Store | None = None
         self._claims_limiter = trio.CapacityLimiter(1)
+        #: PostgreSQL: the connection waiting for NOTIFY, opened on first use.
+        self._listener: Any = None
+        self._listen_limiter = trio.CapacityLimiter(1)
         self._committed = 0
         self._batches = 0
         self._failed_batches = 0
@@ -199,6 +202,30 @@ class Storage:
             return function(self._claims)
 
         return await trio.to_thread.run_sync(run, limiter=self._claims_limiter)
+
+    async def wait_for_changes(self, timeout_s: float) -> None:
+        """Return when another commit of observations may be in the change
+        feed: at once on a ``NOTIFY`` (PostgreSQL, a connection of its own
+        listening in a thread), else after ``timeout_s`` (SQLite, or a
+        failing database). Never raises ``StoreError``."""
+        if not hasattr(self._reader, "wait_for_changes"):
+            await trio.sleep(timeout_s)
+            return
+
+        def wait() -> None:
+            if self._listener is None:
+                self._listener = self._connect()
+            self._listener.wait_for_changes(timeout_s)
+
+        try:
+            # Abandoned on cancel: the thread ends within timeout_s, and the
+            # limiter keeps the next wait off the connection until then.
+            await trio.to_thread.run_sync(
+                wait, limiter=self._listen_limiter, abandon_on_cancel=True
+            )
+        except StoreError as exc:
+            log.error("change feed: listening failed, reading every %gs: %s", timeout_s, exc)
+            await trio.sleep(timeout_s)
 
     async def scan_target_keys(self, consume: Callable[[list[str]], None]) -> int:
         """Call ``consume`` with the keys of every stored target, a chunk at a
@@ -482,8 +509,9 @@ async def open_storage(
     finally:
         reader.close()
         writer.close()
-        if storage._claims is not None:
-            storage._claims.close()
+        for extra in (storage._claims, storage._listener):
+            if extra is not None:
+                extra.close()
 
 
 def _engine(

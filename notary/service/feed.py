@@ -2,12 +2,14 @@
 node's other workers, and this process) committed reaches this process's
 cache, stored-targets filter and watchers (``Records.apply_change``).
 
-Each process reads the feed every ``[store] feed_interval_ms`` (at once
-again while a read comes back full), from the position it had when it
+Each process reads the feed every ``[store] feed_interval_ms``, at once
+again while a read comes back full, and on PostgreSQL as soon as a commit
+notifies it (``LISTEN``/``NOTIFY``), from the position it had when it
 started: a change committed before is in the store it reads on a cache miss,
 one committed after is in the feed. So a watcher hears of a certificate
 change once, whichever worker probed it, about ``batch_interval_ms`` +
-``feed_interval_ms`` after the probe.
+``feed_interval_ms`` after the probe (on PostgreSQL, ``batch_interval_ms``
+and a round trip).
 
 Resource handling: ``follow_changes`` runs until cancelled, in the nursery
 of its caller; it borrows the storage and the records.
@@ -69,4 +71,4 @@ async def follow_changes(
         if page.last_seq is not None:
             position = page.last_seq
         if len(page.changes) < FEED_READ_ROWS:
-            await trio.sleep(interval_s)
+            await storage.wait_for_changes(interval_s)

@@ -111,6 +111,8 @@ _FEED_LOCK = 0x6E6F7462
 CHUNK = 1000
 #: How long opening a connection may take.
 CONNECT_TIMEOUT_S = 10
+#: The channel each commit of observations notifies (``wait_for_changes``).
+FEED_CHANNEL = "notary_changes"
 
 _LOAD_TIMELINE = """
     SELECT c.id, c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
@@ -178,6 +180,7 @@ class PostgresStore:
         self.limits = limits
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
         self._dsn = dsn
+        self._listening = False
         self._db = self._connect()
         try:
             if create:
@@ -210,7 +213,21 @@ class PostgresStore:
         if self._db.broken or self._db.closed:
             self._db.close()
             self._db = self._connect()
+            self._listening = False
         return self._db
+
+    def wait_for_changes(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a commit of observations (``NOTIFY``
+        on ``FEED_CHANNEL``); whether one came. This connection then serves
+        nothing else (``LISTEN``)."""
+        db = self._usable()
+        try:
+            if not self._listening:
+                db.execute(f"LISTEN {FEED_CHANNEL}")
+                self._listening = True
+            return any(True for _ in db.notifies(timeout=timeout_s, stop_after=1))
+        except self._errors as exc:
+            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
@@ -317,6 +334,7 @@ class PostgresStore:
                     "INSERT INTO changes (host, port, sha256, changed, origin) "
                     "VALUES (%s, %s, %s, %s, %s)", feed.rows(results, pairs, newest, origin),
                 )
+            db.execute(f"NOTIFY {FEED_CHANNEL}")  # delivered at commit
 
     def _lock_targets(self, db: Any, targets: set[Target]) -> dict[Target, int]:
         """The ids of ``targets``, inserted if new, their rows locked (in id

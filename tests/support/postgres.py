@@ -39,6 +39,19 @@ class PostgresServer:
     port: int
     binaries: Path
 
+    def stop(self) -> None:
+        """Stop the server (every connection dropped); ``start`` brings it back."""
+        self._pg_ctl("-m", "fast", "-w", "stop")
+
+    def start(self) -> None:
+        self._pg_ctl("-w", "start")
+
+    def _pg_ctl(self, *argv: str) -> None:
+        subprocess.run(_as_postgres([
+            str(self.binaries / "pg_ctl"), "-D", str(self.directory / "data"),
+            "-l", str(self.directory / "log"), *argv,
+        ]), check=True, capture_output=True)
+
     def restart(self) -> None:
         """Stop the server (dropping every connection) and start it again."""
         subprocess.run(_as_postgres([
