@@ -461,6 +461,34 @@ def post_request(port: int, path: str, body: str, *, version: str = "1.1") -> by
     ).encode("ascii")
 
 
+def start_postgres(processes: Processes, directory: Path, *, cpu: int | None,
+                   settings: Sequence[str] = ()) -> str:
+    """A throwaway PostgreSQL (Debian's ``postgresql``, as the ``postgres``
+    user when root) in ``directory``, on a loopback port, with ``settings``
+    (``name=value``) on top of its defaults; its DSN. Raises if absent."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    if not found:
+        raise BenchError("PostgreSQL is not installed: .ci/install-tools tests")
+    binaries, as_postgres = found[-1].parent, []
+    directory.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        import pwd
+
+        user = pwd.getpwnam("postgres")
+        os.chown(directory, user.pw_uid, user.pw_gid)
+        os.chmod(directory.parent, directory.parent.stat().st_mode | 0o711)  # let it reach in
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    data, port = directory / "data", free_ports(1)[0]
+    subprocess.run([*as_postgres, str(binaries / "initdb"), "-D", str(data), "-A", "trust",
+                    "-U", "postgres", "-E", "UTF8"], check=True, capture_output=True)
+    options = [f"listen_addresses={LOOPBACK}", *settings]
+    start_server(processes, "postgresql", [
+        *as_postgres, str(found[-1]), "-D", str(data), "-p", str(port), "-k", str(directory),
+        *(arg for option in options for arg in ("-c", option)),
+    ], [port], cpu=cpu, log=directory / "postgresql.log")
+    return f"host={LOOPBACK} port={port} user=postgres dbname=postgres"
+
+
 def start_server(processes: Processes, name: str, argv: Sequence[str], ports: Sequence[int], *,
                  cpu: int | Iterable[int] | None, log: Path, cwd: Path | None = None,
                  env: dict[str, str | None] | None = None,

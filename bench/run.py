@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = ("tls", "http", "probe", "relay", "v2", "scale", "workers", "cache", "writer")
+SCENARIOS = ("tls", "http", "probe", "relay", "v2", "scale", "workers", "cache", "writer", "fleet")
 #: The scenarios whose script takes no ``--wait-quiet``.
-NO_WAIT_QUIET = {"relay", "cache", "writer"}
+NO_WAIT_QUIET = {"relay", "cache", "writer", "fleet"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -107,7 +107,7 @@ SCHEMA = """
 #: Advisory lock keys (``pg_advisory_xact_lock``): migrations, the feed.
 _MIGRATION_LOCK = 0x6E6F7461
 _FEED_LOCK = 0x6E6F7462
-#: Targets per statement (``= ANY(%s)`` arrays).
+#: Targets per statement (``= ANY(%b)`` arrays).
 CHUNK = 1000
 #: How long opening a connection may take.
 CONNECT_TIMEOUT_S = 10
@@ -129,11 +129,11 @@ _ROWS_OF_TARGETS = """
     SELECT o.target_id, c.id, c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
            o.first_seen, o.last_seen, o.addresses
     FROM observations o JOIN certificates c ON c.id = o.certificate_id
-    WHERE o.target_id = ANY(%s)
+    WHERE o.target_id = ANY(%b)
 """
 _RUNS_OF_TARGETS = """
     SELECT target_id, certificate_id, start, "end" FROM runs
-    WHERE target_id = ANY(%s) ORDER BY start
+    WHERE target_id = ANY(%b) ORDER BY start
 """
 _CLAIM = """
     INSERT INTO probe_claims (host, port, holder, until_ms, failure) VALUES (%s, %s, %s, %s, NULL)
@@ -329,27 +329,24 @@ class PostgresStore:
             dropped = self._rewrite(db, results, pairs, stored, certificate_ids)
             self._delete_orphans(db, dropped)
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_FEED_LOCK,))
-            with db.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO changes (host, port, sha256, changed, origin) "
-                    "VALUES (%s, %s, %s, %s, %s)", feed.rows(results, pairs, newest, origin),
-                )
+            _insert(db, "changes (host, port, sha256, changed, origin)",
+                    ("text", "int", "bytea", "int", "text"),
+                    feed.rows(results, pairs, newest, origin))
             db.execute(f"NOTIFY {FEED_CHANNEL}")  # delivered at commit
 
     def _lock_targets(self, db: Any, targets: set[Target]) -> dict[Target, int]:
         """The ids of ``targets``, inserted if new, their rows locked (in id
         order: writers on other nodes wait, never deadlock)."""
         ordered = sorted(targets, key=lambda t: (t.host, t.port))
-        with db.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO targets (host, port, asked_at) VALUES (%s, %s, "
-                "extract(epoch from now())::bigint) ON CONFLICT (host, port) DO NOTHING",
-                [(t.host, t.port) for t in ordered],
-            )
         hosts, ports = [t.host for t in ordered], [t.port for t in ordered]
+        db.execute(
+            "INSERT INTO targets (host, port, asked_at) SELECT host, port, "
+            "extract(epoch from now())::bigint FROM unnest(%b::text[], %b::int[]) AS k(host, port) "
+            "ON CONFLICT (host, port) DO NOTHING", (hosts, ports),
+        )
         rows = db.execute(
             "SELECT t.id, t.host, t.port FROM targets t "
-            "JOIN unnest(%s::text[], %s::int[]) AS k(host, port) "
+            "JOIN unnest(%b::text[], %b::int[]) AS k(host, port) "
             "ON t.host = k.host AND t.port = k.port ORDER BY t.id FOR UPDATE OF t",
             (hosts, ports),
         ).fetchall()
@@ -382,15 +379,13 @@ class PostgresStore:
     def _certificate_ids(self, db: Any, results: Sequence[ProbeResult]) -> dict[bytes, int]:
         leaves = {r.leaf.sha256: r.leaf for r in results}
         keep_der = self.limits.max_certificate_bytes if self.limits is not None else math.inf
-        with db.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO certificates (sha256, sha1, md5, spki_sha256, der) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (sha256) DO NOTHING",
-                [(c.sha256, c.sha1, c.md5, c.spki_sha256, c.der if len(c.der) <= keep_der else b"")
-                 for c in leaves.values()],
-            )
+        _insert(
+            db, "certificates (sha256, sha1, md5, spki_sha256, der)", ("bytea",) * 5,
+            [(c.sha256, c.sha1, c.md5, c.spki_sha256, c.der if len(c.der) <= keep_der else b"")
+             for c in leaves.values()], "ON CONFLICT (sha256) DO NOTHING",
+        )
         return dict(db.execute(
-            "SELECT sha256, id FROM certificates WHERE sha256 = ANY(%s)", (list(leaves),)
+            "SELECT sha256, id FROM certificates WHERE sha256 = ANY(%b)", (list(leaves),)
         ).fetchall())
 
     def _rewrite(
@@ -416,17 +411,10 @@ class PostgresStore:
                 if len(o.timespans) > 1:
                     run_rows += [(t, c, start, end) for start, end in o.timespans]
         targets = list(sightings)
-        db.execute("DELETE FROM runs WHERE target_id = ANY(%s)", (targets,))
-        db.execute("DELETE FROM observations WHERE target_id = ANY(%s)", (targets,))
-        with db.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO observations (target_id, certificate_id, first_seen, last_seen, "
-                "addresses) VALUES (%s, %s, %s, %s, %s)", observations,
-            )
-            cursor.executemany(
-                'INSERT INTO runs (target_id, certificate_id, start, "end") '
-                "VALUES (%s, %s, %s, %s)", run_rows,
-            )
+        db.execute("DELETE FROM runs WHERE target_id = ANY(%b)", (targets,))
+        db.execute("DELETE FROM observations WHERE target_id = ANY(%b)", (targets,))
+        _insert(db, _OBSERVATION_COLUMNS, _OBSERVATION_TYPES, observations)
+        _insert(db, _RUN_COLUMNS, _RUN_TYPES, run_rows)
         return dropped
 
     def _delete_orphans(self, db: Any, certificate_ids: Iterable[int]) -> int:
@@ -434,7 +422,7 @@ class PostgresStore:
         if not ids:
             return 0
         return db.execute(
-            "DELETE FROM certificates c WHERE c.id = ANY(%s) AND NOT EXISTS "
+            "DELETE FROM certificates c WHERE c.id = ANY(%b) AND NOT EXISTS "
             "(SELECT 1 FROM observations o WHERE o.certificate_id = c.id)", (ids,),
         ).rowcount
 
@@ -461,14 +449,14 @@ class PostgresStore:
             if not ids:
                 return PruneReport()
             certificates = [row[0] for row in db.execute(
-                "SELECT DISTINCT certificate_id FROM observations WHERE target_id = ANY(%s)",
+                "SELECT DISTINCT certificate_id FROM observations WHERE target_id = ANY(%b)",
                 (ids,),
             )]
-            runs = db.execute("DELETE FROM runs WHERE target_id = ANY(%s)", (ids,)).rowcount
+            runs = db.execute("DELETE FROM runs WHERE target_id = ANY(%b)", (ids,)).rowcount
             observations = db.execute(
-                "DELETE FROM observations WHERE target_id = ANY(%s)", (ids,)
+                "DELETE FROM observations WHERE target_id = ANY(%b)", (ids,)
             ).rowcount
-            targets = db.execute("DELETE FROM targets WHERE id = ANY(%s)", (ids,)).rowcount
+            targets = db.execute("DELETE FROM targets WHERE id = ANY(%b)", (ids,)).rowcount
             deleted = self._delete_orphans(db, certificates)
         return PruneReport(targets, observations, runs, deleted)
 
@@ -517,17 +505,15 @@ class PostgresStore:
                     continue
                 db.execute("DELETE FROM runs WHERE target_id = %s", (target_id,))
                 db.execute("DELETE FROM observations WHERE target_id = %s", (target_id,))
-                with db.cursor() as cursor:
-                    cursor.executemany(
-                        "INSERT INTO observations VALUES (%s, %s, %s, %s, %s)",
-                        [(target_id, ids[o.certificate.sha256], o.first_seen, o.last_seen,
-                          ",".join(o.addresses)) for o in timeline.observations],
-                    )
-                    cursor.executemany("INSERT INTO runs VALUES (%s, %s, %s, %s)", [
-                        (target_id, ids[o.certificate.sha256], start, end)
-                        for o in timeline.observations if len(o.timespans) > 1
-                        for start, end in o.timespans
-                    ])
+                _insert(db, _OBSERVATION_COLUMNS, _OBSERVATION_TYPES, [
+                    (target_id, ids[o.certificate.sha256], o.first_seen, o.last_seen,
+                     ",".join(o.addresses)) for o in timeline.observations
+                ])
+                _insert(db, _RUN_COLUMNS, _RUN_TYPES, [
+                    (target_id, ids[o.certificate.sha256], start, end)
+                    for o in timeline.observations if len(o.timespans) > 1
+                    for start, end in o.timespans
+                ])
                 report += PruneReport(
                     0, len(before) - len(kept), max(old_runs - new_runs, 0),
                     self._delete_orphans(db, before.keys() - kept),
@@ -637,6 +623,26 @@ class PostgresStore:
             return db.execute(
                 "DELETE FROM probe_claims WHERE until_ms <= %s", (now_ms,)
             ).rowcount
+
+
+_OBSERVATION_COLUMNS = "observations (target_id, certificate_id, first_seen, last_seen, addresses)"
+_OBSERVATION_TYPES = ("bigint", "bigint", "bigint", "bigint", "text")
+_RUN_COLUMNS = 'runs (target_id, certificate_id, start, "end")'
+_RUN_TYPES = ("bigint",) * 4
+
+
+def _insert(
+    db: Any, into: str, types: Sequence[str], rows: Sequence[Sequence[Any]], tail: str = ""
+) -> None:
+    """Insert ``rows`` ``into`` a table (its columns of ``types``) in one
+    statement: one array per column, ``unnest``ed (one round trip, where
+    ``executemany`` makes one per row)."""
+    if not rows:
+        return
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    # %b: binary parameters (text arrays of bytes are escaped element by element).
+    arrays = ", ".join(f"%b::{kind}[]" for kind in types)
+    db.execute(f"INSERT INTO {into} SELECT * FROM unnest({arrays}) {tail}", columns)
 
 
 def _plain(row: Sequence[Any]) -> tuple:
