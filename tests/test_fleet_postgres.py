@@ -162,3 +162,61 @@ async def test_while_the_database_is_away_a_node_answers_and_then_catches_up(
 
 async def _committed(node, rows: int) -> bool:
     return node.running.storage.statistics().committed >= rows
+
+
+async def test_a_node_killed_under_write_load_leaves_a_whole_store_and_the_other_answers(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    """Two nodes as an operator runs them (``notary serve`` processes, each
+    its own key), one database. Node A probes many targets and is killed
+    with SIGKILL mid-load: every batch it committed is whole (each feed row
+    has its observation), and node B answers every target A stored from the
+    store (the targets are gone by then: without the store it would answer
+    503)."""
+    import signal
+
+    from notary.state.pgstore import PostgresStore
+    from tests.test_node import get, run_node, tls_targets
+
+    dsn = postgres_server.new_database()
+    config = f'[store]\nbackend = "postgresql"\ndsn = "{dsn}"\n'
+    async with (
+        run_node(tmp_path / "a", workers=1, more_config=config) as node_a,
+        run_node(tmp_path / "b", workers=1, more_config=config) as node_b,
+    ):
+        plain = {}
+        for name, node in (("a", node_a), ("b", node_b)):
+            match = await node.wait_for(r"plain-HTTP API .* on 127\.0\.0\.1:(\d+)")
+            plain[name] = int(match.group(1))
+        answered: list[int] = []
+
+        async def client(targets: list[int]) -> None:
+            for target_port in targets:
+                outcome = await get(plain["a"], f"/target/127.0.0.1+{target_port}")
+                if outcome == ("answered", 200):
+                    answered.append(target_port)
+
+        async with tls_targets(60) as ports, trio.open_nursery() as nursery:
+            for start in range(4):
+                nursery.start_soon(client, ports[start::4])
+            with trio.fail_after(30):
+                while len(answered) < 20:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            node_a.process.send_signal(signal.SIGKILL)
+        await node_a.process.wait()
+        with PostgresStore(dsn, create=False) as store:
+            db = store._db
+            feed_rows = db.execute("SELECT count(*) FROM changes").fetchone()[0]
+            without_observation = db.execute(
+                "SELECT count(*) FROM changes c WHERE NOT EXISTS (SELECT 1 FROM targets t "
+                "JOIN observations o ON o.target_id = t.id JOIN certificates x ON "
+                "x.id = o.certificate_id WHERE t.host = c.host AND t.port = c.port "
+                "AND x.sha256 = c.sha256)"
+            ).fetchone()[0]
+            stored = {port for (port,) in db.execute(
+                "SELECT t.port FROM targets t WHERE EXISTS "
+                "(SELECT 1 FROM observations o WHERE o.target_id = t.id)"
+            )}
+        assert feed_rows >= len(stored) > 0 and without_observation == 0
+        for target_port in sorted(stored):  # the targets are closed now
+            assert await get(plain["b"], f"/target/127.0.0.1+{target_port}") == ("answered", 200)
