@@ -561,44 +561,65 @@ def report_json(report: CheckReport) -> str:
 
 def _db_settings(args: argparse.Namespace) -> tuple[Path, StoreConfig, int]:
     """The database file, its ``[store]`` settings and its files' mode:
-    from ``--config`` (``--db`` overriding its file), else the defaults."""
+    from ``--config`` (``--db`` overriding its file and its backend), else
+    the defaults."""
     if args.db is None and args.config is None:
         raise UsageError("db needs --db FILE or --config FILE")
     if args.config is None:
         return args.db, StoreConfig(), database_file_mode("")
     config = load_config(args.config)
-    path = args.db if args.db is not None else config.server.db_file
-    return path, config.store, database_file_mode(config.node.group)
+    if args.db is not None:
+        return args.db, replace(config.store, backend="sqlite"), database_file_mode(
+            config.node.group
+        )
+    return config.server.db_file, config.store, database_file_mode(config.node.group)
+
+
+def _open_db(path: Path, settings: StoreConfig, mode: int, *, create: bool) -> tuple[Any, str]:
+    """The store ``cmd_db`` works on (its engine by ``[store] backend``) and
+    the name it is shown by (never a password)."""
+    limits, window = settings.timeline_limits(), settings.merge_window_s
+    if settings.backend == "postgresql":
+        from notary.state.pgstore import PostgresStore
+
+        store = PostgresStore(settings.dsn, create=create, merge_window_s=window, limits=limits)
+        return store, store.path
+    if create:
+        return Store(path, merge_window_s=window, limits=limits, file_mode=mode), str(path)
+    return Store(path, create=False, merge_window_s=window, limits=limits), str(path)
 
 
 def cmd_db(args: argparse.Namespace) -> int:
     path, settings, mode = _db_settings(args)
+    sqlite = settings.backend == "sqlite"
     if args.action == "init":
         # Creates or migrates, sets the files' mode, and brings rows kept
         # under looser limits within these (what ``serve`` does at start).
-        with Store(path, merge_window_s=settings.merge_window_s,
-                   limits=settings.timeline_limits(), file_mode=mode) as store:
+        store, name = _open_db(path, settings, mode, create=True)
+        with store:
             report = store.enforce_limits()
-            print(f"{path}: schema version {store.schema_version()}, mode {mode:04o}")
+            print(f"{name}: schema version {store.schema_version()}"
+                  + (f", mode {mode:04o}" if sqlite else ""))
         if report:
             print(f"brought within the [store] limits: {report}")
         return 0
+    store, name = _open_db(path, settings, mode, create=False)
+    size = "file bytes" if sqlite else "database bytes"
     if args.action == "compact":
-        with Store(path, create=False, merge_window_s=settings.merge_window_s,
-                   limits=settings.timeline_limits()) as store:
+        with store:
             before = store.statistics().file_bytes
             report = store.compact(int(time.time()), settings.forget_unasked_after_s)
             after = store.statistics().file_bytes
-        print(f"{path}: {report}")
-        print(f"file bytes: {before} -> {after}")
+        print(f"{name}: {report}")
+        print(f"{size}: {before} -> {after}")
         return 0
-    with Store(path, create=False) as store:
+    with store:
         stats = store.statistics()
     print(f"schema version: {stats.schema_version}")
     print(f"targets:        {stats.targets}")
     print(f"certificates:   {stats.certificates}")
     print(f"observations:   {stats.observations}")
-    print(f"file bytes:     {stats.file_bytes}")
+    print(f"{size + ':':<16}{stats.file_bytes}")
     return 0
 
 

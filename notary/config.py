@@ -89,7 +89,8 @@ def parse_endpoint(text: str, *, what: str = "address") -> Endpoint:
 class ServerConfig:
     key_file: Path
     cert_file: Path
-    db_file: Path
+    #: The SQLite database (required unless ``[store] backend = "postgresql"``).
+    db_file: Path | None = None
     #: The HTTPS query API listeners (Convergence: 443 and 4242).
     api: tuple[Endpoint, ...] = (Endpoint("0.0.0.0", 443), Endpoint("0.0.0.0", 4242))
     #: Plain-HTTP API listeners, for operators who terminate TLS in front of
@@ -706,6 +707,8 @@ def _validate_server_and_node(config: Config) -> None:
 def _validate_store_cache_v2(config: Config) -> None:
     if config.store.backend not in ("sqlite", "postgresql"):
         raise ConfigError('[store] backend must be "sqlite" or "postgresql"')
+    if config.store.backend == "sqlite" and config.server.db_file is None:
+        raise ConfigError("[server] needs db_file")
     if config.store.backend == "postgresql" and not config.store.dsn:
         raise ConfigError('[store] backend = "postgresql" needs [store] dsn')
     if config.store.synchronous.upper() not in _SYNCHRONOUS:

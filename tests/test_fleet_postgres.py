@@ -220,3 +220,50 @@ async def test_a_node_killed_under_write_load_leaves_a_whole_store_and_the_other
         assert feed_rows >= len(stored) > 0 and without_observation == 0
         for target_port in sorted(stored):  # the targets are closed now
             assert await get(plain["b"], f"/target/127.0.0.1+{target_port}") == ("answered", 200)
+
+
+def test_the_db_commands_work_on_a_postgresql_store(
+    tmp_path: Path, postgres_server: PostgresServer, capsys,
+) -> None:
+    from notary import cli
+    from notary.state.pgstore import PostgresStore
+    from tests.support.observations import probe_result
+
+    dsn = postgres_server.new_database()
+    config = tmp_path / "n.toml"
+    config.write_text(
+        '[server]\nkey_file = "k"\ncert_file = "c"\n'
+        f'[store]\nbackend = "postgresql"\ndsn = "{dsn}"\n'
+    )
+    assert cli.main(["db", "init", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("postgresql://postgres@127.0.0.1:") and "schema version 6" in out
+    with PostgresStore(dsn, create=False) as store:
+        store.record([probe_result("a.example.test"), probe_result("b.example.test")])
+    assert cli.main(["db", "stats", "--config", str(config)]) == 0
+    stats = capsys.readouterr().out
+    assert "targets:        2" in stats and "database bytes:" in stats
+    assert cli.main(["db", "compact", "--config", str(config)]) == 0
+    assert "database bytes:" in capsys.readouterr().out
+    # --db still names a SQLite file, whatever the configuration's backend.
+    assert cli.main(["db", "init", "--config", str(config), "--db", str(tmp_path / "x.db")]) == 0
+    assert (tmp_path / "x.db").exists()
+
+
+def test_a_store_that_cannot_be_reached_is_one_line_without_its_password(capsys) -> None:
+    from notary import cli
+
+    closed = "host=127.0.0.1 port=1 user=notary password=s3cret dbname=notary connect_timeout=2"
+    status = cli.main(["db", "stats", "--config", str(_config_with(closed))])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1 and "s3cret" not in err
+    assert "postgresql://notary@127.0.0.1:1/notary" in err
+
+
+def _config_with(dsn: str) -> Path:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "n.toml"
+    path.write_text(f'[server]\nkey_file = "k"\ncert_file = "c"\n[store]\nbackend = "postgresql"\n'
+                    f'dsn = "{dsn}"\n')
+    return path
