@@ -404,3 +404,45 @@ def test_observation_for_runs_helper_is_sorted() -> None:
     (kept,) = Timeline(WWW, (observation,)).bounded(
         TimelineLimits(max_runs_per_certificate=2)).observations
     assert kept.runs == ((T0 + 100, T0 + 100), (T0 + 200, T0 + 300))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.tuples(st.lists(results_strategy, min_size=1, max_size=8),
+                       st.sampled_from(["keep", "reopen"])),
+             min_size=1, max_size=8),
+    st.sampled_from([SMALL, replace(SMALL, max_runs_per_certificate=1),
+                     replace(SMALL, max_certificates_per_target=1)]),
+)
+def test_postgresql_batches_within_limits_match_the_in_memory_merge(
+    postgres_database: str, steps: list, limits: TimelineLimits,
+) -> None:
+    """The same property on the PostgreSQL engine: its rows are the timelines
+    the cache builds with the same limits, and no certificate row is left
+    that no target keeps."""
+    from notary.state.pgstore import PostgresStore
+
+    batches = [batch for batch, _ in steps]
+    store = PostgresStore(postgres_database, merge_window_s=WINDOW, limits=limits)
+    try:
+        store._db.execute("TRUNCATE runs, observations, certificates, targets, changes")
+        for batch, between in steps:
+            store.record(batch)
+            if between == "reopen":
+                store.close()
+                store = PostgresStore(postgres_database, merge_window_s=WINDOW, limits=limits)
+        expected = model(batches, limits)
+        for target, timeline in expected.items():
+            assert store.load_timeline(target) == timeline
+        kept = {o.certificate.sha256 for t in expected.values() for o in t.observations}
+        assert store.statistics().certificates == len(kept)
+        assert store.statistics().observations == sum(
+            len(t.observations) for t in expected.values())
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def postgres_database(postgres_server) -> str:
+    return postgres_server.new_database()

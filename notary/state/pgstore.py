@@ -405,7 +405,8 @@ class PostgresStore:
                 timeline = timeline.merged(result, self.merge_window_s, self.limits)
             ids = {**{o.certificate.sha256: c for c, o in before.items()}, **certificate_ids}
             kept = {ids[o.certificate.sha256]: o for o in timeline.observations}
-            dropped |= before.keys() - kept.keys()
+            # Certificates it held, and those of this batch it did not keep.
+            dropped |= (before.keys() | {certificate_ids[r.leaf.sha256] for r in seen}) - kept.keys()
             for c, o in kept.items():
                 observations.append((t, c, o.first_seen, o.last_seen, ",".join(o.addresses)))
                 if len(o.timespans) > 1:
