@@ -267,3 +267,22 @@ def _config_with(dsn: str) -> Path:
     path.write_text(f'[server]\nkey_file = "k"\ncert_file = "c"\n[store]\nbackend = "postgresql"\n'
                     f'dsn = "{dsn}"\n')
     return path
+
+
+async def test_the_writer_commits_everything_queued_on_a_postgresql_store(
+    postgres_server: PostgresServer,
+) -> None:
+    from notary.outbound.writer import open_storage
+    from notary.state.pgstore import PostgresStore
+    from tests.support.observations import probe_result, store_section
+
+    dsn = postgres_server.new_database()
+    section = store_section(backend="postgresql", dsn=dsn, batch_interval_ms=10_000)
+    results = [probe_result(f"h{i % 10}.example.test", at=1_700_000_000 + i) for i in range(100)]
+    async with open_storage(None, section) as storage:  # type: ignore[arg-type]
+        for result in results:
+            await storage.record(result)
+        assert storage.statistics().committed == 0  # a batch waits for its interval...
+    with PostgresStore(dsn, create=False) as store:  # ...and the clean stop commits it
+        assert store.statistics().observations == 10
+        assert store.feed_position() == 100

@@ -583,3 +583,18 @@ def test_migration_keeps_history_recorded_before_runs(tmp_path: Path) -> None:
     with Store(path2, create=False) as store:
         (observation,) = store.load_timeline(WWW).observations
     assert observation.runs == ((T0, T0 + 500 * HOUR),)  # the gap was never kept
+
+
+def test_targets_nobody_asked_about_are_pruned_on_either_engine(store: Store) -> None:
+    a, b = Target("a.example.test", 443), Target("b.example.test", 443)
+    store.record([probe_result(a.host, at=T0), probe_result(b.host, at=T0),
+                  probe_result(b.host, cert="other.example.test", at=T0 + 5)])
+    day = 86_400
+    assert store.note_asked([(b.host, b.port)], T0 + 50 * day) == 1
+    assert store.note_asked([("nowhere.example.test", 443)], T0 + 50 * day) == 0
+    report = store.prune(T0 + 90 * day, 60 * day)
+    assert (report.targets, report.observations) == (1, 1)
+    assert store.load_timeline(a).observations == ()
+    assert len(store.load_timeline(b).observations) == 2
+    assert store.statistics().targets == 1
+    assert store.prune(T0 + 90 * day, 60 * day).targets == 0

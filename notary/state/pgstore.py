@@ -317,7 +317,7 @@ class PostgresStore:
         if self.merge_window_s < 0:
             raise ValueError("merge_window_s must not be negative")
         with self._transaction() as db:
-            target_ids = self._lock_targets(db, {r.target for r in results})
+            target_ids = self._lock_targets(db, results)
             stored = self._timelines(db, target_ids)
             newest: feed.Newest = {
                 t: ({c for c, o in ids.items() if o.last_seen == timeline.newest.last_seen},
@@ -334,15 +334,19 @@ class PostgresStore:
                     feed.rows(results, pairs, newest, origin))
             db.execute(f"NOTIFY {FEED_CHANNEL}")  # delivered at commit
 
-    def _lock_targets(self, db: Any, targets: set[Target]) -> dict[Target, int]:
-        """The ids of ``targets``, inserted if new, their rows locked (in id
-        order: writers on other nodes wait, never deadlock)."""
-        ordered = sorted(targets, key=lambda t: (t.host, t.port))
+    def _lock_targets(self, db: Any, results: Sequence[ProbeResult]) -> dict[Target, int]:
+        """The ids of the results' targets, their rows locked (in id order:
+        writers on other nodes wait, never deadlock). A new target counts as
+        asked about when first observed, as in the SQLite engine."""
+        asked: dict[Target, int] = {}
+        for result in results:
+            asked[result.target] = max(asked.get(result.target, 0), result.observed_at)
+        ordered = sorted(asked, key=lambda t: (t.host, t.port))
         hosts, ports = [t.host for t in ordered], [t.port for t in ordered]
         db.execute(
-            "INSERT INTO targets (host, port, asked_at) SELECT host, port, "
-            "extract(epoch from now())::bigint FROM unnest(%b::text[], %b::int[]) AS k(host, port) "
-            "ON CONFLICT (host, port) DO NOTHING", (hosts, ports),
+            "INSERT INTO targets (host, port, asked_at) SELECT * FROM "
+            "unnest(%b::text[], %b::int[], %b::bigint[]) ON CONFLICT (host, port) DO NOTHING",
+            (hosts, ports, [asked[t] for t in ordered]),
         )
         rows = db.execute(
             "SELECT t.id, t.host, t.port FROM targets t "
@@ -430,15 +434,15 @@ class PostgresStore:
     # -- what is kept ----------------------------------------------------------------
 
     def note_asked(self, targets: Iterable[tuple[str, int]], at: int) -> int:
-        rows = [(at, host, port, at) for host, port in targets]
-        if not rows:
+        keys = list(targets)
+        if not keys:
             return 0
-        with self._transaction() as db, db.cursor() as cursor:
-            cursor.executemany(
-                "UPDATE targets SET asked_at = %s WHERE host = %s AND port = %s "
-                "AND asked_at < %s", rows,
-            )
-            return cursor.rowcount
+        with self._transaction() as db:
+            return db.execute(
+                "UPDATE targets t SET asked_at = %s FROM unnest(%b::text[], %b::int[]) "
+                "AS k(host, port) WHERE t.host = k.host AND t.port = k.port AND t.asked_at < %s",
+                (at, [host for host, _ in keys], [port for _, port in keys], at),
+            ).rowcount
 
     def prune_unasked(self, asked_before: int, max_targets: int = PRUNE_CHUNK_TARGETS
                       ) -> PruneReport:
