@@ -1,0 +1,150 @@
+"""DANE matching (``notary.model.dane``) against associations computed here
+independently of the module: ``cryptography``'s own SubjectPublicKeyInfo
+encoding and ``hashlib``, on chains issued by trustme (a root, an
+intermediate, a leaf)."""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from notary.model.dane import DaneMatch, Tlsa, association, match
+
+HOST = "www.example.test"
+NOW = datetime.now(UTC)
+
+
+def der_of(pem: bytes) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(pem.decode("ascii"))
+
+
+def chain_of(leaf: trustme.LeafCert) -> list[bytes]:
+    """What the server sends: the leaf, then the intermediates (no root)."""
+    return [der_of(blob.bytes()) for blob in leaf.cert_chain_pems]
+
+
+def spki(der: bytes) -> bytes:
+    return x509.load_der_x509_certificate(der).public_key().public_bytes(
+        Encoding.DER, PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def record(usage: int, selector: int, matching_type: int, der: bytes) -> Tlsa:
+    selected = der if selector == 0 else spki(der)
+    data = {0: selected, 1: hashlib.sha256(selected).digest(),
+            2: hashlib.sha512(selected).digest()}[matching_type]
+    return Tlsa(usage, selector, matching_type, data)
+
+
+@pytest.fixture(scope="module")
+def issued() -> tuple[trustme.CA, trustme.CA, trustme.LeafCert]:
+    root = trustme.CA()
+    intermediate = root.create_child_ca()
+    return root, intermediate, intermediate.issue_cert(HOST)
+
+
+@pytest.mark.parametrize("selector", [0, 1])
+@pytest.mark.parametrize("matching_type", [0, 1, 2])
+def test_dane_ee_matches_the_leaf_by_each_selector_and_matching_type(
+    issued, selector: int, matching_type: int
+) -> None:
+    chain = chain_of(issued[2])
+    wanted = record(3, selector, matching_type, chain[0])
+    assert association(chain[0], selector, matching_type) == wanted.data
+    assert match([wanted], chain, HOST, NOW) == DaneMatch(wanted, 0, 0)
+
+
+def test_a_record_for_another_key_matches_nothing(issued) -> None:
+    chain = chain_of(issued[2])
+    other = chain_of(trustme.CA().issue_cert(HOST))[0]
+    assert match([record(3, 1, 1, other), record(3, 0, 2, other)], chain, HOST, NOW) is None
+
+
+def test_dane_ee_checks_neither_name_nor_validity(issued) -> None:
+    expired = trustme.CA().issue_cert(
+        "elsewhere.example.test", not_before=NOW - timedelta(days=30),
+        not_after=NOW - timedelta(days=1),
+    )
+    chain = chain_of(expired)
+    assert match([record(3, 1, 1, chain[0])], chain, HOST, NOW) is not None
+
+
+def test_dane_ta_matches_a_presented_issuer_the_leaf_chains_to(issued) -> None:
+    chain = chain_of(issued[2])
+    anchor = record(2, 0, 1, chain[1])
+    assert match([anchor], chain, HOST, NOW) == DaneMatch(anchor, 0, 1)
+    by_key = record(2, 1, 1, chain[1])
+    assert match([by_key], chain, HOST, NOW) == DaneMatch(by_key, 0, 1)
+
+
+def test_dane_ta_checks_the_name_and_the_validity(issued) -> None:
+    chain = chain_of(issued[2])
+    anchor = record(2, 0, 1, chain[1])
+    assert match([anchor], chain, "other.example.test", NOW) is None
+    short = chain_of(issued[1].issue_cert(HOST, not_before=NOW - timedelta(days=1),
+                                          not_after=NOW + timedelta(days=1)))
+    assert match([anchor], short, HOST, NOW) is not None
+    assert match([anchor], short, HOST, NOW + timedelta(days=2)) is None  # expired then
+
+
+def test_dane_ta_needs_the_anchor_in_the_presented_chain(issued) -> None:
+    root, _, leaf = issued
+    chain = chain_of(leaf)
+    root_der = der_of(root.cert_pem.bytes())
+    assert match([record(2, 0, 1, root_der)], chain, HOST, NOW) is None  # not sent
+    assert match([record(2, 0, 1, chain[0])], chain, HOST, NOW) is None  # the leaf is no TA
+
+
+def test_dane_ta_of_an_unrelated_certificate_sent_along_matches_nothing(issued) -> None:
+    chain = chain_of(issued[2])
+    stranger = der_of(trustme.CA().cert_pem.bytes())
+    assert match([record(2, 0, 1, stranger)], [chain[0], stranger], HOST, NOW) is None
+
+
+def test_unusable_records_are_ignored_and_never_fail_a_match(issued) -> None:
+    chain = chain_of(issued[2])
+    good = record(3, 1, 1, chain[0])
+    unusable = [
+        record(1, 1, 1, chain[0]),  # PKIX-EE: no CA store here
+        record(0, 0, 1, chain[1]),  # PKIX-TA
+        Tlsa(3, 7, 1, good.data),  # unknown selector
+        Tlsa(3, 1, 9, good.data),  # unknown matching type
+        Tlsa(3, 1, 1, good.data[:31]),  # SHA2-256 of the wrong length
+        Tlsa(3, 0, 0, b""),  # no data
+    ]
+    assert not any(r.usable for r in unusable)
+    assert match(unusable, chain, HOST, NOW) is None
+    assert match([*unusable, good], chain, HOST, NOW) == DaneMatch(good, len(unusable), 0)
+
+
+def test_dane_ee_records_are_tried_first(issued) -> None:
+    chain = chain_of(issued[2])
+    anchor, leaf = record(2, 0, 1, chain[1]), record(3, 1, 1, chain[0])
+    assert match([anchor, leaf], chain, HOST, NOW) == DaneMatch(leaf, 1, 0)
+
+
+def test_hostile_chains_match_nothing() -> None:
+    data = hashlib.sha256(b"x").digest()
+    for chain in ([], [b""], [b"\x30\x03\x02\x01\x00"], [b"garbage", b"more"]):
+        assert match([Tlsa(3, 1, 1, data), Tlsa(2, 0, 1, data)], chain, HOST, NOW) is None
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("3 1 1 00ff", Tlsa(3, 1, 1, b"\x00\xff")),
+    ("2 0 2 00 ff 10", Tlsa(2, 0, 2, b"\x00\xff\x10")),
+])
+def test_presentation_form(text: str, parsed: Tlsa) -> None:
+    assert Tlsa.parse(text) == parsed
+    assert Tlsa.parse(str(parsed)) == parsed
+
+
+@pytest.mark.parametrize("text", ["3 1 1", "3 1 x 00", "3 1 1 0g", "256 1 1 00", "-1 1 1 00"])
+def test_malformed_presentations_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        Tlsa.parse(text)
