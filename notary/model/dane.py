@@ -36,7 +36,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import IntEnum
+from enum import Enum, IntEnum
 
 from cryptography import x509
 from cryptography.x509 import verification
@@ -44,7 +44,10 @@ from cryptography.x509.verification import Criticality, ExtensionPolicy
 
 from notary.model.observations import subject_public_key_info
 
-__all__ = ["DaneMatch", "MatchingType", "Selector", "Tlsa", "Usage", "association", "match"]
+__all__ = [
+    "DaneMatch", "DaneOutcome", "DaneVerdict", "DnssecStatus", "MatchingType", "Selector",
+    "Tlsa", "TlsaLookup", "Usage", "association", "match", "verdict",
+]
 
 
 class Usage(IntEnum):
@@ -186,3 +189,71 @@ def _subject(host: str) -> verification.Subject:
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
         return x509.DNSName(host)
+
+
+class DnssecStatus(Enum):
+    """What the validating resolver said of ``_PORT._tcp.HOST``'s TLSA
+    (RFC 7672 section 2.2's treatment as the model):"""
+
+    SECURE = "secure"  # records, validated (AD)
+    SECURE_DENIAL = "secure-denial"  # no such records, proven (AD on NXDOMAIN or NODATA)
+    INSECURE = "insecure"  # an answer or denial without AD: an unsigned zone
+    BOGUS = "bogus"  # SERVFAIL from a validating resolver: validation failed
+    RESOLVER_FAILURE = "resolver-failure"  # no answer in time, or a refusal
+
+
+@dataclass(frozen=True, slots=True)
+class TlsaLookup:
+    """One lookup's result: its status, the records (SECURE only), their
+    TTL (how long a verdict on them may be reused), when it was made."""
+
+    status: DnssecStatus
+    records: tuple[Tlsa, ...] = ()
+    ttl: int = 0
+    checked_at: int = 0
+
+
+class DaneOutcome(Enum):
+    """The verdict of the DANE backend (issue 20), and what each protocol
+    answers: ``CONVERGENCE_STATUS``."""
+
+    MATCH = "match"  # secure records, one vouches for the chain
+    MISMATCH = "mismatch"  # secure usable records, none vouches
+    NO_TLSA = "no-tlsa"  # secure denial, or only unusable records: DANE does not decide
+    INSECURE = "insecure"  # the zone is not signed: DANE does not decide
+    BOGUS = "bogus"  # validation failed: never a match
+    RESOLVER_FAILURE = "resolver-failure"
+
+
+#: Convergence's status for each outcome (303: inconclusive, which the 2011
+#: client already understands; 503: the notary cannot tell now).
+CONVERGENCE_STATUS = {
+    DaneOutcome.MATCH: 200, DaneOutcome.MISMATCH: 409, DaneOutcome.NO_TLSA: 303,
+    DaneOutcome.INSECURE: 303, DaneOutcome.BOGUS: 503, DaneOutcome.RESOLVER_FAILURE: 503,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DaneVerdict:
+    outcome: DaneOutcome
+    lookup: TlsaLookup
+    matched: DaneMatch | None = None
+
+
+def verdict(lookup: TlsaLookup, chain: Sequence[bytes], host: str, now: datetime) -> DaneVerdict:
+    """The DANE verdict on ``chain`` (what the probe saw of ``host``) given
+    the TLSA ``lookup``."""
+    status = lookup.status
+    if status is DnssecStatus.SECURE:
+        if not any(record.usable for record in lookup.records):
+            return DaneVerdict(DaneOutcome.NO_TLSA, lookup)
+        matched = match(lookup.records, chain, host, now)
+        outcome = DaneOutcome.MATCH if matched is not None else DaneOutcome.MISMATCH
+        return DaneVerdict(outcome, lookup, matched)
+    return DaneVerdict({
+        DnssecStatus.SECURE_DENIAL: DaneOutcome.NO_TLSA,
+        DnssecStatus.INSECURE: DaneOutcome.INSECURE,
+        DnssecStatus.BOGUS: DaneOutcome.BOGUS,
+        DnssecStatus.RESOLVER_FAILURE: DaneOutcome.RESOLVER_FAILURE,
+    }[status], lookup)
+

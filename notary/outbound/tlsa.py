@@ -1,0 +1,87 @@
+"""TLSA lookups through a validating resolver (issue 20's DANE backend).
+
+The notary does not walk the DNSSEC chain itself: like Postfix and Exim it
+trusts the AD bit of a validating resolver it reaches over a trusted path
+(``[dns] resolvers``: loopback or explicitly trusted addresses). One query
+of ``_PORT._tcp.HOST`` TLSA with the DO and AD bits, over dnspython's
+asynchronous client on Trio, and the answer read as a
+:class:`~notary.model.dane.DnssecStatus`:
+
+- NOERROR with records and AD: SECURE (the records, their TTL);
+- NXDOMAIN or NOERROR without records, with AD: SECURE_DENIAL;
+- an answer or a denial without AD: INSECURE (an unsigned zone);
+- SERVFAIL: BOGUS (what a validating resolver answers when validation
+  fails; it cannot be told apart from the zone's servers failing);
+- no answer within ``timeout_s``, REFUSED, a malformed answer:
+  RESOLVER_FAILURE.
+
+Resource handling: one UDP exchange per lookup (TCP when truncated), its
+socket closed before returning. Error handling: never raises for what the
+network does; every failure is a status.
+"""
+
+from __future__ import annotations
+
+import time
+
+import dns.asyncbackend
+import dns.asyncquery
+import dns.exception
+import dns.flags
+import dns.message
+import dns.rcode
+import dns.rdatatype
+import trio
+
+from notary.model.dane import DnssecStatus, Tlsa, TlsaLookup
+from notary.model.targets import Target
+
+__all__ = ["lookup_tlsa", "tlsa_name"]
+
+
+def tlsa_name(target: Target) -> str:
+    """``_PORT._tcp.HOST.``, the owner of the target's TLSA records."""
+    return f"_{target.port}._tcp.{target.host.rstrip('.')}."
+
+
+async def lookup_tlsa(
+    target: Target, resolver: tuple[str, int], timeout_s: float
+) -> TlsaLookup:
+    """The TLSA records of ``target`` as the validating ``resolver``
+    (address, port) vouches for them, within ``timeout_s``."""
+    checked_at = int(time.time())
+    query = dns.message.make_query(tlsa_name(target), dns.rdatatype.TLSA, want_dnssec=True)
+    query.flags |= dns.flags.AD
+    address, port = resolver
+    try:
+        with trio.fail_after(timeout_s):
+            response, _ = await dns.asyncquery.udp_with_fallback(
+                query, address, port=port, timeout=timeout_s, backend=_backend()
+            )
+    except (trio.TooSlowError, dns.exception.DNSException, OSError):
+        return TlsaLookup(DnssecStatus.RESOLVER_FAILURE, checked_at=checked_at)
+    return _read(response, checked_at)
+
+
+def _read(response: dns.message.Message, checked_at: int) -> TlsaLookup:
+    rcode = response.rcode()
+    secure = bool(response.flags & dns.flags.AD)
+    if rcode == dns.rcode.SERVFAIL:
+        return TlsaLookup(DnssecStatus.BOGUS, checked_at=checked_at)
+    if rcode not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+        return TlsaLookup(DnssecStatus.RESOLVER_FAILURE, checked_at=checked_at)
+    answers = [rrset for rrset in response.answer if rrset.rdtype == dns.rdatatype.TLSA]
+    if not answers:
+        status = DnssecStatus.SECURE_DENIAL if secure else DnssecStatus.INSECURE
+        return TlsaLookup(status, checked_at=checked_at)
+    if not secure:
+        return TlsaLookup(DnssecStatus.INSECURE, checked_at=checked_at)
+    records = tuple(
+        Tlsa(rdata.usage, rdata.selector, rdata.mtype, bytes(rdata.cert))
+        for rrset in answers for rdata in rrset
+    )
+    return TlsaLookup(DnssecStatus.SECURE, records, min(r.ttl for r in answers), checked_at)
+
+
+def _backend() -> dns.asyncbackend.Backend:
+    return dns.asyncbackend.get_backend("trio")
