@@ -436,6 +436,38 @@ class AdminConfig:
     metrics_interval_s: float = 1.0
 
 
+#: The verification backends, and the lists of them a notary may run
+#: (README "DANE"): perspective alone (the default), DANE alone, or DANE
+#: where the site publishes secure TLSA records and perspective elsewhere.
+VERIFY_BACKENDS = ("perspective", "dane")
+_BACKEND_LISTS = (("perspective",), ("dane",), ("dane", "perspective"))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyConfig:
+    """How the notary verifies a target (issue 20)."""
+
+    backends: tuple[str, ...] = ("perspective",)
+
+    @property
+    def dane(self) -> bool:
+        return "dane" in self.backends
+
+
+@dataclass(frozen=True, slots=True)
+class DnsConfig:
+    """The validating resolvers DANE trusts (their AD bit). Loopback ones,
+    or addresses the operator lists in ``trusted`` (a path they control):
+    start-up refuses any other for DANE."""
+
+    resolvers: tuple[Endpoint, ...] = (Endpoint("127.0.0.1", 53),)
+    #: Non-loopback resolver addresses whose path is trusted (an IPsec or
+    #: WireGuard link to the operator's own resolver, say).
+    trusted: tuple[str, ...] = ()
+    #: One lookup's deadline.
+    timeout_s: float = 2.0
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig
@@ -452,6 +484,8 @@ class Config:
     websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    dns: DnsConfig = field(default_factory=DnsConfig)
 
     @property
     def api_body_bytes(self) -> int:
@@ -492,6 +526,8 @@ _SECTIONS = {
     "websocket": WebSocketConfig,
     "node": NodeConfig,
     "admin": AdminConfig,
+    "verify": VerifyConfig,
+    "dns": DnsConfig,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LOG_FORMATS = ("text", "json", "logfmt")
@@ -635,6 +671,7 @@ _POSITIVE = {
         "graceful_timeout_s", "restart_delay_s", "restart_max_delay_s", "worker_timeout_s",
     ),
     "admin": ("max_writer_lag_rows", "metrics_interval_s"),
+    "dns": ("timeout_s",),
     "relay": (
         "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
         "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",
@@ -656,6 +693,27 @@ def _validate(config: Config) -> None:
     _validate_server_and_node(config)
     _validate_store_cache_v2(config)
     _validate_relay(config.relay)
+    _validate_verify(config)
+
+
+def _validate_verify(config: Config) -> None:
+    """The backends' list is one of ``_BACKEND_LISTS``; DANE trusts only
+    loopback or listed resolvers."""
+    backends = config.verify.backends
+    if backends not in _BACKEND_LISTS:
+        choices = " or ".join(str(list(choice)).replace("'", '"') for choice in _BACKEND_LISTS)
+        raise ConfigError(f"[verify] backends must be {choices}")
+    if not config.verify.dane:
+        return
+    if not config.dns.resolvers:
+        raise ConfigError("[dns] resolvers must name a validating resolver for DANE")
+    for endpoint in config.dns.resolvers:
+        address = ipaddress.ip_address(endpoint.host)
+        if not address.is_loopback and endpoint.host not in config.dns.trusted:
+            raise ConfigError(
+                f"[dns] resolver {endpoint} is neither loopback nor in [dns] trusted: DANE "
+                "trusts a resolver's AD bit only over a path the operator controls"
+            )
 
 
 def _validate_limits(config: Config) -> None:

@@ -967,3 +967,11 @@ def test_dev_init_rewrites_its_own_config_from_before_the_relay(
     config_path.write_text(old.replace(CONFIG_HEADER, "# mine"))
     assert run(["dev-init", "--dir", str(directory)], capsys)[0] == 0
     assert config_path.read_text().startswith("# mine")
+
+
+def test_serve_refuses_dane_until_it_is_served(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    config = write_config(tmp_path, *keypair, extra='[verify]\nbackends = ["dane"]\n')
+    message = usage_error(["serve", "--config", str(config), "--check-config"], capsys)
+    assert "DANE verification is not served yet" in message

@@ -613,3 +613,35 @@ def test_each_worker_enforces_its_share_of_the_per_client_rates() -> None:
     assert share.max_connections_per_address == 64  # a connection lives on one worker
     off = LimitsConfig(queries_per_s_per_prefix=0).shared_by(4)
     assert off.queries_per_s_per_prefix == 0  # a rule that is off stays off
+
+
+def test_verification_is_by_perspective_unless_configured(tmp_path: Path) -> None:
+    config = load_config(server_file(tmp_path))
+    assert config.verify.backends == ("perspective",) and not config.verify.dane
+    both = load_config(server_file(
+        tmp_path, rest='[verify]\nbackends = ["dane", "perspective"]\n'
+                      '[dns]\nresolvers = ["127.0.0.1:5353", "[::1]:53"]\n'
+    ))
+    assert both.verify.dane and both.dns.resolvers == (
+        Endpoint("127.0.0.1", 5353), Endpoint("::1", 53)
+    )
+
+
+@pytest.mark.parametrize("backends", ['["perspective", "dane"]', '[]', '["dnssec"]',
+                                      '["dane", "dane"]'])
+def test_only_the_known_backend_lists_are_accepted(tmp_path: Path, backends: str) -> None:
+    assert "[verify] backends must be" in config_error(
+        tmp_path, rest=f"[verify]\nbackends = {backends}\n"
+    )
+
+
+def test_dane_trusts_only_loopback_or_listed_resolvers(tmp_path: Path) -> None:
+    public = '[dns]\nresolvers = ["192.0.2.53:53"]\n'
+    message = config_error(tmp_path, rest='[verify]\nbackends = ["dane"]\n' + public)
+    assert "[dns] resolver 192.0.2.53:53 is neither loopback nor in [dns] trusted" in message
+    trusted = load_config(server_file(
+        tmp_path, rest='[verify]\nbackends = ["dane"]\n' + public + 'trusted = ["192.0.2.53"]\n'
+    ))
+    assert trusted.dns.trusted == ("192.0.2.53",)
+    # Without DANE the resolvers are not used for verification: no check.
+    assert load_config(server_file(tmp_path, rest=public)).dns.resolvers[0].host == "192.0.2.53"

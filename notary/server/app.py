@@ -439,12 +439,23 @@ def read_served_bundle(path: Path) -> tuple[bytes, str]:
     return data, parse_bundle(data).name
 
 
+def refuse_what_is_not_served(config: Config) -> None:
+    """``UsageError`` for a setting the configuration accepts that serving
+    does not honour yet: DANE (the matching, the lookups and the settings
+    are in place; the answers are not wired to them, issue 20)."""
+    if config.verify.dane:
+        raise UsageError(
+            '[verify] backends: DANE verification is not served yet; use ["perspective"]'
+        )
+
+
 def check_config(config: Config) -> None:
     """Read what ``serve_notary`` reads at start (the key and certificate,
     which must match, the served bundle, the relay's bundles, the
     Perspectives and v2 keys), so that a supervisor or ``serve
     --check-config`` learns of a problem before serving: the first one
     raises ``UsageError`` (or ``NotaryError``) naming the file."""
+    refuse_what_is_not_served(config)
     make_server_ssl_context(config)
     notary_name = None
     if config.server.bundle_file is not None:
@@ -525,6 +536,7 @@ def build_components(
 ) -> Components:
     """Read the keys, certificate and bundles and make what needs nothing
     opened, in dependency order. Raises ``UsageError`` for a bad file."""
+    refuse_what_is_not_served(config)
     tls = make_server_ssl_context(config)
     if config.server.legacy_tls:
         log.warning(
