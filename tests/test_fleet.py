@@ -10,12 +10,11 @@ from pathlib import Path
 
 import trio
 
-from notary.client import check as client
 from notary.model.targets import Target
-from notary.protocol.bundle import BundleHost, make_bundle
 from notary.state import crypto
 from tests.support.notaries import LOCALHOST
 from tests.support.tls_targets import open_tls_target
+from tests.support.watching import watching
 from tests.test_node import get, plain_port, run_node
 
 WORKERS = 4
@@ -47,35 +46,15 @@ async def test_a_watcher_sees_every_change_whichever_worker_probed_it(tmp_path: 
         path = f"/target/{LOCALHOST}+{site.port}"
         assert await get(plain, path) == ("answered", 200)  # the first certificate
         certificate = (tmp_path / "node" / "notary.crt").read_bytes().decode()
-        bundle = make_bundle(
-            name="Fleet", location="https://127.0.0.1/f.notary",
-            hosts=[BundleHost(LOCALHOST, api, 80, certificate)],
-        )
-        events: list[client.WatchEvent] = []
-        arrived = trio.Event()
-        watching = trio.Event()
-
-        def on_event(event: client.WatchEvent) -> None:
-            events.append(event)
-            arrived.set()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(lambda: client.watch(
-                bundle, [target], on_event=on_event, on_watching=lambda _: watching.set(),
-                resolver=lambda host, port: None,
-            ))
-            with trio.fail_after(20):
-                await watching.wait()
-            served = []
+        served = []
+        async with watching(api, certificate, target) as watcher:
             for _ in range(CHANGES):
                 served.append(site.replace_certificate())
                 await trio.sleep(2.1)  # past fresh_for_s (whole seconds): the next query probes
-                arrived = trio.Event()
                 assert await get(plain, path) == ("answered", 200)
-                with trio.fail_after(EVENT_WITHIN_S):
-                    await arrived.wait()
+                await watcher.next_event(EVENT_WITHIN_S)
             await trio.sleep(0.5)  # no late duplicate
-            nursery.cancel_scope.cancel()
+        events = watcher.events
     assert len(events) == CHANGES
     for event, der in zip(events, served, strict=True):
         assert hashlib.sha256(der).digest() in {o.sha256 for o in event.observations}

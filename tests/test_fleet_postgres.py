@@ -9,13 +9,12 @@ from pathlib import Path
 
 import trio
 
-from notary.client import check as client
 from notary.model.targets import Target
-from notary.protocol.bundle import BundleHost, make_bundle
 from notary.state import crypto
-from tests.support.notaries import LOCALHOST, legacy_query, open_notary
+from tests.support.notaries import legacy_query, open_notary
 from tests.support.postgres import PostgresServer
 from tests.support.tls_targets import open_tls_target
+from tests.support.watching import watching
 
 SITE = "fleet.example.test"
 
@@ -64,31 +63,13 @@ async def test_a_watcher_on_one_node_sees_a_change_the_other_probed(
                         v2={"key_file": v2_key}) as watched_node,
         ):
             await prober_node.running.records.refresh(target)  # the first certificate
-            bundle = make_bundle(
-                name="Fleet", location="https://127.0.0.1/f.notary",
-                hosts=[BundleHost(LOCALHOST, watched_node.port, 80,
-                                  crypto.certificate_pem(watched_node.certificate).decode())],
-            )
-            events: list[client.WatchEvent] = []
-            arrived, watching = trio.Event(), trio.Event()
-
-            def on_event(event: client.WatchEvent) -> None:
-                events.append(event)
-                arrived.set()
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: client.watch(
-                    bundle, [target], on_event=on_event,
-                    on_watching=lambda _: watching.set(), resolver=lambda host, port: None,
-                ))
-                with trio.fail_after(20):
-                    await watching.wait()
+            pem = crypto.certificate_pem(watched_node.certificate).decode()
+            async with watching(watched_node.port, pem, target) as watcher:
                 new_der = site.replace_certificate(SITE)
                 await prober_node.running.records.refresh(target)  # on the other node
-                with trio.fail_after(5):  # not the 60 s of feed_interval_ms
-                    await arrived.wait()
+                await watcher.next_event(5)  # not the 60 s of feed_interval_ms
                 await trio.sleep(0.3)  # and only once
-                nursery.cancel_scope.cancel()
+            events = watcher.events
     assert len(events) == 1
     assert hashlib.sha256(new_der).digest() in {o.sha256 for o in events[0].observations}
 

@@ -186,28 +186,37 @@ def test_batches_within_limits_match_the_in_memory_merge(
     sightings, a sighting of a dropped certificate in the same batch) leave
     in the store exactly the timelines the cache builds with the same
     limits, and no certificate row that no target keeps."""
-    batches = [batch for batch, _ in steps]
     with tempfile.TemporaryDirectory(dir=tmp_path) as name:
         path = Path(name) / "n.db"
-        store = Store(path, merge_window_s=WINDOW, limits=limits)
-        try:
-            for batch, between in steps:
-                store.record(batch)
-                if between == "reopen":
-                    store.close()
-                    store = Store(path, merge_window_s=WINDOW, limits=limits)
-                elif between == "clear memo":
-                    store._target_ids.clear()
-                    store._certificate_ids.clear()
-            expected = model(batches, limits)
-            for target, timeline in expected.items():
-                assert store.load_timeline(target) == timeline
-            kept = {o.certificate.sha256 for t in expected.values() for o in t.observations}
-            assert store.statistics().certificates == len(kept)
-            assert store.statistics().observations == sum(
-                len(t.observations) for t in expected.values())
-        finally:
-            store.close()
+        check_batches_match_the_model(
+            lambda: Store(path, merge_window_s=WINDOW, limits=limits), steps, limits
+        )
+
+
+def check_batches_match_the_model(open_store, steps: list, limits: TimelineLimits) -> None:
+    """Record each step's batch with a store from ``open_store`` (opened
+    again after a "reopen" step; its id memos cleared after "clear memo"),
+    then compare every target's stored timeline, and the certificate and
+    observation counts, with the in-memory model."""
+    store = open_store()
+    try:
+        for batch, between in steps:
+            store.record(batch)
+            if between == "reopen":
+                store.close()
+                store = open_store()
+            elif between == "clear memo":
+                store._target_ids.clear()
+                store._certificate_ids.clear()
+        expected = model([batch for batch, _ in steps], limits)
+        for target, timeline in expected.items():
+            assert store.load_timeline(target) == timeline
+        kept = {o.certificate.sha256 for t in expected.values() for o in t.observations}
+        assert store.statistics().certificates == len(kept)
+        assert store.statistics().observations == sum(
+            len(t.observations) for t in expected.values())
+    finally:
+        store.close()
 
 
 def test_twenty_large_certificates_leave_bounded_rows(tmp_path: Path) -> None:
@@ -423,24 +432,12 @@ def test_postgresql_batches_within_limits_match_the_in_memory_merge(
     that no target keeps."""
     from notary.state.pgstore import PostgresStore
 
-    batches = [batch for batch, _ in steps]
-    store = PostgresStore(postgres_database, merge_window_s=WINDOW, limits=limits)
-    try:
+    with PostgresStore(postgres_database) as store:
         store._db.execute("TRUNCATE runs, observations, certificates, targets, changes")
-        for batch, between in steps:
-            store.record(batch)
-            if between == "reopen":
-                store.close()
-                store = PostgresStore(postgres_database, merge_window_s=WINDOW, limits=limits)
-        expected = model(batches, limits)
-        for target, timeline in expected.items():
-            assert store.load_timeline(target) == timeline
-        kept = {o.certificate.sha256 for t in expected.values() for o in t.observations}
-        assert store.statistics().certificates == len(kept)
-        assert store.statistics().observations == sum(
-            len(t.observations) for t in expected.values())
-    finally:
-        store.close()
+    check_batches_match_the_model(
+        lambda: PostgresStore(postgres_database, merge_window_s=WINDOW, limits=limits),
+        steps, limits,
+    )
 
 
 @pytest.fixture

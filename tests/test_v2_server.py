@@ -184,40 +184,21 @@ async def test_websocket_query_with_an_independent_client(tmp_path: Path) -> Non
 
 
 async def test_watch_sees_exactly_one_signed_event_per_new_certificate(tmp_path: Path) -> None:
-    from notary.client import check as client
-    from notary.protocol.bundle import BundleHost, make_bundle
+    from tests.support.watching import watching
 
     async with open_tls_target(names=[SITE]) as site:
         async with open_v2_notary(tmp_path, {SITE: [site.host]}) as notary:
             target = Target(SITE, site.port)
             await notary.running.records.refresh(target)  # the first certificate
-            bundle = make_bundle(
-                name="Watched", location="https://127.0.0.1/w.notary",
-                hosts=[BundleHost("127.0.0.1", notary.port, 80,
-                                  crypto.certificate_pem(notary.certificate).decode())],
-            )
-            events: list[client.WatchEvent] = []
-            watching = trio.Event()
-            got_event = trio.Event()
-
-            def on_event(event: client.WatchEvent) -> None:
-                events.append(event)
-                got_event.set()
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: client.watch(
-                    bundle, [target], on_event=on_event, on_watching=lambda t: watching.set(),
-                    resolver=lambda host, port: None,
-                ))
-                with trio.fail_after(20):
-                    await watching.wait()
-                    await notary.running.records.refresh(target)  # same certificate: no event
-                    new_der = site.replace_certificate(SITE)
-                    await notary.running.records.refresh(target)  # a new one: one event
-                    await got_event.wait()
-                    await notary.running.records.refresh(target)  # unchanged again
-                    await trio.sleep(0.2)
-                nursery.cancel_scope.cancel()
+            pem = crypto.certificate_pem(notary.certificate).decode()
+            async with watching(notary.port, pem, target) as watcher:
+                await notary.running.records.refresh(target)  # same certificate: no event
+                new_der = site.replace_certificate(SITE)
+                await notary.running.records.refresh(target)  # a new one: one event
+                await watcher.next_event(20)
+                await notary.running.records.refresh(target)  # unchanged again
+                await trio.sleep(0.2)
+            events = watcher.events
     assert len(events) == 1
     (event,) = events
     assert event.target == target

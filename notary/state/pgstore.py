@@ -41,6 +41,7 @@ from notary.state.store import (
     PRUNE_CHUNK_TARGETS,
     SCHEMA_VERSION,
     SWEEP_CHUNK_TARGETS,
+    EngineOperations,
     PruneReport,
     StoreStatistics,
     _timeline_of,
@@ -160,7 +161,7 @@ def describe_dsn(dsn: str) -> str:
     return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}"
 
 
-class PostgresStore:
+class PostgresStore(EngineOperations):
     """One connection to the observation database on PostgreSQL; the
     methods and arguments of :class:`notary.state.store.Store`. ``dsn``:
     libpq keywords or a URL (a password comes best from ``PGPASSFILE``)."""
@@ -189,12 +190,6 @@ class PostgresStore:
         except BaseException:
             self._db.close()
             raise
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._db.close()
@@ -465,22 +460,8 @@ class PostgresStore:
             deleted = self._delete_orphans(db, certificates)
         return PruneReport(targets, observations, runs, deleted)
 
-    def prune(self, now: int, forget_unasked_after_s: int) -> PruneReport:
-        report = PruneReport()
-        while True:
-            chunk = self.prune_unasked(now - forget_unasked_after_s)
-            report += chunk
-            if chunk.targets < PRUNE_CHUNK_TARGETS:
-                return report
-
-    def limits_enforced(self) -> bool:
-        if self.limits is None:
-            return True
-        recorded = dict(self._read("SELECT name, value FROM settings"))
-        return all(
-            name in recorded and recorded[name] <= getattr(self.limits, name)
-            for name in _LIMIT_NAMES
-        )
+    def _recorded_settings(self) -> dict[str, int]:
+        return dict(self._read("SELECT name, value FROM settings"))
 
     def target_id_ranges(self) -> list[tuple[int, int]]:
         ids = [row[0] for row in self._read("SELECT id FROM targets ORDER BY id")]
@@ -536,14 +517,6 @@ class PostgresStore:
             )
         return PruneReport()
 
-    def enforce_limits(self, *, force: bool = False) -> PruneReport:
-        if not force and self.limits_enforced():
-            return PruneReport()
-        report = PruneReport()
-        for first_id, last_id in self.target_id_ranges():
-            report += self.enforce_limits_in(first_id, last_id)
-        return report + self.record_limits()
-
     def delete_orphans(self) -> PruneReport:
         with self._transaction() as db:
             deleted = db.execute(
@@ -552,12 +525,8 @@ class PostgresStore:
             ).rowcount
         return PruneReport(certificates=deleted)
 
-    def compact(self, now: int, forget_unasked_after_s: int) -> PruneReport:
-        report = self.prune(now, forget_unasked_after_s)
-        report += self.enforce_limits(force=True)
-        report += self.delete_orphans()
-        self._read("SELECT 1")  # (VACUUM is the database's autovacuum's job)
-        return report
+    def _shrink(self) -> None:
+        """Nothing: PostgreSQL's autovacuum reclaims the space."""
 
     # -- the change feed -------------------------------------------------------------
 

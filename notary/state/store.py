@@ -38,6 +38,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from notary.errors import StoreError
 from notary.model.observations import (
@@ -456,7 +457,95 @@ def _ensure_file_mode(path: Path, mode: int) -> None:
                 ) from None
 
 
-class Store:
+class EngineOperations:
+    """What both engines (this SQLite ``Store`` and
+    ``notary.state.pgstore.PostgresStore``) do alike on top of their own
+    primitives (``prune_unasked``, ``_recorded_settings``,
+    ``target_id_ranges``, ``enforce_limits_in``, ``record_limits``,
+    ``delete_orphans``, ``_shrink``, ``close``)."""
+
+    limits: TimelineLimits | None
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def prune(self, now: int, forget_unasked_after_s: int) -> PruneReport:
+        """``prune_unasked`` until no target nobody asked about within
+        ``forget_unasked_after_s`` of ``now`` is left."""
+        report = PruneReport()
+        while True:
+            chunk = self.prune_unasked(now - forget_unasked_after_s)
+            report += chunk
+            if chunk.targets < PRUNE_CHUNK_TARGETS:
+                return report
+
+    def limits_enforced(self) -> bool:
+        """Whether the rows are known to be within ``limits``: ``settings``
+        records limits no looser than them (then ``record`` keeps them so).
+        True without limits."""
+        if self.limits is None:
+            return True
+        recorded = self._recorded_settings()
+        return all(
+            name in recorded and recorded[name] <= getattr(self.limits, name)
+            for name in _LIMIT_NAMES
+        )
+
+    def enforce_limits(self, *, force: bool = False) -> PruneReport:
+        """Bring every target's rows within ``limits``, as
+        :meth:`Timeline.bounded` does in memory, unless they are known to be
+        (``force``: check all the same), a transaction per
+        ``SWEEP_CHUNK_TARGETS`` targets (``enforce_limits_in``), then record
+        the limits (``record_limits``)."""
+        if self.limits is None or (not force and self.limits_enforced()):
+            return PruneReport()
+        report = PruneReport()
+        for first_id, last_id in self.target_id_ranges():
+            report += self.enforce_limits_in(first_id, last_id)
+        return report + self.record_limits()
+
+    def compact(self, now: int, forget_unasked_after_s: int) -> PruneReport:
+        """``notary db compact``: targets nobody asked about within
+        ``forget_unasked_after_s`` of ``now`` removed, every other one within
+        ``limits`` (checked whatever ``settings`` records), orphans removed,
+        then the engine's own shrinking (``_shrink``)."""
+        report = self.prune(now, forget_unasked_after_s)
+        report += self.enforce_limits(force=True)
+        report += self.delete_orphans()
+        self._shrink()
+        return report
+
+    # The engines' primitives, documented where each engine defines them.
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def prune_unasked(self, asked_before: int) -> PruneReport:
+        raise NotImplementedError
+
+    def _recorded_settings(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def target_id_ranges(self) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    def enforce_limits_in(self, first_id: int, last_id: int) -> PruneReport:
+        raise NotImplementedError
+
+    def record_limits(self) -> PruneReport:
+        raise NotImplementedError
+
+    def delete_orphans(self) -> PruneReport:
+        raise NotImplementedError
+
+    def _shrink(self) -> None:
+        raise NotImplementedError
+
+
+class Store(EngineOperations):
     """One connection to the observation database.
 
     ``limits``: what a target keeps (``TimelineLimits``): ``record`` keeps
@@ -533,12 +622,6 @@ class Store:
                 time.sleep(WAL_SWITCH_RETRY_S)
         if mode.lower() != "wal":
             raise StoreError(f"database {self.path}: cannot enable WAL mode")
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._db.close()
@@ -1035,43 +1118,11 @@ class Store:
             self._deleted(db)
         return PruneReport(targets, observations, runs, len(deleted))
 
-    def prune(self, now: int, forget_unasked_after_s: int) -> PruneReport:
-        """``prune_unasked`` until no target nobody asked about within
-        ``forget_unasked_after_s`` of ``now`` is left."""
-        report = PruneReport()
-        while True:
-            chunk = self.prune_unasked(now - forget_unasked_after_s)
-            report += chunk
-            if chunk.targets < PRUNE_CHUNK_TARGETS:
-                return report
-
-    def limits_enforced(self) -> bool:
-        """Whether the rows are known to be within ``limits``: ``settings``
-        records limits no looser than them (then ``record`` keeps them so).
-        True without limits."""
-        if self.limits is None:
-            return True
+    def _recorded_settings(self) -> dict[str, int]:
         try:
-            recorded = dict(self._db.execute("SELECT name, value FROM settings").fetchall())
+            return dict(self._db.execute("SELECT name, value FROM settings").fetchall())
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
-        return all(
-            name in recorded and recorded[name] <= getattr(self.limits, name)
-            for name in _LIMIT_NAMES
-        )
-
-    def enforce_limits(self, *, force: bool = False) -> PruneReport:
-        """Bring every target's rows within ``limits``, as
-        :meth:`Timeline.bounded` does in memory, unless they are known to be
-        (``force``: check all the same), a transaction per
-        ``SWEEP_CHUNK_TARGETS`` targets (``enforce_limits_in``), then record
-        the limits (``record_limits``)."""
-        if self.limits is None or (not force and self.limits_enforced()):
-            return PruneReport()
-        report = PruneReport()
-        for first_id, last_id in self.target_id_ranges():
-            report += self.enforce_limits_in(first_id, last_id)
-        return report + self.record_limits()
 
     def target_id_ranges(self) -> list[tuple[int, int]]:
         """Ranges of target ids, ``SWEEP_CHUNK_TARGETS`` wide, covering every
@@ -1159,21 +1210,14 @@ class Store:
                 self._deleted(db)
         return PruneReport(runs=runs, certificates=certificates)
 
-    def compact(self, now: int, forget_unasked_after_s: int) -> PruneReport:
-        """``notary db compact``: targets nobody asked about within
-        ``forget_unasked_after_s`` of ``now`` removed, every other one within
-        ``limits`` (checked whatever ``settings`` records), orphans removed,
-        then ``VACUUM`` (the file shrinks to what is kept; it needs as much
-        free disk again while it runs)."""
-        report = self.prune(now, forget_unasked_after_s)
-        report += self.enforce_limits(force=True)
-        report += self.delete_orphans()
+    def _shrink(self) -> None:
+        """``VACUUM`` (the file shrinks to what is kept; it needs as much free
+        disk again while it runs), then the WAL truncated."""
         try:
             self._db.execute("VACUUM")
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
-        return report
 
     # -- the change feed ---------------------------------------------------------
 
