@@ -9,6 +9,7 @@ import hashlib
 import socket
 from datetime import UTC, datetime
 
+import pytest
 import trio
 import trustme
 
@@ -78,3 +79,33 @@ def test_a_resolver_that_does_not_answer_is_a_failure_within_the_deadline() -> N
         lookup, elapsed = trio.run(main)
     assert lookup.status is DnssecStatus.RESOLVER_FAILURE
     assert elapsed < 5  # the deadline held (0.5 s asked; generous for a loaded machine)
+
+
+def test_the_prober_resolves_names_through_the_validating_resolver() -> None:
+    """The prober's name path end to end: the name resolves through unbound
+    (its answer validated) to a loopback TLS target, which is probed."""
+    from notary.errors import ProbeResolveFailed
+    from notary.model.policy import AddressPolicy
+    from notary.outbound.probe import open_prober
+    from notary.outbound.tlsa import resolver_through
+    from tests.support.tls_targets import open_tls_target, with_probe_section
+
+    async def main() -> None:
+        async with open_tls_target(names=[HOST]) as site:
+            with dnssec_stack([("www.test.", "A", "127.0.0.1")]) as stack:
+                settings = {"policy": AddressPolicy.from_cidrs(["127.0.0.0/8"]),
+                            "timeout_s": 10.0,
+                            "resolver": resolver_through([stack.resolver], 2.0)}
+                async with open_prober(**with_probe_section(settings)) as prober:
+                    result = await prober.probe(Target(HOST, site.port))
+                    assert result.address == "127.0.0.1"
+                    assert result.leaf.der == site.leaf_der(HOST)
+                    with pytest.raises(ProbeResolveFailed):
+                        await prober.probe(Target("absent.test", site.port))
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+                silent.bind(("127.0.0.1", 0))
+                lookup = resolver_through([silent.getsockname()], 0.3)
+                with pytest.raises(ProbeResolveFailed):
+                    await lookup(HOST, 443)
+
+    trio.run(main)

@@ -23,6 +23,7 @@ network does; every failure is a status.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable, Sequence
 
 import dns.asyncbackend
 import dns.asyncquery
@@ -33,10 +34,12 @@ import dns.rcode
 import dns.rdatatype
 import trio
 
+from notary.errors import ProbeResolveFailed
 from notary.model.dane import DnssecStatus, Tlsa, TlsaLookup
 from notary.model.targets import Target
+from notary.outbound.dialer import absolute_name
 
-__all__ = ["lookup_tlsa", "tlsa_name"]
+__all__ = ["lookup_tlsa", "resolver_through", "tlsa_name"]
 
 
 def tlsa_name(target: Target) -> str:
@@ -85,3 +88,44 @@ def _read(response: dns.message.Message, checked_at: int) -> TlsaLookup:
 
 def _backend() -> dns.asyncbackend.Backend:
     return dns.asyncbackend.get_backend("trio")
+
+
+def resolver_through(
+    resolvers: Sequence[tuple[str, int]], timeout_s: float
+) -> Callable[[str, int], Awaitable[list[str]]]:
+    """A prober ``Resolver`` (``notary.outbound.dialer``) asking the
+    validating ``resolvers`` in turn (the ones DANE trusts: DANE's TLSA and
+    the addresses probed then come from the same resolver): A then AAAA of
+    the absolute name, no search domains, each exchange within
+    ``timeout_s``. Error handling: ``ProbeResolveFailed`` when no resolver
+    gives an address (NXDOMAIN, no data, SERVFAIL, silence)."""
+
+    async def resolve(host: str, port: int) -> list[str]:
+        name = absolute_name(host)
+        for address, resolver_port in resolvers:
+            found: list[str] = []
+            answered = False
+            for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
+                query = dns.message.make_query(name, rdtype, want_dnssec=True)
+                try:
+                    with trio.fail_after(timeout_s):
+                        response, _ = await dns.asyncquery.udp_with_fallback(
+                            query, address, port=resolver_port, timeout=timeout_s,
+                            backend=_backend(),
+                        )
+                except (trio.TooSlowError, dns.exception.DNSException, OSError):
+                    continue
+                if response.rcode() not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+                    continue
+                answered = True
+                found += [
+                    rdata.address for rrset in response.answer if rrset.rdtype == rdtype
+                    for rdata in rrset
+                ]
+            if found:
+                return list(dict.fromkeys(found))
+            if answered:
+                break  # an answer without addresses: another resolver would say the same
+        raise ProbeResolveFailed(f"{host}: no address from the resolver")
+
+    return resolve
