@@ -32,7 +32,7 @@ from notary.protocol.bundle import make_bundle, parse_bundle, parse_host_spec
 from notary.protocol.convergence import format_fingerprint, parse_fingerprint
 from notary.protocol.voting import Outcome, Threshold
 from notary.state import crypto
-from notary.state.store import Store, database_file_mode
+from notary.state.store import database_file_mode
 
 if TYPE_CHECKING:
     from notary.client.check import CheckReport
@@ -578,15 +578,11 @@ def _db_settings(args: argparse.Namespace) -> tuple[Path, StoreConfig, int]:
 def _open_db(path: Path, settings: StoreConfig, mode: int, *, create: bool) -> tuple[Any, str]:
     """The store ``cmd_db`` works on (its engine by ``[store] backend``) and
     the name it is shown by (never a password)."""
-    limits, window = settings.timeline_limits(), settings.merge_window_s
-    if settings.backend == "postgresql":
-        from notary.state.pgstore import PostgresStore
+    from notary.outbound.writer import store_openers
 
-        store = PostgresStore(settings.dsn, create=create, merge_window_s=window, limits=limits)
-        return store, store.path
-    if create:
-        return Store(path, merge_window_s=window, limits=limits, file_mode=mode), str(path)
-    return Store(path, create=False, merge_window_s=window, limits=limits), str(path)
+    make_schema, existing = store_openers(path, settings, mode)
+    store = make_schema() if create else existing()
+    return store, str(store.path)
 
 
 def cmd_db(args: argparse.Namespace) -> int:

@@ -436,10 +436,9 @@ class AdminConfig:
     metrics_interval_s: float = 1.0
 
 
-#: The verification backends, and the lists of them a notary may run
-#: (README "DANE"): perspective alone (the default), DANE alone, or DANE
-#: where the site publishes secure TLSA records and perspective elsewhere.
-VERIFY_BACKENDS = ("perspective", "dane")
+#: The lists of verification backends a notary may run: perspective alone
+#: (the default), DANE alone, or DANE where the site publishes secure TLSA
+#: records and perspective elsewhere.
 _BACKEND_LISTS = (("perspective",), ("dane",), ("dane", "perspective"))
 
 

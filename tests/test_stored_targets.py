@@ -183,3 +183,23 @@ async def test_a_workers_scheduler_reads_the_age_of_the_newest_observation(
     unfiltered.add("a.example.test:443")
     assert unfiltered.settled.is_set() and unfiltered.may_contain("b.example.test:443")
     assert not unfiltered.statistics().loaded
+
+
+async def test_a_filter_switched_off_after_or_during_its_load_is_not_used(
+    tmp_path: Path,
+) -> None:
+    """Rule 4: a process that fell behind the change feed may lack keys;
+    its filter goes, whether it had loaded or was still loading."""
+    path = tmp_path / "n.db"
+    stored_hosts(path, ["a.example.test"])
+    loaded, loading = StoredTargets(1000, 0.001), StoredTargets(1000, 0.001)
+    async with open_storage(path) as storage:
+        await loaded.load(storage)
+        assert not loaded.may_contain("b.example.test:443")
+        loaded.switch_off()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loading.load, storage)
+            loading.switch_off()  # before the scan ends
+    for stored in (loaded, loading):
+        assert stored.may_contain("b.example.test:443")  # read the store
+        assert not stored.statistics().loaded

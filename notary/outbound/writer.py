@@ -208,7 +208,7 @@ class Storage:
         feed: at once on a ``NOTIFY`` (PostgreSQL, a connection of its own
         listening in a thread), else after ``timeout_s`` (SQLite, or a
         failing database). Never raises ``StoreError``."""
-        if not hasattr(self._reader, "wait_for_changes"):
+        if not self._reader.notifies:
             await trio.sleep(timeout_s)
             return
 
@@ -478,7 +478,7 @@ async def open_storage(
     told the rows and write seconds of each committed batch. Raises
     ``StoreError`` if it cannot be opened, ``ValueError`` for a limit out of
     range."""
-    open_writer, connect = _engine(path, store, file_mode)
+    open_writer, connect = store_openers(path, store, file_mode)
     writer = await trio.to_thread.run_sync(open_writer)
     try:
         reader = await trio.to_thread.run_sync(connect)
@@ -514,24 +514,27 @@ async def open_storage(
                 extra.close()
 
 
-def _engine(
-    path: Path, store: StoreConfig, file_mode: int
+def store_openers(
+    path: Path | None, store: StoreConfig, file_mode: int = DATABASE_FILE_MODE
 ) -> tuple[Callable[[], Store], Callable[[], Store]]:
-    """How to open the writer's connection (it makes the schema) and the
-    others, by ``[store] backend``."""
+    """How to open, by ``[store] backend``, a connection that makes or
+    migrates the schema (SQLite: and gives the files ``file_mode``), and
+    one to a store that exists; ``path``: the SQLite file."""
     limits, merge_window_s = store.timeline_limits(), store.merge_window_s
     if store.backend == "postgresql":
         from notary.state.pgstore import PostgresStore
 
         return (
             lambda: PostgresStore(store.dsn, merge_window_s=merge_window_s, limits=limits),
-            lambda: PostgresStore(store.dsn, create=False, limits=limits),
+            lambda: PostgresStore(store.dsn, create=False, merge_window_s=merge_window_s,
+                                  limits=limits),
         )  # type: ignore[return-value]
     synchronous = store.synchronous
     return (
         lambda: Store(path, synchronous=synchronous, merge_window_s=merge_window_s,
                       limits=limits, file_mode=file_mode),
-        lambda: Store(path, synchronous=synchronous, create=False, limits=limits),
+        lambda: Store(path, synchronous=synchronous, create=False,
+                      merge_window_s=merge_window_s, limits=limits),
     )
 
 

@@ -16,12 +16,13 @@ Rules this module keeps:
 3. Bit positions come from a BLAKE2b digest of the key (``bloom_digest``),
    computed once per lookup; the compiled filter reads them straight from the
    digest bytes.
-4. A store that other processes write too (the workers of a node) gets no
-   filter (:meth:`StoredTargets.switch_off`): a key another worker stored is
-   not in this one's filter, so a "never seen" from it would send a query
-   to the prober for a target the store already holds. Every lookup then
-   reads the store (rule 2, for good): one read before a probe, which costs
-   far more.
+4. Keys other writers store (the node's other workers, a fleet's other
+   nodes) are added as the store's change feed brings them
+   (``Records.apply_change``). A process that fell behind the feed's pruned
+   end may lack some: its filter is switched off for good
+   (:meth:`StoredTargets.switch_off`, also during or after a load), and
+   every lookup reads the store (rule 2): one read before a probe, which
+   costs far more.
 
 Resource handling: :meth:`StoredTargets.load` borrows the storage for one scan
 (its own connection, in a worker thread); it owns nothing after it returns.
@@ -82,8 +83,9 @@ class StoredTargets:
 
     def switch_off(self) -> None:
         """Never use a filter (rule 4): every key may be in the store, none is
-        kept; ``load`` must not be called."""
+        kept, a load running or done is dropped."""
         self._off = True
+        self._bloom = None
         self._added_while_loading = []
         self.settled.set()
 
@@ -132,6 +134,9 @@ class StoredTargets:
             await storage.scan_target_keys(consume)
         except StoreError as exc:
             logger.error("known targets: load failed, every lookup reads the store: %s", exc)
+            self.settled.set()
+            return
+        if self._off:  # switched off while loading (rule 4)
             self.settled.set()
             return
         for digest in self._added_while_loading:

@@ -110,8 +110,11 @@ _MIGRATION_LOCK = 0x6E6F7461
 _FEED_LOCK = 0x6E6F7462
 #: Targets per statement (``= ANY(%b)`` arrays).
 CHUNK = 1000
-#: How long opening a connection may take.
+#: How long opening a connection may take...
 CONNECT_TIMEOUT_S = 10
+#: ...and one statement, or a wait for a lock (another node's batch): past
+#: it the call fails as a ``StoreError`` (the writer retries a batch).
+STATEMENT_TIMEOUT_MS = 30_000
 #: The channel each commit of observations notifies (``wait_for_changes``).
 FEED_CHANNEL = "notary_changes"
 
@@ -166,6 +169,8 @@ class PostgresStore(EngineOperations):
     methods and arguments of :class:`notary.state.store.Store`. ``dsn``:
     libpq keywords or a URL (a password comes best from ``PGPASSFILE``)."""
 
+    notifies = True
+
     def __init__(
         self,
         dsn: str,
@@ -198,7 +203,11 @@ class PostgresStore(EngineOperations):
         import psycopg
 
         try:
-            return psycopg.connect(self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            return psycopg.connect(
+                self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
+                f"-c lock_timeout={STATEMENT_TIMEOUT_MS}",
+            )
         except psycopg.Error as exc:
             raise StoreError(f"database {self.path}: {_reason(exc)}") from None
 

@@ -465,6 +465,9 @@ class EngineOperations:
     ``delete_orphans``, ``_shrink``, ``close``)."""
 
     limits: TimelineLimits | None
+    #: Whether ``wait_for_changes`` wakes on a commit (PostgreSQL's NOTIFY);
+    #: else a follower reads the feed at its interval.
+    notifies = False
 
     def __enter__(self) -> Any:
         return self
