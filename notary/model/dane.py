@@ -45,8 +45,9 @@ from cryptography.x509.verification import Criticality, ExtensionPolicy
 from notary.model.observations import subject_public_key_info
 
 __all__ = [
-    "DaneMatch", "DaneOutcome", "DaneVerdict", "DnssecStatus", "MatchingType", "Selector",
-    "Tlsa", "TlsaLookup", "Usage", "association", "match", "verdict",
+    "CONVERGENCE_STATUS", "DECIDES", "DaneMatch", "DaneOutcome", "DaneVerdict", "DnssecStatus",
+    "MatchingType", "Selector", "Tlsa", "TlsaLookup", "Usage", "association", "deciding_backend",
+    "match", "verdict",
 ]
 
 
@@ -233,27 +234,80 @@ CONVERGENCE_STATUS = {
 }
 
 
+#: The outcomes on which DANE decides when it runs before the network
+#: perspective (``["dane", "perspective"]``): the site publishes secure
+#: TLSA records, or DNSSEC failed. A bogus answer or a silent resolver is
+#: never handed to the perspective: an attacker who can break the site's
+#: DNS answers could otherwise turn DANE off (RFC 7672 section 2.2).
+DECIDES = frozenset({
+    DaneOutcome.MATCH, DaneOutcome.MISMATCH, DaneOutcome.BOGUS, DaneOutcome.RESOLVER_FAILURE,
+})
+
+
+def deciding_backend(backends: Sequence[str], outcome: DaneOutcome | None) -> str:
+    """Which backend decides a target's answer (``"dane"`` or
+    ``"perspective"``) under the operator's ``[verify] backends`` and the
+    target's DANE ``outcome`` (None: not checked): DANE alone decides
+    everything; "DANE then perspective" lets DANE decide on ``DECIDES``
+    and the perspective elsewhere (no TLSA, an unsigned zone)."""
+    if "dane" not in backends:
+        return "perspective"
+    if "perspective" not in backends or outcome in DECIDES:
+        return "dane"
+    return "perspective"
+
+
 @dataclass(frozen=True, slots=True)
 class DaneVerdict:
+    """A verdict on the certificate the probe saw (``leaf_sha256``,
+    ``leaf_sha1``), from ``lookup``, with its evidence (``matched``), to be
+    reused until ``reuse_until`` (Unix seconds)."""
+
     outcome: DaneOutcome
     lookup: TlsaLookup
     matched: DaneMatch | None = None
+    leaf_sha256: bytes = b""
+    leaf_sha1: bytes = b""
+    reuse_until: int = 0
+
+    def vouches_for(self, sha256: bytes | None, sha1: bytes | None) -> bool:
+        """Whether this is a match for a certificate with the given hashes
+        (each given one must be the judged leaf's)."""
+        if self.outcome is not DaneOutcome.MATCH:
+            return False
+        return sha256 in (None, self.leaf_sha256) and sha1 in (None, self.leaf_sha1)
 
 
-def verdict(lookup: TlsaLookup, chain: Sequence[bytes], host: str, now: datetime) -> DaneVerdict:
+def verdict(
+    lookup: TlsaLookup, chain: Sequence[bytes], host: str, now: datetime, *,
+    max_reuse_s: int = 0, failure_reuse_s: int = 0,
+) -> DaneVerdict:
     """The DANE verdict on ``chain`` (what the probe saw of ``host``) given
-    the TLSA ``lookup``."""
+    the TLSA ``lookup``. It may be reused for the lookup's TTL, at most
+    ``max_reuse_s``; one on a failed lookup (bogus, resolver failure) for
+    ``failure_reuse_s``."""
     status = lookup.status
+    matched = None
     if status is DnssecStatus.SECURE:
         if not any(record.usable for record in lookup.records):
-            return DaneVerdict(DaneOutcome.NO_TLSA, lookup)
-        matched = match(lookup.records, chain, host, now)
-        outcome = DaneOutcome.MATCH if matched is not None else DaneOutcome.MISMATCH
-        return DaneVerdict(outcome, lookup, matched)
-    return DaneVerdict({
-        DnssecStatus.SECURE_DENIAL: DaneOutcome.NO_TLSA,
-        DnssecStatus.INSECURE: DaneOutcome.INSECURE,
-        DnssecStatus.BOGUS: DaneOutcome.BOGUS,
-        DnssecStatus.RESOLVER_FAILURE: DaneOutcome.RESOLVER_FAILURE,
-    }[status], lookup)
+            outcome = DaneOutcome.NO_TLSA
+        else:
+            matched = match(lookup.records, chain, host, now)
+            outcome = DaneOutcome.MATCH if matched is not None else DaneOutcome.MISMATCH
+    else:
+        outcome = {
+            DnssecStatus.SECURE_DENIAL: DaneOutcome.NO_TLSA,
+            DnssecStatus.INSECURE: DaneOutcome.INSECURE,
+            DnssecStatus.BOGUS: DaneOutcome.BOGUS,
+            DnssecStatus.RESOLVER_FAILURE: DaneOutcome.RESOLVER_FAILURE,
+        }[status]
+    failed = status in (DnssecStatus.BOGUS, DnssecStatus.RESOLVER_FAILURE)
+    reuse_s = failure_reuse_s if failed else min(lookup.ttl, max_reuse_s)
+    leaf = chain[0] if chain else b""
+    return DaneVerdict(
+        outcome, lookup, matched,
+        leaf_sha256=hashlib.sha256(leaf).digest() if leaf else b"",
+        leaf_sha1=hashlib.sha1(leaf).digest() if leaf else b"",
+        reuse_until=lookup.checked_at + max(reuse_s, 0),
+    )
 

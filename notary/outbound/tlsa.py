@@ -76,14 +76,24 @@ def _read(response: dns.message.Message, checked_at: int) -> TlsaLookup:
     answers = [rrset for rrset in response.answer if rrset.rdtype == dns.rdatatype.TLSA]
     if not answers:
         status = DnssecStatus.SECURE_DENIAL if secure else DnssecStatus.INSECURE
-        return TlsaLookup(status, checked_at=checked_at)
+        return TlsaLookup(status, ttl=_negative_ttl(response), checked_at=checked_at)
     if not secure:
-        return TlsaLookup(DnssecStatus.INSECURE, checked_at=checked_at)
+        ttl = min(rrset.ttl for rrset in answers)
+        return TlsaLookup(DnssecStatus.INSECURE, ttl=ttl, checked_at=checked_at)
     records = tuple(
         Tlsa(rdata.usage, rdata.selector, rdata.mtype, bytes(rdata.cert))
         for rrset in answers for rdata in rrset
     )
     return TlsaLookup(DnssecStatus.SECURE, records, min(r.ttl for r in answers), checked_at)
+
+
+def _negative_ttl(response: dns.message.Message) -> int:
+    """How long a denial may be cached (RFC 2308 section 5: the SOA's TTL,
+    at most its MINIMUM field); 0 without an SOA."""
+    for rrset in response.authority:
+        if rrset.rdtype == dns.rdatatype.SOA:
+            return min(rrset.ttl, min(rdata.minimum for rdata in rrset))
+    return 0
 
 
 def _backend() -> dns.asyncbackend.Backend:

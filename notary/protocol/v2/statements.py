@@ -13,15 +13,18 @@ from notary.protocol.v2.constants import BASE64_RE, MAX_STATEMENT_OBSERVATIONS, 
 
 
 def statement(
-    timeline: Timeline, *, key_id: str, signed_at: int, valid_for_s: int
+    timeline: Timeline, *, key_id: str, signed_at: int, valid_for_s: int,
+    verification: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The statement of ``timeline`` (rule S1), to sign with :func:`sign_statement`.
+    """The statement of ``timeline`` (rule S1), to sign with :func:`sign_statement`;
+    ``verification`` (rule S6, ``notary.protocol.v2.evidence``) says which
+    backend vouched, on notaries that run DANE (None: left out).
 
     Raises ``ValueError`` for a negative ``valid_for_s``.
     """
     if valid_for_s < 0:
         raise ValueError("valid_for_s must not be negative")
-    return {
+    made = {
         "type": STATEMENT_TYPE,
         "target": timeline.target.key,
         "observations": [
@@ -39,6 +42,9 @@ def statement(
         "valid_until": signed_at + valid_for_s,
         "key_id": key_id,
     }
+    if verification is not None:
+        made["verification"] = dict(verification)
+    return made
 
 
 def statement_bytes(statement: Mapping[str, Any]) -> bytes:

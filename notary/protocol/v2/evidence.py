@@ -1,0 +1,60 @@
+"""How a statement says which backend vouched (issue 20; docs/v2.md, rule
+S6): the ``verification`` object a notary running DANE adds to every
+statement it signs, built here from the target's DANE verdict. A notary
+verifying by network perspective alone adds nothing (its statements stay
+byte for byte as before).
+
+::
+
+    "verification": {
+      "backend": "dane" | "perspective",     which backend decided the answer
+      "dane": {                               the DANE check (null: not made)
+        "outcome": "match" | "mismatch" | "no-tlsa" | "insecure" | "bogus"
+                   | "resolver-failure",
+        "dnssec": "secure" | "secure-denial" | "insecure" | "bogus"
+                  | "resolver-failure",
+        "checked_at": <unix s>,               when the TLSA records were looked up
+        "sha256": "<hex>",                    the certificate judged (the probed leaf)
+        "tlsa": ["3 1 1 <hex>", ...],         the validated RRset (secure only)
+        "matched": <index into tlsa> | null   the record that vouched (match only)
+      }
+    }
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from notary.model.dane import DaneVerdict
+
+#: The backends a statement may name, and the names of DANE's outcomes and
+#: DNSSEC statuses (``notary.model.dane``'s values).
+BACKENDS = frozenset({"dane", "perspective"})
+DANE_OUTCOMES = frozenset(
+    {"match", "mismatch", "no-tlsa", "insecure", "bogus", "resolver-failure"}
+)
+DNSSEC_STATUSES = frozenset({"secure", "secure-denial", "insecure", "bogus", "resolver-failure"})
+#: Most TLSA records a statement carries (an RRset larger than this is cut).
+MAX_STATEMENT_TLSA = 16
+
+
+def verification(backend: str, dane: DaneVerdict | None) -> dict[str, Any]:
+    """The ``verification`` object of a statement decided by ``backend``
+    with the DANE verdict ``dane`` (None: no DANE check was made).
+    Raises ``ValueError`` for an unknown backend."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}")
+    return {"backend": backend, "dane": None if dane is None else _dane(dane)}
+
+
+def _dane(dane: DaneVerdict) -> dict[str, Any]:
+    records = dane.lookup.records[:MAX_STATEMENT_TLSA]
+    matched = dane.matched
+    return {
+        "outcome": dane.outcome.value,
+        "dnssec": dane.lookup.status.value,
+        "checked_at": dane.lookup.checked_at,
+        "sha256": dane.leaf_sha256.hex(),
+        "tlsa": [str(record) for record in records],
+        "matched": matched.index if matched is not None and matched.index < len(records) else None,
+    }
