@@ -72,6 +72,7 @@ __all__ = [
     "CheckReport",
     "NotaryAnswer",
     "SiteUnreachable",
+    "backend_text",
     "check",
     "default_notary_dir",
     "fetch_certificate",
@@ -109,7 +110,11 @@ class NotaryAnswer:
     """What one notary said. ``host``: the host that answered; ``via``: the
     relay notary's name if bounced; ``newest_seen``: the newest observation
     in its list (Unix seconds); ``seen_since``: since when it has seen the
-    fingerprint asked about."""
+    fingerprint asked about; ``backend``: which backend vouched, as the
+    notary's signed v2 statement says (``"dane"`` or ``"perspective"``;
+    None for a legacy answer or a v2 result without a statement). For v2
+    answers ``detail`` describes the backend and its DANE evidence
+    (:func:`backend_text`)."""
 
     notary: str
     verdict: Verdict
@@ -119,6 +124,7 @@ class NotaryAnswer:
     via: str | None = None
     newest_seen: int | None = None
     seen_since: int | None = None
+    backend: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,12 +480,71 @@ async def _ask_v2(
             detail=f"bad signed answer: {exc}", via=via,
         )
     matching = [o for o in result.observations if o.sha1 == fingerprint]
+    words = [] if result.verdict == v2.VERDICT_MATCH else [result.verdict]
+    backend = None
+    if result.valid_until is not None:  # a statement came: it says who vouched
+        verification = result.verification
+        backend = verification.backend if verification is not None else "perspective"
+        words.append(backend_text(
+            verification, now=int(time.time()), asked=[o.sha256 for o in matching]
+        ))
     return NotaryAnswer(
         bundle.name, _V2_VERDICTS[result.verdict], host=host.host, status=200,
-        detail="" if result.verdict in (v2.VERDICT_MATCH,) else result.verdict, via=via,
+        detail="; ".join(words), via=via,
         newest_seen=max((o.last_seen for o in result.observations), default=None),
         seen_since=min((o.first_seen for o in matching), default=None),
+        backend=backend,
     )
+
+
+#: How a DANE outcome reads in a row (the match has its own wording).
+_DANE_WORDS = {
+    "mismatch": "mismatch",
+    "no-tlsa": "no TLSA",
+    "insecure": "zone not signed",
+    "bogus": "DNSSEC validation failed",
+    "resolver-failure": "no answer from the resolver",
+}
+
+
+def backend_text(
+    verification: v2.ParsedVerification | None, *, now: int,
+    asked: Sequence[bytes] | None = None,
+) -> str:
+    """One line saying which backend vouched in a verified v2 statement
+    (docs/v2.md, rule S6), for the row of a notary:
+
+    - ``network perspective``: the notary sent no ``verification``;
+    - ``DANE: match, TLSA 3 1 1 0123456789abcdef..., checked 12 s ago``:
+      DANE decided, and the record shown vouched (``for another
+      certificate`` when the judged leaf is none of ``asked``, the SHA-256
+      of the observations with the fingerprint asked about, if given);
+    - ``DANE: mismatch, 2 TLSA records, checked 12 s ago``, ``DANE: no
+      TLSA, ...``, ``DANE: zone not signed, ...``: DANE decided otherwise;
+    - ``DANE: no TLSA; network perspective decided`` (or ``zone not
+      signed``): the perspective decided because DANE could not.
+    """
+    if verification is None:
+        return "network perspective"
+    dane = verification.dane
+    if verification.backend != "dane":
+        if dane is None:
+            return "network perspective (DANE not checked)"
+        return f"DANE: {_DANE_WORDS.get(dane.outcome, dane.outcome)}; network perspective decided"
+    if dane is None:
+        return "DANE: not checked yet"
+    checked = f"checked {max(0, now - dane.checked_at)} s ago"
+    record = dane.matched_record
+    if record is not None:
+        data = record.data.hex()
+        shown = f"{record.usage} {record.selector} {record.matching_type} {data[:16]}"
+        shown += "..." if len(data) > 16 else ""
+        other = "" if asked is None or dane.sha256 in asked else " for another certificate"
+        return f"DANE: match{other}, TLSA {shown}, {checked}"
+    if dane.outcome == "mismatch":
+        count = len(dane.tlsa)
+        return f"DANE: mismatch, {count} TLSA record{'' if count == 1 else 's'}, {checked}"
+    return f"DANE: {_DANE_WORDS.get(dane.outcome, dane.outcome)}, {checked}"
 
 
 #: A verified v2 verdict as a vote (PROTOCOLS 1.7 semantics): a notary that
@@ -605,10 +670,33 @@ def _judge(
     verdict = classify(status, listed=listed, signature_ok=signature_ok)
     if verdict is Verdict.FAILURE and not detail:
         detail = "sees another certificate"
+    elif verdict is Verdict.INCONCLUSIVE:  # 303: neither vouches nor objects
+        reason = _inconclusive_reason(body)
+        detail = f"inconclusive (HTTP {status}){': ' + reason if reason else ''}"
     return NotaryAnswer(
         bundle.name, verdict, host=host.host, status=status, detail=detail, via=via,
         newest_seen=newest, seen_since=since,
     )
+
+
+#: The longest 303 body whose text is shown as the notary's reason.
+MAX_REASON_BYTES = 512
+
+
+def _inconclusive_reason(body: bytes) -> str:
+    """The first line of a 303's body, the notary's reason (a DANE notary
+    says "inconclusive: the site publishes no TLSA records ..."), on one
+    line; "" for an empty, long or non-UTF-8 body."""
+    if len(body) > MAX_REASON_BYTES:
+        return ""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+    first = text.strip().split("\n", 1)[0].strip()
+    if first.lower().startswith("inconclusive:"):
+        first = first[len("inconclusive:"):].strip()
+    return one_line(first, limit=MAX_DETAIL_CHARS // 2) if first else ""
 
 
 # -- watching (v2 WebSocket) ------------------------------------------------------

@@ -1,6 +1,6 @@
 """The v2 signed API: batched queries, Ed25519-signed statements and answers,
 and the key document of ``GET /v2/key``. The wire format and its numbered
-rules (C1-C7, S1-S5, R1-R6, V1-V5) are specified in ``docs/v2.md``.
+rules (C1-C7, S1-S6, R1-R6, V1-V5) are specified in ``docs/v2.md``.
 
 Sans-IO: no Trio, no sockets, no clock reads (``now`` and ``signed_at`` are
 parameters), no key files. Signing is a callable the caller passes in
@@ -10,6 +10,7 @@ parameters), no key files. Signing is a callable the caller passes in
 
 Modules, in import order: ``constants`` (names and sizes shared by the
 others), ``canonical`` (C1-C7), ``requests`` (R1-R6), ``verdicts`` (V1-V5),
+``evidence`` (S6: the ``verification`` object of a notary running DANE),
 ``statements`` (S1, S3), ``documents`` (S2, S5: the server's answer),
 ``parsing`` and ``verification`` (the client's side of an answer), ``keys``
 (S4 and the key document). Import the names from this package.
@@ -41,6 +42,12 @@ from notary.protocol.v2.constants import (
     VERDICTS,
 )
 from notary.protocol.v2.documents import QueryResult, answer_bytes, answer_document, envelope
+from notary.protocol.v2.evidence import (
+    BACKENDS,
+    DANE_OUTCOMES,
+    DNSSEC_STATUSES,
+    MAX_STATEMENT_TLSA,
+)
 from notary.protocol.v2.keys import (
     ED25519_PUBLIC_KEY_BYTES,
     KEY_ALGORITHM,
@@ -60,8 +67,10 @@ from notary.protocol.v2.parsing import (
     MAX_ANSWER_BYTES,
     MAX_ANSWER_RESULTS,
     ParsedAnswer,
+    ParsedDane,
     ParsedResult,
     ParsedStatement,
+    ParsedVerification,
     StatementObservation,
     parse_answer_document,
 )
@@ -88,7 +97,10 @@ from notary.protocol.v2.verification import (
 
 __all__ = [
     "ANSWER_TYPE",
+    "BACKENDS",
     "CONTENT_TYPE",
+    "DANE_OUTCOMES",
+    "DNSSEC_STATUSES",
     "ED25519_PUBLIC_KEY_BYTES",
     "ED25519_SIGNATURE_BYTES",
     "KEYS_TYPE",
@@ -103,6 +115,7 @@ __all__ = [
     "MAX_PUBLISHED_KEYS",
     "MAX_SAFE_INTEGER",
     "MAX_STATEMENT_OBSERVATIONS",
+    "MAX_STATEMENT_TLSA",
     "SHA1_BYTES",
     "SHA256_BYTES",
     "STATEMENT_TYPE",
@@ -113,8 +126,10 @@ __all__ = [
     "VERDICT_UNKNOWN",
     "VERDICT_UNREACHABLE",
     "ParsedAnswer",
+    "ParsedDane",
     "ParsedResult",
     "ParsedStatement",
+    "ParsedVerification",
     "PublishedKey",
     "QueryRequest",
     "QueryResult",

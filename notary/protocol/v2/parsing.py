@@ -1,5 +1,6 @@
 """The client side: taking apart an answer document from any notary, without
-verifying it (docs/v2.md, "Parsing an answer"). Every defect is a
+verifying it (docs/v2.md, "Parsing an answer"), a statement's
+``verification`` object included (rule S6). Every defect is a
 ``ProtocolError`` 502."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from notary.errors import BadTarget, ProtocolError
+from notary.model.dane import Tlsa
 from notary.model.targets import Target, make_target
 from notary.protocol.strictjson import loads
 from notary.protocol.v2.canonical import MAX_SAFE_INTEGER, canonical_json, is_json_int
@@ -22,6 +24,12 @@ from notary.protocol.v2.constants import (
     SHA256_BYTES,
     STATEMENT_TYPE,
     VERDICTS,
+)
+from notary.protocol.v2.evidence import (
+    BACKENDS,
+    DANE_OUTCOMES,
+    DNSSEC_STATUSES,
+    MAX_STATEMENT_TLSA,
 )
 
 #: Most addresses per observation a client accepts.
@@ -41,6 +49,19 @@ _STATEMENT_KEYS = frozenset(
 _OBSERVATION_KEYS = frozenset(
     {"sha256", "spki_sha256", "sha1", "first_seen", "last_seen", "addresses"}
 )
+#: A statement may also carry ``verification`` (rule S6).
+_VERIFYING_STATEMENT_KEYS = _STATEMENT_KEYS | {"verification"}
+_VERIFICATION_KEYS = frozenset({"backend", "dane"})
+_DANE_KEYS = frozenset({"outcome", "dnssec", "checked_at", "sha256", "tlsa", "matched"})
+#: The DNSSEC status each DANE outcome comes from (``notary.model.dane.verdict``).
+_OUTCOME_STATUSES = {
+    "match": frozenset({"secure"}),
+    "mismatch": frozenset({"secure"}),
+    "no-tlsa": frozenset({"secure", "secure-denial"}),
+    "insecure": frozenset({"insecure"}),
+    "bogus": frozenset({"bogus"}),
+    "resolver-failure": frozenset({"resolver-failure"}),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +77,43 @@ class StatementObservation:
 
 
 @dataclass(frozen=True, slots=True)
+class ParsedDane:
+    """A statement's DANE evidence (rule S6): the ``outcome`` and the
+    ``dnssec`` status of the TLSA lookup (``notary.model.dane``'s values),
+    when it was made (``checked_at``, Unix seconds), the certificate judged
+    (``sha256``: the probed leaf), the validated records (``tlsa``, empty
+    unless ``dnssec`` is ``secure``) and the index in ``tlsa`` of the record
+    that vouched (``matched``; set exactly when ``outcome`` is ``match``)."""
+
+    outcome: str
+    dnssec: str
+    checked_at: int
+    sha256: bytes
+    tlsa: tuple[Tlsa, ...]
+    matched: int | None
+
+    @property
+    def matched_record(self) -> Tlsa | None:
+        """The record that vouched (None unless ``outcome`` is ``match``)."""
+        return None if self.matched is None else self.tlsa[self.matched]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedVerification:
+    """A statement's ``verification`` (rule S6): which backend decided the
+    answer (``"dane"`` or ``"perspective"``) and the DANE evidence (None:
+    no DANE check was made)."""
+
+    backend: str
+    dane: ParsedDane | None
+
+
+@dataclass(frozen=True, slots=True)
 class ParsedStatement:
     """A statement from an answer document, not yet verified; ``signed_bytes``
-    is its canonical re-encoding, what ``signature`` must cover."""
+    is its canonical re-encoding, what ``signature`` must cover (the
+    ``verification`` object included). ``verification`` is None when the
+    notary sent none (it verifies by network perspective alone)."""
 
     target: Target
     observations: tuple[StatementObservation, ...]
@@ -67,6 +122,7 @@ class ParsedStatement:
     key_id: str
     signature: str
     signed_bytes: bytes
+    verification: ParsedVerification | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +200,11 @@ def parse_statement_entry(index: int, entry: object) -> ParsedStatement:
     entry = _object(entry, _STATEMENT_ENTRY_KEYS, where)
     signature = _signature_field(entry, "signature", where)
     where += ".statement"
-    body = _object(entry["statement"], _STATEMENT_KEYS, where)
+    body = entry["statement"]
+    if isinstance(body, dict) and "verification" in body:
+        body = _object(body, _VERIFYING_STATEMENT_KEYS, where)
+    else:
+        body = _object(body, _STATEMENT_KEYS, where)
     if body["type"] != STATEMENT_TYPE:
         raise _bad_answer(f"{where}.type must be {STATEMENT_TYPE}")
     rows = body["observations"]
@@ -165,6 +225,10 @@ def parse_statement_entry(index: int, entry: object) -> ParsedStatement:
         valid_until=valid_until,
         key_id=_str_field(body, "key_id", where),
         signature=signature,
+        verification=(
+            _parse_verification(f"{where}.verification", body["verification"])
+            if "verification" in body else None
+        ),
         signed_bytes=_signed_bytes(body, where),
     )
 
@@ -206,6 +270,59 @@ def _parse_observation(where: str, row: object) -> StatementObservation:
     )
 
 
+def _parse_verification(where: str, value: object) -> ParsedVerification:
+    """Rule S6: ``{"backend": ..., "dane": null | {...}}``."""
+    value = _object(value, _VERIFICATION_KEYS, where)
+    backend = _name_field(value, "backend", BACKENDS, where)
+    dane = value["dane"]
+    return ParsedVerification(
+        backend=backend, dane=None if dane is None else _parse_dane(f"{where}.dane", dane)
+    )
+
+
+def _parse_dane(where: str, value: object) -> ParsedDane:
+    value = _object(value, _DANE_KEYS, where)
+    outcome = _name_field(value, "outcome", DANE_OUTCOMES, where)
+    dnssec = _name_field(value, "dnssec", DNSSEC_STATUSES, where)
+    if dnssec not in _OUTCOME_STATUSES[outcome]:
+        raise _bad_answer(f"{where}.outcome {outcome} cannot come from DNSSEC status {dnssec}")
+    rows = value["tlsa"]
+    if not isinstance(rows, list) or len(rows) > MAX_STATEMENT_TLSA:
+        raise _bad_answer(f"{where}.tlsa must be an array of at most {MAX_STATEMENT_TLSA}")
+    if rows and dnssec != "secure":
+        raise _bad_answer(f"{where}.tlsa must be empty unless dnssec is secure")
+    tlsa = tuple(_tlsa(f"{where}.tlsa[{i}]", row) for i, row in enumerate(rows))
+    matched = value["matched"]
+    if outcome == "match":
+        if not is_json_int(matched) or not 0 <= matched < len(tlsa):
+            raise _bad_answer(f"{where}.matched must be an index into tlsa for a match")
+        if not tlsa[matched].usable:
+            raise _bad_answer(f"{where}.matched names an unusable record")
+    elif matched is not None:
+        raise _bad_answer(f"{where}.matched must be null unless outcome is match")
+    return ParsedDane(
+        outcome=outcome,
+        dnssec=dnssec,
+        checked_at=_int_field(value, "checked_at", where),
+        sha256=_hex_field(value, "sha256", SHA256_BYTES, where),
+        tlsa=tlsa,
+        matched=matched,
+    )
+
+
+def _tlsa(where: str, value: object) -> Tlsa:
+    """A TLSA record as the notary writes it: ``"3 1 1 <lower-case hex>"``."""
+    if not isinstance(value, str):
+        raise _bad_answer(f"{where} must be a string")
+    try:
+        record = Tlsa.parse(value)
+    except ValueError:
+        raise _bad_answer(f"{where} is not a TLSA record") from None
+    if str(record) != value:
+        raise _bad_answer(f"{where} is not a TLSA record in its normalised form")
+    return record
+
+
 # -- field checks: each returns the field's value or raises ProtocolError 502 ------
 
 
@@ -230,6 +347,13 @@ def _str_field(obj: Mapping[str, Any], name: str, where: str) -> str:
     value = obj[name]
     if not isinstance(value, str):
         raise _bad_answer(f"{where}.{name} must be a string")
+    return value
+
+
+def _name_field(obj: Mapping[str, Any], name: str, names: frozenset[str], where: str) -> str:
+    value = obj[name]
+    if not isinstance(value, str) or value not in names:
+        raise _bad_answer(f"{where}.{name} must be one of {', '.join(sorted(names))}")
     return value
 
 

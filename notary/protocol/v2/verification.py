@@ -1,5 +1,6 @@
 """The client side: verifying a parsed answer, or a pushed statement, against
-trusted keys (docs/v2.md, "Verifying an answer")."""
+trusted keys (docs/v2.md, "Verifying an answer"; rule S6 for a match the
+DANE backend decided)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from notary.protocol.v2.parsing import (
     ParsedAnswer,
     ParsedResult,
     ParsedStatement,
+    ParsedVerification,
     StatementObservation,
     parse_statement_entry,
 )
@@ -37,12 +39,15 @@ class VerifiedResult:
     """A verified answer to one request entry. ``observations`` and
     ``valid_until`` come from the signed statement; they are empty and None
     when the notary sent none (``unknown``, ``unreachable``, ``refused``
-    without history)."""
+    without history). ``verification`` is the statement's rule S6 object
+    (which backend decided, the DANE evidence); None without a statement or
+    when the notary sent none (it verifies by network perspective alone)."""
 
     target: Target
     verdict: str
     observations: tuple[StatementObservation, ...]
     valid_until: int | None
+    verification: ParsedVerification | None = None
 
 
 def verify_signature(public_key: Ed25519PublicKey, data: bytes, signature_b64: str) -> bool:
@@ -77,8 +82,10 @@ def verify_answer(
     ``max_answer_age_s``, when given, bounds ``|now - signed_at|``; with
     ``queries`` (the request sent) the results must answer exactly those
     targets in order and each ``match`` must be backed by a stated
-    observation with the submitted hashes. Statements no result names are
-    ignored.
+    observation with the submitted hashes. A ``match`` whose statement says
+    the DANE backend decided (rule S6) must carry DANE's ``match`` on that
+    certificate (on one of the stated ones without ``queries``). Statements
+    no result names are ignored.
 
     Error handling: raises :class:`VerificationError` (502) naming the
     failed check; never returns a partially verified list.
@@ -136,20 +143,45 @@ def _verify_result(
             raise VerificationError(f"statement for {result.target} expired")
     elif result.verdict in (VERDICT_MATCH, VERDICT_MISMATCH):
         raise VerificationError(f"{result.verdict} for {result.target} without a statement")
-    if query is not None and result.verdict == VERDICT_MATCH:
+    if result.verdict == VERDICT_MATCH:
         assert stated is not None  # match without statement refused above
-        if not any(
-            (query.sha256 is None or o.sha256 == query.sha256)
-            and (query.sha1 is None or o.sha1 == query.sha1)
-            for o in stated.observations
-        ):
-            raise VerificationError(f"match for {result.target} not backed by its statement")
+        backing = stated.observations
+        if query is not None:
+            backing = tuple(
+                o for o in stated.observations
+                if (query.sha256 is None or o.sha256 == query.sha256)
+                and (query.sha1 is None or o.sha1 == query.sha1)
+            )
+            if not backing:
+                raise VerificationError(f"match for {result.target} not backed by its statement")
+        verification = stated.verification
+        if verification is not None and verification.backend == "dane":
+            _check_dane_match(result.target, verification, backing)
     return VerifiedResult(
         target=result.target,
         verdict=result.verdict,
         observations=stated.observations if stated is not None else (),
         valid_until=stated.valid_until if stated is not None else None,
+        verification=stated.verification if stated is not None else None,
     )
+
+
+def _check_dane_match(
+    target: Target,
+    verification: ParsedVerification,
+    backing: Sequence[StatementObservation],
+) -> None:
+    """Rule S6: a ``match`` the DANE backend decided is DANE's ``match`` on
+    the certificate asked about: the judged leaf (``dane.sha256``) is one of
+    the ``backing`` observations (those with the submitted hashes; every
+    stated one when the query is not known)."""
+    dane = verification.dane
+    if (
+        dane is None
+        or dane.outcome != "match"
+        or not any(o.sha256 == dane.sha256 for o in backing)
+    ):
+        raise VerificationError(f"match for {target} not backed by its DANE evidence")
 
 
 def verify_statement(
