@@ -447,6 +447,12 @@ class VerifyConfig:
     """How the notary verifies a target (issue 20)."""
 
     backends: tuple[str, ...] = ("perspective",)
+    #: How long a DANE verdict is reused at most (the TLSA records' TTL
+    #: bounds it first): a query after that checks the records again.
+    dane_reuse_max_s: int = 3600
+    #: How long a verdict on a failed lookup (bogus, resolver failure) is
+    #: reused: the retry interval of queries of a site whose DNSSEC fails.
+    dane_failure_reuse_s: int = 30
 
     @property
     def dane(self) -> bool:
@@ -671,6 +677,7 @@ _POSITIVE = {
     ),
     "admin": ("max_writer_lag_rows", "metrics_interval_s"),
     "dns": ("timeout_s",),
+    "verify": ("dane_reuse_max_s", "dane_failure_reuse_s"),
     "relay": (
         "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
         "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",

@@ -969,9 +969,14 @@ def test_dev_init_rewrites_its_own_config_from_before_the_relay(
     assert config_path.read_text().startswith("# mine")
 
 
-def test_serve_refuses_dane_until_it_is_served(
+def test_check_config_accepts_dane_and_refuses_an_untrusted_resolver(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
 ) -> None:
     config = write_config(tmp_path, *keypair, extra='[verify]\nbackends = ["dane"]\n')
+    assert run(["serve", "--config", str(config), "--check-config"], capsys)[0] == 0
+    config = write_config(
+        tmp_path, *keypair,
+        extra='[verify]\nbackends = ["dane", "perspective"]\n[dns]\nresolvers = ["192.0.2.53:53"]\n',
+    )
     message = usage_error(["serve", "--config", str(config), "--check-config"], capsys)
-    assert "DANE verification is not served yet" in message
+    assert "neither loopback nor in [dns] trusted" in message

@@ -137,9 +137,9 @@ def record_signer() -> tuple[RecordSigner, list[str]]:
             signed.append("perspectives")
             return super().perspectives_body(timeline)
 
-        def v2_statement(self, timeline):
+        def v2_statement(self, timeline, dane=None):
             signed.append("v2")
-            return super().v2_statement(timeline)
+            return super().v2_statement(timeline, dane)
 
     signer = Counting(
         crypto.ConvergenceSigner(convergence_key), crypto.PerspectivesSigner(perspectives_key),

@@ -36,6 +36,7 @@ from notary.model.ratelimit import client_prefix
 from notary.model.targets import Target
 from notary.outbound.dialer import Resolver, system_resolver
 from notary.outbound.probe import Prober, open_prober
+from notary.outbound.tlsa import resolver_through
 from notary.outbound.writer import Storage, open_storage
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
@@ -55,6 +56,7 @@ from notary.server.websocket import (
 )
 from notary.service.abuse import AbuseControls
 from notary.service.claims import NodeProber
+from notary.service.dane import DaneChecker
 from notary.service.feed import follow_changes
 from notary.service.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
 from notary.service.query import QueryService
@@ -280,6 +282,22 @@ def make_scheduler(
     )
 
 
+def dns_resolvers(config: Config) -> list[tuple[str, int]]:
+    """``[dns] resolvers`` as (address, port) pairs."""
+    return [(endpoint.host, endpoint.port) for endpoint in config.dns.resolvers]
+
+
+def make_dane_checker(config: Config, clock: Callable[[], float]) -> DaneChecker | None:
+    """The DANE backend (None: DANE is not among ``[verify] backends``)."""
+    if not config.verify.dane:
+        return None
+    return DaneChecker(
+        dns_resolvers(config), timeout_s=config.dns.timeout_s,
+        max_reuse_s=config.verify.dane_reuse_max_s,
+        failure_reuse_s=config.verify.dane_failure_reuse_s, clock=clock,
+    )
+
+
 def make_node_prober(
     config: Config, storage: Storage, prober: Prober, clock: Callable[[], float]
 ) -> NodeProber:
@@ -439,23 +457,12 @@ def read_served_bundle(path: Path) -> tuple[bytes, str]:
     return data, parse_bundle(data).name
 
 
-def refuse_what_is_not_served(config: Config) -> None:
-    """``UsageError`` for a setting the configuration accepts that serving
-    does not honour yet: DANE (the matching, the lookups and the settings
-    are in place; the answers are not wired to them, issue 20)."""
-    if config.verify.dane:
-        raise UsageError(
-            '[verify] backends: DANE verification is not served yet; use ["perspective"]'
-        )
-
-
 def check_config(config: Config) -> None:
     """Read what ``serve_notary`` reads at start (the key and certificate,
     which must match, the served bundle, the relay's bundles, the
     Perspectives and v2 keys), so that a supervisor or ``serve
     --check-config`` learns of a problem before serving: the first one
     raises ``UsageError`` (or ``NotaryError``) naming the file."""
-    refuse_what_is_not_served(config)
     make_server_ssl_context(config)
     notary_name = None
     if config.server.bundle_file is not None:
@@ -535,8 +542,11 @@ def build_components(
     shared_store: bool = False,
 ) -> Components:
     """Read the keys, certificate and bundles and make what needs nothing
-    opened, in dependency order. Raises ``UsageError`` for a bad file."""
-    refuse_what_is_not_served(config)
+    opened, in dependency order. Raises ``UsageError`` for a bad file.
+    With DANE among the backends, names are resolved through the
+    validating resolvers DANE trusts (unless a ``resolver`` is given)."""
+    if config.verify.dane and resolver is system_resolver:
+        resolver = resolver_through(dns_resolvers(config), config.dns.timeout_s)
     tls = make_server_ssl_context(config)
     if config.server.legacy_tls:
         log.warning(
@@ -572,7 +582,9 @@ def build_components(
         abuse=abuse,
         relay=make_relay_handler(config, resolver=resolver, notary_name=notary_name, abuse=abuse),
         signers=signers,
-        record_signer=RecordSigner(signer, perspectives_signer, v2_signer, config.v2, clock),
+        record_signer=RecordSigner(
+            signer, perspectives_signer, v2_signer, config.v2, clock, config.verify.backends
+        ),
         v2_signer=v2_signer, v2_key_document=v2_key_document,
         bundle_path=bundle_path, bundle_bytes=bundle_bytes,
         cache=LRUCache(config.cache.max_entries, config.cache.max_bytes),
@@ -625,6 +637,7 @@ def build_services(
         query_timeout_s=config.answers.query_timeout_s, clock=c.clock,
         perspectives="perspectives" in c.signers, v2_signer=c.v2_signer, v2_config=config.v2,
         abuse=c.abuse, scheduler=scheduler, failure_delay_s=config.failure_delay_s,
+        backends=config.verify.backends,
     )
     perspectives = bool(sockets["perspectives"])
     # The listeners whose connections are counted, in the order they are exported.
@@ -740,6 +753,7 @@ async def serve(
                     watch_hub=c.watch_hub,
                     node_prober=make_node_prober(config, storage, prober, c.clock)
                     if c.shared_store else None,
+                    dane=make_dane_checker(config, c.clock),
                 ) as records:
                     services = build_services(c, storage, prober, scheduler, records)
                     await _run(

@@ -266,15 +266,18 @@ class WebPages:
         except (UnicodeDecodeError, ValueError):
             fields = {}
         try:
-            timeline = await self._service.timeline_of(parsed, client)
+            record = await self._service.record_of(parsed, client)
         except RateLimited as exc:
             return self._error(429, "too many requests; retry later", extra=(
                 (b"Retry-After", b"%d" % exc.retry_after_s),))
         except StoreError:
             return self._error(503, "the observation store cannot be read now; retry later")
         body = pages.site_page(
-            parsed, timeline, now=int(self._clock()), assets=self._assets.links,
-            checked=fields.get("checked"), watch=fields.get("watch") == "1", live=self._live,
+            parsed, record.timeline if record is not None else None, now=int(self._clock()),
+            assets=self._assets.links, checked=fields.get("checked"),
+            watch=fields.get("watch") == "1", live=self._live,
+            backend=self._service.backend_of(record),
+            dane=record.dane if record is not None else None,
         )
         return self._page(200, body)
 

@@ -53,6 +53,17 @@ Invariants
    not contradicted, by a notary that probed it a minute earlier. Only when
    that budget is spent is the last probe the answer (409). Without a
    per-target budget, ``reprobe_after_s`` plays its part.
+10. With DANE among ``[verify] backends`` (issue 20), a record answers
+   only with a DANE verdict it may still reuse (``DaneVerdict.reuse_until``:
+   the TLSA records' TTL, capped); without one, the query refreshes the
+   target (a probe and a TLSA lookup together). Where DANE decides
+   (``notary.model.dane.deciding_backend``) Convergence answers 200 for
+   the certificate DANE vouches for (and a GET), 409 for another one or
+   when no record vouches, 303 (inconclusive) for no TLSA or an unsigned
+   zone (DANE alone), 503 for bogus DNSSEC or a silent resolver; v2 says
+   ``match``, ``mismatch``, ``unknown``, ``unreachable`` alike. Where the
+   perspective decides, rules 1-9 apply as they stand. Perspectives
+   answers, a history without a verdict, are the same under every backend.
 """
 
 from __future__ import annotations
@@ -74,7 +85,7 @@ from notary.errors import (
     ProbeTimeout,
     StoreError,
 )
-from notary.model.observations import Timeline
+from notary.model.dane import CONVERGENCE_STATUS, DaneOutcome, deciding_backend
 from notary.model.ratelimit import RateLimited, retry_after_s
 from notary.model.targets import Target
 from notary.outbound.writer import Storage
@@ -97,6 +108,24 @@ UNOBSERVED_MESSAGE = b"could not observe the target's certificate\n"
 REFUSED_MESSAGE = b"target refused by this notary's policy\n"
 #: Distinct 429 responses kept ready (one per Retry-After and keep-alive).
 TOO_MANY_RESPONSES = 256
+#: The bodies of the Convergence answers DANE gives without the signed list
+#: (invariant 10).
+DANE_MESSAGES = {
+    DaneOutcome.NO_TLSA: b"inconclusive: the site publishes no TLSA records (DNSSEC-proven)\n",
+    DaneOutcome.INSECURE: b"inconclusive: the site's DNS zone is not signed (no DANE)\n",
+    DaneOutcome.BOGUS: b"the site's TLSA records failed DNSSEC validation\n",
+    DaneOutcome.RESOLVER_FAILURE: b"could not look up the site's TLSA records now\n",
+}
+#: The body of a 503 when no DANE verdict could be made in time.
+UNCHECKED_MESSAGE = b"could not check the site's TLSA records in time\n"
+#: The same, as complete responses, by (outcome, keep-alive).
+_DANE_RESPONSES = {
+    (outcome, alive): http.response(
+        CONVERGENCE_STATUS[outcome], body, content_type=b"text/plain; charset=utf-8",
+        keep_alive=alive,
+    )
+    for outcome, body in DANE_MESSAGES.items() for alive in (False, True)
+}
 
 
 class QueryDeadline(ProbeTimeout):
@@ -180,6 +209,12 @@ class ProbeOutcome:
 
 #: The v2 verdict of a failed probe, by outcome (none: answered from the record).
 _V2_FAILURES = {Outcome.REFUSED: v2.VERDICT_REFUSED, Outcome.UNREACHABLE: v2.VERDICT_UNREACHABLE}
+#: The v2 verdict of each DANE outcome but a match (invariant 10).
+_V2_DANE_VERDICTS = {
+    DaneOutcome.MISMATCH: v2.VERDICT_MISMATCH, DaneOutcome.NO_TLSA: v2.VERDICT_UNKNOWN,
+    DaneOutcome.INSECURE: v2.VERDICT_UNKNOWN, DaneOutcome.BOGUS: v2.VERDICT_UNREACHABLE,
+    DaneOutcome.RESOLVER_FAILURE: v2.VERDICT_UNREACHABLE,
+}
 #: What "check now" says of each outcome (as v2 verdicts say it).
 _CHECK_OUTCOMES = {
     Outcome.OBSERVED: "observed", Outcome.RECENT: "observed",
@@ -231,6 +266,7 @@ class QueryService:
         abuse: AbuseControls | None = None,
         scheduler: RescanScheduler | None = None,
         failure_delay_s: float = 0.0,
+        backends: tuple[str, ...] = ("perspective",),
     ) -> None:
         self._records = records
         self._cache = cache
@@ -247,6 +283,9 @@ class QueryService:
         #: The query bucket of invariant 6, read on the fast path.
         self._query_buckets = self._abuse.queries
         self._failure_delay_s = failure_delay_s
+        #: ``[verify] backends`` (invariant 10); ``_dane``: DANE is one.
+        self._backends = backends
+        self._dane = "dane" in backends
         #: How recently the target must have been probed for a query with a
         #: fingerprint not vouched for to be answered without a probe
         #: (invariant 9).
@@ -306,7 +345,10 @@ class QueryService:
             self.scheduler.note_query(target, key)
         answered = self._convergence_answered
         answered[status] = answered.get(status, 0) + 1
-        return record.http_responses[response_index(status, keep_alive)]
+        if status == 200 or status == 409:
+            return record.http_responses[response_index(status, keep_alive)]
+        assert record.dane is not None  # the other statuses are DANE's
+        return _DANE_RESPONSES[record.dane.outcome, keep_alive]
 
     def _cached_status(
         self, key: str, fingerprint: bytes | None, now: float
@@ -316,10 +358,62 @@ class QueryService:
         record = self._cache.get(key)
         if record is None:
             return None, None
+        if self._dane:
+            return record, self._dane_status(record, fingerprint, int(now))
         return record, convergence.answer_status(
             record.timeline, fingerprint, int(now), self._fresh_for_s,
             self._mismatch_reprobe_after_s,
         )
+
+    def _dane_decides(self, record: TargetRecord, now: int) -> bool | None:
+        """Whether DANE decides ``record``'s answers (invariant 10); None:
+        its DANE verdict is missing or too old to reuse."""
+        dane = record.dane
+        if dane is None or dane.reuse_until < now:
+            return None
+        return deciding_backend(self._backends, dane.outcome) == "dane"
+
+    def _dane_status(
+        self, record: TargetRecord, fingerprint: bytes | None, now: int, *, final: bool = False
+    ) -> int | None:
+        """Convergence's status under invariant 10; None: refresh first
+        (``final``: the refresh was made, or could not be: answer anyway)."""
+        decides = self._dane_decides(record, now)
+        if decides is None:
+            return 503 if final else None
+        if not decides:
+            if final:
+                return convergence.status_of(
+                    record.timeline, fingerprint, now=now, fresh_for_s=self._fresh_for_s
+                )
+            return convergence.answer_status(
+                record.timeline, fingerprint, now, self._fresh_for_s,
+                self._mismatch_reprobe_after_s,
+            )
+        dane = record.dane
+        assert dane is not None
+        if dane.outcome is not DaneOutcome.MATCH:
+            return CONVERGENCE_STATUS[dane.outcome]
+        if fingerprint is None or fingerprint == dane.leaf_sha1:
+            return 200
+        # Another certificate than the one DANE vouched for: probe again
+        # (the site may have just rotated it), as invariant 9 says.
+        if final or self._probed_within(record, self._mismatch_reprobe_after_s, now):
+            return 409
+        return None
+
+    def _probed_within(self, record: TargetRecord, seconds: int, now: int) -> bool:
+        newest = record.timeline.newest
+        return newest is not None and newest.last_seen >= now - seconds
+
+    def _answer_of(self, record: TargetRecord, status: int) -> Answer:
+        """The Convergence answer of ``status`` for ``record``: its signed
+        list (200, 409) or DANE's unsigned message."""
+        if status == 200 or status == 409:
+            return Answer(status, record.convergence_body)
+        dane = record.dane
+        message = DANE_MESSAGES.get(dane.outcome) if dane is not None else None
+        return Answer(status, message or UNCHECKED_MESSAGE, b"text/plain; charset=utf-8")
 
     # -- one probe for a query, whatever the protocol
 
@@ -435,8 +529,11 @@ class QueryService:
         if record is not None and status is not None:
             self._note_query(target)
             self._count("convergence", status)
-            return Answer(status, record.convergence_body)
-        answer = await self._answer_slowly(target, fingerprint, record, client)
+            return self._answer_of(record, status)
+        if self._dane:
+            answer = await self._answer_with_dane(target, fingerprint, record, client)
+        else:
+            answer = await self._answer_slowly(target, fingerprint, record, client)
         self._count("convergence", answer.status)
         return answer
 
@@ -463,6 +560,37 @@ class QueryService:
             assert probed.record is not None
             return self._answer_from(probed.record, fingerprint)
         answer = self._failed(probed, fingerprint)
+        if answer.status == 503:
+            await self.failure_deadline(probed)
+        return answer
+
+    async def _answer_with_dane(
+        self, target: Target, fingerprint: bytes | None, record: TargetRecord | None,
+        client: bytes | None,
+    ) -> Answer:
+        """``answer`` under invariant 10 when the cache alone could not."""
+        if record is None:
+            record = await self._records.load(target)
+        status = None
+        if record is not None:
+            status = self._dane_status(record, fingerprint, int(self._clock()))
+        if status is not None:
+            assert record is not None
+            self._note_query(target)
+            return self._answer_of(record, status)
+        probed = await self.probe_for_query(target, record, client)
+        if probed.outcome in (Outcome.OBSERVED, Outcome.RECENT):
+            assert probed.record is not None
+            status = self._dane_status(probed.record, fingerprint, int(self._clock()), final=True)
+            assert status is not None
+            return self._answer_of(probed.record, status)
+        known = probed.record
+        if known is not None and self._dane_decides(known, int(self._clock())) is False:
+            answer = self._failed(probed, fingerprint)  # the perspective's rules
+        elif probed.outcome is Outcome.REFUSED:
+            answer = Answer(403, REFUSED_MESSAGE, b"text/plain")
+        else:
+            answer = Answer(503, UNOBSERVED_MESSAGE, b"text/plain")
         if answer.status == 503:
             await self.failure_deadline(probed)
         return answer
@@ -587,19 +715,56 @@ class QueryService:
         target = query.target
         key = target.key
         record = self._cache.get(key)
-        if record is None or v2.decide(
+        if record is None:
+            return None
+        if self._dane:
+            verdict = self._v2_dane_verdict(record, query, now)
+            if verdict is None:
+                return None
+        elif v2.decide(
             record.timeline, query.sha256, query.sha1,
             now=now, fresh_for_s=self._fresh_for_s,
             reprobe_after_s=self._mismatch_reprobe_after_s,
         ) is Decision.PROBE:
             return None
+        else:
+            verdict = v2.verdict_of(
+                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+            )
         self._storage.note_asked(target, key)
         self._rescans.note_query(target, key)  # invariant 8: answered from an observation
         record = self._renewed(record, now)
-        verdict = v2.verdict_of(
-            record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
-        )
         return v2.QueryResult(target, verdict, record.v2_statement)
+
+    def _v2_dane_verdict(
+        self, record: TargetRecord, query: v2.TargetQuery, now: int, *, final: bool = False
+    ) -> str | None:
+        """The v2 verdict under invariant 10 (None: refresh first; ``final``
+        as for ``_dane_status``)."""
+        decides = self._dane_decides(record, now)
+        if decides is None:
+            return v2.VERDICT_UNREACHABLE if final else None
+        if not decides:
+            if not final and v2.decide(
+                record.timeline, query.sha256, query.sha1, now=now,
+                fresh_for_s=self._fresh_for_s, reprobe_after_s=self._mismatch_reprobe_after_s,
+            ) is Decision.PROBE:
+                return None
+            return v2.verdict_of(
+                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+            )
+        dane = record.dane
+        assert dane is not None
+        outcome = dane.outcome
+        if outcome is DaneOutcome.MATCH:
+            if query.sha256 is None and query.sha1 is None:
+                return v2.VERDICT_UNKNOWN  # nothing submitted to judge (rule V1)
+            if dane.vouches_for(query.sha256, query.sha1):
+                return v2.VERDICT_MATCH
+            if final or self._probed_within(record, self._mismatch_reprobe_after_s, now):
+                return v2.VERDICT_MISMATCH
+            return None
+        return _V2_DANE_VERDICTS[outcome]
 
     async def _v2_result(self, query: v2.TargetQuery, client: bytes | None) -> v2.QueryResult:
         """The result of a query ``_v2_result_at_once`` could not answer:
@@ -607,11 +772,15 @@ class QueryService:
         target = query.target
         record = await self._records.lookup(target)
         now = int(self._clock())
-        decision = v2.decide(
-            record.timeline if record is not None else None, query.sha256, query.sha1,
-            now=now, fresh_for_s=self._fresh_for_s,
-            reprobe_after_s=self._mismatch_reprobe_after_s,
-        )
+        if self._dane:
+            answerable = record is not None and self._v2_dane_verdict(record, query, now)
+            decision = Decision.ANSWER if answerable else Decision.PROBE
+        else:
+            decision = v2.decide(
+                record.timeline if record is not None else None, query.sha256, query.sha1,
+                now=now, fresh_for_s=self._fresh_for_s,
+                reprobe_after_s=self._mismatch_reprobe_after_s,
+            )
         failure = None
         if decision is not Decision.PROBE:
             self._note_query(target)
@@ -628,9 +797,15 @@ class QueryService:
         if record is None:
             return v2.QueryResult(target, failure or v2.VERDICT_UNKNOWN)
         record = self._renewed(record, now)
-        verdict = v2.verdict_of(
-            record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
-        )
+        if self._dane:
+            verdict = self._v2_dane_verdict(record, query, int(self._clock()), final=True)
+            assert verdict is not None
+            if failure is not None and self._dane_decides(record, now) is not False:
+                verdict = failure  # DANE vouches only for what a probe just saw
+        else:
+            verdict = v2.verdict_of(
+                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+            )
         if failure is not None and verdict == v2.VERDICT_UNKNOWN:
             verdict = failure
         return v2.QueryResult(target, verdict, record.v2_statement)
@@ -647,17 +822,24 @@ class QueryService:
         self._cache.put(record.timeline.target.key, record, record.size)
         return record
 
-    async def timeline_of(self, target: Target, client: bytes | None = None) -> Timeline | None:
+    async def record_of(self, target: Target, client: bytes | None = None) -> TargetRecord | None:
         """What is known of ``target`` for the web page: its cached or
-        stored timeline (None: never observed), without a probe. Costs the
+        stored record (None: never observed), without a probe. Costs the
         client prefix ``client`` one query (invariant 6); not counted in
         ``answered`` (no protocol answer is made).
 
         Error handling: ``RateLimited`` over the client's query rate;
         ``StoreError`` when nothing is cached and the store cannot be read."""
         self._admit(client)
-        record = await self._records.lookup(target, strict=True)
-        return record.timeline if record is not None else None
+        return await self._records.lookup(target, strict=True)
+
+    def backend_of(self, record: TargetRecord | None) -> str | None:
+        """Which backend decides ``record``'s answers now (invariant 10);
+        None when DANE is not among the backends (the page says nothing)."""
+        if not self._dane:
+            return None
+        dane = record.dane if record is not None else None
+        return deciding_backend(self._backends, dane.outcome if dane is not None else None)
 
     async def check_now(self, target: Target, client: bytes | None = None) -> str:
         """Probe ``target`` now, however fresh what is known (the web page's

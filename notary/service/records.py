@@ -39,12 +39,15 @@ import trio
 
 from notary.config import V2Config
 from notary.errors import ProbeError, StoreError
+from notary.model.dane import DaneVerdict, TlsaLookup, deciding_backend
 from notary.model.observations import ProbeResult, Timeline, TimelineLimits
 from notary.model.targets import Target
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
+from notary.protocol.v2.evidence import verification
 from notary.service.claims import NodeProber, Probed
+from notary.service.dane import DaneChecker, needs_chain
 from notary.service.stored_targets import StoredTargets
 from notary.service.watch import WatchHub
 from notary.state.cache import LRUCache
@@ -71,6 +74,10 @@ RECORD_OVERHEAD_BYTES = 512
 SIGNED_BYTES_PER_OBSERVATION = 1152
 SIGNED_BYTES_PER_RUN = 48
 SIGNED_BYTES_BASE = 3072
+#: The same for a DANE verdict's evidence in the v2 statement: its base, and
+#: per TLSA record (twice its data, as hex).
+DANE_EVIDENCE_BYTES = 256
+DANE_EVIDENCE_BYTES_PER_RECORD = 16
 
 
 class RecordSigner:
@@ -80,7 +87,7 @@ class RecordSigner:
     Error handling: a signer's exception propagates (a broken key is a bug
     the first query shows, not something to answer around)."""
 
-    __slots__ = ("_clock", "_convergence", "_perspectives", "_v2", "_v2_config")
+    __slots__ = ("_backends", "_clock", "_convergence", "_perspectives", "_v2", "_v2_config")
 
     def __init__(
         self,
@@ -89,12 +96,16 @@ class RecordSigner:
         v2_signer: Ed25519Signer | None,
         v2_config: V2Config,
         clock: Callable[[], float],
+        backends: tuple[str, ...] = ("perspective",),
     ) -> None:
         self._convergence = convergence_signer
         self._perspectives = perspectives_signer
         self._v2 = v2_signer
         self._v2_config = v2_config
         self._clock = clock
+        #: ``[verify] backends``: with DANE among them, statements say which
+        #: backend decided, with the DANE evidence (rule S6).
+        self._backends = backends
 
     def convergence_body(self, timeline: Timeline) -> bytes:
         payload = convergence.signed_payload(convergence.entries_of(timeline))
@@ -108,16 +119,25 @@ class RecordSigner:
         blob = perspectives.signed_blob(perspectives.service_id(timeline.target), keys)
         return perspectives.reply_xml(keys, self._perspectives.sign(blob))
 
-    def v2_statement(self, timeline: Timeline) -> v2.SignedStatement | None:
-        """The v2 statement, signed now; None when v2 is not served."""
+    def v2_statement(
+        self, timeline: Timeline, dane: DaneVerdict | None = None
+    ) -> v2.SignedStatement | None:
+        """The v2 statement, signed now, with the evidence of ``dane`` (the
+        target's DANE verdict) when DANE is among the backends; None when v2
+        is not served."""
         signer = self._v2
         if signer is None:
             return None
+        evidence = None
+        if "dane" in self._backends:
+            backend = deciding_backend(self._backends, dane.outcome if dane else None)
+            evidence = verification(backend, dane)
         made = v2.statement(
             timeline,
             key_id=signer.key_id,
             signed_at=int(self._clock()),
             valid_for_s=self._v2_config.statement_valid_for_s,
+            verification=evidence,
         )
         return v2.sign_statement(made, signer.sign)
 
@@ -143,6 +163,7 @@ class TargetRecord:
         "_perspectives_body",
         "_signer",
         "_v2_statement",
+        "dane",
         "last_probe",
         "last_probe_changed",
         "latest_sha256",
@@ -165,6 +186,9 @@ class TargetRecord:
         #: Whether ``last_probe`` saw another certificate than the one seen
         #: before it (False for a target's first probe).
         self.last_probe_changed = False
+        #: The DANE verdict on the latest probe (None: DANE is not among the
+        #: backends, or the target was not probed since it was loaded).
+        self.dane: DaneVerdict | None = None
         self._signer = signer
         self._convergence_body: bytes = _UNSIGNED
         self._http_responses: tuple[bytes, bytes, bytes, bytes] = _UNSIGNED
@@ -213,7 +237,7 @@ class TargetRecord:
         """The v2 statement (None: v2 is not served)."""
         statement = self._v2_statement
         if statement is _UNSIGNED:
-            statement = self._v2_statement = self._signer.v2_statement(self.timeline)
+            statement = self._v2_statement = self._signer.v2_statement(self.timeline, self.dane)
         return statement
 
     def signed_bytes(self) -> int:
@@ -235,20 +259,39 @@ class TargetRecord:
             setattr(made, name, getattr(self, name))
         return made
 
-    def with_probe(self, result: ProbeResult, changed: bool) -> TargetRecord:
+    def with_probe(
+        self, result: ProbeResult, changed: bool, dane: DaneVerdict | None = None
+    ) -> TargetRecord:
         """This record (answers made so far included) as made by the probe
-        ``result`` (``latest_sha256``, ``last_probe``, ``last_probe_changed``)."""
+        ``result`` (``latest_sha256``, ``last_probe``, ``last_probe_changed``)
+        and the DANE verdict ``dane`` on it, if one was made (the v2
+        statement, which carries its evidence, is then signed again on use)."""
         made = self._copy()
         made.latest_sha256 = result.leaf.sha256
         made.last_probe = replace(result, chain=()) if result.chain else result
         made.last_probe_changed = changed
+        if dane is not None:
+            made.dane = dane
+            made._v2_statement = _UNSIGNED
+            made.size = self.size - _dane_bytes(self.dane) + _dane_bytes(dane)
         return made
 
     def with_new_v2_statement(self) -> TargetRecord:
         """This record with its v2 statement signed again now (renewal)."""
         made = self._copy()
-        made._v2_statement = self._signer.v2_statement(self.timeline)
+        made._v2_statement = self._signer.v2_statement(self.timeline, self.dane)
         return made
+
+
+def _dane_bytes(dane: DaneVerdict | None) -> int:
+    """What ``dane``'s evidence adds to a record's size (0: none)."""
+    if dane is None:
+        return 0
+    data = sum(len(record.data) for record in dane.lookup.records)
+    return (
+        DANE_EVIDENCE_BYTES + 2 * data
+        + DANE_EVIDENCE_BYTES_PER_RECORD * len(dane.lookup.records)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +331,7 @@ class Records:
         max_background: int,
         watch_hub: WatchHub | None = None,
         node_prober: NodeProber | None = None,
+        dane: DaneChecker | None = None,
     ) -> None:
         self._nursery: trio.Nursery | None = None
         self._exit_stack = AsyncExitStack()
@@ -298,6 +342,8 @@ class Records:
         self.prober = prober
         #: Probes once per node when the store is shared (None: one process).
         self._node_prober = node_prober
+        #: Checks TLSA records beside each probe (None: DANE is not a backend).
+        self.dane = dane
         self._merge_window_s = merge_window_s
         self._timeline_limits = timeline_limits
         self._max_background = max_background
@@ -398,16 +444,17 @@ class Records:
 
     async def _run(self, target: Target, running: _Refresh) -> None:
         try:
-            if self._node_prober is not None:
-                probed = await self._node_prober.probe(target)
+            dane = None
+            if self.dane is None:
+                probed = await self._probe(target)
             else:
-                probed = Probed(await self.prober.probe(target))
+                probed, dane = await self._probe_and_check(target, self.dane)
             result = probed.result
             try:
-                running.record = await self._merge(result, stored=probed.stored)
+                running.record = await self._merge(result, stored=probed.stored, dane=dane)
             except Exception:
                 log.exception("merging the probe of %s failed", target)
-                running.record = self._merged_in_memory(result)
+                running.record = self._merged_in_memory(result, dane)
         except ProbeError as exc:
             running.error = exc
         finally:
@@ -417,7 +464,41 @@ class Records:
                 del self._refreshes[target]
             running.done.set()
 
-    async def _merge(self, result: ProbeResult, *, stored: bool = False) -> TargetRecord:
+    async def _probe(self, target: Target) -> Probed:
+        if self._node_prober is not None:
+            return await self._node_prober.probe(target)
+        return Probed(await self.prober.probe(target))
+
+    async def _probe_and_check(
+        self, target: Target, checker: DaneChecker
+    ) -> tuple[Probed, DaneVerdict]:
+        """The probe and, at the same time, the TLSA lookup; the verdict on
+        the chain the probe saw. Another worker's probe (its leaf only) that
+        DANE-TA might vouch for through the chain is made again here."""
+        found: list[TlsaLookup] = []
+
+        async def look_up() -> None:
+            found.append(await checker.lookup(target))
+
+        failed: ProbeError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(look_up)
+            try:
+                probed = await self._probe(target)
+            except ProbeError as exc:  # raised past the nursery, not in a group
+                failed = exc
+                nursery.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        judged = checker.judge(found[0], probed.result)
+        if needs_chain(judged, probed.result):
+            probed = Probed(await self.prober.probe(target))
+            judged = checker.judge(found[0], probed.result)
+        return probed, judged
+
+    async def _merge(
+        self, result: ProbeResult, *, stored: bool = False, dane: DaneVerdict | None = None
+    ) -> TargetRecord:
         """Merge ``result`` into the target's record (a new record only if
         the timeline changed: nothing is signed here), cache it and queue the
         result for the store (whose change feed tells the watchers) unless
@@ -433,7 +514,7 @@ class Records:
         new_certificate = previous != result.leaf.sha256
         if record is None or timeline != old:
             record = self.make(timeline)
-        record = record.with_probe(result, new_certificate and previous is not None)
+        record = record.with_probe(result, new_certificate and previous is not None, dane)
         self._cache.put(target.key, record, record.size)
         self._stored.add(target.key)
         if not stored:
@@ -467,9 +548,11 @@ class Records:
         self._cache.clear()
         self._stored.switch_off()
 
-    def _merged_in_memory(self, result: ProbeResult) -> TargetRecord:
+    def _merged_in_memory(
+        self, result: ProbeResult, dane: DaneVerdict | None = None
+    ) -> TargetRecord:
         cached = self._cache.peek(result.target.key)
         old = cached.timeline if cached is not None else Timeline(result.target)
         merged = old.merged(result, self._merge_window_s, self._timeline_limits)
         changed = cached is not None and cached.latest_sha256 not in (None, result.leaf.sha256)
-        return self.make(merged).with_probe(result, changed)
+        return self.make(merged).with_probe(result, changed, dane)

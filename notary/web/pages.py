@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from html import escape
 from urllib.parse import quote
 
+from notary.model.dane import DaneVerdict
 from notary.model.observations import Observation, Timeline
 from notary.model.targets import Target, format_convergence_target
 from notary.web.certificates import details_of
@@ -264,12 +265,16 @@ def site_page(
     checked: str | None = None,
     watch: bool = False,
     live: bool = False,
+    backend: str | None = None,
+    dane: DaneVerdict | None = None,
 ) -> bytes:
     """``/site/<host>+<port>``: the certificate timeline of ``target`` and
     the details of each certificate. ``checked``: a key of
     :data:`CHECK_OUTCOMES` to announce (others are ignored); ``watch``: the
     live watch starts on; ``live``: the notary has a WebSocket to watch
-    with."""
+    with. ``backend``: which backend decides the target's answers, on a
+    notary running DANE (None: it does not, nothing is said), with the
+    target's DANE verdict ``dane``."""
     key = target.key
     notice = CHECK_OUTCOMES.get(checked or "")
     notice_html = f'<p class="notice">{esc(notice)}</p>' if notice else ""
@@ -286,10 +291,55 @@ def site_page(
         '<button type="submit">Check now</button></form>'
         f"{watch_html}</div>"
         '<p class="hint" id="live-status" role="status" aria-live="polite"></p>'
+        f"{verification_section(target, backend, dane)}"
         f"{history_section(target, timeline, now=now)}"
     )
     data = {"host": target.host, "port": str(target.port)}
     return _page(f"{key} — notary", body, assets=assets, page="site", data=data)
+
+
+#: What each DANE outcome means, for the site page.
+DANE_OUTCOMES = {
+    "match": "its DNSSEC-signed TLSA records vouch for the certificate the notary saw",
+    "mismatch": "its DNSSEC-signed TLSA records vouch for none of the certificates it served",
+    "no-tlsa": "it publishes no TLSA records (DNSSEC proves there are none)",
+    "insecure": "its DNS zone is not signed, so TLSA records cannot be trusted",
+    "bogus": "its DNS answers failed DNSSEC validation: nothing is vouched for",
+    "resolver-failure": "the notary's validating resolver did not answer",
+}
+
+
+def verification_section(target: Target, backend: str | None, dane: DaneVerdict | None) -> str:
+    """The ``#verification`` section of a site page on a notary running
+    DANE: which backend decides, and the DANE evidence (empty when the
+    notary does not run DANE)."""
+    if backend is None:
+        return ""
+    decides = (
+        "DANE decides this site's answers." if backend == "dane"
+        else "The network perspective (what this notary sees over time) decides this "
+        "site's answers."
+    )
+    if dane is None:
+        evidence = "<p>DANE: not checked since the notary started; a check will look.</p>"
+    else:
+        records = "".join(
+            f'<li><code>{esc(record)}</code>'
+            f'{" (vouches)" if dane.matched is not None and dane.matched.index == index else ""}'
+            "</li>"
+            for index, record in enumerate(dane.lookup.records)
+        )
+        evidence = (
+            f"<p>DANE ({esc(f'_{target.port}._tcp.{target.host}')}, checked "
+            f"{esc(when(dane.lookup.checked_at))}): {esc(dane.outcome.value)}: "
+            f"{esc(DANE_OUTCOMES[dane.outcome.value])}.</p>"
+            + (f'<ul class="tlsa">{records}</ul>' if records else "")
+        )
+    return (
+        '<section id="verification" aria-labelledby="verification-title">'
+        f'<h2 id="verification-title">Verification</h2><p>{esc(decides)}</p>{evidence}'
+        "</section>"
+    )
 
 
 def history_section(target: Target, timeline: Timeline | None, *, now: int) -> str:

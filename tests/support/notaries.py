@@ -22,6 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from notary.config import Config, Endpoint, load_config
+from notary.outbound.dialer import Resolver
 from notary.protocol.bundle import BundleHost, make_bundle
 from notary.server.app import RunningNotary, serve_notary
 from notary.server.sockets import Sockets
@@ -88,6 +89,7 @@ async def open_notary(
     serve_bundle: bool = False,
     sockets: Sockets | None = None,
     shared_store: bool = False,
+    resolver: Resolver | None = None,
     **sections: dict,
 ) -> AsyncIterator[NotaryUnderTest]:
     """Serve a notary on ``host`` (API and relay on port 0) until the block
@@ -97,7 +99,9 @@ async def open_notary(
     override other config sections, e.g. ``probe={"timeout_s": 0.5}``.
     ``serve_bundle``: serve ``/test.notary``, a bundle pinning this notary.
     ``sockets``: listening sockets to serve on instead of binding the config's.
-    ``shared_store``: as ``serve_notary``'s (a worker of a node)."""
+    ``shared_store``: as ``serve_notary``'s (a worker of a node).
+    ``resolver``: the prober's (default: ``names`` mapped statically; pass
+    ``system_resolver`` to let the notary choose, as it does in production)."""
     key_path, cert_path, cert = make_notary_files(directory, host)
     if serve_bundle:
         bundle = make_bundle(
@@ -130,7 +134,7 @@ async def open_notary(
         running = await nursery.start(
             lambda task_status: serve_notary(
                 config,
-                resolver=static_resolver(names or {}),
+                resolver=resolver or static_resolver(names or {}),
                 clock=clock,
                 sockets=sockets,
                 shared_store=shared_store,

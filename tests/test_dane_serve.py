@@ -1,0 +1,246 @@
+"""DANE served end to end (issue 20): a notary whose ``[verify] backends``
+include DANE, its names resolved and its TLSA records validated by a real
+``unbound`` in front of a real ``nsd`` serving a zone signed in the test
+(``tests.support.dnssec``, loopback only), probing TLS sites on 127.0.0.1.
+Each DANE outcome as Convergence, v2 and the web page answer it, under
+DANE alone and under "DANE, then perspective"."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from collections.abc import Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from notary.config import Endpoint
+from notary.outbound.dialer import system_resolver
+from notary.protocol.convergence import format_fingerprint
+from notary.state import crypto
+from tests.model.test_dane import spki
+from tests.support.dnssec import INSECURE_ZONE, DnssecStack, dnssec_stack
+from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
+from tests.support.tls_targets import TLSTarget, open_tls_target
+
+MATCH, TA, MISMATCH, PLAIN = "match.test", "ta.test", "mismatch.test", "plain.test"
+UNSIGNED = f"www.{INSECURE_ZONE.rstrip('.')}"
+OUTSIDE = "outside.test"  # its A record is outside allow_targets: never connected to
+SITES = (MATCH, TA, MISMATCH, PLAIN, UNSIGNED)
+
+
+def ee_record(der: bytes) -> str:
+    return f"3 1 1 {hashlib.sha256(spki(der)).hexdigest()}"
+
+
+def zone_for(site: TLSTarget) -> tuple[list, list]:
+    """The signed root's records and the unsigned zone's, for ``site``'s
+    names on its port."""
+    port = site.port
+    other = hashlib.sha256(b"another key").hexdigest()
+    intermediate = site.chain_der(TA)[1]
+    signed = [
+        *((f"{name}.", "A", site.host) for name in (MATCH, TA, MISMATCH, PLAIN)),
+        (f"{OUTSIDE}.", "A", "192.0.2.1"),
+        (f"_{port}._tcp.{MATCH}.", "TLSA", ee_record(site.leaf_der(MATCH))),
+        (f"_{port}._tcp.{TA}.", "TLSA", f"2 0 1 {hashlib.sha256(intermediate).hexdigest()}"),
+        (f"_{port}._tcp.{MISMATCH}.", "TLSA", f"3 1 1 {other}"),
+        (f"_{port}._tcp.{OUTSIDE}.", "TLSA", ee_record(site.leaf_der(MATCH))),
+    ]
+    unsigned = [
+        (f"{UNSIGNED}.", "A", site.host),
+        (f"_{port}._tcp.{UNSIGNED}.", "TLSA", ee_record(site.leaf_der(UNSIGNED))),
+    ]
+    return signed, unsigned
+
+
+def dane_sections(resolver: tuple[str, int], backends: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "verify": {"backends": backends},
+        "dns": {"resolvers": (Endpoint(*resolver),), "timeout_s": 1.0},
+        "answers": {"failures_at_deadline": False},
+    }
+
+
+@asynccontextmanager
+async def dane_notary(
+    tmp_path: Path, stack_resolver: tuple[str, int], backends: tuple[str, ...],
+    name: str = "n", **sections: Mapping[str, object],
+):
+    """A notary with DANE among ``backends`` and v2 on, resolving names as
+    in production: through the validating resolver (``system_resolver`` is
+    given, so the notary picks ``[dns] resolvers``)."""
+    key_path = tmp_path / f"{name}-v2.key"
+    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    settings = dane_sections(stack_resolver, backends) | {"v2": {"key_file": key_path}}
+    settings.update(sections)
+    async with open_notary(tmp_path / name, resolver=system_resolver, **settings) as notary:
+        yield notary
+
+
+@contextmanager
+def sites_stack(site: TLSTarget, **options: Any) -> Iterator[DnssecStack]:
+    signed, unsigned = zone_for(site)
+    with dnssec_stack(signed, unsigned=unsigned, **options) as stack:
+        yield stack
+
+
+async def ask(notary: NotaryUnderTest, site: TLSTarget, name: str, der: bytes | None):
+    fingerprint = format_fingerprint(hashlib.sha1(der).digest()) if der is not None else None
+    return await legacy_query(notary.port, f"{name}+{site.port}", fingerprint)
+
+
+async def ask_v2(notary: NotaryUnderTest, site: TLSTarget, name: str, der: bytes) -> dict:
+    """The v2 result for ``name`` and its statement, as JSON."""
+    document = {"targets": [{
+        "host": name, "port": site.port, "sha256": hashlib.sha256(der).hexdigest(),
+    }]}
+    body = json.dumps(document).encode()
+    answer = await send_raw(notary.port, (
+        "POST /v2/query HTTP/1.0\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body)
+    assert answer.status == 200, answer.body
+    parsed = json.loads(answer.body)
+    result = parsed["answer"]["results"][0]
+    statements = {entry["signature"]: entry["statement"] for entry in parsed["statements"]}
+    return {"verdict": result["verdict"],
+            "statement": statements.get(result.get("statement_signature"))}
+
+
+async def test_dane_alone_answers_each_outcome(tmp_path: Path) -> None:
+    async with open_tls_target(names=SITES) as site:
+        with sites_stack(site) as stack:
+            async with dane_notary(tmp_path, stack.resolver, ("dane",)) as notary:
+                leaf = site.leaf_der
+                # A DANE-EE match: the certificate DANE vouches for is 200,
+                # another one is 409 (the body is still the signed list).
+                assert (await ask(notary, site, MATCH, leaf(MATCH))).status == 200
+                assert (await ask(notary, site, MATCH, leaf(PLAIN))).status == 409
+                assert (await ask(notary, site, MATCH, None)).status == 200
+                # A DANE-TA (2 0 1) record on the intermediate the site sends.
+                assert (await ask(notary, site, TA, leaf(TA))).status == 200
+                # Secure records that vouch for nothing the site sends.
+                mismatch = await ask(notary, site, MISMATCH, leaf(MISMATCH))
+                assert mismatch.status == 409 and b"fingerprintList" in mismatch.body
+                # No TLSA (proven absent) and an unsigned zone: inconclusive.
+                for name in (PLAIN, UNSIGNED):
+                    answer = await ask(notary, site, name, leaf(name))
+                    assert answer.status == 303, name
+                    assert b"inconclusive" in answer.body
+                # A name whose address the policy refuses is refused as
+                # before DANE: no connection, whatever its TLSA records say.
+                assert (await ask(notary, site, OUTSIDE, leaf(MATCH))).status == 403
+
+                # v2: the verdict, and the evidence signed in the statement.
+                found = await ask_v2(notary, site, MATCH, leaf(MATCH))
+                assert found["verdict"] == "match"
+                evidence = found["statement"]["verification"]
+                assert evidence["backend"] == "dane"
+                dane = evidence["dane"]
+                assert dane["outcome"] == "match" and dane["dnssec"] == "secure"
+                assert dane["tlsa"] == [ee_record(leaf(MATCH))] and dane["matched"] == 0
+                assert dane["sha256"] == hashlib.sha256(leaf(MATCH)).hexdigest()
+                assert abs(dane["checked_at"] - notary.clock()) < 60
+                assert (await ask_v2(notary, site, MISMATCH, leaf(MISMATCH)))["verdict"] == (
+                    "mismatch")
+                plain = await ask_v2(notary, site, PLAIN, leaf(PLAIN))
+                assert plain["verdict"] == "unknown"
+                assert plain["statement"]["verification"]["dane"]["dnssec"] == "secure-denial"
+                unsigned = await ask_v2(notary, site, UNSIGNED, leaf(UNSIGNED))
+                assert unsigned["statement"]["verification"]["dane"]["outcome"] == "insecure"
+
+
+async def test_dane_then_perspective_lets_the_perspective_decide_without_tlsa(
+    tmp_path: Path,
+) -> None:
+    async with open_tls_target(names=SITES) as site:
+        with sites_stack(site) as stack:
+            async with dane_notary(tmp_path, stack.resolver, ("dane", "perspective")) as notary:
+                leaf = site.leaf_der
+                assert (await ask(notary, site, MATCH, leaf(MATCH))).status == 200
+                assert (await ask(notary, site, MISMATCH, leaf(MISMATCH))).status == 409
+                # No TLSA, unsigned zone: the network perspective vouches for
+                # what the notary sees, and says so in its statement.
+                for name in (PLAIN, UNSIGNED):
+                    assert (await ask(notary, site, name, leaf(name))).status == 200, name
+                found = await ask_v2(notary, site, PLAIN, leaf(PLAIN))
+                assert found["verdict"] == "match"
+                assert found["statement"]["verification"]["backend"] == "perspective"
+                assert found["statement"]["verification"]["dane"]["outcome"] == "no-tlsa"
+                # The web page shows the evidence.
+                page = await send_raw(
+                    notary.port, f"GET /site/{MATCH}+{site.port} HTTP/1.0\r\n\r\n".encode())
+                assert page.status == 200 and b"DANE" in page.body
+
+
+async def test_bogus_dnssec_is_never_a_match_in_either_mode(tmp_path: Path) -> None:
+    async with open_tls_target(names=SITES) as site:
+        with sites_stack(site, expired=True) as stack:
+            for number, backends in enumerate((("dane",), ("dane", "perspective"))):
+                async with dane_notary(tmp_path, stack.resolver, backends,
+                                       name=f"n{number}") as notary:
+                    # The names do not resolve either (the same zone is bogus):
+                    # the probe fails, and nothing is vouched for.
+                    answer = await ask(notary, site, MATCH, site.leaf_der(MATCH))
+                    assert answer.status == 503, backends
+
+
+async def test_a_silent_resolver_is_a_503_within_the_deadline(tmp_path: Path) -> None:
+    """The names resolve (a static map), the TLSA lookup meets a resolver
+    that never answers: 503 once ``[dns] timeout_s`` passed, not a hang."""
+    from tests.support.tls_targets import static_resolver
+
+    async with open_tls_target(names=SITES) as site:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+            silent.bind(("127.0.0.1", 0))
+            settings = dane_sections(silent.getsockname(), ("dane", "perspective"))
+            async with open_notary(
+                tmp_path / "n", resolver=static_resolver({MATCH: [site.host]}), **settings,
+            ) as notary:
+                started = trio.current_time()
+                answer = await ask(notary, site, MATCH, site.leaf_der(MATCH))
+                elapsed = trio.current_time() - started
+                assert answer.status == 503 and b"TLSA" in answer.body
+                assert elapsed < 20  # 1 s asked; generous for a loaded machine
+                # Cached for [verify] dane_failure_reuse_s: asked again, the
+                # same answer at once, without another lookup.
+                assert (await ask(notary, site, MATCH, site.leaf_der(MATCH))).status == 503
+
+
+async def test_the_tlsa_ttl_bounds_how_long_a_verdict_is_reused(tmp_path: Path) -> None:
+    """A verdict is reused until the records' TTL (300 s in the zone) runs
+    out, then the TLSA records are checked again with a new probe."""
+    async with open_tls_target(names=SITES) as site:
+        with sites_stack(site) as stack:
+            async with dane_notary(tmp_path, stack.resolver, ("dane",)) as notary:
+                leaf = site.leaf_der(MATCH)
+                assert (await ask(notary, site, MATCH, leaf)).status == 200
+                first = site.accepted
+                notary.clock.advance(100)
+                assert (await ask(notary, site, MATCH, leaf)).status == 200
+                assert site.accepted == first  # reused: no probe
+                notary.clock.advance(250)  # past the TTL
+                assert (await ask(notary, site, MATCH, leaf)).status == 200
+                assert site.accepted > first  # probed and checked again
+                found = await ask_v2(notary, site, MATCH, leaf)
+                dane = found["statement"]["verification"]["dane"]
+                assert dane["checked_at"] >= int(notary.clock()) - 60
+
+
+@pytest.mark.parametrize("backends", [("perspective",)])
+async def test_a_perspective_notary_signs_no_verification(
+    tmp_path: Path, backends: tuple[str, ...]
+) -> None:
+    """Statements of a notary without DANE are byte for byte as before."""
+    async with open_tls_target(names=[MATCH]) as site:
+        key_path = tmp_path / "v2.key"
+        crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+        async with open_notary(tmp_path / "n", names={MATCH: [site.host]},
+                               v2={"key_file": key_path}) as notary:
+            found = await ask_v2(notary, site, MATCH, site.leaf_der(MATCH))
+            assert found["verdict"] == "match" and "verification" not in found["statement"]
