@@ -549,7 +549,7 @@ def report_json(report: CheckReport) -> str:
             {
                 "name": a.notary, "host": a.host, "verdict": a.verdict.value,
                 "status": a.status, "detail": a.detail, "via": a.via,
-                "newest_seen": a.newest_seen, "seen_since": a.seen_since,
+                "backend": a.backend, "newest_seen": a.newest_seen, "seen_since": a.seen_since,
             }
             for a in report.answers
         ],

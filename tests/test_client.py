@@ -371,6 +371,8 @@ async def test_table_and_json_output(tmp_path: Path) -> None:
     by_name = {n["name"]: n for n in document["notaries"]}
     assert by_name["Notary 2"]["verdict"] == "failure" and by_name["Notary 2"]["status"] == 409
     assert by_name["Dead"]["host"] is None
+    # A Convergence answer says nothing of the backend that decided.
+    assert {n["backend"] for n in document["notaries"]} == {None}
 
 
 # -- the CLI, as a subprocess ---------------------------------------------------------------

@@ -244,3 +244,43 @@ async def test_a_perspective_notary_signs_no_verification(
                                v2={"key_file": key_path}) as notary:
             found = await ask_v2(notary, site, MATCH, site.leaf_der(MATCH))
             assert found["verdict"] == "match" and "verification" not in found["statement"]
+
+
+async def test_check_v2_shows_that_dane_vouched(tmp_path: Path) -> None:
+    """``notary check --v2`` against a real DANE notary: the signed evidence
+    verifies, the report names the backend per notary (table and JSON), and a
+    DANE-only notary's "no TLSA" stands aside instead of voting."""
+    from notary.cli import report_json
+    from notary.client import check as client
+    from notary.model.targets import Target
+    from notary.protocol.voting import Verdict
+    from tests.support.tls_targets import static_resolver
+    from tests.test_client import bundle_of
+
+    async with open_tls_target(names=SITES) as site:
+        with sites_stack(site) as stack:
+            async with (
+                dane_notary(tmp_path, stack.resolver, ("dane",), name="alone") as alone,
+                dane_notary(tmp_path, stack.resolver, ("dane", "perspective"),
+                            name="both") as both,
+            ):
+                bundles = [bundle_of(alone, "Alone"), bundle_of(both, "Both")]
+
+                async def check(name: str) -> client.CheckReport:
+                    return await client.check(
+                        Target(name, site.port), bundles, relay=None, timeout_s=10.0,
+                        use_v2=True, quorum=2, resolver=static_resolver({name: [site.host]}),
+                    )
+
+                matched, plain = await check(MATCH), await check(PLAIN)
+    rows = {a.notary: a for a in matched.answers}
+    assert {n: (a.verdict, a.backend) for n, a in rows.items()} == {
+        "Alone": (Verdict.SUCCESS, "dane"), "Both": (Verdict.SUCCESS, "dane")}
+    assert rows["Alone"].detail.startswith("DANE: match, TLSA 3 1 1 ")
+    assert [n["backend"] for n in json.loads(report_json(matched))["notaries"]] == [
+        "dane", "dane"]
+    rows = {a.notary: a for a in plain.answers}
+    assert rows["Alone"].verdict is Verdict.INCONCLUSIVE
+    assert rows["Alone"].detail.startswith("unknown; DANE: no TLSA")
+    assert (rows["Both"].verdict, rows["Both"].backend) == (Verdict.SUCCESS, "perspective")
+    assert rows["Both"].detail == "DANE: no TLSA; network perspective decided"
