@@ -151,6 +151,31 @@ def test_the_evidence_round_trips() -> None:
     assert result.verification == parsed.verification
 
 
+def test_a_large_rrset_is_cut_but_keeps_the_record_that_matched() -> None:
+    """Past MAX_STATEMENT_TLSA records the statement is cut; the matched
+    record stays in it (last), and records without data are left out."""
+    from notary.protocol.v2.evidence import MAX_STATEMENT_TLSA
+
+    others = tuple(Tlsa(3, 1, 1, bytes([i]) * 32) for i in range(MAX_STATEMENT_TLSA + 4))
+    empty = Tlsa(3, 0, 0, b"")
+    dane = judged(DnssecStatus.SECURE, (empty, *others, dane_ee(CHAIN[0])))
+    assert dane.outcome.value == "match"
+    parsed = v2.verify_statement(entry_of(signed(verification("dane", dane))), KEYS, now=NOW)
+    stated = parsed.verification.dane
+    assert len(stated.tlsa) == MAX_STATEMENT_TLSA and empty not in stated.tlsa
+    assert stated.tlsa[:-1] == others[:MAX_STATEMENT_TLSA - 1]
+    assert stated.matched == MAX_STATEMENT_TLSA - 1
+    assert stated.matched_record == dane_ee(CHAIN[0])
+    result = verify(answer_of(v2.VERDICT_MATCH, signed(verification("dane", dane))),
+                    TargetQuery(TARGET, sha1=LEAF.sha1))
+    assert result.verification.dane.matched_record == dane_ee(CHAIN[0])
+    # A mismatch among many records: the first sixteen with data.
+    missed = judged(DnssecStatus.SECURE, (empty, *others))
+    stated = v2.verify_statement(entry_of(signed(verification("dane", missed))), KEYS,
+                                 now=NOW).verification.dane
+    assert stated.tlsa == others[:MAX_STATEMENT_TLSA] and stated.matched is None
+
+
 @pytest.mark.parametrize(("backend", "made", "outcome", "dnssec", "records"), [
     ("dane", mismatch_verdict, "mismatch", "secure", 1),
     ("perspective", lambda: judged(DnssecStatus.SECURE_DENIAL), "no-tlsa", "secure-denial", 0),

@@ -15,7 +15,10 @@ byte for byte as before).
                   | "resolver-failure",
         "checked_at": <unix s>,               when the TLSA records were looked up
         "sha256": "<hex>",                    the certificate judged (the probed leaf)
-        "tlsa": ["3 1 1 <hex>", ...],         the validated RRset (secure only)
+        "tlsa": ["3 1 1 <hex>", ...],         the validated RRset (secure only; at
+                                              most 16 records, the matched one among
+                                              them; records without data, which can
+                                              vouch for nothing, left out)
         "matched": <index into tlsa> | null   the record that vouched (match only)
       }
     }
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from notary.model.dane import DaneVerdict
+from notary.model.dane import DaneVerdict, Tlsa
 
 #: The backends a statement may name, and the names of DANE's outcomes and
 #: DNSSEC statuses (``notary.model.dane``'s values).
@@ -48,13 +51,27 @@ def verification(backend: str, dane: DaneVerdict | None) -> dict[str, Any]:
 
 
 def _dane(dane: DaneVerdict) -> dict[str, Any]:
-    records = dane.lookup.records[:MAX_STATEMENT_TLSA]
-    matched = dane.matched
+    records, matched = _stated_records(dane)
     return {
         "outcome": dane.outcome.value,
         "dnssec": dane.lookup.status.value,
         "checked_at": dane.lookup.checked_at,
         "sha256": dane.leaf_sha256.hex(),
         "tlsa": [str(record) for record in records],
-        "matched": matched.index if matched is not None and matched.index < len(records) else None,
+        "matched": matched,
     }
+
+
+def _stated_records(dane: DaneVerdict) -> tuple[list[Tlsa], int | None]:
+    """The records a statement carries and the index among them of the one
+    that matched. An RRset past ``MAX_STATEMENT_TLSA`` is cut, but the
+    matched record always stays (a client refuses a DANE match it cannot
+    see); a record with no data has no presentation form to state."""
+    records = [record for record in dane.lookup.records if record.data]
+    found = dane.matched
+    if found is None:
+        return records[:MAX_STATEMENT_TLSA], None
+    index = records.index(found.record)
+    if index >= MAX_STATEMENT_TLSA:
+        records, index = [*records[:MAX_STATEMENT_TLSA - 1], found.record], MAX_STATEMENT_TLSA - 1
+    return records[:MAX_STATEMENT_TLSA], index
