@@ -8,7 +8,10 @@ for a target the stored-targets filter has never seen), and refreshes it: a
 probe, merged into the timeline, cached, queued for the store and published
 to the target's watchers (through the store's change feed, which also
 brings what the node's other workers committed: ``apply_change``), once per
-probe however many callers wait for it.
+probe however many callers wait for it. With DANE among the backends a
+refresh also checks the target's TLSA records (``notary.service.dane``), in
+parallel with the probe, and keeps the verdict on the record
+(``TargetRecord.dane``, in memory only: each node checks for itself).
 The record it returns says what the probe saw (``last_probe``,
 ``last_probe_changed``): callers tell the rescan scheduler themselves, so
 data goes one way (the scheduler calls ``refresh``, never the reverse).
