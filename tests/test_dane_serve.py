@@ -26,6 +26,7 @@ from tests.model.test_dane import spki
 from tests.support.dnssec import INSECURE_ZONE, DnssecStack, dnssec_stack
 from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
 from tests.support.tls_targets import TLSTarget, open_tls_target
+from tests.test_metrics import value
 
 MATCH, TA, MISMATCH, PLAIN = "match.test", "ta.test", "mismatch.test", "plain.test"
 UNSIGNED = f"www.{INSECURE_ZONE.rstrip('.')}"
@@ -153,6 +154,14 @@ async def test_dane_alone_answers_each_outcome(tmp_path: Path) -> None:
                 assert plain["statement"]["verification"]["dane"]["dnssec"] == "secure-denial"
                 unsigned = await ask_v2(notary, site, UNSIGNED, leaf(UNSIGNED))
                 assert unsigned["statement"]["verification"]["dane"]["outcome"] == "insecure"
+
+                # Each check is counted by outcome on the admin listener.
+                metrics = notary.running.metrics
+                assert metrics is not None
+                text = (await metrics.render()).decode()
+    for outcome in ("match", "mismatch", "no-tlsa", "insecure"):
+        assert value(text, "notary_dane_checks_total", outcome=outcome) >= 1, outcome
+    assert value(text, "notary_dane_checks_total", outcome="bogus") == 0
 
 
 async def test_dane_then_perspective_lets_the_perspective_decide_without_tlsa(

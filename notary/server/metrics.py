@@ -80,11 +80,13 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from notary import __version__
+from notary.model.dane import DaneOutcome
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.server.relay import RelayHandler
 from notary.server.websocket import WebSocketCounts
 from notary.service.abuse import AbuseControls
+from notary.service.dane import DaneChecker
 from notary.service.query import QueryService
 from notary.service.records import Records
 from notary.service.scheduler import RescanScheduler
@@ -298,7 +300,7 @@ def _bloom(read: Callable[[BloomStatistics], float]) -> Read:
 #: Every metric, in the order of the exposition. Sources: ``queries`` (the
 #: query service, handlers and WebSocket), ``cache``, ``stored``, ``prober``,
 #: ``storage``, ``signers``, ``listeners``, ``relay``, ``websocket``,
-#: ``abuse``, ``scheduler`` (the last four absent when not served),
+#: ``abuse``, ``scheduler``, ``dane`` (the last five absent when not served),
 #: ``uptime``, ``start`` (set once) and ``timings`` (histograms).
 METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_queries", "queries", _same, "Queries answered, by protocol and HTTP status "
@@ -334,6 +336,8 @@ METRICS: tuple[MetricSpec, ...] = (
              ("success", *PROBE_FAILURE_REASONS)),
     _counter("notary_probe_tls_versions", "prober", "tls_versions", "Successful probes, by the "
              "TLS version the target negotiated.", ("version",), PROBE_TLS_VERSIONS),
+    _counter("notary_dane_checks", "dane", "checked", "DANE checks made (a TLSA lookup judged "
+             "beside a probe), by outcome.", ("outcome",), tuple(o.value for o in DaneOutcome)),
     _counter("notary_probes_coalesced", "records", "coalesced", "Probe requests that joined a "
              "probe already running for their target."),
     _gauge("notary_probes_in_flight", "livesum", "prober", "in_flight",
@@ -464,6 +468,7 @@ class NotaryMetrics:
         records: Records,
         relay: RelayHandler | None = None,
         scheduler: RescanScheduler | None = None,
+        dane: DaneChecker | None = None,
         websocket: WebSocketCounts | None = None,
         signers: Mapping[str, Signer] | None = None,
         abuse: AbuseControls | None = None,
@@ -478,6 +483,7 @@ class NotaryMetrics:
             "cache": cache, "stored": stored, "prober": prober, "records": records,
             "storage": storage,
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
+            "dane": dane,
         }
         self._signers = dict(signers or {})
         self._listeners = dict(listeners or {})

@@ -13,7 +13,7 @@ none answers the verdict is ``resolver-failure``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from notary.model.dane import DaneOutcome, DaneVerdict, DnssecStatus, TlsaLookup, Usage, verdict
@@ -21,12 +21,19 @@ from notary.model.observations import ProbeResult
 from notary.model.targets import Target
 from notary.outbound.tlsa import lookup_tlsa
 
-__all__ = ["DaneChecker", "needs_chain"]
+__all__ = ["DaneChecker", "DaneStatistics", "needs_chain"]
+
+
+@dataclass(frozen=True, slots=True)
+class DaneStatistics:
+    """The checks a ``DaneChecker`` made, by outcome (read by the metrics)."""
+
+    checked: dict[str, int]
 
 
 class DaneChecker:
     """Looks up and judges TLSA records; counts its verdicts by outcome
-    (``checked``, read by the metrics)."""
+    (``checked``, read by the metrics through ``statistics``)."""
 
     def __init__(
         self, resolvers: Sequence[tuple[str, int]], *, timeout_s: float, max_reuse_s: int,
@@ -38,6 +45,9 @@ class DaneChecker:
         self._failure_reuse_s = failure_reuse_s
         self._clock = clock
         self.checked: dict[str, int] = {outcome.value: 0 for outcome in DaneOutcome}
+
+    def statistics(self) -> DaneStatistics:
+        return DaneStatistics(dict(self.checked))
 
     async def lookup(self, target: Target) -> TlsaLookup:
         """The target's TLSA records from the first resolver that answers."""
