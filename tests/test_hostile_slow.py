@@ -1,8 +1,10 @@
 """Slow and stalling clients against a running notary, over real loopback
 sockets, on Trio's autojump clock: the notary's deadlines (``[http]``
 ``header_timeout_s``, ``keepalive_timeout_s``, ``send_timeout_s``,
-``tls_handshake_timeout_s``) are checked to the (virtual) second, and no
-test waits for them in real time.
+``tls_handshake_timeout_s``) are checked on the (virtual) clock, and no
+test waits for them in real time. The first three are the watchdog's coarse
+timeouts (issue 21): each fires between its nominal time and
+``MAX_LATENESS_S`` after it, never before; the handshake's is exact.
 
 Loopback I/O between two tasks of one Trio run is ready as soon as it is
 sent, so the clock only jumps when every task truly waits for a deadline.
@@ -32,6 +34,7 @@ import trio.testing
 
 from notary.config import Endpoint
 from notary.protocol.http import RequestReader
+from notary.server.connection import MAX_LATENESS_S
 from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, client_context, open_notary
 from tests.support.tls_targets import LOCALHOST
@@ -129,8 +132,8 @@ def assert_answered_at_deadline(answered: float, closed: float) -> None:
     """The 408 comes at the head deadline; the connection closes at once
     (plain TCP: half-closed) or once the linger has ended (TLS: the notary
     reads what the client still sends, at most ``linger_timeout_s``)."""
-    assert answered == pytest.approx(HEADER_S, abs=0.01)
-    assert HEADER_S - 0.01 <= closed <= HEADER_S + LINGER_S + 0.01
+    assert HEADER_S <= answered <= HEADER_S + MAX_LATENESS_S
+    assert answered <= closed <= answered + LINGER_S + 0.01
 
 
 async def read_one_answer(stream: trio.abc.Stream) -> bytes:
@@ -268,7 +271,7 @@ async def test_an_idle_keep_alive_connection_is_closed_at_its_deadline(
             assert (await read_one_answer(stream)).startswith(b"HTTP/1.1 404 ")
             answered = trio.current_time()
             assert await read_until_closed(stream) == b""
-            assert trio.current_time() - answered == pytest.approx(KEEPALIVE_S, abs=0.01)
+            assert KEEPALIVE_S <= trio.current_time() - answered <= KEEPALIVE_S + MAX_LATENESS_S
 
 
 # -- clients that do not read ----------------------------------------------------------
@@ -294,7 +297,9 @@ async def test_a_client_that_never_reads_is_dropped_at_the_send_deadline(
         async with stream:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send_quietly, stream, BUNDLE * PIPELINED)
-                await trio.sleep(SEND_S - 0.01 if wait == "before" else SEND_S + 0.01)
+                await trio.sleep(
+                    SEND_S - 0.01 if wait == "before" else SEND_S + MAX_LATENESS_S + 0.01
+                )
                 read_at = trio.current_time()
                 data = b""
                 try:
@@ -387,7 +392,7 @@ async def test_many_slow_clients_do_not_stop_the_others(
                     assert (await read_until_closed(quick)).startswith(b"HTTP/1.1 200 ")
             assert trio.current_time() - start == pytest.approx(HEADER_S / 2, abs=0.01)
     assert len(closed_at) == 80
-    assert all(t - start == pytest.approx(HEADER_S, abs=0.01) for t in closed_at)
+    assert all(HEADER_S <= t - start <= HEADER_S + MAX_LATENESS_S for t in closed_at)
 
 
 async def test_connections_beyond_max_connections_are_closed_at_once(

@@ -43,7 +43,7 @@ from notary.protocol.bundle import parse_bundle
 from notary.server.accept import ConnectionCounts, serve_socket
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
-from notary.server.connection import Drain, serve_http_connection
+from notary.server.connection import Watchdog, serve_http_connection
 from notary.server.metrics import NotaryMetrics, Timings
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
@@ -162,7 +162,7 @@ class ConnectionHandler:
         http: HttpConfig,
         *,
         counts: ConnectionCounts,
-        drain: Drain,
+        watchdog: Watchdog,
         websocket: WebSocketService | None = None,
         abuse: AbuseControls | None = None,
     ) -> None:
@@ -174,8 +174,8 @@ class ConnectionHandler:
         self._limits = http
         self._websocket = websocket
         self._answer_at_once = handler.answer_at_once if isinstance(handler, ApiHandler) else None
-        #: The graceful stop of the notary's connections.
-        self.drain = drain
+        #: The timeouts and the graceful stop of the notary's connections.
+        self.watchdog = watchdog
         #: Its listeners' connections, open and refused (the metrics read them).
         self.counts = counts
 
@@ -208,12 +208,12 @@ class ConnectionHandler:
         # unlimited, the handlers are called with the request alone).
         client = client_prefix(address) if address is not None else None
         handler, answer_at_once, limits = self._handler, self._answer_at_once, self._limits
-        drain = self.drain
+        watchdog = self.watchdog
         upgrades = None
         if self._websocket is not None:
             upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer, client=client)}
         if self._context is None:
-            await serve_http_connection(tcp, handler, limits, upgrades, answer_at_once, drain, client)
+            await serve_http_connection(tcp, handler, limits, upgrades, answer_at_once, watchdog, client)
             return
         stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
         with trio.move_on_after(self._handshake_timeout_s) as scope:
@@ -225,7 +225,7 @@ class ConnectionHandler:
         if scope.cancelled_caught:
             await trio.aclose_forcefully(tcp)
             return
-        await serve_http_connection(stream, handler, limits, upgrades, answer_at_once, drain, client)
+        await serve_http_connection(stream, handler, limits, upgrades, answer_at_once, watchdog, client)
 
 
 def perspectives_index(config: Config) -> bytes:
@@ -618,7 +618,7 @@ class Services:
     api: ApiHandler
     websocket: WebSocketService | None
     admin: AdminServer
-    drain: Drain
+    watchdog: Watchdog
     #: Every listener; the admin one last (a graceful stop keeps it).
     listeners: tuple[Listener, ...]
 
@@ -671,8 +671,8 @@ def build_services(
             answer_query=service.answer_v2_bytes, limits=config.websocket,
             max_batch=config.v2.max_batch, figures=figures.current, counts=websocket_counts,
         )
-    drain = Drain()
-    listen = partial(ConnectionHandler, drain=drain, abuse=c.abuse)
+    watchdog = Watchdog()
+    listen = partial(ConnectionHandler, watchdog=watchdog, abuse=c.abuse)
     admin = AdminServer(
         config.admin, config.http, metrics=metrics, storage=storage, counts=counts["admin"]
     )
@@ -698,7 +698,7 @@ def build_services(
     table.append(Listener(
         "admin", admin, sockets["admin"], "admin (/metrics, /healthz, /readyz) on {}"
     ))
-    return Services(service, metrics, api, websocket, admin, drain, tuple(table))
+    return Services(service, metrics, api, websocket, admin, watchdog, tuple(table))
 
 
 def _profile(c: Components) -> NotaryProfile:
@@ -783,6 +783,7 @@ async def _run(
         )
         nursery.start_soon(c.stored.load, storage)
         nursery.start_soon(s.metrics.serve_folding, c.config.admin.metrics_interval_s)
+        await nursery.start(s.watchdog.run)
         if s.websocket is not None:
             nursery.start_soon(s.websocket.serve_figures)
         # The admin listener is not among the connections a graceful stop
@@ -804,7 +805,7 @@ async def _run(
         async def stop_gracefully(timeout_s: float) -> None:
             s.admin.serving = False
             running.accepting.cancel()
-            s.drain.stop()
+            s.watchdog.stop()
             with trio.move_on_after(timeout_s):
                 await connections_done.wait()
             if not connections_done.is_set():

@@ -9,7 +9,9 @@ connection closed; a peer that stalls past a timeout, resets, or breaks TLS is
 dropped silently (nothing to answer); any of those are normal events, not
 errors, and are not logged per connection.
 
-Timeouts (the ``[http]`` section, ``HttpConfig``; every one exact on Trio's clock):
+Timeouts (the ``[http]`` section, ``HttpConfig``), kept by a ``Watchdog``
+and coarse: each fires between its nominal time and ``MAX_LATENESS_S``
+(0.5 s) after it, never before:
 
 * the head of a request must arrive whole within ``header_timeout_s`` of the
   connection's start (first request) or of the receive that brought its
@@ -23,7 +25,8 @@ Timeouts (the ``[http]`` section, ``HttpConfig``; every one exact on Trio's cloc
 * after a 408 or protocol-error answer the connection lingers: what the
   client still sends is read and discarded, until it closes or pauses for
   ``linger_idle_s``, for at most ``linger_timeout_s`` (so closing does not
-  reset the connection under the answer);
+  reset the connection under the answer; these two are exact: they follow
+  an error, off the hot path);
 * the handler (the application) runs without a connection deadline: it keeps
   its own (the query deadline).
 
@@ -31,14 +34,18 @@ Requests: at most ``max_requests_per_connection`` are served on one
 connection; the last is handed to the application as if the client had asked
 to close (its answer says ``Connection: close``), then the connection closes.
 
-Graceful stop (``Drain``, shared by every connection of a notary): once
-``Drain.stop`` is called, a connection waiting for its next request closes at
+Graceful stop (``Watchdog.stop``, one watchdog shared by every connection of
+a notary's listeners): a connection waiting for its next request closes at
 once, and one in the middle of a request answers it and then closes.
 
-Mechanism: one ``trio.CancelScope`` per connection, whose ``deadline`` is
-moved at each phase (receive, handler, send) rather than a new scope entered
-per wait: assigning a deadline costs far less than entering and leaving a
-scope, and this loop runs once per request.
+Mechanism (issue 21): each connection runs in one ``trio.CancelScope`` that
+nothing but the watchdog cancels. Per phase the loop only stores a number,
+the phase's deadline on the watchdog's coarse clock, in its ``Watched``
+entry; the watchdog's sweeper wakes every ``TICK_S``, reads Trio's clock
+once and cancels the scopes whose deadline passed. Moving a ``CancelScope``
+deadline instead (what this loop did before) costs a reordering of Trio's
+deadline heap and a clock read per phase, three times a request: a tenth of
+a cache hit's CPU (bench/RESULTS.md, "Hot path II").
 """
 
 from __future__ import annotations
@@ -72,22 +79,89 @@ FastHandler = Callable[[Request, "bytes | None"], "tuple[bytes, bool] | None"]
 UpgradeHandler = Callable[[trio.abc.Stream, Request, bytes], Awaitable[None]]
 
 
-class Drain:
-    """The graceful stop of a notary's connections; ``serve_notary`` owns
-    it. ``stop`` cancels the connections that wait for a request (and the
-    scopes entered with ``cancel_on_stop``); the others see ``stopping``
-    after their current request and close."""
+#: How often the watchdog sweeps, and so how late a timeout may fire:
+#: deadlines are set on the watchdog's clock, up to one tick old, plus one
+#: tick, so that none fires early; the sweep that sees one passed comes at
+#: most one tick after it.
+TICK_S = 0.25
+MAX_LATENESS_S = 2 * TICK_S
 
-    def __init__(self) -> None:
+
+class Watched:
+    """One connection as the watchdog sees it: its scope, the deadline of
+    its current phase (on the watchdog's clock; ``inf``: none) and whether it
+    waits for a next request (``idle``: a graceful stop closes it now)."""
+
+    __slots__ = ("deadline", "idle", "scope")
+
+    def __init__(self, scope: trio.CancelScope, deadline: float) -> None:
+        self.scope = scope
+        self.deadline = deadline
+        self.idle = False
+
+
+class Watchdog:
+    """The coarse timeouts and the graceful stop of HTTP connections.
+
+    ``serve_notary`` owns the notary's watchdog and runs its sweeper
+    (``run``) in its nursery, for as long as connections are served; a
+    connection served without one gets a watchdog of its own for its
+    lifetime. ``stop`` cancels the connections that wait for a request (and
+    the scopes entered with ``cancel_on_stop``); the others see
+    ``stopping`` after their current request and close.
+
+    ``now`` is the watchdog's clock: Trio's time at the last sweep or the
+    last connection registered, at most ``TICK_S`` old while the sweeper
+    runs on time. Phase deadlines are ``now + timeout + TICK_S``
+    (``deadline``), so a timeout fires within ``MAX_LATENESS_S`` after it
+    and never before (a loop lagging more than a tick behind its sleeps
+    fires by its lag early)."""
+
+    def __init__(self, tick_s: float = TICK_S) -> None:
+        self.tick_s = tick_s
+        self.now = -inf
         self.stopping = False
-        #: Cancel scopes to cancel on stop: idle connections, upgraded ones.
-        self.idle: set[trio.CancelScope] = set()
+        self._watched: set[Watched] = set()
+        #: Cancel scopes to cancel on stop: upgraded connections (WebSockets).
+        self._on_stop: set[trio.CancelScope] = set()
+
+    def deadline(self, timeout_s: float) -> float:
+        """The deadline of a phase that may last ``timeout_s`` from now."""
+        return self.now + timeout_s + self.tick_s
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sweep every ``tick_s`` until cancelled: cancel the connections
+        past their deadline."""
+        current_time = trio.current_time
+        self.now = current_time()
+        task_status.started()
+        while True:
+            await trio.sleep(self.tick_s)
+            now = self.now = current_time()
+            for watched in self._watched:
+                if watched.deadline <= now:
+                    watched.scope.cancel()
+
+    @contextmanager
+    def watch(self, scope: trio.CancelScope, timeout_s: float) -> Iterator[Watched]:
+        """Watch a connection running in ``scope``, its first phase lasting
+        ``timeout_s``, for the duration of the ``with`` block."""
+        self.now = trio.current_time()
+        watched = Watched(scope, self.deadline(timeout_s))
+        self._watched.add(watched)
+        try:
+            yield watched
+        finally:
+            self._watched.discard(watched)
 
     def stop(self) -> None:
         self.stopping = True
-        for scope in self.idle:
+        for watched in self._watched:
+            if watched.idle:
+                watched.scope.cancel()
+        for scope in self._on_stop:
             scope.cancel()
-        self.idle.clear()
+        self._on_stop.clear()
 
     @contextmanager
     def cancel_on_stop(self) -> Iterator[trio.CancelScope]:
@@ -96,11 +170,11 @@ class Drain:
         with trio.CancelScope() as scope:
             if self.stopping:
                 scope.cancel()
-            self.idle.add(scope)
+            self._on_stop.add(scope)
             try:
                 yield scope
             finally:
-                self.idle.discard(scope)
+                self._on_stop.discard(scope)
 
 
 async def serve_http_connection(
@@ -109,24 +183,33 @@ async def serve_http_connection(
     limits: HttpConfig,
     upgrades: Mapping[bytes, UpgradeHandler] | None = None,
     answer_at_once: FastHandler | None = None,
-    drain: Drain | None = None,
+    watchdog: Watchdog | None = None,
     client: bytes | None = None,
 ) -> None:
     """Serve HTTP/1.x on ``stream``, within the ``[http]`` ``limits``, until
-    the peer is done or ``drain`` stops; an upgrade request to a path of ``upgrades`` hands the connection
-    over (outside this loop's deadlines: the new protocol keeps its own).
-    ``answer_at_once``, when given, is tried first for each request.
-    ``client``: who the application limits this connection as (its client
-    prefix key, ``notary.service.abuse``); passed on with every request when
-    not None."""
-    drain = drain or Drain()
+    the peer is done or ``watchdog`` stops; an upgrade request to a path of
+    ``upgrades`` hands the connection over (outside this loop's deadlines:
+    the new protocol keeps its own). ``answer_at_once``, when given, is
+    tried first for each request. ``watchdog``: the notary's (None: one of
+    the connection's own, swept in a task of its own). ``client``: who the
+    application limits this connection as (its client prefix key,
+    ``notary.service.abuse``); passed on with every request when not None."""
+    if watchdog is None:
+        async with trio.open_nursery() as nursery:
+            watchdog = Watchdog()
+            await nursery.start(watchdog.run)
+            await serve_http_connection(
+                stream, handler, limits, upgrades, answer_at_once, watchdog, client
+            )
+            nursery.cancel_scope.cancel()
+        return
     try:
         handoff = await _serve(
-            stream, handler, limits, upgrades or {}, answer_at_once, drain, client
+            stream, handler, limits, upgrades or {}, answer_at_once, watchdog, client
         )
         if handoff is not None:
             take_over, request, leftover = handoff
-            with drain.cancel_on_stop():
+            with watchdog.cancel_on_stop():
                 await take_over(stream, request, leftover)
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
         pass
@@ -142,7 +225,7 @@ async def _serve(
     limits: HttpConfig,
     upgrades: Mapping[bytes, UpgradeHandler],
     answer_at_once: FastHandler | None,
-    drain: Drain,
+    watchdog: Watchdog,
     client: bytes | None,
 ) -> tuple[UpgradeHandler, Request, bytes] | None:
     """The keep-alive loop of one connection, kept as one function on
@@ -156,49 +239,45 @@ async def _serve(
         max_body_bytes=limits.max_body_bytes,
     )
     requests_left = limits.max_requests_per_connection
-    header_timeout_s = limits.header_timeout_s
-    keepalive_timeout_s = limits.keepalive_timeout_s
-    send_timeout_s = limits.send_timeout_s
-    current_time = trio.current_time
+    # Each phase's timeout plus the watchdog's tick (Watchdog.deadline),
+    # added once here rather than per phase.
+    tick_s = watchdog.tick_s
+    header_s = limits.header_timeout_s + tick_s
+    keepalive_s = limits.keepalive_timeout_s + tick_s
+    send_s = limits.send_timeout_s + tick_s
     receive_some = stream.receive_some
     send_all = stream.send_all
-    # One cancel scope for the whole connection; its deadline is moved for
-    # each phase (see the module docstring). Once it expires the connection
-    # is over: ``receiving`` says which phase it expired in.
+    # Cancelled by the watchdog only: past a phase's deadline, or on a
+    # graceful stop while idle. ``receiving`` says which phase it was.
     scope = trio.CancelScope()
     receiving = True
     # The head of a request must arrive whole within header_timeout_s of its
     # first byte (or of the connection's start): a client dripping bytes
     # cannot hold the connection open. Between requests, keepalive_timeout_s.
-    head_deadline: float | None = current_time() + header_timeout_s
-    idle_scopes = drain.idle
-    with scope:
+    with scope, watchdog.watch(scope, limits.header_timeout_s) as watched:
+        head_deadline: float | None = watched.deadline
         while True:
             if head_deadline is None and reader.in_request:
-                head_deadline = current_time() + header_timeout_s
+                head_deadline = watchdog.now + header_s
             idle = not reader.in_request
             if idle:
                 # Between requests: a graceful stop closes the connection now.
-                if drain.stopping:
+                if watchdog.stopping:
                     return None
-                idle_scopes.add(scope)
+                watched.idle = True
             receiving = True
             if head_deadline is not None:
-                scope.deadline = head_deadline
+                watched.deadline = head_deadline
             else:
-                scope.deadline = current_time() + keepalive_timeout_s
-            try:
-                data = await receive_some(RECEIVE_BYTES)
-            finally:
-                if idle:
-                    idle_scopes.discard(scope)
-            receiving = False
+                watched.deadline = watchdog.now + keepalive_s
+            data = await receive_some(RECEIVE_BYTES)
+            watched.idle = receiving = False
             if not data:
                 return None
             try:
                 requests = reader.feed(data)
             except ProtocolError as exc:
-                scope.deadline = current_time() + send_timeout_s
+                watched.deadline = watchdog.now + send_s
                 await send_all(error_response(exc.status, exc.message))
                 await linger_before_close(
                     stream, timeout_s=limits.linger_timeout_s, idle_s=limits.linger_idle_s
@@ -214,15 +293,15 @@ async def _serve(
                         return take_over, request, reader.leftover
                 answered = answer_at_once(request, client) if answer_at_once is not None else None
                 if answered is None:
-                    scope.deadline = inf  # the handler keeps its own deadlines
+                    watched.deadline = inf  # the handler keeps its own deadlines
                     if client is None:
                         answered = await handler(request)
                     else:
                         answered = await handler(request, client)
                 response, keep_alive = answered
-                scope.deadline = current_time() + send_timeout_s
+                watched.deadline = watchdog.now + send_s
                 await send_all(response)
-                if not keep_alive or drain.stopping or not requests_left:
+                if not keep_alive or watchdog.stopping or not requests_left:
                     return None
             if reader.finished:
                 return None
@@ -230,7 +309,7 @@ async def _serve(
                 head_deadline = None
     if scope.cancelled_caught and receiving and reader.in_request:
         # A stalled request gets 408; an idle keep-alive connection just closes.
-        with trio.move_on_after(send_timeout_s):
+        with trio.move_on_after(limits.send_timeout_s):
             await send_all(error_response(408, "request timeout"))
             await linger_before_close(
                 stream, timeout_s=limits.linger_timeout_s, idle_s=limits.linger_idle_s
