@@ -1,8 +1,9 @@
-"""Build the optional compiled cache (``notary.state._fastcache``).
+"""Build the optional compiled modules: the cache (``notary.state._fastcache``)
+and the request path (``notary.protocol._fastrequest``, issue 21).
 
-The extension is optional: when Cython or a C compiler is missing, or
+The extensions are optional: when Cython or a C compiler is missing, or
 ``NOTARY_NO_EXTENSIONS=1`` is set, the project installs in pure-Python mode and
-``notary.state.cache`` uses the twin in ``notary/state/_fastcache_py.py``.
+``notary.extensions`` picks each module's twin (``<module>_py.py``).
 """
 
 import os
@@ -30,8 +31,8 @@ class OptionalBuildExt(build_ext):
     @staticmethod
     def _warn(exc):
         print(
-            f"WARNING: notary.state._fastcache was not compiled ({exc}); "
-            "installing the pure-Python cache instead.",
+            f"WARNING: an extension was not compiled ({exc}); "
+            "its pure-Python twin will be used instead.",
             file=sys.stderr,
         )
 
@@ -44,7 +45,7 @@ def extensions():
     except ImportError:
         return []
     exts = cythonize(
-        ["notary/state/_fastcache.pyx"],
+        ["notary/state/_fastcache.pyx", "notary/protocol/_fastrequest.pyx"],
         compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
         quiet=True,
     )

@@ -842,7 +842,7 @@ def test_missing_extension_is_an_error_when_required() -> None:
     result = run_selection({"NOTARY_REQUIRE_EXTENSION": "1"}, block_compiled=True)
     assert result.returncode != 0
     assert (
-        "ImportError: compiled cache required but notary.state._fastcache failed to import"
+        "ImportError: compiled module required but notary.state._fastcache failed to import"
         in result.stderr
     )
 

@@ -1,5 +1,7 @@
 """Fuzzing of what a client's bytes reach first: the request parser
-(``notary.protocol.http.RequestReader``) and the target normaliser
+(``notary.protocol.http.RequestReader``, each of its twins: the compiled
+``notary.protocol._fastrequest`` and the pure ``_fastrequest_py``, which
+must also agree with each other) and the target normaliser
 (``notary.model.targets``), plus the parsers behind them (Convergence
 form, Perspectives query, relay CONNECT, the API's percent-decoding).
 
@@ -49,11 +51,13 @@ from notary.model.targets import (
     normalise_host,
     parse_convergence_target,
 )
-from notary.protocol.convergence import parse_fingerprint_form
-from notary.protocol.http import Request, RequestReader
+from notary.protocol.convergence import parse_fingerprint_form, parse_target_segment
+from notary.protocol.http import RequestReader
 from notary.protocol.perspectives import parse_query
 from notary.protocol.relay import RelayRefused, parse_connect_request
-from notary.server.api import _parse_target
+from tests.support.twins import KINDS, twin
+
+FAST_REQUEST = "notary.protocol._fastrequest"
 
 CORPUS = Path(__file__).parent / "corpus"
 REQUESTS = sorted((CORPUS / "requests").glob("*.http"))
@@ -83,15 +87,21 @@ def test_the_corpus_is_there() -> None:
 
 @dataclass(frozen=True)
 class Outcome:
-    requests: tuple[Request, ...]
+    requests: tuple  # the twin's Request objects
     status: int | None  # the error raised, if any
     after: bytes  # bytes after an upgrade: leftover, then whatever was fed later
 
+    def comparable(self) -> tuple:
+        """The outcome as plain values: the twins' Request classes differ."""
+        return tuple(r._fields() for r in self.requests), self.status, self.after
 
-def feed(chunks: list[bytes], **limits: int) -> Outcome:
-    """Feed ``chunks`` to a fresh reader (invariant 1 checked on the way)."""
-    reader = RequestReader(**limits)
-    requests: list[Request] = []
+
+def feed(chunks: list[bytes], kind: str = "pure", **limits: int) -> Outcome:
+    """Feed ``chunks`` to a fresh reader of the twin ``kind`` (invariant 1
+    checked on the way)."""
+    module = twin(kind, FAST_REQUEST)
+    reader = module.RequestReader(**limits)
+    requests: list = []
     fed_after = b""
     for index, chunk in enumerate(chunks):
         if reader.finished:
@@ -108,7 +118,7 @@ def feed(chunks: list[bytes], **limits: int) -> Outcome:
         except BaseException as exc:  # pragma: no cover - the point of the test
             raise AssertionError(f"{type(exc).__name__} escaped at chunk {index}") from exc
         for request in got:
-            assert isinstance(request, Request)
+            assert isinstance(request, module.Request)
             assert request.version in ("1.0", "1.1")
         requests += got
         if got and (not got[-1].keep_alive or got[-1].upgrade):
@@ -140,23 +150,33 @@ def assert_same_outcome(whole: Outcome, pieces: Outcome, context: object) -> Non
         assert pieces.requests[: len(whole.requests)] == whole.requests, context
 
 
-def check_stream(stream: bytes, cuts: list[int], **limits: int) -> None:
-    whole = feed([stream], **limits)
-    assert_same_outcome(whole, feed(split(stream, cuts), **limits), (stream[:200], cuts))
+def check_stream(stream: bytes, cuts: list[int], kind: str, **limits: int) -> None:
+    """Invariant 2 for the twin ``kind``; and both twins agree, whole and split."""
+    whole = feed([stream], kind, **limits)
+    pieces = split(stream, cuts)
+    assert_same_outcome(whole, feed(pieces, kind, **limits), (stream[:200], cuts))
+    other = "pure" if kind == "compiled" else "compiled"
+    assert feed([stream], other, **limits).comparable() == whole.comparable(), stream[:200]
+    assert feed(pieces, other, **limits).comparable() == feed(
+        pieces, kind, **limits).comparable(), (stream[:200], cuts)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("path", REQUESTS, ids=[p.stem for p in REQUESTS])
 @pytest.mark.parametrize("limits", [{}, TINY], ids=["default-limits", "tiny-limits"])
-def test_corpus_request(path: Path, limits: dict[str, int]) -> None:
+def test_corpus_request(path: Path, limits: dict[str, int], kind: str) -> None:
     """Each seed, whole, byte by byte, and cut in every 1..7-byte rhythm."""
     stream = path.read_bytes()
-    whole = feed([stream], **limits)
+    whole = feed([stream], kind, **limits)
+    other = "pure" if kind == "compiled" else "compiled"
+    assert feed([stream], other, **limits).comparable() == whole.comparable()
     splits = [list(range(len(stream)))]  # byte by byte
     splits += [list(range(0, len(stream), step)) for step in range(2, 8)]
     splits += [random.Random(seed).sample(range(len(stream)), min(8, len(stream)))
                for seed in range(4)]
     for cuts in splits:
-        assert_same_outcome(whole, feed(split(stream, cuts), **limits), (path.name, cuts[:10]))
+        assert_same_outcome(whole, feed(split(stream, cuts), kind, **limits),
+                            (path.name, cuts[:10]))
 
 
 def test_corpus_expectations() -> None:
@@ -226,23 +246,27 @@ def mutated_stream(draw: st.DrawFn) -> bytes:
 _CUTS = st.lists(st.integers(0, 12_000), max_size=12)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @FUZZ
 @given(mutated_stream(), _CUTS, st.sampled_from([{}, TINY]))
-def test_fuzz_mutated_corpus_requests(stream: bytes, cuts: list[int], limits: dict) -> None:
-    check_stream(stream, cuts, **limits)
+def test_fuzz_mutated_corpus_requests(kind: str, stream: bytes, cuts: list[int],
+                                      limits: dict) -> None:
+    check_stream(stream, cuts, kind, **limits)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @FUZZ
 @given(st.lists(st.sampled_from(_TOKENS), max_size=40).map(b"".join), _CUTS,
        st.sampled_from([{}, TINY]))
-def test_fuzz_token_soup(stream: bytes, cuts: list[int], limits: dict) -> None:
-    check_stream(stream, cuts, **limits)
+def test_fuzz_token_soup(kind: str, stream: bytes, cuts: list[int], limits: dict) -> None:
+    check_stream(stream, cuts, kind, **limits)
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @FUZZ
 @given(st.binary(max_size=600), _CUTS)
-def test_fuzz_random_bytes(stream: bytes, cuts: list[int]) -> None:
-    check_stream(stream, cuts)
+def test_fuzz_random_bytes(kind: str, stream: bytes, cuts: list[int]) -> None:
+    check_stream(stream, cuts, kind)
 
 
 # -- targets ------------------------------------------------------------------------------
@@ -270,7 +294,7 @@ def check_target_text(text: str) -> None:
         encoded = None
     if encoded is not None:
         try:
-            through_api = _parse_target(encoded)
+            through_api = parse_target_segment(encoded)
         except ProtocolError as exc:
             assert exc.status in (400, 414)
             through_api = None
@@ -384,3 +408,70 @@ def test_fuzz_connect_requests(stream: bytes) -> None:
             assert 1 <= len(connect.destinations) <= 8
             for host in connect.destinations:
                 assert normalise_host(host) == host
+
+
+# -- the twins' Convergence query parsers ---------------------------------------------------
+
+_HEX = st.sampled_from(b"0123456789abcdefABCDEF").map(lambda c: bytes([c]))
+
+
+@st.composite
+def form_body(draw: st.DrawFn) -> bytes:
+    """A plain fingerprint form, maybe with one byte changed, cut or grown."""
+    body = b"fingerprint=" + b":".join(draw(_HEX) + draw(_HEX) for _ in range(20))
+    edit = draw(st.sampled_from(["none", "replace", "cut", "grow"]))
+    data = bytearray(body)
+    if edit == "replace":
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    elif edit == "cut":
+        del data[draw(st.integers(0, len(data) - 1)):]
+    elif edit == "grow":
+        data += draw(st.binary(min_size=1, max_size=4))
+    return bytes(data)
+
+
+def parsed(queries, method: bytes, path: bytes, body: bytes) -> tuple:
+    """What a query parser makes of a query: its result or its error."""
+    try:
+        return ("ok", queries.parse(method, path, body))
+    except ProtocolError as exc:
+        return ("error", exc.status, exc.message)
+
+
+@FUZZ
+@given(
+    st.sampled_from([b"GET", b"POST", b"HEAD"]),
+    st.one_of(
+        st.sampled_from(TARGETS).map(
+            lambda t: quote(t.encode("utf-8", "surrogatepass"), safe="+[]:").encode("ascii")),
+        st.binary(max_size=80),
+    ),
+    st.sampled_from([b"", b"/192.0.2.1", b"/", b"/a/b"]),
+    st.one_of(form_body(), st.binary(max_size=100)),
+)
+def test_fuzz_the_twins_parse_queries_alike(
+    method: bytes, segment: bytes, tail: bytes, body: bytes
+) -> None:
+    """The compiled and the pure ``ConvergenceQueries`` and
+    ``plain_form_fingerprint`` agree on every query, the errors included,
+    and both on what the general form parser says."""
+    from notary.protocol import convergence
+
+    compiled, pure = (twin(kind, FAST_REQUEST) for kind in ("compiled", "pure"))
+    assert compiled.plain_form_fingerprint(body) == pure.plain_form_fingerprint(body)
+    plain = pure.plain_form_fingerprint(body)
+    if plain is not None:
+        assert parse_fingerprint_form(body) == plain
+    made = [
+        module.ConvergenceQueries(
+            prefix=b"/target/", max_target_bytes=64, max_entries=4,
+            parse_segment=parse_target_segment,
+            parse_form=convergence._parse_fingerprint_form_slowly,
+        )
+        for module in (compiled, pure)
+    ]
+    path = b"/target/" + segment + tail
+    for _ in range(2):  # the second time through the memo
+        results = [parsed(queries, method, path, body) for queries in made]
+        assert results[0] == results[1], (path, body)
+    assert len(made[0]) == len(made[1]) <= 4

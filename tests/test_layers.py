@@ -44,7 +44,8 @@ ALLOWED = {
 #: The layers that may import Trio (and trio-websocket): they do I/O.
 TRIO_LAYERS = {"outbound", "service", "server", "node", "client", "cli"}
 PYX_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+c?import|c?import\s+([\w.]+))", re.M)
-TOP_LEVEL = {"__init__": "base", "__main__": "cli", "errors": "base", "config": "config",
+TOP_LEVEL = {"__init__": "base", "__main__": "cli", "errors": "base", "extensions": "base",
+             "config": "config",
              "logs": "logs", "cli": "cli"}
 
 

@@ -261,9 +261,11 @@ def test_the_target_memo_is_exact_and_bounded(monkeypatch: pytest.MonkeyPatch) -
     for _ in range(2):
         response, _ = answer(handler, get(b"/target/example.com+0"))
         assert response.startswith(b"HTTP/1.1 400 ")
-    assert b"example.com+0" not in handler._targets
+    assert b"example.com+0" not in handler._queries
+    assert b"Example.COM.+443" in handler._queries
     monkeypatch.setattr(api, "TARGET_MEMO_ENTRIES", 4)
+    handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]
     for port in range(1, 10):
         answer(handler, get(b"/target/example.com+%d" % port))
-        assert len(handler._targets) <= 4
+        assert len(handler._queries) <= 4
     assert service.targets[-1] == Target("example.com", 9)

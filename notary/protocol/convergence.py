@@ -14,17 +14,18 @@ Invariants
 
 from __future__ import annotations
 
-import binascii
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from notary.errors import ProtocolError
 from notary.model.observations import Observation, Timeline
+from notary.model.targets import Target, parse_convergence_target
 from notary.protocol import strictjson
+from notary.protocol.hotpath import ConvergenceQueries, plain_form_fingerprint
 
 SHA1_BYTES = 20
 FINGERPRINT_CHARS = SHA1_BYTES * 3 - 1  # 59: "AA:" * 19 + "AA"
@@ -35,9 +36,6 @@ MAX_FORM_FIELDS = 8
 CONTENT_TYPE = b"application/json"
 
 _FINGERPRINT_RE = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){19}")
-#: The form every client sends: one field, colons unencoded. Bodies matching
-#: it take the fast path of ``parse_fingerprint_form`` (same result).
-_PLAIN_FORM_RE = re.compile(rb"fingerprint=([0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){19})")
 
 
 def format_fingerprint(digest: bytes) -> str:
@@ -63,9 +61,9 @@ def parse_fingerprint_form(body: bytes) -> bytes:
     Raises ``ProtocolError`` (400) when the body is too large, not a form, or
     has no single valid fingerprint field.
     """
-    match = _PLAIN_FORM_RE.fullmatch(body)
-    if match is not None:
-        return binascii.a2b_hex(match[1].replace(b":", b""))
+    fingerprint = plain_form_fingerprint(body)
+    if fingerprint is not None:
+        return fingerprint
     return _parse_fingerprint_form_slowly(body)
 
 
@@ -84,6 +82,27 @@ def _parse_fingerprint_form_slowly(body: bytes) -> bytes:
     if len(values) > 1:
         raise ProtocolError("more than one fingerprint")
     return parse_fingerprint(values[0].strip())
+
+
+def parse_target_segment(segment: bytes) -> Target:
+    """The target named by a raw ``host+port`` path segment (percent-encoded
+    UTF-8); ``ProtocolError`` (400) when it names none."""
+    try:
+        text = unquote(segment.decode("ascii"), errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError("target is not valid percent-encoded UTF-8") from None
+    return parse_convergence_target(text)
+
+
+def query_parser(*, prefix: bytes, max_target_bytes: int, max_entries: int) -> ConvergenceQueries:
+    """The parser of ``<prefix><host>+<port>[/<ip>]`` queries (the target
+    and, for ``POST``, the fingerprint form), with a memo of at most
+    ``max_entries`` targets; its ``parse(method, path, body)`` raises
+    ``ProtocolError`` (414 for a target over ``max_target_bytes``)."""
+    return ConvergenceQueries(
+        prefix=prefix, max_target_bytes=max_target_bytes, max_entries=max_entries,
+        parse_segment=parse_target_segment, parse_form=_parse_fingerprint_form_slowly,
+    )
 
 
 # -- answer bytes ---------------------------------------------------------------

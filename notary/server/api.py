@@ -16,11 +16,10 @@ connection by ``app.ConnectionHandler``.
 from __future__ import annotations
 
 from collections import Counter
-from urllib.parse import unquote
 
 from notary.errors import ProtocolError
 from notary.model.ratelimit import RateLimited
-from notary.model.targets import Target, parse_convergence_target
+from notary.model.targets import Target
 from notary.protocol import bundle, convergence, http, perspectives, v2
 from notary.protocol.http import Request
 from notary.server.web import WebPages
@@ -92,9 +91,11 @@ class ApiHandler:
         self._index = index_text.encode("utf-8")
         self._bundle_path = bundle_path.encode("ascii") if bundle_path else None
         self._bundle_bytes = bundle_bytes
-        #: Raw target path segment -> its Target. Normalisation is pure, so
-        #: a memo is exact; errors are never stored. Bounded by clearing.
-        self._targets: dict[bytes, Target] = {}
+        #: /target/ queries' parser, with its memo of raw path segments.
+        self._queries = convergence.query_parser(
+            prefix=TARGET_PREFIX, max_target_bytes=MAX_TARGET_BYTES,
+            max_entries=TARGET_MEMO_ENTRIES,
+        )
         #: Queries refused before the service saw them: (protocol, status)
         #: -> count (the service counts the ones it answers; the metrics,
         #: given the same counter, read it).
@@ -219,31 +220,7 @@ class ApiHandler:
     def _convergence_query(self, request: Request, path: bytes) -> tuple[Target, bytes | None]:
         """The target and fingerprint (None for ``GET``) of a ``/target/``
         query; ``ProtocolError`` for a bad one."""
-        rest = path[len(TARGET_PREFIX):]
-        if len(rest) > MAX_TARGET_BYTES:
-            raise ProtocolError("target too long", status=414)
-        # /target/<host>+<port>[/<ip the client connected to>]: the IP is
-        # accepted and not used (the notary observes from its own vantage).
-        segment = rest.partition(b"/")[0]
-        target = self._targets.get(segment)
-        if target is None:
-            target = _parse_target(segment)
-            if len(self._targets) >= TARGET_MEMO_ENTRIES:
-                self._targets.clear()
-            self._targets[segment] = target
-        if request.method == b"POST":
-            return target, convergence.parse_fingerprint_form(request.body)
-        return target, None
-
-
-def _parse_target(segment: bytes) -> Target:
-    """The target named by a raw ``host+port`` path segment; ``ProtocolError``
-    (400) when it names none."""
-    try:
-        text = unquote(segment.decode("ascii"), errors="strict")
-    except (UnicodeDecodeError, ValueError):
-        raise ProtocolError("target is not valid percent-encoded UTF-8") from None
-    return parse_convergence_target(text)
+        return self._queries.parse(request.method, path, request.body)
 
 
 class PerspectivesHandler:

@@ -698,3 +698,22 @@ def test_parse_response_refuses_malformed_or_truncated(data: bytes) -> None:
     with pytest.raises(ProtocolError) as caught:
         parse_response(data)
     assert caught.value.status == 502
+
+
+def test_the_request_path_twin_in_use_follows_the_flags() -> None:
+    """``make test-compiled`` (NOTARY_REQUIRE_EXTENSION) runs the compiled
+    request path, ``make test-pure`` (NOTARY_NO_EXTENSIONS) its twin."""
+    import os
+
+    from notary.protocol import _fastrequest_py, hotpath, http
+
+    def flag(name: str) -> bool:
+        return os.environ.get(name, "") not in ("", "0")
+
+    if flag("NOTARY_REQUIRE_EXTENSION"):
+        assert hotpath.IMPLEMENTATION == "compiled"
+        assert http.RequestReader is not _fastrequest_py.RequestReader
+    elif flag("NOTARY_NO_EXTENSIONS"):
+        assert hotpath.IMPLEMENTATION == "pure"
+        assert http.RequestReader is _fastrequest_py.RequestReader
+    assert http.Request is hotpath.Request
