@@ -1,6 +1,7 @@
 """TLS: the notary against nginx and the minimal Trio TLS server, same certificate and key,
-same wrk command, same run: cache hit over HTTPS keep-alive (scenario 1), and one new TLS
-connection per query, full handshakes, with wrk and ``openssl s_time -new`` (scenario 2).
+same wrk command, same run: cache hit over HTTPS keep-alive (scenario 1), one new TLS
+connection per query, full handshakes, with wrk and ``openssl s_time -new`` (scenario 2), and
+one new TLS connection per query resuming a session, as a browser add-on does (scenario 3).
 Goals, set-up and columns: ``bench/README.md``.
 
     .venv/bin/python bench/bench_tls.py --wait-quiet 120   # about 4 minutes
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -26,6 +28,10 @@ from harness import LOOPBACK, MINIMAL_SERVER, BenchError, NotarySetup, Processes
 
 GOAL_KEEPALIVE = 0.80  # scenario 1: notary / minimal Trio TLS server
 GOAL_HANDSHAKE = 0.75  # scenario 2: notary / nginx, full handshakes
+GOAL_RESUMED = 0.70  # scenario 3: notary / nginx, both resuming sessions
+#: Fresh clients (full handshakes, each a new session) whose cost in server memory
+#: scenario 3 measures.
+SESSIONS_FOR_MEMORY = 3000
 
 #: ``notary serve`` (argv[1:]) with TLS session resumption off (scenario 2): the context
 #: from ``make_server_ssl_context`` (looked up at call time) issues no session tickets.
@@ -318,7 +324,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         wait_quiet=", and up to min(SECONDS, 30) before scenario 2")
     parser.add_argument("--s-time-clients", type=int, default=16,
                         help="openssl s_time processes at once (default 16)")
-    parser.add_argument("--scenario", choices=["1", "2", "all"], default="all")
+    parser.add_argument("--scenario", choices=["1", "2", "3", "all"], default="all")
     args = harness.finish_load_args(parser.parse_args(argv))
     if args.duration < 1 or args.rounds < 1 or args.connections < args.threads:
         parser.error("--duration and --rounds >= 1, --connections >= --threads")
@@ -367,8 +373,12 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         if args.wait_quiet and args.scenario == "all":
             harness.wait_quiet([server_cpu, client_cpu], min(args.wait_quiet, 30.0))
         scenario_handshakes(bench)
+    if args.scenario in ("3", "all"):
+        if args.wait_quiet and args.scenario == "all":
+            harness.wait_quiet([server_cpu, client_cpu], min(args.wait_quiet, 30.0))
+        scenario_resumed(bench)
     print(harness.describe_busy([server_cpu, client_cpu], "after the runs (servers stopped)"))
-    for name in ("notary.log", "notary-no-tickets.log"):
+    for name in ("notary.log", "notary-no-tickets.log", "notary-resumption.log"):
         text = harness.tail(directory / name)
         if text.strip() and text != "(no log)":
             print(f"{name} (warnings and errors):\n{text}\n")
@@ -457,6 +467,90 @@ def scenario_handshakes(bench: Bench) -> None:
     print(f"information: notary / minimal Trio TLS server: "
           f"{best['notary'].rate / best['minimal'].rate:.1%} (wrk), "
           f"{best_s_time['notary'].rate / best_s_time['minimal'].rate:.1%} (s_time)")
+    print()
+    for server in servers:
+        bench.processes.stop(server.process)
+
+
+def resumed_by_version(port: int, request: bytes) -> str:
+    """Whether a second connection resumes the first one's session, for a TLS 1.2 and a
+    TLS 1.3 client (Python's ssl, which offers the session or the ticket it was given)."""
+    words = []
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        context, session, reused = harness.client_tls_context(), None, False
+        context.minimum_version = context.maximum_version = version
+        for _ in range(2):
+            with socket.create_connection((LOOPBACK, port), timeout=10.0) as raw, \
+                    context.wrap_socket(raw, session=session) as sock:
+                sock.sendall(request)  # TLS 1.3 tickets arrive while the answer is read
+                b"".join(iter(partial(sock.recv, 65536), b""))
+                session, reused = sock.session, sock.session_reused
+        words.append(f"{version.name}: {'resumed' if reused else 'NOT resumed'}")
+    return ", ".join(words)
+
+
+def handshakes_of(admin_port: int) -> tuple[float, float]:
+    """(resumed, full) TLS handshakes the notary counted (``/metrics``)."""
+    counted = dict(harness.get_metrics(admin_port))
+    return (counted.get('notary_tls_handshakes_total{resumed="true"}', 0.0),
+            counted.get('notary_tls_handshakes_total{resumed="false"}', 0.0))
+
+
+def memory_per_session(server: Server, request: bytes) -> str:
+    """The server's RSS growth over ``SESSIONS_FOR_MEMORY`` fresh clients, each a full
+    TLS 1.2 and a full TLS 1.3 handshake whose session it could later resume."""
+    before = harness.proc_status(server.process.pid).get("VmRSS", 0)
+    for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        for _ in range(SESSIONS_FOR_MEMORY // 2):
+            context = harness.client_tls_context()
+            context.minimum_version = context.maximum_version = version
+            with socket.create_connection((LOOPBACK, server.port), timeout=10.0) as raw, \
+                    context.wrap_socket(raw) as sock:
+                sock.sendall(request)
+                b"".join(iter(partial(sock.recv, 65536), b""))
+    grown = harness.proc_status(server.process.pid).get("VmRSS", 0) - before
+    return (f"{server.label}: RSS {before / 2**20:.1f} MiB, +{grown / 2**10:,.0f} KiB after "
+            f"{SESSIONS_FOR_MEMORY:,} new sessions ({grown / SESSIONS_FOR_MEMORY:,.0f} bytes each)")
+
+
+def scenario_resumed(bench: Bench) -> None:
+    print("## Scenario 3: cache hit, one new TLS connection per query, sessions resumed "
+          "(HTTP/1.0, server closes; tickets on, as a browser add-on reconnects)")
+    setup = bench.setup
+    running = harness.start_notary(bench.processes, setup, "notary (resumption)",
+                                   cpu=bench.server_cpu,
+                                   log=bench.directory / "notary-resumption.log")
+    notary = Server("notary", "notary (session tickets on)", setup.api_port, running.process)
+    request = bench.request(setup.api_port, "1.0")
+    answer = tls_query(setup.api_port, request, to_close=True)[0]
+    web = bench.start_nginx("nginx-resumption", answer, resumption=True, log_reuse=True)
+    servers = [notary, web]
+    scripts = {}
+    for server in servers:
+        request = bench.request(server.port, "1.0")
+        print(f"  {server.label}: {resumed_by_version(server.port, request)} (Python client)")
+        scripts[server.key] = harness.wrk_raw_script(bench.directory, request,
+                                                     name=f"resumed-{server.key}")
+    if setup.admin_port is None:
+        raise BenchError("the notary has no admin listener: its resumed handshakes are uncounted")
+    counted_before = handshakes_of(setup.admin_port)
+    runs = bench.rounds(servers, lambda server: bench.measure_wrk(server, scripts[server.key]),
+                        "wrk new connection per query, resumed")
+    resumed, full = (now - then for now, then in zip(handshakes_of(setup.admin_port),
+                                                     counted_before, strict=True))
+    lines = (bench.directory / "nginx-resumption" / "access.log").read_text().splitlines()
+    nginx_resumed = sum(line.startswith("r ") for line in lines)
+    print(f"\nresumed handshakes during the runs: notary {resumed:,.0f} of {resumed + full:,.0f} "
+          f"(/metrics), nginx {nginx_resumed:,} of {len(lines):,} ($ssl_session_reused)")
+    if not resumed or not nginx_resumed:
+        raise BenchError("wrk did not resume sessions: this is not a resumption run")
+    print("\nwrk, one query per TLS connection, resuming:")
+    best = print_report(servers, runs, "req/s", "connection", "wrk")
+    print(verdict("nginx with resumption (wrk, resumed handshake + query)", best["notary"],
+                  best["nginx"], GOAL_RESUMED))
+    print("memory of the sessions a server can resume (TLS 1.2 and 1.3 tickets; RSS growth):")
+    for server in servers:
+        print("  " + memory_per_session(server, bench.request(server.port, "1.0")))
     print()
     for server in servers:
         bench.processes.stop(server.process)

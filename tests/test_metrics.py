@@ -237,7 +237,8 @@ def stand_ins(**overrides) -> SimpleNamespace:
     parts.timings = Timings()
     parts.records = SimpleNamespace(statistics=lambda: parts.records_stats)
     parts.signer = SimpleNamespace(signatures_made=0)
-    parts.listener = SimpleNamespace(open_connections=0, refused_connections=0)
+    parts.listener = SimpleNamespace(open_connections=0, refused_connections=0,
+                                     tls_handshakes=0, tls_resumed=0)
     vars(parts).update(overrides)
     return parts
 

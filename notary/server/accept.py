@@ -10,7 +10,9 @@ yielding.
 Resource handling: ``serve_socket`` owns the listening socket it is given and
 closes it when it returns (cancelled); each accepted connection is a
 ``trio.SocketStream`` owned by its handler task, closed when the handler
-returns. Error handling: running out of file descriptors or memory is
+returns (a ``trio.SocketStream``, or what the listener's ``make_stream``
+makes: ``notary.server.sockstream.SocketStream`` for the HTTP listeners).
+Error handling: running out of file descriptors or memory is
 logged and retried after ``CAPACITY_PAUSE_S`` (as Trio does); a connection
 reset before it was accepted is skipped; any other error propagates.
 """
@@ -22,6 +24,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 
@@ -29,11 +32,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class ConnectionCounts:
-    """A listener's connections: open now and refused (closed at once);
-    its handler updates them, the metrics read them."""
+    """A listener's connections: open now, refused (closed at once), and
+    its TLS handshakes; its handler updates them, the metrics read them."""
 
     open_connections: int = 0
     refused_connections: int = 0
+    #: TLS handshakes completed, and those that resumed a session (a
+    #: ticket or a cached session id).
+    tls_handshakes: int = 0
+    tls_resumed: int = 0
 
 
 #: Connections accepted per wake-up at most: a flood cannot hold the loop.
@@ -42,12 +49,23 @@ CAPACITY_PAUSE_S = 0.1
 _CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _GONE_ERRNOS = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM}
 
-Handler = Callable[[trio.SocketStream], Awaitable[object]]
+Handler = Callable[[Any], Awaitable[object]]
+#: Makes the stream a handler is given from an accepted socket (it owns the
+#: socket from then on).
+StreamMaker = Callable[[socket.socket], trio.abc.HalfCloseableStream]
 
 
-async def serve_socket(listening: socket.socket, handler: Handler, nursery: trio.Nursery) -> None:
+def trio_stream(connection: socket.socket) -> trio.SocketStream:
+    """Trio's own socket stream (the relay's and the admin listener's)."""
+    return trio.SocketStream(trio.socket.from_stdlib_socket(connection))
+
+
+async def serve_socket(
+    listening: socket.socket, handler: Handler, nursery: trio.Nursery,
+    make_stream: StreamMaker = trio_stream,
+) -> None:
     """Accept on ``listening`` until cancelled, each connection a task of
-    ``nursery`` running ``handler``."""
+    ``nursery`` running ``handler`` on the stream ``make_stream`` makes."""
     listening.setblocking(False)
     with listening:
         while True:
@@ -65,11 +83,10 @@ async def serve_socket(listening: socket.socket, handler: Handler, nursery: trio
                     log.error("accept: %s; retrying in %gs", exc.strerror, CAPACITY_PAUSE_S)
                     await trio.sleep(CAPACITY_PAUSE_S)
                     break
-                stream = trio.SocketStream(trio.socket.from_stdlib_socket(connection))
-                nursery.start_soon(_run_handler, handler, stream)
+                nursery.start_soon(_run_handler, handler, make_stream(connection))
 
 
-async def _run_handler(handler: Handler, stream: trio.SocketStream) -> None:
+async def _run_handler(handler: Handler, stream: trio.abc.HalfCloseableStream) -> None:
     try:
         await handler(stream)
     finally:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -40,13 +41,15 @@ from notary.outbound.tlsa import resolver_through
 from notary.outbound.writer import Storage, open_storage
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
-from notary.server.accept import ConnectionCounts, serve_socket
+from notary.protocol.hotpath import IMPLEMENTATION as HOTPATH_IMPLEMENTATION
+from notary.server.accept import ConnectionCounts, StreamMaker, serve_socket, trio_stream
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Watchdog, serve_http_connection
 from notary.server.metrics import NotaryMetrics, Timings
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
+from notary.server.sockstream import SocketStream
 from notary.server.web import NotaryProfile, WebPages, notary_profile
 from notary.server.websocket import (
     FIGURES_INTERVAL_S,
@@ -225,6 +228,10 @@ class ConnectionHandler:
         if scope.cancelled_caught:
             await trio.aclose_forcefully(tcp)
             return
+        counts = self.counts
+        counts.tls_handshakes += 1
+        if stream.session_reused:
+            counts.tls_resumed += 1
         await serve_http_connection(stream, handler, limits, upgrades, answer_at_once, watchdog, client)
 
 
@@ -428,8 +435,7 @@ class _Connections:
 
 
 async def run_connections(
-    servers: Sequence[tuple[Callable[[trio.SocketStream], Awaitable[None]],
-                            list[socket.socket]]],
+    servers: Sequence[tuple[Callable[[Any], Awaitable[None]], list[socket.socket], StreamMaker]],
     done: trio.Event,
     task_status: trio.TaskStatus[_Connections] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -440,9 +446,11 @@ async def run_connections(
     async with trio.open_nursery() as connections:
         with trio.CancelScope() as accepting:
             async with trio.open_nursery() as acceptors:
-                for handler, listening_sockets in servers:
+                for handler, listening_sockets, make_stream in servers:
                     for listening in listening_sockets:
-                        acceptors.start_soon(serve_socket, listening, handler, connections)
+                        acceptors.start_soon(
+                            serve_socket, listening, handler, connections, make_stream
+                        )
                 task_status.started(_Connections(connections, accepting))
     done.set()
 
@@ -600,9 +608,12 @@ class Listener:
     they are announced (``label``, with ``{}`` for the addresses)."""
 
     role: str  # the sockets' role (``notary.server.sockets``)
-    handler: Callable[[trio.SocketStream], Awaitable[None]]
+    handler: Callable[[Any], Awaitable[None]]
     sockets: tuple[socket.socket, ...]
     label: str
+    #: The stream its connections are served on (the HTTP listeners: the
+    #: hot path's ``sockstream.SocketStream``).
+    make_stream: StreamMaker = trio_stream
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -680,10 +691,12 @@ def build_services(
         Listener("api", listen(c.tls, api, config.api_http, counts=counts["api"],
                                websocket=websocket),
                  sockets["api"], f"notary {__version__} serving the API on {{}} "
-                 f"(cache: {CACHE_IMPLEMENTATION})"),
+                 f"(cache: {CACHE_IMPLEMENTATION}, request path: {HOTPATH_IMPLEMENTATION})",
+                 SocketStream),
         Listener("plain_api", listen(None, api, config.api_http,
                                      counts=counts.get("plain_api", ConnectionCounts())),
-                 sockets["plain_api"], "plain-HTTP API (TLS terminated in front) on {}"),
+                 sockets["plain_api"], "plain-HTTP API (TLS terminated in front) on {}",
+                 SocketStream),
         Listener("relay", c.relay, sockets["relay"],
                  f"relay on {{}} (destinations: {c.relay.mode})"),
     ]
@@ -693,7 +706,7 @@ def build_services(
         )
         table.append(Listener(
             "perspectives", listen(None, handler, config.http, counts=counts["perspectives"]),
-            sockets["perspectives"], "Perspectives on {} (and on the API ports)",
+            sockets["perspectives"], "Perspectives on {} (and on the API ports)", SocketStream,
         ))
     table.append(Listener(
         "admin", admin, sockets["admin"], "admin (/metrics, /healthz, /readyz) on {}"
@@ -799,7 +812,8 @@ async def _run(
         nursery.start_soon(reload_on_sighup, reloader)
         # The accept loops run in a scope of their own, so that a graceful
         # stop can end them (closing the listeners) and let the connections finish.
-        servers = [(row.handler, list(row.sockets)) for row in s.listeners if row.role != "admin"]
+        servers = [(row.handler, list(row.sockets), row.make_stream)
+                   for row in s.listeners if row.role != "admin"]
         running = await nursery.start(run_connections, servers, connections_done)
 
         async def stop_gracefully(timeout_s: float) -> None:

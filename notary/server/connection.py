@@ -59,9 +59,12 @@ import trio
 from notary.config import HttpConfig
 from notary.errors import ProtocolError
 from notary.protocol.http import Request, RequestReader, error_response
+from notary.server.sockstream import SocketStream
 
 RECEIVE_BYTES = 64 * 1024
 CLOSE_TIMEOUT_S = 1.0
+#: The streams over TCP, which ``linger_before_close`` half-closes.
+TCP_STREAMS = (trio.SocketStream, SocketStream)
 #: Most bytes read and discarded after an error answer (see ``_linger``).
 LINGER_BYTES = 4 * 1024 * 1024
 
@@ -330,7 +333,7 @@ async def linger_before_close(
     end it: the answer has been sent."""
     with trio.move_on_after(timeout_s):
         try:
-            if isinstance(stream, trio.SocketStream):
+            if isinstance(stream, TCP_STREAMS):
                 await stream.send_eof()
             drained = 0
             while drained < max_bytes:

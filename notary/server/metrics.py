@@ -135,6 +135,8 @@ class ConnectionCounts(Protocol):
 
     open_connections: int
     refused_connections: int
+    tls_handshakes: int
+    tls_resumed: int
 
 
 class Signer(Protocol):
@@ -288,6 +290,11 @@ def _histogram(
     return MetricSpec(name, "histogram", "timings", None, text, labels, "", buckets, prebound)
 
 
+def _tls_handshakes(listeners: Mapping[str, ConnectionCounts]) -> dict[str, int]:
+    resumed = sum(c.tls_resumed for c in listeners.values())
+    return {"true": resumed, "false": sum(c.tls_handshakes for c in listeners.values()) - resumed}
+
+
 def _same(snapshot: Any) -> Any:
     return snapshot
 
@@ -372,6 +379,9 @@ METRICS: tuple[MetricSpec, ...] = (
              lambda listeners: {kind: c.refused_connections for kind, c in listeners.items()},
              "Connections closed at once because the listener had as many as allowed, "
              "by listener.", ("listener",)),
+    _counter("notary_tls_handshakes", "listeners", _tls_handshakes,
+             "TLS handshakes completed on the API listeners, by whether they resumed a "
+             "session (a ticket, or a TLS 1.2 session id).", ("resumed",), ("true", "false")),
     _gauge("notary_relay_connections", "livesum", "relay", "connections",
            "Open relay connections, in any phase."),
     _gauge("notary_relay_tunnels_open", "livesum", "relay", "tunnels",

@@ -1,0 +1,137 @@
+"""``SocketStream``: a Trio stream over an accepted TCP socket, for the
+HTTP listeners' hot path (issue 21).
+
+``trio.SocketStream`` costs, per receive and per send, a conflict detector,
+error translation in generator context managers, a checkpoint check and a
+yield to the scheduler: per cache-hit request two scheduler round trips
+through every coroutine frame of the connection. This stream calls the
+socket directly and yields once per receive:
+
+* ``receive_some`` is always a checkpoint (it yields once, whether data was
+  waiting or not), so a client that always has bytes ready cannot starve
+  the other tasks and a connection's cancellation is always delivered;
+* ``send_all`` is a checkpoint only when the socket's buffer is full and it
+  must wait: a response that fits (every cache hit) is sent without
+  yielding. Its caller, the HTTP loop, receives before each request, so
+  every request still passes a checkpoint;
+* there is no detection of two tasks sending (or receiving) at once: each
+  connection's task is the only sender and the only receiver, but for an
+  upgraded WebSocket whose library serialises its sends.
+
+Resource handling: the stream owns the socket (``socket``, non-blocking)
+from construction and closes it in ``aclose``. Error handling: a socket
+error is ``trio.BrokenResourceError`` (its cause the ``OSError``); use after
+``aclose`` is ``trio.ClosedResourceError``, as for Trio's streams.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import trio
+from trio.lowlevel import (
+    cancel_shielded_checkpoint,
+    checkpoint,
+    checkpoint_if_cancelled,
+    notify_closing,
+    wait_readable,
+    wait_writable,
+)
+
+__all__ = ["SocketStream"]
+
+DEFAULT_RECEIVE_BYTES = 64 * 1024
+#: Linux's TCP_NOTSENT_LOWAT (the socket module lacks the name), and the
+#: value Trio's own stream sets.
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+NOTSENT_LOWAT_BYTES = 16 * 1024
+
+
+class SocketStream(trio.abc.HalfCloseableStream):
+    """See the module docstring."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        with contextlib.suppress(OSError):  # not TCP (a Unix socket): nothing to turn off
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # As trio.SocketStream: the socket is writable again only once
+            # less than this is unsent, which bounds what the kernel holds
+            # for a client that does not read (and what it still delivers
+            # after a send timeout closed the connection).
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
+        self.socket = sock
+        self._closed = False
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        await checkpoint_if_cancelled()
+        sock = self.socket
+        size = max_bytes or DEFAULT_RECEIVE_BYTES
+        try:
+            data = sock.recv(size)
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            raise trio.BrokenResourceError(exc) from exc
+        else:
+            await cancel_shielded_checkpoint()
+            return data
+        while True:
+            await wait_readable(sock)
+            if self._closed:
+                raise trio.ClosedResourceError("the stream is closed")
+            try:
+                return sock.recv(size)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise trio.BrokenResourceError(exc) from exc
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        sock = self.socket
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(exc) from exc
+        if sent == len(data):
+            return
+        with memoryview(data) as view:
+            remaining = view[sent:]
+            while remaining:
+                await wait_writable(sock)
+                if self._closed:
+                    raise trio.ClosedResourceError("the stream is closed")
+                try:
+                    sent = sock.send(remaining)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    raise trio.BrokenResourceError(exc) from exc
+                remaining = remaining[sent:]
+
+    async def wait_send_all_might_not_block(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        await wait_writable(self.socket)
+
+    async def send_eof(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        await checkpoint()
+        try:
+            self.socket.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            raise trio.BrokenResourceError(exc) from exc
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            notify_closing(self.socket)
+            self.socket.close()
+        await checkpoint()
