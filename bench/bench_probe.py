@@ -134,6 +134,12 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
     body = f"fingerprint={NO_SUCH_FINGERPRINT}"
 
     async def client(deadline: float) -> None:
+        while trio.current_time() < deadline and next_index < len(targets):
+            await connection(deadline)
+
+    async def connection(deadline: float) -> None:
+        """Queries over one keep-alive connection, until the notary says it
+        closes it (``[http] max_requests_per_connection``) or the run ends."""
         nonlocal next_index
         stream = await trio.open_tcp_stream(LOOPBACK, port)
         buffer = b""
@@ -156,6 +162,8 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
                     rest += await stream.receive_some(65536)
                 buffer = rest[length:]
                 statuses[harness.status_of(head)] += 1
+                if re.search(rb"(?i)\r\nconnection: *close", head):
+                    return  # the connection's last request: open another
 
     async def sample_every_second() -> None:
         while True:
