@@ -475,3 +475,23 @@ def test_fuzz_the_twins_parse_queries_alike(
         results = [parsed(queries, method, path, body) for queries in made]
         assert results[0] == results[1], (path, body)
     assert len(made[0]) == len(made[1]) <= 4
+
+
+_HEADER_NAMES = st.sampled_from([b"Origin", b"ORIGIN", b"origin", b"Host", b"HOST", b"Sec-Fetch-Site",
+                                 b"sec-fetch-site", b"Origin2", b"Hosts", b"X", b"Referer", b""])
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.one_of(_HEADER_NAMES, st.binary(max_size=16)),
+                          st.binary(max_size=24)), max_size=8).map(tuple))
+def test_fuzz_the_twins_find_browser_headers_alike(headers: tuple) -> None:
+    """Both twins' ``browser_headers`` pick the same first Origin, Host and
+    Sec-Fetch-Site (names in any case), or both say no browser sent it."""
+    compiled, pure = (twin(kind, FAST_REQUEST) for kind in ("compiled", "pure"))
+    found = pure.browser_headers(headers)
+    assert compiled.browser_headers(headers) == found
+    names = [name.lower() for name, _ in headers]
+    assert (found is None) == (b"origin" not in names and b"sec-fetch-site" not in names)
+    if found is not None:
+        first = {name: value for name, value in reversed([(n.lower(), v) for n, v in headers])}
+        assert found == (first.get(b"origin"), first.get(b"host"), first.get(b"sec-fetch-site"))

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import idna
 
@@ -132,18 +132,17 @@ class Target:
 
     host: str
     port: int
+    #: The canonical text used as cache and store key: ``host:port``, with
+    #: IPv6 literals in brackets. Made once (every query uses it).
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        host, port = self.host, self.port
+        object.__setattr__(self, "key", f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
 
     @property
     def is_ip_literal(self) -> bool:
         return _is_ip_literal(self.host)
-
-    @property
-    def key(self) -> str:
-        """The canonical text used as cache and store key: ``host:port``,
-        with IPv6 literals in brackets."""
-        if ":" in self.host:
-            return f"[{self.host}]:{self.port}"
-        return f"{self.host}:{self.port}"
 
     def __str__(self) -> str:
         return self.key

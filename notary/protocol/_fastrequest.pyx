@@ -89,6 +89,27 @@ def first_header(headers, name):
     return None
 
 
+def browser_headers(tuple headers):
+    """See the twin."""
+    cdef object origin = None, host = None, fetch_site = None
+    cdef Py_ssize_t size
+    cdef bytes name
+    for pair in headers:
+        name = <bytes?>(<tuple?>pair)[0]
+        size = PyBytes_GET_SIZE(name)
+        if size == 6:
+            if origin is None and name.lower() == b"origin":
+                origin = (<tuple?>pair)[1]
+        elif size == 4:
+            if host is None and name.lower() == b"host":
+                host = (<tuple?>pair)[1]
+        elif size == 14 and fetch_site is None and name.lower() == b"sec-fetch-site":
+            fetch_site = (<tuple?>pair)[1]
+    if origin is None and fetch_site is None:
+        return None
+    return origin, host, fetch_site
+
+
 cdef class RequestReader:
     """Feed it the bytes of one connection; it returns complete requests
     (see the twin for the error handling)."""

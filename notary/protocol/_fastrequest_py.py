@@ -292,6 +292,28 @@ def first_header(headers: tuple[tuple[bytes, bytes], ...], name: bytes) -> bytes
     return None
 
 
+def browser_headers(
+    headers: tuple[tuple[bytes, bytes], ...],
+) -> tuple[bytes | None, bytes | None, bytes | None] | None:
+    """The first ``Origin``, ``Host`` and ``Sec-Fetch-Site`` of ``headers``,
+    or None when there is neither an ``Origin`` nor a ``Sec-Fetch-Site`` (a
+    request no browser sent: the common case, decided in one pass)."""
+    origin = host = fetch_site = None
+    for name, value in headers:
+        size = len(name)
+        if size == 6:
+            if origin is None and name.lower() == b"origin":
+                origin = value
+        elif size == 4:
+            if host is None and name.lower() == b"host":
+                host = value
+        elif size == 14 and fetch_site is None and name.lower() == b"sec-fetch-site":
+            fetch_site = value
+    if origin is None and fetch_site is None:
+        return None
+    return origin, host, fetch_site
+
+
 def _reason(exc: Exception) -> str:
     text = str(exc) or type(exc).__name__
     return text[:80]

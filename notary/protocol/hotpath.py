@@ -18,6 +18,7 @@ __all__ = [
     "ConvergenceQueries",
     "Request",
     "RequestReader",
+    "browser_headers",
     "first_header",
     "plain_form_fingerprint",
 ]
@@ -30,5 +31,6 @@ DEFAULT_MAX_BODY_BYTES: int = _module.DEFAULT_MAX_BODY_BYTES
 Request = _module.Request
 RequestReader = _module.RequestReader
 first_header = _module.first_header
+browser_headers = _module.browser_headers
 plain_form_fingerprint = _module.plain_form_fingerprint
 ConvergenceQueries = _module.ConvergenceQueries
