@@ -218,6 +218,8 @@ class ConnectionHandler:
         if self._context is None:
             await serve_http_connection(tcp, handler, limits, upgrades, answer_at_once, watchdog, client)
             return
+        if isinstance(tcp, SocketStream):
+            tcp.wait_when_drained = False  # slower under TLS (sockstream)
         stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
         with trio.move_on_after(self._handshake_timeout_s) as scope:
             try:

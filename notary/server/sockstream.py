@@ -11,9 +11,11 @@ socket directly and yields once per receive:
   waiting or not), so a client that always has bytes ready cannot starve
   the other tasks and a connection's cancellation is always delivered.
   When the previous receive emptied the socket (it got fewer bytes than
-  asked), it waits for the socket to be readable before reading: on a
-  keep-alive connection the next request is rarely there yet, and a read
-  that finds nothing is a wasted system call per request;
+  asked) and ``wait_when_drained`` is set, it waits for the socket to be
+  readable before reading: on a plain keep-alive connection the next
+  request is rarely there yet, and a read that finds nothing is a wasted
+  system call per request. Under TLS it measures slower (``SSLStream``'s
+  reads do not follow the request rhythm): the TLS listeners turn it off;
 * ``send_all`` is a checkpoint only when the socket's buffer is full and it
   must wait: a response that fits (every cache hit) is sent without
   yielding. Its caller, the HTTP loop, receives before each request, so
@@ -66,8 +68,10 @@ class SocketStream(trio.abc.HalfCloseableStream):
             sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
         self.socket = sock
         self._closed = False
-        #: The last receive got fewer bytes than asked: wait before reading.
+        #: The last receive got fewer bytes than asked: wait before reading
+        #: (only with ``wait_when_drained``).
         self._drained = False
+        self.wait_when_drained = True
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._closed:
@@ -83,7 +87,7 @@ class SocketStream(trio.abc.HalfCloseableStream):
             except OSError as exc:
                 raise trio.BrokenResourceError(exc) from exc
             else:
-                self._drained = len(data) < size
+                self._drained = self.wait_when_drained and len(data) < size
                 await cancel_shielded_checkpoint()
                 return data
         while True:
@@ -96,7 +100,7 @@ class SocketStream(trio.abc.HalfCloseableStream):
                 continue
             except OSError as exc:
                 raise trio.BrokenResourceError(exc) from exc
-            self._drained = len(data) < size
+            self._drained = self.wait_when_drained and len(data) < size
             return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
