@@ -296,3 +296,32 @@ async def test_one_watchdog_times_out_each_connection_on_its_own(
         assert data.startswith(b"HTTP/1.1 200 OK") and b"Connection: keep-alive" in data
         assert answered - start == 12.0
         nursery.cancel_scope.cancel()
+
+
+async def test_a_handler_that_raises_is_a_500_and_the_connection_closes(
+    autojump_clock: trio.testing.MockClock, caplog,
+) -> None:
+    """A bug in the application answers its request 500 (logged with the
+    traceback) and closes that connection; the loop returns normally, so
+    neither the listener nor the worker ends with it."""
+    client, server = trio.testing.memory_stream_pair()
+
+    async def broken(request: Request) -> tuple[bytes, bool]:
+        raise RuntimeError("a bug")
+
+    def broken_at_once(request: Request, client: bytes | None) -> None:
+        if request.target == b"/at-once":
+            raise KeyError("another bug")
+
+    for target in (b"/", b"/at-once"):
+        client, server = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_http_connection, server, broken, LIMITS, None, broken_at_once)
+            await client.send_all(b"GET " + target + b" HTTP/1.1\r\nHost: n\r\n\r\n" + GET)
+            data, _ = await read_until_closed(client)
+        answer = parse_response(data)
+        assert answer.status == 500 and answer.header(b"Connection") == b"close"
+        assert data.count(b"HTTP/1.1") == 1  # the request behind it is not served
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2 and all(r.exc_info for r in errors)
+    assert "internal error answering GET" in errors[0].getMessage()

@@ -5,7 +5,9 @@ Resource handling: ``serve_http_connection`` owns ``stream`` from the moment it
 is called and always closes it before returning.
 
 Error handling: a protocol error is answered with its status and the
-connection closed; a peer that stalls past a timeout, resets, or breaks TLS is
+connection closed; an exception from the application (a bug) is logged with
+its traceback and answered 500, and the connection closed, so it never ends
+the listener or the worker; a peer that stalls past a timeout, resets, or breaks TLS is
 dropped silently (nothing to answer); any of those are normal events, not
 errors, and are not logged per connection.
 
@@ -50,6 +52,7 @@ a cache hit's CPU (bench/RESULTS.md, "Hot path II").
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from math import inf
@@ -61,8 +64,13 @@ from notary.errors import ProtocolError
 from notary.protocol.http import Request, RequestReader, error_response
 from notary.server.sockstream import SocketStream
 
+log = logging.getLogger(__name__)
+
 RECEIVE_BYTES = 64 * 1024
 CLOSE_TIMEOUT_S = 1.0
+#: The answer to a request whose handler raised (a bug, logged with its
+#: traceback): the connection is closed after it.
+INTERNAL_ERROR = error_response(500, "internal error")
 #: The streams over TCP, which ``linger_before_close`` half-closes.
 TCP_STREAMS = (trio.SocketStream, SocketStream)
 #: Most bytes read and discarded after an error answer (see ``_linger``).
@@ -294,13 +302,20 @@ async def _serve(
                     take_over = upgrades.get(request.target.partition(b"?")[0])
                     if take_over is not None:
                         return take_over, request, reader.leftover
-                answered = answer_at_once(request, client) if answer_at_once is not None else None
-                if answered is None:
-                    watched.deadline = inf  # the handler keeps its own deadlines
-                    if client is None:
-                        answered = await handler(request)
-                    else:
-                        answered = await handler(request, client)
+                try:
+                    answered = (
+                        answer_at_once(request, client) if answer_at_once is not None else None
+                    )
+                    if answered is None:
+                        watched.deadline = inf  # the handler keeps its own deadlines
+                        if client is None:
+                            answered = await handler(request)
+                        else:
+                            answered = await handler(request, client)
+                except Exception:  # a bug: this request's 500, not the worker's end
+                    log.exception("internal error answering %s %r",
+                                  request.method.decode("latin-1"), request.target[:200])
+                    answered = INTERNAL_ERROR, False
                 response, keep_alive = answered
                 watched.deadline = watchdog.now + send_s
                 await send_all(response)
