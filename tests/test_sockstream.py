@@ -15,8 +15,7 @@ from notary.server.sockstream import SocketStream
 
 def pair(*, wait_when_drained: bool = True) -> tuple[SocketStream, trio.SocketStream]:
     ours, theirs = socket.socketpair()
-    stream = SocketStream(ours)
-    stream.wait_when_drained = wait_when_drained
+    stream = SocketStream(ours, wait_when_drained=wait_when_drained)
     return stream, trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
 
 

@@ -143,14 +143,7 @@ cdef class RequestReader:
         self._parser = httptools.HttpRequestParser(self)
         self._in_request = False
         self._message = 0
-        self._target = b""
-        self._headers = []
-        self._body = b""
-        self._head_bytes = 0
-        self._idle_bytes = 0
-        self._method = b""
-        self._version = "1.1"
-        self._keep_alive = True
+        self._new_request()
         self._completed = []
         self._error = None
         self._progressed = False
@@ -210,11 +203,7 @@ cdef class RequestReader:
 
     # -- httptools callbacks
 
-    def on_message_begin(self):
-        self._progressed = True
-        self._in_request = True
-        self._blank_lines = False
-        self._message += 1
+    cdef inline void _new_request(self):
         self._target = b""
         self._headers = []
         self._body = b""
@@ -223,6 +212,13 @@ cdef class RequestReader:
         self._method = b""
         self._version = "1.1"
         self._keep_alive = True
+
+    def on_message_begin(self):
+        self._progressed = True
+        self._in_request = True
+        self._blank_lines = False
+        self._message += 1
+        self._new_request()
 
     def on_url(self, bytes url):
         self._progressed = True

@@ -132,21 +132,10 @@ class RequestReader:
         self._max_headers = max_headers
         self._max_body_bytes = max_body_bytes
         self._parser = httptools.HttpRequestParser(self)
-        # The request being received (valid while ``_in_request``): kept in
-        # the reader's own slots, reset by ``on_message_begin``.
         self._in_request = False
         #: Counts messages begun: tells ``feed`` whether a new one started.
         self._message = 0
-        self._target = b""
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._body = b""
-        self._head_bytes = 0
-        #: Bytes fed, in whole ``feed`` calls, since the last parser callback:
-        #: httptools buffers a header name/value until it ends, unseen by us.
-        self._idle_bytes = 0
-        self._method = b""
-        self._version = "1.1"
-        self._keep_alive = True
+        self._new_request()
         self._completed: list[Request] = []
         self._error: ProtocolError | None = None
         self._progressed = False
@@ -214,19 +203,26 @@ class RequestReader:
 
     # -- httptools callbacks ------------------------------------------------------
 
+    def _new_request(self) -> None:
+        """The request being received (valid while ``_in_request``), kept in
+        the reader's own slots: their values before its first byte."""
+        self._target = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body = b""
+        self._head_bytes = 0
+        #: Bytes fed, in whole ``feed`` calls, since the last parser callback:
+        #: httptools buffers a header name/value until it ends, unseen by us.
+        self._idle_bytes = 0
+        self._method = b""
+        self._version = "1.1"
+        self._keep_alive = True
+
     def on_message_begin(self) -> None:
         self._progressed = True
         self._in_request = True
         self._blank_lines = False
         self._message += 1
-        self._target = b""
-        self._headers = []
-        self._body = b""
-        self._head_bytes = 0
-        self._idle_bytes = 0
-        self._method = b""
-        self._version = "1.1"
-        self._keep_alive = True
+        self._new_request()
 
     def on_url(self, url: bytes) -> None:
         self._progressed = True

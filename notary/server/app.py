@@ -49,7 +49,7 @@ from notary.server.connection import Watchdog, serve_http_connection
 from notary.server.metrics import NotaryMetrics, Timings
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
-from notary.server.sockstream import SocketStream
+from notary.server.sockstream import SocketStream, tls_socket_stream
 from notary.server.web import NotaryProfile, WebPages, notary_profile
 from notary.server.websocket import (
     FIGURES_INTERVAL_S,
@@ -218,8 +218,6 @@ class ConnectionHandler:
         if self._context is None:
             await serve_http_connection(tcp, handler, limits, upgrades, answer_at_once, watchdog, client)
             return
-        if isinstance(tcp, SocketStream):
-            tcp.wait_when_drained = False  # slower under TLS (sockstream)
         stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
         with trio.move_on_after(self._handshake_timeout_s) as scope:
             try:
@@ -694,7 +692,7 @@ def build_services(
                                websocket=websocket),
                  sockets["api"], f"notary {__version__} serving the API on {{}} "
                  f"(cache: {CACHE_IMPLEMENTATION}, request path: {HOTPATH_IMPLEMENTATION})",
-                 SocketStream),
+                 tls_socket_stream),
         Listener("plain_api", listen(None, api, config.api_http,
                                      counts=counts.get("plain_api", ConnectionCounts())),
                  sockets["plain_api"], "plain-HTTP API (TLS terminated in front) on {}",

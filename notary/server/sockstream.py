@@ -15,7 +15,8 @@ socket directly and yields once per receive:
   readable before reading: on a plain keep-alive connection the next
   request is rarely there yet, and a read that finds nothing is a wasted
   system call per request. Under TLS it measures slower (``SSLStream``'s
-  reads do not follow the request rhythm): the TLS listeners turn it off;
+  reads do not follow the request rhythm): the TLS listener's streams are
+  made with ``wait_when_drained=False`` (``tls_socket_stream``);
 * ``send_all`` is a checkpoint only when the socket's buffer is full and it
   must wait: a response that fits (every cache hit) is sent without
   yielding. Its caller, the HTTP loop, receives before each request, so
@@ -45,7 +46,7 @@ from trio.lowlevel import (
     wait_writable,
 )
 
-__all__ = ["SocketStream"]
+__all__ = ["SocketStream", "tls_socket_stream"]
 
 DEFAULT_RECEIVE_BYTES = 64 * 1024
 #: Linux's TCP_NOTSENT_LOWAT (the socket module lacks the name), and the
@@ -57,7 +58,7 @@ NOTSENT_LOWAT_BYTES = 16 * 1024
 class SocketStream(trio.abc.HalfCloseableStream):
     """See the module docstring."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, *, wait_when_drained: bool = True) -> None:
         sock.setblocking(False)
         with contextlib.suppress(OSError):  # not TCP (a Unix socket): nothing to turn off
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -71,7 +72,7 @@ class SocketStream(trio.abc.HalfCloseableStream):
         #: The last receive got fewer bytes than asked: wait before reading
         #: (only with ``wait_when_drained``).
         self._drained = False
-        self.wait_when_drained = True
+        self._wait_when_drained = wait_when_drained
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._closed:
@@ -87,7 +88,7 @@ class SocketStream(trio.abc.HalfCloseableStream):
             except OSError as exc:
                 raise trio.BrokenResourceError(exc) from exc
             else:
-                self._drained = self.wait_when_drained and len(data) < size
+                self._drained = self._wait_when_drained and len(data) < size
                 await cancel_shielded_checkpoint()
                 return data
         while True:
@@ -100,7 +101,7 @@ class SocketStream(trio.abc.HalfCloseableStream):
                 continue
             except OSError as exc:
                 raise trio.BrokenResourceError(exc) from exc
-            self._drained = self.wait_when_drained and len(data) < size
+            self._drained = self._wait_when_drained and len(data) < size
             return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -149,3 +150,9 @@ class SocketStream(trio.abc.HalfCloseableStream):
             notify_closing(self.socket)
             self.socket.close()
         await checkpoint()
+
+
+def tls_socket_stream(sock: socket.socket) -> SocketStream:
+    """The stream of a connection that will carry TLS: it reads first, never
+    waits first (see the module docstring)."""
+    return SocketStream(sock, wait_when_drained=False)
