@@ -222,6 +222,16 @@ def test_exemptions() -> None:
     for address in ("128.0.0.1", "::2", "2001:db9::1"):
         assert packed_address(address) not in exempt, address
     assert None not in exempt
+    # The edges of each range, and a packed IPv4 address never matching an
+    # IPv6 range of the same leading bytes (or the reverse).
+    edges = Exemptions.from_cidrs(["192.0.2.16/28", "2001:db8::/127"])
+    for address in ("192.0.2.16", "192.0.2.31", "2001:db8::", "2001:db8::1"):
+        assert packed_address(address) in edges, address
+    for address in ("192.0.2.15", "192.0.2.32", "2001:db8::2", "2001:db7:ffff::"):
+        assert packed_address(address) not in edges, address
+    assert bytes(4) not in Exemptions.from_cidrs(["::/96"])
+    assert bytes(16) not in Exemptions.from_cidrs(["0.0.0.0/8"])
+    assert b"\x7f\x00\x00" not in exempt  # neither 4 nor 16 bytes
     with pytest.raises(ConfigError, match=r"10\.0\.0\.1/8"):
         Exemptions.from_cidrs(["10.0.0.1/8"])
     with pytest.raises(ConfigError):

@@ -242,10 +242,16 @@ class Exemptions:
     """Client networks no per-client limit applies to (the operator's own
     machine, a TLS terminator in front of the notary)."""
 
-    __slots__ = ("_networks",)
+    __slots__ = ("_ranges",)
 
     def __init__(self, networks: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> None:
-        self._networks = tuple(networks)
+        # (packed length, first, last) as integers: checked on every
+        # accepted connection, so without building ipaddress objects.
+        self._ranges = tuple(
+            (len(net.network_address.packed), int(net.network_address),
+             int(net.broadcast_address))
+            for net in networks
+        )
 
     @classmethod
     def from_cidrs(cls, cidrs: Iterable[str]) -> Exemptions:
@@ -262,10 +268,16 @@ class Exemptions:
 
     def __contains__(self, packed: object) -> bool:
         """Whether the packed address ``packed`` is in an exempt network."""
-        if not isinstance(packed, bytes) or len(packed) not in (4, 16):
+        if not isinstance(packed, bytes):
             return False
-        address = ipaddress.ip_address(packed)
-        return any(address.version == net.version and address in net for net in self._networks)
+        size = len(packed)
+        if size != 4 and size != 16:
+            return False
+        value = int.from_bytes(packed)
+        for length, first, last in self._ranges:
+            if length == size and first <= value <= last:
+                return True
+        return False
 
 
 class ClientConnections:

@@ -90,4 +90,7 @@ async def _run_handler(handler: Handler, stream: trio.abc.HalfCloseableStream) -
     try:
         await handler(stream)
     finally:
-        await trio.aclose_forcefully(stream)
+        # The HTTP handlers close their streams; a forced close (a cancel
+        # scope, cancelled) is paid only when one did not.
+        if not getattr(stream, "closed", False):
+            await trio.aclose_forcefully(stream)

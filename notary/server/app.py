@@ -13,6 +13,7 @@ certificate, busy port) raise ``UsageError``/``StoreError`` before
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -49,7 +50,8 @@ from notary.server.connection import Watchdog, serve_http_connection
 from notary.server.metrics import NotaryMetrics, Timings
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
-from notary.server.sockstream import SocketStream, tls_socket_stream
+from notary.server.sockstream import SocketStream
+from notary.server.tlsstream import TlsStream
 from notary.server.web import NotaryProfile, WebPages, notary_profile
 from notary.server.websocket import (
     FIGURES_INTERVAL_S,
@@ -144,6 +146,14 @@ def make_server_ssl_context(config: Config) -> ssl.SSLContext:
     return context
 
 
+#: Allocations between two collections of the youngest generation (Python:
+#: 700). Under load a worker holds thousands of live objects (coroutine
+#: frames, cancel scopes, buffers of the connections in flight) that every
+#: young collection walks again; the garbage they make dies by reference
+#: counting, not by the collector.
+GC_YOUNG_THRESHOLD = 20_000
+
+
 def bound_endpoint(listening: socket.socket) -> Endpoint:
     host, port = listening.getsockname()[:2]
     return Endpoint(host, port)
@@ -182,31 +192,41 @@ class ConnectionHandler:
         #: Its listeners' connections, open and refused (the metrics read them).
         self.counts = counts
 
-    async def __call__(self, tcp: trio.SocketStream) -> None:
+    def make_stream(self, sock: socket.socket) -> SocketStream | TlsStream:
+        """The stream an accepted socket is served on: TLS straight on the
+        socket (its handshake is made by ``__call__``, under its deadline),
+        or the plain socket stream."""
+        if self._context is None:
+            return SocketStream(sock)
+        return TlsStream(sock, self._context)
+
+    async def __call__(self, stream: SocketStream | TlsStream) -> None:
         counts = self.counts
         if counts.open_connections >= self._max_connections:
             counts.refused_connections += 1
-            await trio.aclose_forcefully(tcp)
+            await trio.aclose_forcefully(stream)
             return
         abuse = self._abuse
         peer = "?"
         if abuse is not None or self._websocket is not None:
             with contextlib.suppress(OSError):
-                peer = str(tcp.socket.getpeername()[0])
+                peer = str(stream.socket.getpeername()[0])
         address = abuse.client_address(peer) if abuse is not None else None
         if address is not None and abuse is not None and not abuse.connections.open(address):
             counts.refused_connections += 1
-            await trio.aclose_forcefully(tcp)
+            await trio.aclose_forcefully(stream)
             return
         counts.open_connections += 1
         try:
-            await self._serve(tcp, peer, address)
+            await self._serve(stream, peer, address)
         finally:
             counts.open_connections -= 1
             if address is not None and abuse is not None:
                 abuse.connections.close(address)
 
-    async def _serve(self, tcp: trio.SocketStream, peer: str, address: bytes | None) -> None:
+    async def _serve(
+        self, stream: SocketStream | TlsStream, peer: str, address: bytes | None
+    ) -> None:
         # A limited client's prefix goes with each of its requests (None:
         # unlimited, the handlers are called with the request alone).
         client = client_prefix(address) if address is not None else None
@@ -215,18 +235,19 @@ class ConnectionHandler:
         upgrades = None
         if self._websocket is not None:
             upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer, client=client)}
-        if self._context is None:
-            await serve_http_connection(tcp, handler, limits, upgrades, answer_at_once, watchdog, client)
+        if not isinstance(stream, TlsStream):
+            await serve_http_connection(
+                stream, handler, limits, upgrades, answer_at_once, watchdog, client
+            )
             return
-        stream = trio.SSLStream(tcp, self._context, server_side=True, https_compatible=True)
         with trio.move_on_after(self._handshake_timeout_s) as scope:
             try:
                 await stream.do_handshake()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                await trio.aclose_forcefully(tcp)
+                await trio.aclose_forcefully(stream)
                 return
         if scope.cancelled_caught:
-            await trio.aclose_forcefully(tcp)
+            await trio.aclose_forcefully(stream)
             return
         counts = self.counts
         counts.tls_handshakes += 1
@@ -443,6 +464,11 @@ async def run_connections(
     here, until the ``accepting`` scope handed to ``task_status`` is
     cancelled (the listeners are closed then); return, setting ``done``, once
     every connection has ended too."""
+    # What exists now (configuration, keys, caches' structures, modules)
+    # lives as long as the worker: kept out of the collector's full sweeps,
+    # which otherwise walk it again and again under load.
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     async with trio.open_nursery() as connections:
         with trio.CancelScope() as accepting:
             async with trio.open_nursery() as acceptors:
@@ -612,7 +638,7 @@ class Listener:
     sockets: tuple[socket.socket, ...]
     label: str
     #: The stream its connections are served on (the HTTP listeners: the
-    #: hot path's ``sockstream.SocketStream``).
+    #: hot path's ``SocketStream`` or ``TlsStream``, from their handler).
     make_stream: StreamMaker = trio_stream
 
     @property
@@ -687,16 +713,14 @@ def build_services(
     admin = AdminServer(
         config.admin, config.http, metrics=metrics, storage=storage, counts=counts["admin"]
     )
+    https = listen(c.tls, api, config.api_http, counts=counts["api"], websocket=websocket)
+    plain = listen(None, api, config.api_http, counts=counts.get("plain_api", ConnectionCounts()))
     table = [
-        Listener("api", listen(c.tls, api, config.api_http, counts=counts["api"],
-                               websocket=websocket),
-                 sockets["api"], f"notary {__version__} serving the API on {{}} "
+        Listener("api", https, sockets["api"], f"notary {__version__} serving the API on {{}} "
                  f"(cache: {CACHE_IMPLEMENTATION}, request path: {HOTPATH_IMPLEMENTATION})",
-                 tls_socket_stream),
-        Listener("plain_api", listen(None, api, config.api_http,
-                                     counts=counts.get("plain_api", ConnectionCounts())),
-                 sockets["plain_api"], "plain-HTTP API (TLS terminated in front) on {}",
-                 SocketStream),
+                 https.make_stream),
+        Listener("plain_api", plain, sockets["plain_api"],
+                 "plain-HTTP API (TLS terminated in front) on {}", plain.make_stream),
         Listener("relay", c.relay, sockets["relay"],
                  f"relay on {{}} (destinations: {c.relay.mode})"),
     ]
@@ -704,9 +728,10 @@ def build_services(
         handler = PerspectivesHandler(
             service, index_page=perspectives_index(config), rejected=perspectives_rejected
         )
+        served = listen(None, handler, config.http, counts=counts["perspectives"])
         table.append(Listener(
-            "perspectives", listen(None, handler, config.http, counts=counts["perspectives"]),
-            sockets["perspectives"], "Perspectives on {} (and on the API ports)", SocketStream,
+            "perspectives", served, sockets["perspectives"],
+            "Perspectives on {} (and on the API ports)", served.make_stream,
         ))
     table.append(Listener(
         "admin", admin, sockets["admin"], "admin (/metrics, /healthz, /readyz) on {}"

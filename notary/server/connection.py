@@ -63,6 +63,7 @@ from notary.config import HttpConfig
 from notary.errors import ProtocolError
 from notary.protocol.http import Request, RequestReader, error_response
 from notary.server.sockstream import SocketStream
+from notary.server.tlsstream import TlsStream
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,8 @@ CLOSE_TIMEOUT_S = 1.0
 INTERNAL_ERROR = error_response(500, "internal error")
 #: The streams over TCP, which ``linger_before_close`` half-closes.
 TCP_STREAMS = (trio.SocketStream, SocketStream)
+#: Streams closed at once, without waiting (no shielded wait needed).
+CLOSE_AT_ONCE = (SocketStream, TlsStream)
 #: Most bytes read and discarded after an error answer (see ``_linger``).
 LINGER_BYTES = 4 * 1024 * 1024
 
@@ -225,9 +228,12 @@ async def serve_http_connection(
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError):
         pass
     finally:
-        with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
-            scope.shield = True
-            await stream.aclose()
+        if isinstance(stream, CLOSE_AT_ONCE):
+            stream.close()
+        else:
+            with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+                scope.shield = True
+                await stream.aclose()
 
 
 async def _serve(

@@ -14,9 +14,8 @@ socket directly and yields once per receive:
   asked) and ``wait_when_drained`` is set, it waits for the socket to be
   readable before reading: on a plain keep-alive connection the next
   request is rarely there yet, and a read that finds nothing is a wasted
-  system call per request. Under TLS it measures slower (``SSLStream``'s
-  reads do not follow the request rhythm): the TLS listener's streams are
-  made with ``wait_when_drained=False`` (``tls_socket_stream``);
+  system call per request (the HTTPS listeners' connections do not use
+  this stream: ``notary.server.tlsstream``);
 * ``send_all`` is a checkpoint only when the socket's buffer is full and it
   must wait: a response that fits (every cache hit) is sent without
   yielding. Its caller, the HTTP loop, receives before each request, so
@@ -46,7 +45,7 @@ from trio.lowlevel import (
     wait_writable,
 )
 
-__all__ = ["SocketStream", "tls_socket_stream"]
+__all__ = ["SocketStream", "tune_tcp_socket"]
 
 DEFAULT_RECEIVE_BYTES = 64 * 1024
 #: Linux's TCP_NOTSENT_LOWAT (the socket module lacks the name), and the
@@ -55,24 +54,41 @@ TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 NOTSENT_LOWAT_BYTES = 16 * 1024
 
 
+def tune_tcp_socket(sock: socket.socket) -> None:
+    """No Nagle delay, and a bound on the unsent bytes the kernel holds (as
+    ``trio.SocketStream`` sets); nothing for a socket that is not TCP."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # The socket is writable again only once less than this is unsent,
+        # which bounds what the kernel holds for a client that does not read
+        # (and what it still delivers after a send timeout closed it).
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
+
+
 class SocketStream(trio.abc.HalfCloseableStream):
     """See the module docstring."""
 
     def __init__(self, sock: socket.socket, *, wait_when_drained: bool = True) -> None:
         sock.setblocking(False)
-        with contextlib.suppress(OSError):  # not TCP (a Unix socket): nothing to turn off
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # As trio.SocketStream: the socket is writable again only once
-            # less than this is unsent, which bounds what the kernel holds
-            # for a client that does not read (and what it still delivers
-            # after a send timeout closed the connection).
-            sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
+        tune_tcp_socket(sock)
         self.socket = sock
         self._closed = False
         #: The last receive got fewer bytes than asked: wait before reading
         #: (only with ``wait_when_drained``).
         self._drained = False
         self._wait_when_drained = wait_when_drained
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose`` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the socket now (what ``aclose`` does, without waiting)."""
+        if not self._closed:
+            self._closed = True
+            notify_closing(self.socket)
+            self.socket.close()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._closed:
@@ -145,14 +161,6 @@ class SocketStream(trio.abc.HalfCloseableStream):
             raise trio.BrokenResourceError(exc) from exc
 
     async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            notify_closing(self.socket)
-            self.socket.close()
+        self.close()
         await checkpoint()
 
-
-def tls_socket_stream(sock: socket.socket) -> SocketStream:
-    """The stream of a connection that will carry TLS: it reads first, never
-    waits first (see the module docstring)."""
-    return SocketStream(sock, wait_when_drained=False)

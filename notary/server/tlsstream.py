@@ -1,0 +1,172 @@
+"""``TlsStream``: server-side TLS straight on the accepted socket, for the
+HTTPS listeners (issue 21).
+
+``trio.SSLStream`` runs OpenSSL over memory buffers: every record OpenSSL
+reads or writes is copied through a ``MemoryBIO`` and moved by a Trio stream
+underneath, with a retry loop, conflict detectors and a lock per operation.
+That suits any transport; ours is always a TCP socket. Here OpenSSL reads
+and writes the non-blocking socket itself (``ssl.SSLSocket``), and the
+stream only waits when OpenSSL says it would block (``SSLWantReadError``,
+``SSLWantWriteError``): a resumed handshake plus one query costs about a
+third less of the notary's CPU (``bench/RESULTS.md``).
+
+Behaviour, as ``SSLStream(..., https_compatible=True)``:
+
+* ``do_handshake`` runs the server side of the handshake; the caller bounds
+  it in time. ``receive_some`` and ``send_all`` need it done first;
+* a client that closes without ``close_notify`` (most HTTPS clients) ends
+  the stream like a clean close: ``receive_some`` returns ``b""``;
+* ``receive_some`` is always a checkpoint (as ``sockstream.SocketStream``);
+  ``send_all`` only when it must wait for the socket;
+* ``aclose`` sends ``close_notify`` if the socket takes it at once, never
+  waits for the client's, and closes the socket. TLS has no half-close.
+
+Resource handling: the stream owns the socket from construction (it is
+wrapped: the ``socket.socket`` given is detached) and closes it in
+``aclose``. Error handling: a TLS or socket error is
+``trio.BrokenResourceError`` (its cause the ``ssl.SSLError`` or
+``OSError``); use after ``aclose`` is ``trio.ClosedResourceError``. Each
+connection's task is its only sender and receiver (the WebSocket library
+serialises its own sends), so there is no conflict detection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+
+import trio
+from trio.lowlevel import (
+    cancel_shielded_checkpoint,
+    checkpoint,
+    checkpoint_if_cancelled,
+    notify_closing,
+    wait_readable,
+    wait_writable,
+)
+
+from notary.server.sockstream import DEFAULT_RECEIVE_BYTES, tune_tcp_socket
+
+__all__ = ["TlsStream"]
+
+
+class TlsStream(trio.abc.Stream):
+    """See the module docstring."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+        sock.setblocking(False)
+        tune_tcp_socket(sock)
+        #: The TLS socket (``getpeername``, ``version()``, ...).
+        self.socket: ssl.SSLSocket = context.wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True
+        )
+        self._closed = False
+        self._handshaken = False
+
+    @property
+    def session_reused(self) -> bool:
+        """Whether the handshake resumed a session (a ticket or a session id)."""
+        return self.socket.session_reused
+
+    async def do_handshake(self) -> None:
+        """The server side of the handshake (at most once; a checkpoint)."""
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        if self._handshaken:
+            await checkpoint()
+            return
+        sock = self.socket
+        await checkpoint_if_cancelled()
+        while True:
+            try:
+                sock.do_handshake()
+            except ssl.SSLWantReadError:
+                await wait_readable(sock)
+            except ssl.SSLWantWriteError:
+                await wait_writable(sock)
+            except (ssl.SSLError, OSError) as exc:
+                raise trio.BrokenResourceError(exc) from exc
+            else:
+                break
+            if self._closed:
+                raise trio.ClosedResourceError("the stream is closed")
+        self._handshaken = True
+        await cancel_shielded_checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        sock = self.socket
+        size = max_bytes or DEFAULT_RECEIVE_BYTES
+        await checkpoint_if_cancelled()
+        yielded = False
+        while True:
+            try:
+                data = sock.recv(size)
+            except ssl.SSLWantReadError:
+                await wait_readable(sock)
+            except ssl.SSLWantWriteError:  # a TLS 1.3 key update's answer
+                await wait_writable(sock)
+            except (ssl.SSLError, OSError) as exc:
+                raise trio.BrokenResourceError(exc) from exc
+            else:
+                if not yielded:
+                    await cancel_shielded_checkpoint()
+                return data
+            yielded = True
+            if self._closed:
+                raise trio.ClosedResourceError("the stream is closed")
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        sock = self.socket
+        # OpenSSL writes all or nothing (no partial-write mode); after a
+        # would-block it must be called again with the same bytes.
+        with memoryview(data) as remaining:
+            while remaining:
+                try:
+                    sent = sock.send(remaining)
+                except ssl.SSLWantWriteError:
+                    await wait_writable(sock)
+                except ssl.SSLWantReadError:
+                    await wait_readable(sock)
+                except (ssl.SSLError, OSError) as exc:
+                    raise trio.BrokenResourceError(exc) from exc
+                else:
+                    remaining = remaining[sent:]
+                    continue
+                if self._closed:
+                    raise trio.ClosedResourceError("the stream is closed")
+        if not data:
+            await checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        await wait_writable(self.socket)
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose`` was called."""
+        return self._closed
+
+    async def aclose(self) -> None:
+        self.close()
+        await checkpoint()
+
+    def close(self) -> None:
+        """Send ``close_notify`` if the socket takes it at once, and close
+        (what ``aclose`` does, without waiting)."""
+        if not self._closed:
+            self._closed = True
+            sock = self.socket
+            if self._handshaken:
+                # One try: the close_notify goes out if the socket takes it;
+                # the client's answer is not awaited (as browsers and Trio's
+                # https_compatible streams do not).
+                with contextlib.suppress(ssl.SSLError, OSError, ValueError):
+                    sock.unwrap()
+            notify_closing(sock)
+            sock.close()
