@@ -384,6 +384,28 @@ class V2Config:
 
 
 @dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The transparency log of the v2 statements (README "The notary's
+    log"): with ``enabled`` (and v2 served) every statement the notary signs
+    is appended to an append-only Merkle log kept in the store, and served
+    as tiles under ``/v2/log/``."""
+
+    enabled: bool = False
+    #: The checkpoints' origin line and their signature's key name (a
+    #: schema-less URL naming this notary's log, e.g. ``notary.example.org/v2/log``).
+    origin: str = ""
+    #: Pending statements are sequenced, and a checkpoint signed over them,
+    #: at least this often.
+    checkpoint_interval_s: float = 1.0
+    #: What a statement promises: it is in the log within this many seconds
+    #: of its ``signed_at`` (its ``log.merge_by``).
+    max_merge_delay_s: int = 60
+    #: Statements signed but not yet sequenced, at most (beyond: a v2 query
+    #: needing a new statement is answered 503 until the log catches up).
+    max_pending: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
 class WebSocketConfig:
     """The v2 WebSocket (``/v2/ws`` on the API ports, with v2)."""
 
@@ -487,6 +509,7 @@ class Config:
     rescan: RescanConfig = field(default_factory=RescanConfig)
     v2: V2Config = field(default_factory=V2Config)
     websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
@@ -529,6 +552,7 @@ _SECTIONS = {
     "rescan": RescanConfig,
     "v2": V2Config,
     "websocket": WebSocketConfig,
+    "log": LogConfig,
     "node": NodeConfig,
     "admin": AdminConfig,
     "verify": VerifyConfig,
@@ -668,6 +692,7 @@ _POSITIVE = {
         "feed_interval_ms", "feed_max_rows",
     ),
     "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
+    "log": ("checkpoint_interval_s", "max_merge_delay_s", "max_pending"),
     "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),
     "rescan": tuple(
         f.name for f in dataclasses.fields(RescanConfig) if f.name != "enabled"
@@ -700,6 +725,30 @@ def _validate(config: Config) -> None:
     _validate_store_cache_v2(config)
     _validate_relay(config.relay)
     _validate_verify(config)
+    _validate_log(config)
+
+
+#: What a checkpoint origin may hold: printable ASCII without spaces or "+"
+#: (the origin is also the signed-note key name, C2SP signed-note).
+_ORIGIN_RE = re.compile(r"[!-*,-~]{1,200}")
+
+
+def _validate_log(config: Config) -> None:
+    log = config.log
+    if not log.enabled:
+        return
+    if config.v2.key_file is None:
+        raise ConfigError("[log] enabled needs v2 ([v2] key_file): the log holds v2 statements")
+    if not _ORIGIN_RE.fullmatch(log.origin):
+        raise ConfigError(
+            "[log] origin must name the log: 1-200 printable ASCII characters, no space or '+'"
+        )
+    if log.max_merge_delay_s < 2 * log.checkpoint_interval_s:
+        raise ConfigError(
+            "[log] max_merge_delay_s must be at least twice checkpoint_interval_s"
+        )
+    if config.store.backend != "sqlite":
+        raise ConfigError("[log] enabled needs the SQLite store for now (PostgreSQL: planned)")
 
 
 def _validate_verify(config: Config) -> None:

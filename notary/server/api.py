@@ -22,6 +22,7 @@ from notary.model.ratelimit import RateLimited
 from notary.model.targets import Target
 from notary.protocol import bundle, convergence, http, perspectives, v2
 from notary.protocol.http import Request
+from notary.server.logapi import LOG_PREFIX, LogPages
 from notary.server.web import WebPages
 from notary.service.query import Answer, QueryService
 from notary.web.headers import is_cross_site_request
@@ -79,8 +80,11 @@ class ApiHandler:
         v2_max_body_bytes: int = 0,
         web: WebPages | None = None,
         rejected: Counter[tuple[str, int]] | None = None,
+        log: LogPages | None = None,
     ) -> None:
         self._service = service
+        #: The transparency log's pages under ``/v2/log/`` (None: no log).
+        self._log = log
         #: The web pages (None: ``/`` is the plain-text index).
         self._web = web
         self._perspectives = perspectives
@@ -181,6 +185,8 @@ class ApiHandler:
     ) -> Answer:
         if self._v2_key_document is not None and path in (V2_QUERY_PATH, V2_KEY_PATH):
             return await self._v2(request, path, client)
+        if self._log is not None and path.startswith(LOG_PREFIX):
+            return await self._log.answer(request.method, path, query)
         if path == b"/" and self._perspectives and query and request.method == b"GET":
             target = perspectives.parse_query(query)
             if target is not None:

@@ -37,6 +37,7 @@ from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import client_prefix
 from notary.model.targets import Target
 from notary.outbound.dialer import Resolver, system_resolver
+from notary.outbound.logappender import LogAppender
 from notary.outbound.probe import Prober, open_prober
 from notary.outbound.tlsa import resolver_through
 from notary.outbound.writer import Storage, open_storage
@@ -47,6 +48,7 @@ from notary.server.accept import ConnectionCounts, StreamMaker, serve_socket, tr
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Watchdog, serve_http_connection
+from notary.server.logapi import LogPages
 from notary.server.metrics import NotaryMetrics, Timings
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
@@ -565,6 +567,7 @@ class Components:
     stored: StoredTargets
     watch_hub: WatchHub | None  # None: no v2, no watchers
     timings: Timings
+    log: LogAppender | None = None  # the transparency log (None: none kept)
 
 
 def build_components(
@@ -608,6 +611,13 @@ def build_components(
         ) if kind_signer is not None
     }
     stored = StoredTargets(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
+    statement_log = None
+    if config.log.enabled and v2_signer is not None and config.server.db_file is not None:
+        statement_log = LogAppender(
+            config.server.db_file, origin=config.log.origin, signer=v2_signer,
+            interval_s=config.log.checkpoint_interval_s,
+            max_merge_delay_s=config.log.max_merge_delay_s, max_pending=config.log.max_pending,
+        )
     return Components(
         config=config, sockets=sockets, resolver=resolver, clock=clock,
         # A PostgreSQL store is a fleet's: other nodes write it too.
@@ -617,7 +627,8 @@ def build_components(
         relay=make_relay_handler(config, resolver=resolver, notary_name=notary_name, abuse=abuse),
         signers=signers,
         record_signer=RecordSigner(
-            signer, perspectives_signer, v2_signer, config.v2, clock, config.verify.backends
+            signer, perspectives_signer, v2_signer, config.v2, clock, config.verify.backends,
+            log=statement_log,
         ),
         v2_signer=v2_signer, v2_key_document=v2_key_document,
         bundle_path=bundle_path, bundle_bytes=bundle_bytes,
@@ -625,6 +636,7 @@ def build_components(
         stored=stored,
         watch_hub=WatchHub() if v2_signer is not None else None,
         timings=Timings(),
+        log=statement_log,
     )
 
 
@@ -700,7 +712,7 @@ def build_services(
         service, web=web, index_text=index_text(config), bundle_path=c.bundle_path,
         bundle_bytes=c.bundle_bytes, perspectives="perspectives" in c.signers,
         v2_key_document=c.v2_key_document, v2_max_batch=config.v2.max_batch,
-        v2_max_body_bytes=config.api_body_bytes, rejected=api_rejected,
+        v2_max_body_bytes=config.api_body_bytes, rejected=api_rejected, log=LogPages(c.log) if c.log is not None else None,
     )
     websocket = None
     if websocket_counts is not None:
@@ -768,36 +780,52 @@ async def serve(
         clock=c.clock,
         timings=c.timings,
     ) as storage:
-        # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
-        # connections but not the storage block around it, which then exits
-        # normally and so drains the write queue.
-        with trio.CancelScope() as serving:
-            async with open_prober(
-                config.probe,
-                policy=c.policy,
-                resolver=c.resolver,
-                clock=c.clock,
-                admit_destination=lambda address: c.abuse.admit_destination(address, c.clock()),
-                timings=c.timings,
-            ) as prober:
-                scheduler = make_scheduler(
-                    config, prober, store_observed_age(storage, c.clock) if c.shared_store else None
+        # The log's appender outlives the serving: cancelled after it, it
+        # appends what the last answers signed before closing.
+        async with trio.open_nursery() as logging_nursery:
+            if c.log is not None:
+                await logging_nursery.start(c.log.run)
+            await _serve_from(c, config, storage, reload_config, task_status)
+            logging_nursery.cancel_scope.cancel()
+
+
+async def _serve_from(
+    c: Components, config: Config, storage: Storage,
+    reload_config: Callable[[], Config] | None,
+    task_status: trio.TaskStatus[RunningNotary],
+) -> None:
+    """Serve ``c`` on ``storage`` until stopped (``serve``'s body, inside
+    the log's appender)."""
+    # Cancelling ``serving`` (RunningNotary.stop) ends listeners, probes and
+    # connections but not the storage block around it, which then exits
+    # normally and so drains the write queue.
+    with trio.CancelScope() as serving:
+        async with open_prober(
+            config.probe,
+            policy=c.policy,
+            resolver=c.resolver,
+            clock=c.clock,
+            admit_destination=lambda address: c.abuse.admit_destination(address, c.clock()),
+            timings=c.timings,
+        ) as prober:
+            scheduler = make_scheduler(
+                config, prober, store_observed_age(storage, c.clock) if c.shared_store else None
+            )
+            async with Records(
+                cache=c.cache, storage=storage, stored=c.stored, signer=c.record_signer,
+                prober=prober, merge_window_s=config.store.merge_window_s,
+                timeline_limits=config.store.timeline_limits(),
+                max_background=BACKGROUND_REFRESHES_PER_PROBE_SLOT * config.probe.max_concurrent,
+                watch_hub=c.watch_hub,
+                node_prober=make_node_prober(config, storage, prober, c.clock)
+                if c.shared_store else None,
+                dane=make_dane_checker(config, c.clock),
+            ) as records:
+                services = build_services(c, storage, prober, scheduler, records)
+                await _run(
+                    c, services, storage, prober, scheduler, records,
+                    reload_config=reload_config, serving=serving, task_status=task_status,
                 )
-                async with Records(
-                    cache=c.cache, storage=storage, stored=c.stored, signer=c.record_signer,
-                    prober=prober, merge_window_s=config.store.merge_window_s,
-                    timeline_limits=config.store.timeline_limits(),
-                    max_background=BACKGROUND_REFRESHES_PER_PROBE_SLOT * config.probe.max_concurrent,
-                    watch_hub=c.watch_hub,
-                    node_prober=make_node_prober(config, storage, prober, c.clock)
-                    if c.shared_store else None,
-                    dane=make_dane_checker(config, c.clock),
-                ) as records:
-                    services = build_services(c, storage, prober, scheduler, records)
-                    await _run(
-                        c, services, storage, prober, scheduler, records,
-                        reload_config=reload_config, serving=serving, task_status=task_status,
-                    )
 
 
 async def _run(

@@ -36,7 +36,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -90,7 +90,7 @@ class RecordSigner:
     Error handling: a signer's exception propagates (a broken key is a bug
     the first query shows, not something to answer around)."""
 
-    __slots__ = ("_backends", "_clock", "_convergence", "_perspectives", "_v2", "_v2_config")
+    __slots__ = ("_backends", "_clock", "_convergence", "_log", "_perspectives", "_v2", "_v2_config")
 
     def __init__(
         self,
@@ -100,8 +100,11 @@ class RecordSigner:
         v2_config: V2Config,
         clock: Callable[[], float],
         backends: tuple[str, ...] = ("perspective",),
+        log: StatementLog | None = None,
     ) -> None:
         self._convergence = convergence_signer
+        #: The transparency log every v2 statement goes to (None: none kept).
+        self._log = log
         self._perspectives = perspectives_signer
         self._v2 = v2_signer
         self._v2_config = v2_config
@@ -135,14 +138,31 @@ class RecordSigner:
         if "dane" in self._backends:
             backend = deciding_backend(self._backends, dane.outcome if dane else None)
             evidence = verification(backend, dane)
+        signed_at = int(self._clock())
+        statement_log = self._log
         made = v2.statement(
             timeline,
             key_id=signer.key_id,
-            signed_at=int(self._clock()),
+            signed_at=signed_at,
             valid_for_s=self._v2_config.statement_valid_for_s,
             verification=evidence,
+            log=statement_log.promise(signed_at) if statement_log is not None else None,
         )
-        return v2.sign_statement(made, signer.sign)
+        signed = v2.sign_statement(made, signer.sign)
+        if statement_log is not None:
+            statement_log.submit(signed)
+        return signed
+
+
+class StatementLog(Protocol):
+    """Where signed v2 statements go to be logged
+    (``notary.outbound.logappender.LogAppender``)."""
+
+    def promise(self, signed_at: int) -> dict[str, object]:
+        """The ``log`` member of a statement signed at ``signed_at`` (rule S7)."""
+
+    def submit(self, signed: v2.SignedStatement) -> None:
+        """Queue ``signed``; a ``ProtocolError`` (503) when the log is backlogged."""
 
 
 #: Not signed yet (``TargetRecord``'s lazily made answers).

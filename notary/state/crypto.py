@@ -321,9 +321,13 @@ class Ed25519Signer:
         self.signatures_made = 0
 
     def sign(self, data: bytes) -> str:
+        return base64.b64encode(self.sign_raw(data)).decode("ascii")
+
+    def sign_raw(self, data: bytes) -> bytes:
+        """The 64-byte signature itself (the log's signed notes)."""
         signature = self._key.sign(data)
         self.signatures_made += 1
-        return base64.b64encode(signature).decode("ascii")
+        return signature
 
 
 def verify_ed25519(public_key: object, data: bytes, signature_b64: str) -> bool:

@@ -62,17 +62,26 @@ from notary.protocol.v2.keys import (
     publish_key,
     trusted_keys,
 )
+from notary.protocol.v2.logproof import (
+    LoggedStatement,
+    inclusion_item,
+    verify_checkpoint,
+    verify_logged,
+)
 from notary.protocol.v2.parsing import (
     MAX_ADDRESSES,
     MAX_ANSWER_BYTES,
     MAX_ANSWER_RESULTS,
     ParsedAnswer,
     ParsedDane,
+    ParsedInclusion,
+    ParsedLogPromise,
     ParsedResult,
     ParsedStatement,
     ParsedVerification,
     StatementObservation,
     parse_answer_document,
+    parse_statement_entry,
 )
 from notary.protocol.v2.requests import (
     MAX_NONCE_CHARS,
@@ -81,7 +90,10 @@ from notary.protocol.v2.requests import (
     parse_query_request,
 )
 from notary.protocol.v2.statements import (
+    LogSlot,
     SignedStatement,
+    answer_item,
+    log_promise,
     sign_statement,
     statement,
     statement_bytes,
@@ -125,8 +137,12 @@ __all__ = [
     "VERDICT_REFUSED",
     "VERDICT_UNKNOWN",
     "VERDICT_UNREACHABLE",
+    "LogSlot",
+    "LoggedStatement",
     "ParsedAnswer",
     "ParsedDane",
+    "ParsedInclusion",
+    "ParsedLogPromise",
     "ParsedResult",
     "ParsedStatement",
     "ParsedVerification",
@@ -140,14 +156,18 @@ __all__ = [
     "VerifiedResult",
     "answer_bytes",
     "answer_document",
+    "answer_item",
     "canonical_json",
     "decide",
     "envelope",
+    "inclusion_item",
     "key_document",
     "key_id_of",
+    "log_promise",
     "parse_answer_document",
     "parse_key_document",
     "parse_query_request",
+    "parse_statement_entry",
     "publish_key",
     "sign_statement",
     "statement",
@@ -156,6 +176,8 @@ __all__ = [
     "trusted_keys",
     "verdict_of",
     "verify_answer",
+    "verify_checkpoint",
+    "verify_logged",
     "verify_statement",
 ]
 

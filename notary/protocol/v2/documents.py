@@ -16,7 +16,7 @@ from notary.protocol.v2.constants import (
     VERDICT_MISMATCH,
     VERDICTS,
 )
-from notary.protocol.v2.statements import SignedStatement
+from notary.protocol.v2.statements import SignedStatement, answer_item
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,7 @@ def answer_document(
     for signed in statements:
         if signed.signature not in seen:
             seen.add(signed.signature)
-            entries.append(signed.entry)
+            entries.append(answer_item(signed))
     return b'{"answer":%s,"signature":"%s","statements":[%s]}' % (
         envelope_bytes,
         envelope_signature.encode("ascii"),

@@ -5,6 +5,7 @@ verifying it (docs/v2.md, "Parsing an answer"), a statement's
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,8 +50,16 @@ _STATEMENT_KEYS = frozenset(
 _OBSERVATION_KEYS = frozenset(
     {"sha256", "spki_sha256", "sha1", "first_seen", "last_seen", "addresses"}
 )
-#: A statement may also carry ``verification`` (rule S6).
-_VERIFYING_STATEMENT_KEYS = _STATEMENT_KEYS | {"verification"}
+#: A statement may also carry ``verification`` (rule S6) and ``log`` (S7).
+_OPTIONAL_STATEMENT_KEYS = frozenset({"verification", "log"})
+_LOG_PROMISE_KEYS = frozenset({"origin", "merge_by"})
+#: An entry may also carry its ``inclusion`` in the notary's log (rule S7).
+_LOGGED_ENTRY_KEYS = _STATEMENT_ENTRY_KEYS | {"inclusion"}
+_INCLUSION_KEYS = frozenset({"checkpoint", "index", "proof"})
+#: Hashes in an inclusion proof, at most (a tree of 2**63 leaves needs 63).
+MAX_PROOF_HASHES = 63
+#: A checkpoint's signed note, at most (C2SP signed-note's own bound).
+MAX_CHECKPOINT_CHARS = 8192
 _VERIFICATION_KEYS = frozenset({"backend", "dane"})
 _DANE_KEYS = frozenset({"outcome", "dnssec", "checked_at", "sha256", "tlsa", "matched"})
 #: The DNSSEC status each DANE outcome comes from (``notary.model.dane.verdict``).
@@ -123,6 +132,31 @@ class ParsedStatement:
     signature: str
     signed_bytes: bytes
     verification: ParsedVerification | None = None
+    #: The log's promise (rule S7; None: the notary keeps no log).
+    log: ParsedLogPromise | None = None
+    #: The proof that the log has the statement (None: not yet, or no log).
+    inclusion: ParsedInclusion | None = None
+    #: The statement's log entry: its answer-document entry as signed,
+    #: ``{"signature":...,"statement":...}`` in canonical form.
+    entry_bytes: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedLogPromise:
+    """A statement's ``log`` member: in the log ``origin`` by ``merge_by``."""
+
+    origin: str
+    merge_by: int
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedInclusion:
+    """An entry's ``inclusion``: its index, the RFC 9162 proof, and the
+    signed checkpoint (note text) the proof leads to, none verified yet."""
+
+    checkpoint: str
+    index: int
+    proof: tuple[bytes, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,12 +231,15 @@ def parse_statement_entry(index: int, entry: object) -> ParsedStatement:
     ..., "statement": {...}}``), not verified; ``ProtocolError`` 502 when
     malformed."""
     where = f"statements[{index}]"
-    entry = _object(entry, _STATEMENT_ENTRY_KEYS, where)
+    logged = isinstance(entry, dict) and "inclusion" in entry
+    entry = _object(entry, _LOGGED_ENTRY_KEYS if logged else _STATEMENT_ENTRY_KEYS, where)
     signature = _signature_field(entry, "signature", where)
+    inclusion = _parse_inclusion(f"{where}.inclusion", entry["inclusion"]) if logged else None
+    entry_where = where
     where += ".statement"
     body = entry["statement"]
-    if isinstance(body, dict) and "verification" in body:
-        body = _object(body, _VERIFYING_STATEMENT_KEYS, where)
+    if isinstance(body, dict):
+        body = _object(body, _STATEMENT_KEYS | (body.keys() & _OPTIONAL_STATEMENT_KEYS), where)
     else:
         body = _object(body, _STATEMENT_KEYS, where)
     if body["type"] != STATEMENT_TYPE:
@@ -230,7 +267,50 @@ def parse_statement_entry(index: int, entry: object) -> ParsedStatement:
             if "verification" in body else None
         ),
         signed_bytes=_signed_bytes(body, where),
+        log=_parse_log_promise(f"{where}.log", body["log"]) if "log" in body else None,
+        inclusion=inclusion,
+        entry_bytes=_signed_bytes(
+            {"signature": signature, "statement": body}, entry_where
+        ),
     )
+
+
+def _parse_log_promise(where: str, value: object) -> ParsedLogPromise:
+    promise = _object(value, _LOG_PROMISE_KEYS, where)
+    return ParsedLogPromise(
+        origin=_str_field(promise, "origin", where),
+        merge_by=_int_field(promise, "merge_by", where),
+    )
+
+
+def _parse_inclusion(where: str, value: object) -> ParsedInclusion:
+    inclusion = _object(value, _INCLUSION_KEYS, where)
+    checkpoint = _str_field(inclusion, "checkpoint", where)
+    if len(checkpoint) > MAX_CHECKPOINT_CHARS:
+        raise _bad_answer(f"{where}.checkpoint is too long")
+    index = _int_field(inclusion, "index", where)
+    if index < 0:
+        raise _bad_answer(f"{where}.index must not be negative")
+    nodes = inclusion["proof"]
+    if not isinstance(nodes, list) or len(nodes) > MAX_PROOF_HASHES:
+        raise _bad_answer(f"{where}.proof must be an array of at most {MAX_PROOF_HASHES} hashes")
+    proof = []
+    for node in nodes:
+        decoded = _base64_hash(node)
+        if decoded is None:
+            raise _bad_answer(f"{where}.proof holds something other than base64 SHA-256 hashes")
+        proof.append(decoded)
+    return ParsedInclusion(checkpoint, index, tuple(proof))
+
+
+def _base64_hash(value: object) -> bytes | None:
+    if not isinstance(value, str) or len(value) != 44:
+        return None
+    try:
+        decoded = base64.b64decode(value, validate=True)
+    except ValueError:
+        return None
+    return decoded if len(decoded) == 32 else None
 
 
 def _parse_result(index: int, row: object) -> ParsedResult:

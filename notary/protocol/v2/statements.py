@@ -15,10 +15,13 @@ from notary.protocol.v2.constants import BASE64_RE, MAX_STATEMENT_OBSERVATIONS, 
 def statement(
     timeline: Timeline, *, key_id: str, signed_at: int, valid_for_s: int,
     verification: Mapping[str, Any] | None = None,
+    log: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The statement of ``timeline`` (rule S1), to sign with :func:`sign_statement`;
     ``verification`` (rule S6, ``notary.protocol.v2.evidence``) says which
-    backend vouched, on notaries that run DANE (None: left out).
+    backend vouched, on notaries that run DANE (None: left out); ``log``
+    (rule S7, ``log_promise``) promises the statement's inclusion in the
+    notary's log, on notaries that keep one (None: left out).
 
     Raises ``ValueError`` for a negative ``valid_for_s``.
     """
@@ -44,7 +47,27 @@ def statement(
     }
     if verification is not None:
         made["verification"] = dict(verification)
+    if log is not None:
+        made["log"] = dict(log)
     return made
+
+
+def log_promise(origin: str, *, signed_at: int, max_merge_delay_s: int) -> dict[str, Any]:
+    """A statement's ``log`` member (rule S7): it will be in the log named
+    ``origin`` by ``merge_by``. The statement's signature is the promise."""
+    return {"origin": origin, "merge_by": signed_at + max_merge_delay_s}
+
+
+class LogSlot:
+    """Where a logged statement's inclusion arrives once the log has
+    sequenced it: ``item``, the statement's entry of the answer document with
+    its ``inclusion`` (rule S7); None until then (the statement's promise
+    stands). Written by the log's appender, read by the answers."""
+
+    __slots__ = ("item",)
+
+    def __init__(self) -> None:
+        self.item: bytes | None = None
 
 
 def statement_bytes(statement: Mapping[str, Any]) -> bytes:
@@ -66,6 +89,8 @@ class SignedStatement:
     statement: bytes
     signature: str
     entry: bytes = field(init=False, repr=False, compare=False)
+    #: A logged statement's slot (rule S7); None: the notary keeps no log.
+    log: LogSlot | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.signature, str) or not BASE64_RE.fullmatch(self.signature):
@@ -78,14 +103,25 @@ class SignedStatement:
 
 
 def sign_statement(statement: Mapping[str, Any], sign: Callable[[bytes], str]) -> SignedStatement:
-    """Encode ``statement`` and sign it once with ``sign`` (bytes -> base64)."""
+    """Encode ``statement`` and sign it once with ``sign`` (bytes -> base64);
+    a statement with a ``log`` promise gets its ``LogSlot``."""
     data = statement_bytes(statement)
     return SignedStatement(
         target=statement["target"],
         valid_until=statement["valid_until"],
         statement=data,
         signature=sign(data),
+        log=LogSlot() if "log" in statement else None,
     )
+
+
+def answer_item(signed: SignedStatement) -> bytes:
+    """The statement's entry in an answer document: with its inclusion
+    proof once the log has it (rule S7), else as signed."""
+    slot = signed.log
+    if slot is not None and slot.item is not None:
+        return slot.item
+    return signed.entry
 
 
 def statement_due(signed: SignedStatement, *, now: int, renew_before_s: int) -> bool:

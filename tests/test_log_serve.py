@@ -1,0 +1,287 @@
+"""The notary's transparency log served end to end (issue 22): v2 statements
+carry the log's promise, then their inclusion proof; the log is served as
+C2SP tiles under /v2/log/, and what the tiles hold is checked here with an
+implementation of RFC 9162 and of C2SP signed-note written in this file
+from the specifications (not the project's functions)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from notary.protocol import tlog, v2
+from tests.support.notaries import NotaryUnderTest, open_v2_notary, send_raw
+from tests.support.tls_targets import open_tls_target
+
+SITE, OTHER = "www.example.test", "other.example.test"
+ORIGIN = "notary.test/v2/log"
+LOG = {"enabled": True, "origin": ORIGIN, "checkpoint_interval_s": 0.1, "max_merge_delay_s": 30}
+
+
+# -- RFC 9162 and C2SP, from the texts -------------------------------------------
+
+
+def rfc_leaf(entry: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + entry).digest()
+
+
+def rfc_mth(leaves: list[bytes]) -> bytes:
+    """RFC 9162 2.1.1: MTH over the leaf hashes (naive recursion)."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1
+    while k * 2 < len(leaves):
+        k *= 2
+    return hashlib.sha256(b"\x01" + rfc_mth(leaves[:k]) + rfc_mth(leaves[k:])).digest()
+
+
+def rfc_path(m: int, leaves: list[bytes]) -> list[bytes]:
+    """RFC 9162 2.1.3.1: PATH(m, D[n])."""
+    if len(leaves) == 1:
+        return []
+    k = 1
+    while k * 2 < len(leaves):
+        k *= 2
+    if m < k:
+        return [*rfc_path(m, leaves[:k]), rfc_mth(leaves[k:])]
+    return [*rfc_path(m - k, leaves[k:]), rfc_mth(leaves[:k])]
+
+
+def open_checkpoint(note: str, public_raw: bytes) -> tuple[str, int, bytes]:
+    """C2SP signed-note and tlog-checkpoint: (origin, size, root) of a note
+    signed by ``public_raw`` under the key name ORIGIN."""
+    text, _, signatures = note.partition("\n\n")
+    text += "\n"
+    key_id = hashlib.sha256(ORIGIN.encode() + b"\n\x01" + public_raw).digest()[:4]
+    verified = False
+    for line in signatures.splitlines():
+        dash, name, blob = line.split(" ")
+        assert dash == "\u2014"
+        raw = base64.b64decode(blob)
+        if name == ORIGIN and raw[:4] == key_id:
+            ed25519.Ed25519PublicKey.from_public_bytes(public_raw).verify(raw[4:], text.encode())
+            verified = True
+    assert verified
+    origin, size, root = text.splitlines()[:3]
+    return origin, int(size), base64.b64decode(root)
+
+
+# -- helpers --------------------------------------------------------------------
+
+
+async def query(notary: NotaryUnderTest, *targets: tuple[str, int]) -> bytes:
+    body = json.dumps({"targets": [{"host": h, "port": p} for h, p in targets]}).encode()
+    answer = await send_raw(notary.port, (
+        f"POST /v2/query HTTP/1.0\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body)
+    assert answer.status == 200, answer.body
+    return answer.body
+
+
+async def get(notary: NotaryUnderTest, path: str) -> tuple[int, bytes]:
+    answer = await send_raw(notary.port, f"GET {path} HTTP/1.0\r\n\r\n".encode())
+    return answer.status, answer.body
+
+
+def public_raw(notary: NotaryUnderTest) -> bytes:
+    signer = notary.running.signers["v2"]
+    return signer.public_raw  # type: ignore[attr-defined, no-any-return]
+
+
+async def logged_statement(notary: NotaryUnderTest, *target: tuple[str, int]) -> v2.ParsedStatement:
+    """The statement of ``target`` once the log has sequenced it."""
+    with trio.fail_after(10):
+        while True:
+            (statement,) = v2.parse_answer_document(await query(notary, *target)).statements
+            if statement.inclusion is not None:
+                return statement
+            await trio.sleep(0.05)
+
+
+async def all_entries(notary: NotaryUnderTest, size: int) -> list[bytes]:
+    entries: list[bytes] = []
+    for index in range(0, size, 256):
+        width = min(256, size - index)
+        path = tlog.entries_path(index // 256, width)
+        status, body = await get(notary, f"/v2/log/{path}")
+        assert status == 200
+        data = body
+        while data:  # C2SP tlog-tiles: a big-endian uint16 length, then the entry
+            length = int.from_bytes(data[:2], "big")
+            entries.append(data[2:2 + length])
+            data = data[2 + length:]
+    return entries
+
+
+# -- tests ----------------------------------------------------------------------
+
+
+async def test_statements_are_promised_then_proven_in_the_served_log(tmp_path: Path) -> None:
+    async with open_tls_target(names=[SITE, OTHER]) as site:
+        names = {SITE: [site.host], OTHER: [site.host]}
+        async with open_v2_notary(tmp_path, names, log=LOG) as notary:
+            key = public_raw(notary)
+            now = int(notary.clock())
+            # First answer: signed now, promised, not yet in the log.
+            (first,) = v2.parse_answer_document(await query(notary, (SITE, site.port))).statements
+            assert first.log == v2.ParsedLogPromise(ORIGIN, first.signed_at + 30)
+            assert first.inclusion is None
+            assert v2.verify_logged(first, key, now=now) == v2.LoggedStatement(None, None, None)
+            # Its promise, once merge_by passed without a proof, is broken.
+            with pytest.raises(v2.VerificationError, match="promise is broken"):
+                v2.verify_logged(first, key, now=first.signed_at + 31)
+
+            statement = await logged_statement(notary, (SITE, site.port))
+            assert statement.signature == first.signature  # the same statement, now proven
+            logged = v2.verify_logged(statement, key, now=now)
+            assert logged is not None and logged.checkpoint is not None
+            assert statement.inclusion is not None
+
+            # The served checkpoint, read with the specifications alone.
+            other = await logged_statement(notary, (OTHER, site.port))
+            status, note = await get(notary, "/v2/log/checkpoint")
+            assert status == 200
+            origin, size, root = open_checkpoint(note.decode(), key)
+            assert origin == ORIGIN and size >= 2
+            # Every entry, from the entry bundles; the root recomputed.
+            entries = await all_entries(notary, size)
+            assert len(entries) == size
+            leaves = [rfc_leaf(entry) for entry in entries]
+            assert rfc_mth(leaves) == root
+            assert statement.entry_bytes in entries and other.entry_bytes in entries
+            # The answer's proof is RFC 9162's PATH in the tree of its checkpoint.
+            inclusion = statement.inclusion
+            _, proven_size, proven_root = open_checkpoint(inclusion.checkpoint, key)
+            assert entries[inclusion.index] == statement.entry_bytes
+            assert list(inclusion.proof) == rfc_path(inclusion.index, leaves[:proven_size])
+            assert rfc_mth(leaves[:proven_size]) == proven_root
+            # Each entry is a statement the notary signed.
+            for entry in entries:
+                parsed = v2.parse_statement_entry(0, json.loads(entry))
+                assert parsed.entry_bytes == entry
+                ed25519.Ed25519PublicKey.from_public_bytes(key).verify(
+                    base64.b64decode(parsed.signature), parsed.signed_bytes
+                )
+            # The level-0 tile holds the leaf hashes.
+            status, tile = await get(notary, f"/v2/log/{tlog.tile_path(0, 0, size)}")
+            assert status == 200 and tile == b"".join(leaves)
+            # A consistency proof from the first proven size to now verifies.
+            status, body = await get(
+                notary, f"/v2/log/proof/consistency?old={proven_size}&new={size}"
+            )
+            assert status == 200
+            proof = [base64.b64decode(line) for line in body.split()]
+            tlog.verify_consistency(proven_size, size, proven_root, root, proof)
+
+
+async def test_a_tampered_inclusion_or_checkpoint_is_caught(tmp_path: Path) -> None:
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        key = public_raw(notary)
+        now = int(notary.clock())
+        body = await query(notary, (SITE, site.port))
+        statement = await logged_statement(notary, (SITE, site.port))
+        assert statement.inclusion is not None
+        inclusion = statement.inclusion
+        # A bad proof (another index), a checkpoint signed by another key,
+        # and a checkpoint of another log each fail.
+        wrong_index = v2.ParsedInclusion(inclusion.checkpoint, inclusion.index + 1, inclusion.proof)
+        stranger = ed25519.Ed25519PrivateKey.generate()
+        stranger_raw = stranger.public_key().public_bytes_raw()
+        text = inclusion.checkpoint.partition("\n\n")[0] + "\n"
+        forged = tlog.sign_note(text, ORIGIN, stranger.sign, stranger_raw)
+        elsewhere = tlog.sign_note(
+            text.replace(ORIGIN, "elsewhere.test/log", 1), ORIGIN, stranger.sign, stranger_raw
+        )
+        for bad, message in (
+            (wrong_index, "inclusion proof fails"),
+            (v2.ParsedInclusion(forged, inclusion.index, inclusion.proof), "bad checkpoint"),
+        ):
+            with pytest.raises(v2.VerificationError, match=message):
+                v2.verify_logged(_with(statement, bad), key, now=now)
+        with pytest.raises(v2.VerificationError, match="another log"):
+            v2.verify_logged(
+                _with(statement, v2.ParsedInclusion(elsewhere, inclusion.index, inclusion.proof)),
+                stranger_raw, now=now,
+            )
+        # The first answer's bytes, altered on the wire: the entry's proof
+        # no longer covers the statement.
+        assert b'"inclusion"' not in body
+
+
+def _with(statement: v2.ParsedStatement, inclusion: v2.ParsedInclusion) -> v2.ParsedStatement:
+    from dataclasses import replace
+
+    return replace(statement, inclusion=inclusion)
+
+
+async def test_bad_log_requests_get_clear_errors(tmp_path: Path) -> None:
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        assert (await get(notary, "/v2/log/checkpoint"))[0] == 404  # nothing logged yet
+        await logged_statement(notary, (SITE, site.port))
+        for path, status in (
+            ("/v2/log/tile/0/000", 404),  # a full tile the tree does not have
+            ("/v2/log/tile/0/0000.p/1", 404),  # not canonical
+            ("/v2/log/tile/0/000.p/0", 404),
+            ("/v2/log/tile/0/000.p/200", 404),  # wider than the tree
+            ("/v2/log/tile/entries/001.p/1", 404),
+            ("/v2/log/tile/99/000.p/1", 404),
+            ("/v2/log/nothing", 404),
+            ("/v2/log/proof/consistency?old=2&new=1", 400),
+            ("/v2/log/proof/consistency?old=a&new=1", 400),
+            ("/v2/log/proof/consistency?old=1", 400),
+            ("/v2/log/proof/consistency?old=1&new=99999", 404),
+            ("/v2/log/proof/consistency?" + "old=1&" * 40, 414),
+        ):
+            got, body = await get(notary, path)
+            assert got == status, (path, got, body)
+            assert body.endswith(b"\n") and b"Traceback" not in body
+        answer = await send_raw(notary.port, b"POST /v2/log/checkpoint HTTP/1.0\r\n\r\n")
+        assert answer.status == 405
+        assert (await get(notary, "/v2/log/tile/0/000.p/1"))[0] == 200
+
+
+def test_a_full_log_queue_refuses_new_statements_with_503(tmp_path: Path) -> None:
+    from notary.outbound.logappender import LogAppender, LogBacklogged
+    from notary.state import crypto
+
+    signer = crypto.Ed25519Signer(crypto.generate_ed25519_key())
+    appender = LogAppender(
+        tmp_path / "db", origin=ORIGIN, signer=signer, interval_s=1.0,
+        max_merge_delay_s=30, max_pending=2,
+    )
+    assert appender.promise(1000) == {"origin": ORIGIN, "merge_by": 1030}
+
+    def signed(n: int) -> v2.SignedStatement:
+        made = {"type": v2.STATEMENT_TYPE, "target": f"h{n}.test:443", "signed_at": 1000,
+                "valid_until": 2000, "log": appender.promise(1000)}
+        return v2.sign_statement(made, signer.sign)
+
+    appender.submit(signed(1))
+    appender.submit(signed(2))
+    with pytest.raises(LogBacklogged) as refused:
+        appender.submit(signed(3))
+    assert refused.value.status == 503 and "log" in refused.value.message
+    assert appender.pending == 2
+
+
+@pytest.mark.parametrize(("note", "origin", "key"), [
+    ("not a note", ORIGIN, bytes(32)),
+    ("x\n\n\u2014 a b\n", "bad origin", bytes(32)),  # a name no key can have
+    ("x\n\n\u2014 a b\n", ORIGIN, bytes(31)),  # not an Ed25519 key
+])
+def test_a_bad_checkpoint_is_a_verification_error(note: str, origin: str, key: bytes) -> None:
+    with pytest.raises(v2.VerificationError, match="bad checkpoint"):
+        v2.verify_checkpoint(note, origin, key)
