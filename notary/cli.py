@@ -424,6 +424,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from notary.client import check as client
+    from notary.client.checkpoints import CheckpointBook, default_checkpoint_dir
 
     _check_timeout(args.timeout)
     target = parse_site(args.site)
@@ -446,6 +447,7 @@ def _check(args: argparse.Namespace) -> int:
         target, bundles, fingerprint=fingerprint, quorum=args.quorum,
         threshold=Threshold(args.threshold), strict=args.strict, relay=relay,
         timeout_s=args.timeout, use_v2=args.v2,
+        checkpoints=CheckpointBook(default_checkpoint_dir()) if args.v2 else None,
     ))
     now = time.time()
     print(report_json(report) if args.json else report_table(report, now))

@@ -40,6 +40,7 @@ certificate cannot be fetched; every failure of a notary becomes its
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -56,11 +57,12 @@ import trio
 import trio_websocket
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from notary.client.checkpoints import CheckpointBook
 from notary.errors import NotaryError, PeerError, ProbeError, ProtocolError, UsageError
 from notary.model.policy import ANY_ADDRESS
 from notary.model.targets import Target, format_convergence_target, normalise_host
 from notary.outbound.dialer import Resolver, dial, dial_first, system_resolver
-from notary.protocol import convergence, strictjson, v2
+from notary.protocol import convergence, strictjson, tlog, v2
 from notary.protocol.bundle import BUNDLE_SUFFIX, Bundle, BundleHost, parse_bundle
 from notary.protocol.http import Response, parse_response
 from notary.protocol.relay import DESTINATION_HEADER, RELAY_PORT
@@ -84,6 +86,8 @@ DEFAULT_QUORUM = 3
 DEFAULT_TIMEOUT_S = 10.0
 #: The largest answer read from a notary or relay.
 MAX_RESPONSE_BYTES = 1024 * 1024
+#: Hashes in a consistency proof, at most (two per level of a 2**63-leaf tree).
+MAX_PROOF_HASHES = 128
 #: The longest ``detail`` of a notary's row (a reason, on one line).
 MAX_DETAIL_CHARS = 160
 
@@ -232,9 +236,13 @@ async def check(
     resolver: Resolver = system_resolver,
     rng: random.Random | None = None,
     use_v2: bool = False,
+    checkpoints: CheckpointBook | None = None,
 ) -> CheckReport:
     """Ask up to ``quorum`` of ``bundles`` about ``target`` and vote; with
-    ``use_v2``, through the signed v2 API (Ed25519, nonce, freshness)."""
+    ``use_v2``, through the signed v2 API (Ed25519, nonce, freshness), the
+    statements' log inclusion checked (docs/v2.md, rule S7) and, with
+    ``checkpoints``, each notary's log held consistent with the checkpoint
+    it showed before (``notary.client.checkpoints``)."""
     if not bundles:
         raise UsageError("no notaries: give --notary FILE.notary or fetch bundles first")
     if fingerprint is None:
@@ -249,7 +257,9 @@ async def check(
         via = through.name if through else None
         try:
             with trio.fail_after(timeout_s):
-                answer = await _ask(bundle, target, fingerprint, through, resolver, use_v2)
+                answer = await _ask(
+                    bundle, target, fingerprint, through, resolver, use_v2, checkpoints
+                )
         except trio.TooSlowError:
             answer = NotaryAnswer(
                 bundle.name, Verdict.CONNECTIVITY_FAILURE, detail="timed out", via=via
@@ -316,11 +326,12 @@ async def _ask(
     relay: Bundle | None,
     resolver: Resolver,
     use_v2: bool = False,
+    checkpoints: CheckpointBook | None = None,
 ) -> NotaryAnswer:
     via = relay.name if relay is not None else None
     try:
         if use_v2:
-            return await _ask_v2(bundle, target, fingerprint, relay, resolver)
+            return await _ask_v2(bundle, target, fingerprint, relay, resolver, checkpoints)
         form = f"fingerprint={convergence.format_fingerprint(fingerprint)}"
         response, host = await _exchange(bundle, relay, resolver, lambda host: _http_request(
             "POST", f"/target/{format_convergence_target(target)}", host,
@@ -448,10 +459,12 @@ async def _v2_keys(
 
 
 async def _ask_v2(
-    bundle: Bundle, target: Target, fingerprint: bytes, relay: Bundle | None, resolver: Resolver
+    bundle: Bundle, target: Target, fingerprint: bytes, relay: Bundle | None, resolver: Resolver,
+    checkpoints: CheckpointBook | None = None,
 ) -> NotaryAnswer:
     """The v2 API: the notary's keys over the pinned connection, then a
-    signed, nonce-bound answer, verified (signatures, freshness, nonce)."""
+    signed, nonce-bound answer, verified (signatures, freshness, nonce, the
+    statement's log inclusion and the log's consistency)."""
     via = relay.name if relay is not None else None
     keys, host = await _v2_keys(bundle, relay, resolver)
     nonce = secrets.token_hex(16)
@@ -470,14 +483,21 @@ async def _ask_v2(
         )
     query = v2.TargetQuery(target, sha1=fingerprint)
     try:
+        parsed = v2.parse_answer_document(response.body)
         (result,) = v2.verify_answer(
-            v2.parse_answer_document(response.body), keys, nonce=nonce, now=int(time.time()),
-            queries=[query],
+            parsed, keys, nonce=nonce, now=int(time.time()), queries=[query],
         )
     except PeerError as exc:
         return NotaryAnswer(
             bundle.name, Verdict.FAILURE, host=host.host, status=200,
             detail=f"bad signed answer: {exc}", via=via,
+        )
+    try:
+        log_words = await _check_log(one_host, relay, resolver, parsed, keys, checkpoints)
+    except _LogFailed as failed:
+        return NotaryAnswer(
+            bundle.name, failed.verdict, host=host.host, status=200,
+            detail=f"log: {failed.detail}", via=via,
         )
     matching = [o for o in result.observations if o.sha1 == fingerprint]
     words = [] if result.verdict == v2.VERDICT_MATCH else [result.verdict]
@@ -488,6 +508,8 @@ async def _ask_v2(
         words.append(backend_text(
             verification, now=int(time.time()), asked=[o.sha256 for o in matching]
         ))
+    if log_words:
+        words.append(log_words)
     return NotaryAnswer(
         bundle.name, _V2_VERDICTS[result.verdict], host=host.host, status=200,
         detail="; ".join(words), via=via,
@@ -495,6 +517,111 @@ async def _ask_v2(
         seen_since=min((o.first_seen for o in matching), default=None),
         backend=backend,
     )
+
+
+class _LogFailed(Exception):
+    """A notary's log did not hold: its answer is that notary's failure."""
+
+    def __init__(self, detail: str, verdict: Verdict = Verdict.FAILURE) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.verdict = verdict
+
+
+async def _check_log(
+    bundle: Bundle, relay: Bundle | None, resolver: Resolver, parsed: v2.ParsedAnswer,
+    keys: dict[str, Ed25519PublicKey], checkpoints: CheckpointBook | None,
+) -> str | None:
+    """Check the log member of the (verified) answer's statement: its
+    inclusion proof or its promise (rule S7) and, with ``checkpoints``,
+    the consistency of the notary's log with the checkpoint it showed this
+    client before. Returns the words for the notary's row (None: the
+    notary keeps no log). ``_LogFailed`` when the log does not hold."""
+    wanted = parsed.results[0].statement_signature if parsed.results else None
+    statement = next((s for s in parsed.statements if s.signature == wanted), None)
+    if statement is None or statement.log is None:
+        return None
+    public_raw = keys[statement.key_id].public_bytes_raw()
+    try:
+        logged = v2.verify_logged(statement, public_raw, now=int(time.time()))
+    except v2.VerificationError as exc:
+        raise _LogFailed(str(exc)) from None
+    assert logged is not None
+    if logged.checkpoint is None or logged.note is None:
+        return f"log: promised by {statement.log.merge_by}"
+    words = f"logged at {logged.index} of {logged.checkpoint.size}"
+    if checkpoints is None:
+        return words
+    origin = statement.log.origin
+    stored = checkpoints.last(origin, public_raw)
+    if stored is None:
+        checkpoints.remember(origin, public_raw, logged.note)
+        return words
+    seen, shown = stored.checkpoint, logged.checkpoint
+    older, newer = (stored.note, logged.note) if seen.size <= shown.size else (
+        logged.note, stored.note
+    )
+    small, large = (seen, shown) if seen.size <= shown.size else (shown, seen)
+    if small.size == large.size:
+        consistent = small.root == large.root
+    else:
+        proof = await _consistency_proof(bundle, relay, resolver, small.size, large.size)
+        if proof is None:  # it signed a larger log than it now has
+            evidence = checkpoints.keep_evidence(origin, public_raw, older, newer)
+            raise _LogFailed(
+                f"truncated: it signed a log of size {large.size}, now has fewer entries "
+                f"(both checkpoints kept in {evidence})"
+            )
+        try:
+            tlog.verify_consistency(small.size, large.size, small.root, large.root, proof)
+            consistent = True
+        except tlog.ProofError:
+            consistent = False
+    if not consistent:
+        evidence = checkpoints.keep_evidence(origin, public_raw, older, newer)
+        raise _LogFailed(
+            f"equivocating: checkpoints of sizes {small.size} and {large.size} that no "
+            f"consistency proof reconciles (both kept in {evidence})"
+        )
+    if shown.size > seen.size:
+        checkpoints.remember(origin, public_raw, logged.note)
+    return words + f", consistent with size {seen.size} seen before"
+
+
+async def _consistency_proof(
+    bundle: Bundle, relay: Bundle | None, resolver: Resolver, old_size: int, new_size: int
+) -> list[bytes] | None:
+    """RFC 9162's consistency proof between two sizes of the notary's log,
+    from ``/v2/log/proof/consistency``; None when the notary answers that
+    its log is not ``new_size`` large (404). ``_LogFailed`` (a connectivity
+    failure) when it cannot be had; a malformed proof is a failure."""
+    path = f"/v2/log/proof/consistency?old={old_size}&new={new_size}"
+    try:
+        response, _ = await _exchange(bundle, relay, resolver, lambda h: _http_request(
+            "GET", path, h
+        ))
+    except _NotaryFailed as failed:
+        raise _LogFailed(
+            f"no consistency proof ({failed.detail})", Verdict.CONNECTIVITY_FAILURE
+        ) from None
+    if response.status == 404:
+        return None
+    if response.status != 200:
+        raise _LogFailed(
+            f"no consistency proof (HTTP {response.status})", Verdict.CONNECTIVITY_FAILURE
+        )
+    proof = []
+    for line in response.body.split(b"\n"):
+        if not line:
+            continue
+        try:
+            node = base64.b64decode(line, validate=True)
+        except ValueError:
+            node = b""
+        if len(node) != tlog.HASH_SIZE or len(proof) >= MAX_PROOF_HASHES:
+            raise _LogFailed("a malformed consistency proof")
+        proof.append(node)
+    return proof
 
 
 #: How a DANE outcome reads in a row (the match has its own wording).

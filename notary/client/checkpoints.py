@@ -1,0 +1,106 @@
+"""The client's memory of each notary's log: the largest signed checkpoint
+it has verified from it, and the evidence when a notary equivocates.
+
+`notary check --v2` keeps, per notary (its v2 key and its log's origin),
+the newest checkpoint it verified (``<directory>/<name>.checkpoint``, the
+signed note as served). A checkpoint seen later must be consistent with
+it: the same root at the same size, or an RFC 9162 consistency proof
+between the smaller and the larger tree. A notary that cannot prove it
+has shown this client two histories: both signed checkpoints are kept
+(``<name>.equivocation-<unix time>/``, ``older.checkpoint`` and
+``newer.checkpoint``) as evidence anyone can check with the notary's key.
+
+Resource handling: files are written whole (a temporary file renamed over
+the old one), so a crash leaves the old checkpoint or the new one. Error
+handling: an unreadable or corrupt stored checkpoint is ``UsageError``
+naming the file (the user's own directory is damaged: the client says so
+rather than trusting a notary afresh).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from notary.errors import UsageError
+from notary.protocol import tlog, v2
+
+__all__ = ["CheckpointBook", "StoredCheckpoint", "default_checkpoint_dir", "notary_log_key"]
+
+#: A stored checkpoint, at most (a signed note with a few signatures).
+MAX_CHECKPOINT_BYTES = 16 * 1024
+
+
+def default_checkpoint_dir() -> Path:
+    """``$XDG_CONFIG_HOME/notary/checkpoints`` (``~/.config/notary/checkpoints``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "notary" / "checkpoints"
+
+
+def notary_log_key(origin: str, public_raw: bytes) -> str:
+    """The file name stem of a notary's log: its origin made file-safe and
+    its key's hash (two notaries never share a file, a rotated key starts
+    afresh)."""
+    slug = re.sub(r"[^A-Za-z0-9.-]+", "_", origin)[:80]
+    return f"{slug}-{hashlib.sha256(public_raw).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    checkpoint: tlog.Checkpoint
+    note: str
+
+
+class CheckpointBook:
+    """See the module docstring. ``directory`` is made on first write."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def last(self, origin: str, public_raw: bytes) -> StoredCheckpoint | None:
+        """The stored checkpoint of that log (verified again with the key)."""
+        path = self.directory / f"{notary_log_key(origin, public_raw)}.checkpoint"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        try:
+            if len(data) > MAX_CHECKPOINT_BYTES:
+                raise ValueError("too large")
+            note = data.decode("utf-8")
+            checkpoint = v2.verify_checkpoint(note, origin, public_raw)
+        except (ValueError, v2.VerificationError) as exc:
+            raise UsageError(f"stored checkpoint {path} is damaged ({exc}): remove it") from None
+        return StoredCheckpoint(checkpoint, note)
+
+    def remember(self, origin: str, public_raw: bytes, note: str) -> None:
+        """Store ``note`` (already verified) as that log's newest checkpoint."""
+        self._write(self.directory / f"{notary_log_key(origin, public_raw)}.checkpoint", note)
+
+    def keep_evidence(self, origin: str, public_raw: bytes, older: str, newer: str) -> Path:
+        """Keep two signed checkpoints that no consistency proof reconciles;
+        return the directory holding them."""
+        stem = notary_log_key(origin, public_raw)
+        folder = self.directory / f"{stem}.equivocation-{int(time.time())}"
+        folder.mkdir(parents=True, exist_ok=True)
+        self._write(folder / "older.checkpoint", older)
+        self._write(folder / "newer.checkpoint", newer)
+        return folder
+
+    def _write(self, path: Path, text: str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(
+                "w", encoding="utf-8", dir=path.parent, delete=False, prefix=".tmp-"
+            ) as handle:
+                handle.write(text)
+            os.replace(handle.name, path)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror}") from None

@@ -1,0 +1,164 @@
+"""`notary check --v2` and the notaries' logs (issue 22): the statement's
+inclusion is verified, each notary's last checkpoint is kept, a later one
+must be proven consistent with it, and a notary whose log forks or shrinks
+between two checks is reported with both signed checkpoints kept."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import trio
+
+from notary.client import check as client
+from notary.client.checkpoints import CheckpointBook, notary_log_key
+from notary.model.targets import Target
+from notary.protocol import tlog, v2
+from notary.protocol.bundle import Bundle, BundleHost, make_bundle
+from notary.protocol.voting import Verdict
+from notary.state import crypto
+from tests.support.notaries import NotaryUnderTest, open_v2_notary, send_raw
+from tests.support.tls_targets import open_tls_target, static_resolver
+
+SITE, OTHER = "www.example.test", "other.example.test"
+ORIGIN = "notary.test/v2/log"
+LOG = {"enabled": True, "origin": ORIGIN, "checkpoint_interval_s": 0.1, "max_merge_delay_s": 30}
+
+
+def bundle_of(notary: NotaryUnderTest, key_path: Path) -> Bundle:
+    host = notary.running.api[0].host
+    pem = crypto.certificate_pem(notary.certificate).decode("ascii")
+    raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+    return make_bundle(
+        name="Logging notary", location=f"https://{host}/n.notary",
+        hosts=[replace(BundleHost(host, notary.port, 80, pem),
+                       v2_key=base64.b64encode(raw).decode())],
+    )
+
+
+async def ask(site, bundle: Bundle, book: CheckpointBook, name: str = SITE) -> client.NotaryAnswer:
+    report = await client.check(
+        Target(name, site.port), [bundle], resolver=static_resolver({name: [site.host]}),
+        relay=None, timeout_s=10.0, use_v2=True, checkpoints=book, quorum=1,
+    )
+    (answer,) = report.answers
+    return answer
+
+
+async def sequenced(notary: NotaryUnderTest, name: str, port: int) -> None:
+    """Wait until the notary's statement of ``name`` is in its log."""
+    body = json.dumps({"targets": [{"host": name, "port": port}]}).encode()
+    with trio.fail_after(10):
+        while True:
+            answer = await send_raw(notary.port, (
+                f"POST /v2/query HTTP/1.0\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body)
+            if b'"inclusion"' in answer.body:
+                return
+            await trio.sleep(0.05)
+
+
+def forged_checkpoint(key_path: Path, size: int, root: bytes) -> str:
+    """A checkpoint signed with the notary's own key (what a forking notary
+    shows some clients)."""
+    key = crypto.load_ed25519_private_key(key_path)
+    text = tlog.format_checkpoint(tlog.Checkpoint(ORIGIN, size, root))
+    return tlog.sign_note(text, ORIGIN, key.sign, crypto.ed25519_public_raw(key))
+
+
+async def test_inclusion_then_consistency_across_checks(tmp_path: Path) -> None:
+    book = CheckpointBook(tmp_path / "checkpoints")
+    async with open_tls_target(names=[SITE, OTHER]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host], OTHER: [site.host]}, log=LOG
+    ) as notary:
+        bundle = bundle_of(notary, tmp_path / "v2.key")
+        raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(tmp_path / "v2.key"))
+        first = await ask(site, bundle, book)
+        assert first.verdict is Verdict.SUCCESS
+        assert "promised by" in first.detail  # signed just now, not yet sequenced
+        assert book.last(ORIGIN, raw) is None
+        await sequenced(notary, SITE, site.port)
+        second = await ask(site, bundle, book)
+        assert second.verdict is Verdict.SUCCESS and "logged at" in second.detail, second.detail
+        stored = book.last(ORIGIN, raw)
+        assert stored is not None
+        # The log grows (another target's statement); the next check proves
+        # the new checkpoint consistent with the one kept, and keeps it.
+        await ask(site, bundle, book, OTHER)
+        await sequenced(notary, OTHER, site.port)
+        third = await ask(site, bundle, book, OTHER)
+        assert third.verdict is Verdict.SUCCESS
+        assert f"consistent with size {stored.checkpoint.size} seen before" in third.detail
+        newer = book.last(ORIGIN, raw)
+        assert newer is not None and newer.checkpoint.size > stored.checkpoint.size
+
+
+async def test_a_forked_log_is_reported_with_both_checkpoints(tmp_path: Path) -> None:
+    book = CheckpointBook(tmp_path / "checkpoints")
+    key_path = tmp_path / "v2.key"
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        bundle = bundle_of(notary, key_path)
+        raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+        await ask(site, bundle, book)
+        await sequenced(notary, SITE, site.port)
+        # What this client saw before: the notary's signature over another
+        # history of the same size (a fork).
+        status_ok = await ask(site, bundle, book)
+        assert status_ok.verdict is Verdict.SUCCESS
+        stored = book.last(ORIGIN, raw)
+        assert stored is not None
+        fork = forged_checkpoint(key_path, stored.checkpoint.size, hashlib.sha256(b"fork").digest())
+        book.remember(ORIGIN, raw, fork)
+        answer = await ask(site, bundle, book)
+        assert answer.verdict is Verdict.FAILURE
+        assert "equivocating" in answer.detail
+        (evidence,) = (tmp_path / "checkpoints").glob("*.equivocation-*")
+        kept = {p.name: p.read_text() for p in evidence.iterdir()}
+        assert fork in kept.values() and len(kept) == 2
+        for note in kept.values():  # both are the notary's own signatures
+            v2.verify_checkpoint(note, ORIGIN, raw)
+
+
+async def test_a_truncated_log_is_reported(tmp_path: Path) -> None:
+    book = CheckpointBook(tmp_path / "checkpoints")
+    key_path = tmp_path / "v2.key"
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        bundle = bundle_of(notary, key_path)
+        raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+        await ask(site, bundle, book)
+        await sequenced(notary, SITE, site.port)
+        # The notary once signed a larger log than it now has.
+        book.remember(ORIGIN, raw, forged_checkpoint(key_path, 1000, bytes(32)))
+        answer = await ask(site, bundle, book)
+        assert answer.verdict is Verdict.FAILURE
+        assert "truncated" in answer.detail
+        assert list((tmp_path / "checkpoints").glob("*.equivocation-*"))
+
+
+def test_the_book_keeps_one_file_per_log_and_key(tmp_path: Path) -> None:
+    book = CheckpointBook(tmp_path)
+    key = crypto.generate_ed25519_key()
+    raw = crypto.ed25519_public_raw(key)
+    note = tlog.sign_note(tlog.format_checkpoint(tlog.Checkpoint(ORIGIN, 3, bytes(32))),
+                          ORIGIN, key.sign, raw)
+    assert book.last(ORIGIN, raw) is None
+    book.remember(ORIGIN, raw, note)
+    stored = book.last(ORIGIN, raw)
+    assert stored is not None and stored.checkpoint.size == 3 and stored.note == note
+    other = crypto.ed25519_public_raw(crypto.generate_ed25519_key())
+    assert book.last(ORIGIN, other) is None  # another key: another log
+    # A damaged file is the user's to see, not silently trusted afresh.
+    (tmp_path / f"{notary_log_key(ORIGIN, raw)}.checkpoint").write_text("junk")
+    try:
+        book.last(ORIGIN, raw)
+    except client.UsageError as exc:
+        assert "damaged" in str(exc)
+    else:
+        raise AssertionError("a damaged checkpoint was accepted")
