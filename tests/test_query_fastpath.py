@@ -17,7 +17,7 @@ from notary.config import V2Config
 from notary.errors import ProtocolError
 from notary.model.observations import Certificate, Observation, Timeline
 from notary.model.targets import Target
-from notary.protocol import convergence, http
+from notary.protocol import convergence, http, tlog, v2
 from notary.protocol.convergence import Decision
 from notary.server import api
 from notary.server.api import ApiHandler
@@ -123,7 +123,28 @@ def real_certificate(index: int) -> Certificate:
     return Certificate.from_der(cert.public_bytes(serialization.Encoding.DER))
 
 
-def record_signer() -> tuple[RecordSigner, list[str]]:
+class WorstCaseLog:
+    """A statement log that sequences at once, with the largest inclusion a
+    statement can carry: a 40-hash proof, a checkpoint of a long origin."""
+
+    origin = "notary.example.org/" + "v2/log/" * 10
+
+    def promise(self, signed_at: int) -> dict[str, object]:
+        return v2.log_promise(self.origin, signed_at=signed_at, max_merge_delay_s=3600)
+
+    def submit(self, signed: v2.SignedStatement) -> None:
+        key = crypto.generate_ed25519_key()
+        note = tlog.sign_note(
+            tlog.format_checkpoint(tlog.Checkpoint(self.origin, 2**40 - 1, bytes(32))),
+            self.origin, key.sign, crypto.ed25519_public_raw(key),
+        )
+        assert signed.log is not None
+        signed.log.item = v2.inclusion_item(
+            signed.entry, index=2**40 - 2, proof=[bytes(32)] * 40, checkpoint=note
+        )
+
+
+def record_signer(log: WorstCaseLog | None = None) -> tuple[RecordSigner, list[str]]:
     """A signer for every protocol, and the log of what it signed."""
     convergence_key, perspectives_key = keys()
     signed: list[str] = []
@@ -144,6 +165,7 @@ def record_signer() -> tuple[RecordSigner, list[str]]:
     signer = Counting(
         crypto.ConvergenceSigner(convergence_key), crypto.PerspectivesSigner(perspectives_key),
         crypto.Ed25519Signer(crypto.generate_ed25519_key()), V2Config(), lambda: 1_000_000.0,
+        log=log,
     )
     return signer, signed
 
@@ -167,14 +189,15 @@ def test_a_record_signs_each_protocol_once_on_first_use() -> None:
     assert signed[-1] == "v2" and len(signed) == 4
 
 
+@pytest.mark.parametrize("logged", [False, True])
 @pytest.mark.parametrize("observations, runs, host", [
     (1, 1, "example.com"), (3, 1, "example.com"), (2, 40, "example.com"), (10, 3, "example.com"),
     (1, 1, ("a" * 62 + ".") * 4 + "com"),
 ])
 def test_record_size_bounds_the_fully_signed_record(
-    observations: int, runs: int, host: str
+    observations: int, runs: int, host: str, logged: bool
 ) -> None:
-    signer, _ = record_signer()
+    signer, _ = record_signer(WorstCaseLog() if logged else None)
     timeline = Timeline(Target(host, 443), tuple(
         Observation(
             real_certificate(i), 1000 * i, 1000 * i + 900,

@@ -77,6 +77,10 @@ RECORD_OVERHEAD_BYTES = 512
 SIGNED_BYTES_PER_OBSERVATION = 1152
 SIGNED_BYTES_PER_RUN = 48
 SIGNED_BYTES_BASE = 3072
+#: What a logged statement's inclusion adds to the record (the answer's
+#: entry with its proof and checkpoint: a proof of up to 40 hashes in
+#: base64, a signed note; rule S7).
+LOGGED_STATEMENT_BYTES = 2304
 #: The same for a DANE verdict's evidence in the v2 statement: its base, and
 #: per TLSA record (twice its data, as hex).
 DANE_EVIDENCE_BYTES = 256
@@ -112,6 +116,11 @@ class RecordSigner:
         #: ``[verify] backends``: with DANE among them, statements say which
         #: backend decided, with the DANE evidence (rule S6).
         self._backends = backends
+
+    @property
+    def logs(self) -> bool:
+        """Whether the v2 statements it signs go to a log (and carry an inclusion)."""
+        return self._log is not None and self._v2 is not None
 
     def convergence_body(self, timeline: Timeline) -> bytes:
         payload = convergence.signed_payload(convergence.entries_of(timeline))
@@ -222,6 +231,7 @@ class TargetRecord:
             sum(len(o.certificate.der) + SIGNED_BYTES_PER_RUN * len(o.runs) for o in observations)
             + SIGNED_BYTES_PER_OBSERVATION * len(observations)
             + SIGNED_BYTES_BASE + 3 * len(timeline.target.host) + RECORD_OVERHEAD_BYTES
+            + (LOGGED_STATEMENT_BYTES if signer.logs else 0)
         )
 
     @property
@@ -273,7 +283,7 @@ class TargetRecord:
         if self._perspectives_body not in (_UNSIGNED, None):
             total += len(self._perspectives_body)
         if self._v2_statement not in (_UNSIGNED, None):
-            total += len(self._v2_statement.entry)
+            total += len(v2.answer_item(self._v2_statement))
         return total
 
     def _copy(self) -> TargetRecord:
