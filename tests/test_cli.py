@@ -854,6 +854,8 @@ def test_dev_init_twice_keeps_the_key(tmp_path: Path, capsys: pytest.CaptureFixt
     assert relay.listen == (Endpoint("127.0.0.1", bundle.hosts[0].http_port),)
     assert (relay.destinations, relay.bundles) == ("bundles", (directory / "local.notary",))
     assert relay.dial_port == 4242
+    # The v2 statements go to a log named after the notary's address.
+    assert config.log.enabled and config.log.origin == "127.0.0.1:8443/v2/log"
     with Store(config.server.db_file, create=False) as store:
         assert store.schema_version() == SCHEMA_VERSION
     status, out, _ = run(["serve", "--config", str(directory / "notary.toml"),

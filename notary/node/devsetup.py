@@ -66,6 +66,12 @@ listen = ["{host}:{perspectives_port}"]
 # POST https://{host}:{api_port}/v2/query, GET /v2/key
 key_file = "v2.key"
 
+[log]
+# Every v2 statement goes to a transparency log (README "The notary's log"):
+# GET https://{host}:{api_port}/v2/log/checkpoint, /v2/log/tile/...
+enabled = true
+origin = "{host}:{api_port}/v2/log"
+
 [admin]
 # GET http://{host}:{admin_port}/metrics, /healthz, /readyz
 listen = ["{host}:{admin_port}"]
@@ -147,6 +153,8 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
         "Ask as a Perspectives client (404 the first time: it probes, ask again):\n"
         f"  curl -s 'http://{DEV_HOST}:{DEV_PERSPECTIVES_PORT}/?host={DEV_HOST}&port={api_port}"
         "&service_type=2'\n"
+        "Its transparency log (v2 statements; `notary log verify` checks it all):\n"
+        f"  curl -sk {base}/v2/log/checkpoint\n"
         "The notary's own figures (Prometheus), liveness and readiness:\n"
         f"  curl -s http://{DEV_HOST}:{DEV_ADMIN_PORT}/metrics\n"
         f"  curl -s http://{DEV_HOST}:{DEV_ADMIN_PORT}/readyz\n"
@@ -158,7 +166,10 @@ def _config_is_missing_or_outdated(path: Path) -> bool:
         text = path.read_text()
     except FileNotFoundError:
         return True
-    sections = ("\n[relay]\n", "\n[perspectives]\n", "\n[v2]\n", "\n[admin]\n", "\n[node]\n")
+    sections = (
+        "\n[relay]\n", "\n[perspectives]\n", "\n[v2]\n", "\n[log]\n", "\n[admin]\n",
+        "\n[node]\n",
+    )
     return text.startswith(CONFIG_HEADER) and not all(s in text for s in sections)
 
 
