@@ -142,6 +142,35 @@ async def test_a_truncated_log_is_reported(tmp_path: Path) -> None:
         assert list((tmp_path / "checkpoints").glob("*.equivocation-*"))
 
 
+async def test_a_reordered_log_is_reported(tmp_path: Path) -> None:
+    """The notary signs, over the same entries in another order, a
+    checkpoint this client then sees: no consistency proof reconciles it."""
+    book = CheckpointBook(tmp_path / "checkpoints")
+    key_path = tmp_path / "v2.key"
+    async with open_tls_target(names=[SITE, OTHER]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host], OTHER: [site.host]}, log=LOG
+    ) as notary:
+        bundle = bundle_of(notary, key_path)
+        raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+        for name in (SITE, OTHER):
+            await ask(site, bundle, book, name)
+            await sequenced(notary, name, site.port)
+        answer = await send_raw(notary.port, b"GET /v2/log/checkpoint HTTP/1.0\r\n\r\n")
+        size = v2.verify_checkpoint(answer.body.decode(), ORIGIN, raw).size
+        assert size >= 2
+        bundle_path = tlog.entries_path(0, size)
+        entries = tlog.decode_entry_bundle(
+            (await send_raw(notary.port, f"GET /v2/log/{bundle_path} HTTP/1.0\r\n\r\n".encode())).body
+        )
+        reordered = [entries[1], entries[0], *entries[2:]]
+        tree = tlog.CompactRange()
+        for entry in reordered:
+            tree.append(tlog.leaf_hash(entry))
+        book.remember(ORIGIN, raw, forged_checkpoint(key_path, size, tree.root()))
+        verdict = await ask(site, bundle, book)
+        assert verdict.verdict is Verdict.FAILURE and "equivocating" in verdict.detail
+
+
 def test_the_book_keeps_one_file_per_log_and_key(tmp_path: Path) -> None:
     book = CheckpointBook(tmp_path)
     key = crypto.generate_ed25519_key()
