@@ -747,8 +747,6 @@ def _validate_log(config: Config) -> None:
         raise ConfigError(
             "[log] max_merge_delay_s must be at least twice checkpoint_interval_s"
         )
-    if config.store.backend != "sqlite":
-        raise ConfigError("[log] enabled needs the SQLite store for now (PostgreSQL: planned)")
 
 
 def _validate_verify(config: Config) -> None:

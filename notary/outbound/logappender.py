@@ -37,7 +37,7 @@ import trio
 from notary.errors import ProtocolError, StoreError
 from notary.protocol import tlog, v2
 from notary.state.crypto import Ed25519Signer
-from notary.state.tlogstore import MAX_BATCH, LogCorrupted, LogHead, LogStore
+from notary.state.tlogstore import MAX_BATCH, LogCorrupted, LogEngine, LogHead, LogStore
 
 __all__ = ["LogAppender", "LogBacklogged", "LogStatistics"]
 
@@ -64,13 +64,15 @@ class LogStatistics:
 
 
 class LogAppender:
-    """See the module docstring. ``path``: the SQLite database holding the
-    log; ``signer``: the v2 key, which signs the checkpoints."""
+    """See the module docstring. ``path``: where the log is, what
+    ``open_store`` opens (``LogStore``: the SQLite database file;
+    ``PostgresLogStore``: the store's DSN); ``signer``: the v2 key, which
+    signs the checkpoints."""
 
     def __init__(
-        self, path: Path, *, origin: str, signer: Ed25519Signer, interval_s: float,
+        self, path: Path | str, *, origin: str, signer: Ed25519Signer, interval_s: float,
         max_merge_delay_s: int, max_pending: int,
-        open_store: Callable[[Path], LogStore] = LogStore,
+        open_store: Callable[[Any], LogEngine] = LogStore,
     ) -> None:
         self.origin = origin
         self.max_merge_delay_s = max_merge_delay_s
@@ -84,7 +86,7 @@ class LogAppender:
         #: The newest checkpoint this appender made or read (None: none yet).
         self.head: LogHead | None = None
         self._broken = False
-        self._reader: LogStore | None = None
+        self._reader: LogEngine | None = None
         self._reader_limiter = trio.CapacityLimiter(1)
 
     @property
@@ -111,26 +113,26 @@ class LogAppender:
 
     # -- reads (the /v2/log/ pages), on a connection of their own -------------
 
-    async def _on_reader(self, function: Callable[..., Any], *args: object) -> Any:
+    async def _on_reader(self, method: str, *args: object) -> Any:
         if self._reader is None:
             raise StoreError("the log is not open")
         reader = self._reader
         return await trio.to_thread.run_sync(
-            partial(function, reader, *args), limiter=self._reader_limiter
+            partial(getattr(reader, method), *args), limiter=self._reader_limiter
         )
 
     async def read_head(self) -> LogHead | None:
-        return await self._on_reader(LogStore.head)  # type: ignore[no-any-return]
+        return await self._on_reader("head")  # type: ignore[no-any-return]
 
     async def read_tile(self, level: int, index: int) -> bytes | None:
-        return await self._on_reader(LogStore.tile, level, index)  # type: ignore[no-any-return]
+        return await self._on_reader("tile", level, index)  # type: ignore[no-any-return]
 
     async def read_entries(self, start: int, end: int) -> list[bytes]:
-        return await self._on_reader(LogStore.entries, start, end)  # type: ignore[no-any-return]
+        return await self._on_reader("entries", start, end)  # type: ignore[no-any-return]
 
     async def read_consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
         return await self._on_reader(  # type: ignore[no-any-return]
-            LogStore.consistency_proof, old_size, new_size
+            "consistency_proof", old_size, new_size
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -166,7 +168,7 @@ class LogAppender:
                     async with self._reader_limiter:  # no read in flight on it
                         reader.close()
 
-    async def _append_queued(self, store: LogStore, *, retry: bool = True) -> None:
+    async def _append_queued(self, store: LogEngine, *, retry: bool = True) -> None:
         delay = FIRST_RETRY_DELAY_S
         while self._queue and not self._broken:
             batch = [self._queue[i] for i in range(min(MAX_BATCH, len(self._queue)))]

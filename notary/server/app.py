@@ -612,11 +612,17 @@ def build_components(
     }
     stored = StoredTargets(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
     statement_log = None
-    if config.log.enabled and v2_signer is not None and config.server.db_file is not None:
+    fleet = config.store.backend == "postgresql"  # the log lives beside the observations
+    if config.log.enabled and v2_signer is not None and (fleet or config.server.db_file):
+        from notary.state.pgtlogstore import PostgresLogStore
+        from notary.state.tlogstore import LogStore
+
         statement_log = LogAppender(
-            config.server.db_file, origin=config.log.origin, signer=v2_signer,
+            config.store.dsn if fleet else config.server.db_file,  # type: ignore[arg-type]
+            origin=config.log.origin, signer=v2_signer,
             interval_s=config.log.checkpoint_interval_s,
             max_merge_delay_s=config.log.max_merge_delay_s, max_pending=config.log.max_pending,
+            open_store=PostgresLogStore if fleet else LogStore,
         )
     return Components(
         config=config, sockets=sockets, resolver=resolver, clock=clock,

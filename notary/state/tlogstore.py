@@ -19,6 +19,13 @@ Append-only: rows are only inserted, and tiles only grow (a partial tile is
 rewritten with the same hashes first; ``append`` checks this and refuses to
 write anything else, ``LogCorrupted``).
 
+The sequencing algorithm is written once, here, for both engines:
+``append_rows`` appends a batch through a ``LogRows`` (one engine's rows,
+inside its write transaction) and ``LogEngine`` derives proofs from any
+engine's ``head`` and ``tile``; ``notary.state.pgtlogstore`` is the
+PostgreSQL engine (a fleet's log: one sequencer, the holder of an advisory
+lock).
+
 Synchronous, like ``notary.state.store``: the Trio edge
 (``notary.outbound.logappender``) runs these functions in a worker thread.
 Resource handling: ``LogStore`` owns its ``sqlite3.Connection``;
@@ -33,11 +40,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, Self
 
 from notary.errors import StoreError
 from notary.protocol import tlog
 
-__all__ = ["SCHEMA", "Appended", "LogCorrupted", "LogHead", "LogStore"]
+__all__ = [
+    "MAX_BATCH", "SCHEMA", "Appended", "CheckpointSigner", "LogCorrupted", "LogEngine", "LogHead",
+    "LogRows", "LogStore", "append_rows", "check_batch",
+]
 
 #: Made on first use (``CREATE ... IF NOT EXISTS``), beside the
 #: observations; the observation schema's version does not cover it.
@@ -89,7 +100,146 @@ class Appended:
     proofs: tuple[tuple[bytes, ...], ...]
 
 
-class LogStore:
+def check_batch(entries: Sequence[bytes]) -> None:
+    """Raise ``ValueError`` unless ``entries`` is a batch ``append`` takes:
+    1 to ``MAX_BATCH`` entries of at most 65,535 bytes (a tile bundle's)."""
+    if not 0 < len(entries) <= MAX_BATCH:
+        raise ValueError(f"a batch holds 1 to {MAX_BATCH} entries")
+    if any(len(entry) > 0xFFFF for entry in entries):
+        raise ValueError("a log entry holds at most 65535 bytes")
+
+
+def stored_tile_reader(
+    read_tile: Callable[[int, int], bytes | None], where: str
+) -> tlog.ReadTile:
+    """``TileHashReader``'s source over an engine's ``read_tile(level,
+    index)``: the first ``width`` hashes of a tile, ``LogCorrupted`` (naming
+    ``where``) when the tile lacks some."""
+
+    def read(level: int, index: int, width: int) -> bytes:
+        hashes = read_tile(level, index)
+        if hashes is None or len(hashes) < width * tlog.HASH_SIZE:
+            raise LogCorrupted(f"{where}: log tile {level}/{index} lacks hashes the head covers")
+        return hashes[: width * tlog.HASH_SIZE]
+
+    return read
+
+
+class LogRows(Protocol):
+    """One engine's rows of the log, inside its append transaction (after
+    it took the sequencer's lock): what ``append_rows`` reads and writes."""
+
+    def size(self) -> int:
+        """The stored tree's size (0: nothing appended yet)."""
+
+    def tile(self, level: int, index: int) -> bytes | None:
+        """The stored hashes of a tile, as this transaction sees them."""
+
+    def put_tile(self, level: int, index: int, hashes: bytes) -> None:
+        """Insert or replace a tile (its stored hashes, then more)."""
+
+    def put_entries(self, first: int, entries: Sequence[bytes]) -> None:
+        """Insert ``entries`` at indices ``first``, ``first + 1``, ..."""
+
+    def put_head(self, size: int, checkpoint: str) -> None:
+        """Insert or replace the head."""
+
+
+def append_rows(
+    rows: LogRows, entries: Sequence[bytes], sign: CheckpointSigner, where: str
+) -> Appended:
+    """Append ``entries`` (a ``check_batch`` batch) after the tree ``rows``
+    holds: the tiles they complete, the entries, and the head with the
+    checkpoint ``sign`` makes of the new tree; return their indices and
+    inclusion proofs to it. The caller's transaction makes this atomic.
+    Raises ``LogCorrupted`` (naming ``where``) when stored tiles contradict
+    the tree; whatever ``rows`` raises propagates."""
+    read_tile = stored_tile_reader(rows.tile, where)
+    first = rows.size()
+    edge = tlog.CompactRange.from_tree(first, tlog.TileHashReader(first, read_tile).perfect)
+    # The hashes each tile gains, in order (levels 0, 8, 16, ...).
+    grown: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+    for entry in entries:
+        for level, index, digest in edge.append(tlog.leaf_hash(entry)):
+            if level % tlog.TILE_HEIGHT == 0:
+                tile = (level // tlog.TILE_HEIGHT, index // tlog.TILE_WIDTH)
+                grown.setdefault(tile, []).append((index % tlog.TILE_WIDTH, digest))
+    for (level, index), added in grown.items():
+        stored = rows.tile(level, index) or b""
+        start = added[0][0]
+        if len(stored) != start * tlog.HASH_SIZE or any(
+            position != start + offset for offset, (position, _) in enumerate(added)
+        ):
+            raise LogCorrupted(
+                f"{where}: log tile {level}/{index} holds {len(stored) // tlog.HASH_SIZE} "
+                f"hashes where the tree needs {start}"
+            )
+        rows.put_tile(level, index, stored + b"".join(digest for _, digest in added))
+    rows.put_entries(first, entries)
+    size = edge.size
+    checkpoint = sign(size, edge.root())
+    rows.put_head(size, checkpoint)
+    reader = tlog.TileHashReader(size, read_tile)
+    proofs = tuple(
+        tuple(tlog.inclusion_proof(first + offset, size, reader.perfect))
+        for offset in range(len(entries))
+    )
+    return Appended(LogHead(size, checkpoint), first, proofs)
+
+
+class LogEngine:
+    """What every engine of the log offers (``LogStore`` here,
+    ``pgtlogstore.PostgresLogStore``): its reads, ``append`` and ``close``,
+    with the proofs derived here from its ``head()`` and ``tile()``;
+    ``path`` names the database in messages. A context manager closing it."""
+
+    path: object
+
+    def head(self) -> LogHead | None:
+        raise NotImplementedError
+
+    def tile(self, level: int, index: int) -> bytes | None:
+        raise NotImplementedError
+
+    def entries(self, start: int, end: int) -> list[bytes]:
+        raise NotImplementedError
+
+    def append(self, entries: Sequence[bytes], sign: CheckpointSigner) -> Appended:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
+        """RFC 9162's consistency proof between two sizes of the stored tree.
+        Raises ``ValueError`` for sizes out of order or beyond the tree."""
+        head = self.head()
+        size = head.size if head is not None else 0
+        if not 0 <= old_size <= new_size <= size:
+            raise ValueError(f"sizes must be 0 <= old <= new <= {size}")
+        reader = tlog.TileHashReader(new_size, self._stored_tile)
+        return tlog.consistency_proof(old_size, new_size, reader.perfect)
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        """RFC 9162's inclusion proof of entry ``index`` in the tree of ``size``."""
+        head = self.head()
+        if head is None or not 0 <= index < size <= head.size:
+            raise ValueError("index and size must be within the stored tree")
+        reader = tlog.TileHashReader(size, self._stored_tile)
+        return tlog.inclusion_proof(index, size, reader.perfect)
+
+    def _stored_tile(self, level: int, index: int, width: int) -> bytes:
+        """``TileHashReader``'s source: the first ``width`` hashes of a tile."""
+        return stored_tile_reader(self.tile, f"database {self.path}")(level, index, width)
+
+
+class LogStore(LogEngine):
     """See the module docstring. ``path``: the SQLite database file."""
 
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
@@ -110,12 +260,6 @@ class LogStore:
 
     def close(self) -> None:
         self._db.close()
-
-    def __enter__(self) -> LogStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -157,33 +301,6 @@ class LogStore:
         )
         return [bytes(row[0]) for row in rows]
 
-    def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
-        """RFC 9162's consistency proof between two sizes of the stored tree.
-        Raises ``ValueError`` for sizes out of order or beyond the tree."""
-        head = self.head()
-        size = head.size if head is not None else 0
-        if not 0 <= old_size <= new_size <= size:
-            raise ValueError(f"sizes must be 0 <= old <= new <= {size}")
-        reader = tlog.TileHashReader(new_size, self._stored_tile)
-        return tlog.consistency_proof(old_size, new_size, reader.perfect)
-
-    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
-        """RFC 9162's inclusion proof of entry ``index`` in the tree of ``size``."""
-        head = self.head()
-        if head is None or not 0 <= index < size <= head.size:
-            raise ValueError("index and size must be within the stored tree")
-        reader = tlog.TileHashReader(size, self._stored_tile)
-        return tlog.inclusion_proof(index, size, reader.perfect)
-
-    def _stored_tile(self, level: int, index: int, width: int) -> bytes:
-        """``TileHashReader``'s source: the first ``width`` hashes of a tile."""
-        hashes = self.tile(level, index)
-        if hashes is None or len(hashes) < width * tlog.HASH_SIZE:
-            raise LogCorrupted(
-                f"database {self.path}: log tile {level}/{index} lacks hashes the head covers"
-            )
-        return hashes[: width * tlog.HASH_SIZE]
-
     # -- the sequencer ---------------------------------------------------------
 
     def append(self, entries: Sequence[bytes], sign: CheckpointSigner) -> Appended:
@@ -196,62 +313,44 @@ class LogStore:
         fails; ``LogCorrupted`` when stored tiles contradict the tree;
         ``ValueError`` for an empty or oversized batch, or an entry longer
         than a tile bundle allows (65,535 bytes)."""
-        if not 0 < len(entries) <= MAX_BATCH:
-            raise ValueError(f"a batch holds 1 to {MAX_BATCH} entries")
-        if any(len(entry) > 0xFFFF for entry in entries):
-            raise ValueError("a log entry holds at most 65535 bytes")
+        check_batch(entries)
         with self._transaction() as db:
-            row = db.execute("SELECT size FROM log_head WHERE id = 1").fetchone()
-            first = row[0] if row is not None else 0
-            edge = tlog.CompactRange.from_tree(
-                first, tlog.TileHashReader(first, self._stored_tile).perfect
-            )
-            # The hashes each tile gains, in order (levels 0, 8, 16, ...).
-            grown: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
-            for entry in entries:
-                for level, index, digest in edge.append(tlog.leaf_hash(entry)):
-                    if level % tlog.TILE_HEIGHT == 0:
-                        tile = (level // tlog.TILE_HEIGHT, index // tlog.TILE_WIDTH)
-                        grown.setdefault(tile, []).append((index % tlog.TILE_WIDTH, digest))
-            for (level, index), added in grown.items():
-                self._grow_tile(db, level, index, added)
-            db.executemany(
-                "INSERT INTO log_entries (idx, entry) VALUES (?, ?)",
-                ((first + offset, entry) for offset, entry in enumerate(entries)),
-            )
-            size = edge.size
-            checkpoint = sign(size, edge.root())
-            db.execute(
-                "INSERT INTO log_head (id, size, checkpoint) VALUES (1, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET size = excluded.size, "
-                "checkpoint = excluded.checkpoint",
-                (size, checkpoint),
-            )
-            reader = tlog.TileHashReader(size, self._stored_tile)
-            proofs = tuple(
-                tuple(tlog.inclusion_proof(first + offset, size, reader.perfect))
-                for offset in range(len(entries))
-            )
-        return Appended(LogHead(size, checkpoint), first, proofs)
+            return append_rows(_SqliteRows(db), entries, sign, f"database {self.path}")
 
-    def _grow_tile(
-        self, db: sqlite3.Connection, level: int, index: int, added: list[tuple[int, bytes]]
-    ) -> None:
-        row = db.execute(
+
+class _SqliteRows:
+    """``LogRows`` on the connection of a ``BEGIN IMMEDIATE`` transaction."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def size(self) -> int:
+        row = self._db.execute("SELECT size FROM log_head WHERE id = 1").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def tile(self, level: int, index: int) -> bytes | None:
+        row = self._db.execute(
             "SELECT hashes FROM log_tiles WHERE level = ? AND idx = ?", (level, index)
         ).fetchone()
-        stored = bytes(row[0]) if row is not None else b""
-        start = added[0][0]
-        if len(stored) != start * tlog.HASH_SIZE or any(
-            position != start + offset for offset, (position, _) in enumerate(added)
-        ):
-            raise LogCorrupted(
-                f"database {self.path}: log tile {level}/{index} holds {len(stored) // 32} "
-                f"hashes where the tree needs {start}"
-            )
-        hashes = stored + b"".join(digest for _, digest in added)
-        db.execute(
+        return bytes(row[0]) if row is not None else None
+
+    def put_tile(self, level: int, index: int, hashes: bytes) -> None:
+        self._db.execute(
             "INSERT INTO log_tiles (level, idx, hashes) VALUES (?, ?, ?) "
             "ON CONFLICT (level, idx) DO UPDATE SET hashes = excluded.hashes",
             (level, index, hashes),
+        )
+
+    def put_entries(self, first: int, entries: Sequence[bytes]) -> None:
+        self._db.executemany(
+            "INSERT INTO log_entries (idx, entry) VALUES (?, ?)",
+            ((first + offset, entry) for offset, entry in enumerate(entries)),
+        )
+
+    def put_head(self, size: int, checkpoint: str) -> None:
+        self._db.execute(
+            "INSERT INTO log_head (id, size, checkpoint) VALUES (1, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET size = excluded.size, "
+            "checkpoint = excluded.checkpoint",
+            (size, checkpoint),
         )
