@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from notary.protocol import tlog, v2
 from tests.support.notaries import NotaryUnderTest, open_v2_notary, send_raw
 from tests.support.tls_targets import open_tls_target
+from tests.test_metrics import value
 
 SITE, OTHER = "www.example.test", "other.example.test"
 ORIGIN = "notary.test/v2/log"
@@ -181,6 +183,15 @@ async def test_statements_are_promised_then_proven_in_the_served_log(tmp_path: P
             assert status == 200
             proof = [base64.b64decode(line) for line in body.split()]
             tlog.verify_consistency(proven_size, size, proven_root, root, proof)
+            # The log's figures on the admin listener.
+            metrics = notary.running.metrics
+            assert metrics is not None
+            text = (await metrics.render()).decode()
+            assert value(text, "notary_log_appended_total") == size
+            assert value(text, "notary_log_size") == size
+            assert value(text, "notary_log_batches_total") >= 1
+            assert value(text, "notary_log_failed_batches_total") == 0
+            assert value(text, "notary_log_pending") == 0
 
 
 async def test_a_tampered_inclusion_or_checkpoint_is_caught(tmp_path: Path) -> None:
@@ -217,6 +228,24 @@ async def test_a_tampered_inclusion_or_checkpoint_is_caught(tmp_path: Path) -> N
         # The first answer's bytes, altered on the wire: the entry's proof
         # no longer covers the statement.
         assert b'"inclusion"' not in body
+
+
+async def test_a_store_holding_another_notarys_log_refuses_to_start(tmp_path: Path) -> None:
+    """A node given another v2 key (or origin) than the log in its store was
+    made with must not sign checkpoints of that log: it refuses to start."""
+    (tmp_path / "a").mkdir()
+    async with open_tls_target(names=[SITE]) as site:
+        async with open_v2_notary(tmp_path / "a", {SITE: [site.host]}, log=LOG) as notary:
+            await logged_statement(notary, (SITE, site.port))
+            database = notary.config.server.db_file
+        assert database is not None
+        moved = tmp_path / "b" / database.relative_to(tmp_path / "a")
+        moved.parent.mkdir(parents=True)
+        shutil.copy(database, moved)  # the same store, a new key
+        with pytest.raises(BaseException) as refused:
+            async with open_v2_notary(tmp_path / "b", {SITE: [site.host]}, log=LOG):
+                pass
+        assert "not this notary's" in repr(refused.value)
 
 
 def _with(statement: v2.ParsedStatement, inclusion: v2.ParsedInclusion) -> v2.ParsedStatement:

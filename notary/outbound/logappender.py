@@ -27,14 +27,14 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from notary.errors import ProtocolError, StoreError
+from notary.errors import ConfigError, ProtocolError, StoreError
 from notary.protocol import tlog, v2
 from notary.state.crypto import Ed25519Signer
 from notary.state.tlogstore import MAX_BATCH, LogCorrupted, LogEngine, LogHead, LogStore
@@ -57,10 +57,15 @@ class LogBacklogged(ProtocolError):
 
 @dataclass(slots=True)
 class LogStatistics:
+    """What the metrics read (``notary_log_*``): statements appended by
+    this worker, its batches and failed batches, the log's size as it last
+    knew it, statements waiting now."""
+
     appended: int = 0
     batches: int = 0
     failed_batches: int = 0
     size: int = 0
+    pending: int = 0
 
 
 class LogAppender:
@@ -82,7 +87,7 @@ class LogAppender:
         self._max_pending = max_pending
         self._open_store = open_store
         self._queue: deque[v2.SignedStatement] = deque()
-        self.statistics = LogStatistics()
+        self._counts = LogStatistics()
         #: The newest checkpoint this appender made or read (None: none yet).
         self.head: LogHead | None = None
         self._broken = False
@@ -92,6 +97,10 @@ class LogAppender:
     @property
     def pending(self) -> int:
         return len(self._queue)
+
+    def statistics(self) -> LogStatistics:
+        """A snapshot of the counts."""
+        return replace(self._counts, pending=len(self._queue))
 
     def promise(self, signed_at: int) -> dict[str, object]:
         """The ``log`` member of a statement signed at ``signed_at``."""
@@ -148,7 +157,8 @@ class LogAppender:
         try:
             self.head = await trio.to_thread.run_sync(store.head)
             if self.head is not None:
-                self.statistics.size = self.head.size
+                self._check_identity(self.head)
+                self._counts.size = self.head.size
             task_status.started()
             try:
                 while True:
@@ -168,6 +178,20 @@ class LogAppender:
                     async with self._reader_limiter:  # no read in flight on it
                         reader.close()
 
+    def _check_identity(self, head: LogHead) -> None:
+        """The stored log must be this notary's: its newest checkpoint names
+        ``origin`` and is signed by the v2 key. Otherwise ``ConfigError``: a
+        node configured with another key or origin would sign checkpoints
+        of one log under two identities (and a new key needs a new log)."""
+        try:
+            v2.verify_checkpoint(head.checkpoint, self.origin, self._signer.public_raw)
+        except v2.VerificationError as exc:
+            raise ConfigError(
+                f"the log in the store is not this notary's ([log] origin {self.origin!r} "
+                f"and the v2 key): {exc.args[0] if exc.args else exc}; every node of a "
+                "notary needs the same key and origin, and a new key a new log"
+            ) from None
+
     async def _append_queued(self, store: LogEngine, *, retry: bool = True) -> None:
         delay = FIRST_RETRY_DELAY_S
         while self._queue and not self._broken:
@@ -178,11 +202,11 @@ class LogAppender:
                 )
             except LogCorrupted as exc:
                 self._broken = True
-                self.statistics.failed_batches += 1
+                self._counts.failed_batches += 1
                 log.critical("log: %s; appending stopped", exc)
                 return
             except StoreError as exc:
-                self.statistics.failed_batches += 1
+                self._counts.failed_batches += 1
                 log.error("log: batch of %d not appended (%s); retrying in %gs",
                           len(batch), exc, delay)
                 if not retry:
@@ -201,7 +225,7 @@ class LogAppender:
                     proof=appended.proofs[offset], checkpoint=checkpoint,
                 )
             self.head = appended.head
-            statistics = self.statistics
+            statistics = self._counts
             statistics.appended += len(batch)
             statistics.batches += 1
             statistics.size = appended.head.size

@@ -708,7 +708,7 @@ def build_services(
     metrics = NotaryMetrics(
         service=service, cache=c.cache, stored=c.stored, storage=storage, prober=prober,
         records=records, relay=c.relay if sockets["relay"] else None, scheduler=scheduler,
-        dane=records.dane, websocket=websocket_counts, abuse=c.abuse, signers=c.signers, listeners=counts,
+        dane=records.dane, log=c.log, websocket=websocket_counts, abuse=c.abuse, signers=c.signers, listeners=counts,
         rejections=(api_rejected, perspectives_rejected) if perspectives else (api_rejected,),
         timings=c.timings,
     )

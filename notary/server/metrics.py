@@ -81,6 +81,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from notary import __version__
 from notary.model.dane import DaneOutcome
+from notary.outbound.logappender import LogAppender
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
 from notary.server.relay import RelayHandler
@@ -307,7 +308,7 @@ def _bloom(read: Callable[[BloomStatistics], float]) -> Read:
 #: Every metric, in the order of the exposition. Sources: ``queries`` (the
 #: query service, handlers and WebSocket), ``cache``, ``stored``, ``prober``,
 #: ``storage``, ``signers``, ``listeners``, ``relay``, ``websocket``,
-#: ``abuse``, ``scheduler``, ``dane`` (the last five absent when not served),
+#: ``abuse``, ``scheduler``, ``dane``, ``log`` (the last six absent when not served),
 #: ``uptime``, ``start`` (set once) and ``timings`` (histograms).
 METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_queries", "queries", _same, "Queries answered, by protocol and HTTP status "
@@ -345,6 +346,16 @@ METRICS: tuple[MetricSpec, ...] = (
              "TLS version the target negotiated.", ("version",), PROBE_TLS_VERSIONS),
     _counter("notary_dane_checks", "dane", "checked", "DANE checks made (a TLSA lookup judged "
              "beside a probe), by outcome.", ("outcome",), tuple(o.value for o in DaneOutcome)),
+    _counter("notary_log_appended", "log", "appended", "Statements this worker appended to the "
+             "notary's transparency log."),
+    _counter("notary_log_batches", "log", "batches",
+             "Batches appended to the log (each with its signed checkpoint)."),
+    _counter("notary_log_failed_batches", "log", "failed_batches",
+             "Log batches that failed (retried), or found the stored log corrupted."),
+    _gauge("notary_log_size", "livemax", "log", "size",
+           "Entries in the log, as its newest checkpoint says."),
+    _gauge("notary_log_pending", "livesum", "log", "pending",
+           "Signed statements waiting to be appended to the log."),
     _counter("notary_probes_coalesced", "records", "coalesced", "Probe requests that joined a "
              "probe already running for their target."),
     _gauge("notary_probes_in_flight", "livesum", "prober", "in_flight",
@@ -479,6 +490,7 @@ class NotaryMetrics:
         relay: RelayHandler | None = None,
         scheduler: RescanScheduler | None = None,
         dane: DaneChecker | None = None,
+        log: LogAppender | None = None,
         websocket: WebSocketCounts | None = None,
         signers: Mapping[str, Signer] | None = None,
         abuse: AbuseControls | None = None,
@@ -493,7 +505,7 @@ class NotaryMetrics:
             "cache": cache, "stored": stored, "prober": prober, "records": records,
             "storage": storage,
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
-            "dane": dane,
+            "dane": dane, "log": log,
         }
         self._signers = dict(signers or {})
         self._listeners = dict(listeners or {})
