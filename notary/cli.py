@@ -2,7 +2,9 @@
 
 Exit status: 0 success, 1 runtime failure (store, network), 2 usage error;
 `notary check`: 0 verified, 1 rejected by the vote (and nothing else),
-2 usage error, 3 inconclusive, 4 site unreachable, 5 the check itself failed.
+2 usage error, 3 inconclusive, 4 site unreachable, 5 the check itself failed;
+`notary log`: 0 consistent, 1 the log is inconsistent, 2 usage error,
+3 equivocation, 4 the log could not be read, 5 the command itself failed.
 Every error is one line on stderr, never a traceback.
 """
 
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(commands)
     _add_serve(commands)
     _add_watch(commands)
+    _add_log(commands)
     _add_perspectives_entry(commands)
     _add_dev_init(commands)
     return parser
@@ -180,6 +183,34 @@ def _add_watch(commands: argparse._SubParsersAction) -> None:
     watch.add_argument("--notary", type=Path, required=True, metavar="FILE.notary")
     watch.add_argument("--timeout", type=float, default=10.0, metavar="S",
                        help="deadline to connect (the watch itself runs until interrupted)")
+
+
+def _add_log(commands: argparse._SubParsersAction) -> None:
+    log_parser = commands.add_parser(
+        "log", help="verify or watch a notary's transparency log (`log verify|watch BUNDLE`)"
+    )
+    log_commands = log_parser.add_subparsers(
+        dest="log_command", required=True, parser_class=_Parser
+    )
+    verify = log_commands.add_parser(
+        "verify", help="download a notary's whole log and check every entry, tile and the root"
+    )
+    verify.add_argument("bundle", type=Path, metavar="FILE.notary")
+    verify.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="deadline of each request to the notary (default 10)")
+    watch = log_commands.add_parser(
+        "watch", help="monitor a notary's log for a domain's entries and for equivocation"
+    )
+    watch.add_argument("bundle", type=Path, metavar="FILE.notary")
+    watch.add_argument("--domain", required=True, help="print entries for it and its subdomains")
+    watch.add_argument("--interval", type=float, default=60.0, metavar="S",
+                       help="seconds between polls (default 60)")
+    watch.add_argument("--state", type=Path, metavar="FILE",
+                       help="the last verified checkpoint (default: one file per notary in "
+                            "~/.config/notary/logs)")
+    watch.add_argument("--once", action="store_true", help="poll once, then exit")
+    watch.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                       help="deadline of each request to the notary (default 10)")
 
 
 def _add_perspectives_entry(commands: argparse._SubParsersAction) -> None:
@@ -485,6 +516,119 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- log ------------------------------------------------------------------------------
+
+#: Exit status of `notary log`: 0 consistent, 1 the log is inconsistent,
+#: 2 usage error, 3 equivocation (watch), 4 the log could not be read,
+#: 5 the command itself failed.
+EXIT_LOG_OK, EXIT_LOG_INCONSISTENT, EXIT_LOG_EQUIVOCATION = 0, 1, 3
+EXIT_LOG_UNREACHABLE, EXIT_LOG_FAILED = 4, 5
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    """`notary log verify|watch`; whatever fails is one line on stderr and
+    its own exit status (above), never a traceback."""
+    from notary.client import check as client
+    from notary.client import logmonitor
+
+    try:
+        _check_timeout(args.timeout)
+        (bundle,) = client.load_bundles([args.bundle], None)
+        if args.log_command == "verify":
+            return _log_verify(bundle, args)
+        return _log_watch(bundle, args)
+    except UsageError:
+        raise
+    except logmonitor.LogUnreachable as exc:
+        print(f"notary: cannot read the log: {client.one_line(str(exc), None)}", file=sys.stderr)
+        return EXIT_LOG_UNREACHABLE
+    except logmonitor.LogInconsistent as exc:
+        print(f"INCONSISTENT: {client.one_line(str(exc), None)}", flush=True)
+        for problem in exc.problems:
+            print(f"problem: {problem.line()}")
+        if exc.count > len(exc.problems):
+            print(f"... and {exc.count - len(exc.problems)} more problems")
+        return EXIT_LOG_INCONSISTENT
+    except logmonitor.Equivocation as exc:
+        print(f"EQUIVOCATION: {client.one_line(exc.reason, None)}")
+        print("checkpoint kept before:")
+        print(exc.old_note, end="" if exc.old_note.endswith("\n") else "\n")
+        print("checkpoint served now:")
+        print(exc.new_note, end="" if exc.new_note.endswith("\n") else "\n")
+        for path in exc.evidence:
+            print(f"evidence: {path}")
+        return EXIT_LOG_EQUIVOCATION
+    except NotaryError as exc:
+        print(f"notary: {client.one_line(str(exc), None)}", file=sys.stderr)
+        return EXIT_LOG_FAILED
+    except Exception as exc:
+        reason = client.one_line(str(exc) or type(exc).__name__)
+        print(f"notary: the log command failed: {reason}", file=sys.stderr)
+        return EXIT_LOG_FAILED
+
+
+def _log_verify(bundle: Any, args: argparse.Namespace) -> int:
+    from notary.client import logmonitor
+
+    report = trio.run(lambda: logmonitor.verify_log(bundle, timeout_s=args.timeout))
+    print(_cell(f"notary:  {report.notary} ({report.host})"))
+    print(_cell(f"log:     {report.origin}"))
+    if report.size is not None and report.root is not None:
+        print(f"size:    {report.size}")
+        print(f"root:    {base64.b64encode(report.root).decode('ascii')}")
+        print(f"checked: {report.entries_checked} entries, {report.tiles_checked} hash tiles")
+    for problem in report.problems:
+        print(f"problem: {problem.line()}")
+    if report.problem_count > len(report.problems):
+        print(f"... and {report.problem_count - len(report.problems)} more problems")
+    if report.consistent:
+        print("consistent: every entry is signed, the tiles and the root match the checkpoint")
+        return EXIT_LOG_OK
+    print(f"INCONSISTENT: {report.problem_count} problems")
+    return EXIT_LOG_INCONSISTENT
+
+
+def _log_watch(bundle: Any, args: argparse.Namespace) -> int:
+    from notary.client import logmonitor
+
+    if not 0 < args.interval <= 86400:
+        raise UsageError("--interval must be between 0 and 86400 seconds")
+    domain = logmonitor.normalise_domain(args.domain)
+    state_path = args.state if args.state is not None else logmonitor.default_state_path(bundle)
+    logmonitor.bundle_v2_key(bundle)
+
+    def show_entry(entry: logmonitor.LoggedEntry) -> None:
+        sha256 = entry.sha256.hex() if entry.sha256 is not None else "-"
+        print(f"{entry.index} {entry.target} sha256={sha256} "
+              f"signed_at={_when(entry.signed_at)}", flush=True)
+
+    def show_poll(result: logmonitor.PollResult) -> None:
+        if result.empty:
+            print(_cell(f"# {bundle.name}: no log yet (no checkpoint served)"), flush=True)
+            return
+        grown = (f"{result.old_size} -> {result.new_size} entries"
+                 if result.new_size != result.old_size else f"{result.new_size} entries")
+        print(_cell(f"# {result.origin}: {grown}, {result.entries_checked} new entries "
+                    f"verified, {result.matched} for {domain}"), flush=True)
+
+    def show_unreachable(exc: logmonitor.LogUnreachable) -> None:
+        print(f"notary: cannot read the log (trying again in {args.interval:g} s): "
+              f"{exc}", file=sys.stderr, flush=True)
+
+    if args.once:
+        show_poll(trio.run(lambda: logmonitor.poll_log(
+            bundle, domain=domain, state_path=state_path, on_entry=show_entry,
+            timeout_s=args.timeout,
+        )))
+        return EXIT_LOG_OK
+    trio.run(lambda: logmonitor.watch_log(
+        bundle, domain=domain, state_path=state_path, on_entry=show_entry,
+        on_poll=show_poll, on_unreachable=show_unreachable, interval_s=args.interval,
+        timeout_s=args.timeout,
+    ))
+    return EXIT_LOG_OK
+
+
 def _when(timestamp: int | None) -> str:
     if timestamp is None:
         return "-"
@@ -750,6 +894,7 @@ _COMMANDS = {
     "check": cmd_check,
     "perspectives-entry": cmd_perspectives_entry,
     "watch": cmd_watch,
+    "log": cmd_log,
 }
 
 __all__ = ["StoreError", "main"]

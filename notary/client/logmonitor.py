@@ -1,0 +1,660 @@
+"""Auditing and watching a notary's transparency log (issue 22; README,
+"Watching a notary's log"): ``notary log verify`` and ``notary log watch``.
+
+An I/O edge (Trio), over :class:`~notary.client.logfetch.LogFetcher`
+(pinned TLS to the bundle's first host that answers, one keep-alive
+connection, every request under ``timeout_s``, every response bounded);
+the checks themselves are :mod:`notary.protocol.v2.logaudit`'s.
+
+* :func:`verify_log` reads the newest signed checkpoint, then the whole log
+  as entry bundles, streaming each entry into a compact range (O(log n)
+  memory: one entry bundle and one tile per tile level at a time), checks
+  every entry (a statement entry signed by the bundle's v2 key, promising
+  this log), every hash tile of the tree against the entries, and the
+  recomputed root against the checkpoint's.
+* :func:`poll_log` is one round of a monitor: it compares the newest
+  checkpoint with the one kept in a state file (one per notary), checks
+  that the new tree extends the old one (``proof/consistency``), reads and
+  checks the new entries against the new root, gives those about a domain
+  to the caller, and keeps the new checkpoint. :func:`watch_log` polls
+  until cancelled.
+
+What the notary is trusted for: nothing but its v2 key (the bundle's
+``v2_key``) and its TLS pin; every size, hash and entry it serves is
+checked against checkpoints that key signed.
+
+Resource handling: each call opens and closes its own connection; the
+state file is replaced atomically (written beside it, then renamed);
+evidence files are new files beside it.
+
+Error handling: a bundle without a v2 key, an unreadable or damaged state
+file are ``UsageError``; a log that cannot be read (no host answers,
+timeouts, HTTP errors other than a 404 for something a signed checkpoint
+covers, oversized responses) is :class:`LogUnreachable`; what a checked
+log gets wrong is a :class:`LogProblem` in :class:`VerifyReport` (verify)
+or :class:`LogInconsistent` (watch); two signed checkpoints no
+consistency proof reconciles are :class:`Equivocation`, with the evidence
+saved.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from notary.client.check import DEFAULT_TIMEOUT_S, default_notary_dir, one_line
+from notary.client.logfetch import LogFetcher, LogUnreachable
+from notary.errors import BadTarget, NotaryError, UsageError
+from notary.model.targets import Target, normalise_host
+from notary.outbound.dialer import Resolver, system_resolver
+from notary.protocol import tlog
+from notary.protocol.bundle import Bundle, BundleHost
+from notary.protocol.v2.logaudit import (
+    MAX_PROOF_BODY_BYTES,
+    LogEntryError,
+    LogReplay,
+    check_log_entry,
+    open_log_checkpoint,
+    parse_consistency_proof,
+    public_key_of,
+)
+from notary.protocol.v2.parsing import ParsedStatement
+from notary.protocol.v2.verification import VerificationError
+
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "MAX_PROBLEMS_KEPT",
+    "Equivocation",
+    "LogInconsistent",
+    "LogProblem",
+    "LogUnreachable",
+    "LoggedEntry",
+    "PollResult",
+    "VerifyReport",
+    "bundle_v2_key",
+    "default_state_path",
+    "matches_domain",
+    "normalise_domain",
+    "poll_log",
+    "verify_log",
+    "watch_log",
+]
+
+#: Seconds between two polls of ``notary log watch``.
+DEFAULT_INTERVAL_S = 60.0
+#: Problems a report keeps (and prints); more are only counted.
+MAX_PROBLEMS_KEPT = 100
+#: The largest state file read.
+MAX_STATE_BYTES = 1024 * 1024
+STATE_TYPE = "notary.log-monitor"
+STATE_VERSION = 1
+
+# Kinds of LogProblem besides logaudit's entry kinds.
+BAD_CHECKPOINT = "bad checkpoint signature"
+ROOT_MISMATCH = "root mismatch"
+TILE_MISMATCH = "tile mismatch"
+MISSING = "missing"
+MALFORMED_BUNDLE = "malformed entry bundle"
+
+
+# -- results ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogProblem:
+    """One thing a log gets wrong: its ``kind`` (``bad signature``,
+    ``malformed entry``, ``wrong origin``, ``root mismatch``, ``tile
+    mismatch``, ``missing``, ``malformed entry bundle``, ``bad checkpoint
+    signature``), the entry ``index`` it is about (None: the whole log),
+    and one line of ``detail``."""
+
+    kind: str
+    index: int | None
+    detail: str
+
+    def line(self) -> str:
+        where = f" at index {self.index}" if self.index is not None else ""
+        return one_line(f"{self.kind}{where}: {self.detail}", limit=240)
+
+
+@dataclass
+class _Problems:
+    """The first :data:`MAX_PROBLEMS_KEPT` problems, and how many there were."""
+
+    kept: list[LogProblem] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, kind: str, index: int | None, detail: str) -> None:
+        self.count += 1
+        if len(self.kept) < MAX_PROBLEMS_KEPT:
+            self.kept.append(LogProblem(kind, index, detail))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What :func:`verify_log` found. ``size`` and ``root`` are the signed
+    checkpoint's (None when it did not verify), ``computed_root`` the root
+    of the entries served (None unless all of them were read)."""
+
+    notary: str
+    host: str
+    origin: str
+    size: int | None
+    root: bytes | None
+    computed_root: bytes | None
+    entries_checked: int
+    tiles_checked: int
+    problems: tuple[LogProblem, ...]
+    problem_count: int
+
+    @property
+    def consistent(self) -> bool:
+        return self.problem_count == 0
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEntry:
+    """A verified log entry about the watched domain: its ``index``, the
+    statement's ``target``, the SHA-256 of its newest observation (by
+    ``last_seen``; None without observations) and ``signed_at``."""
+
+    index: int
+    target: Target
+    sha256: bytes | None
+    signed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """One poll: the log's size before and now (``old_size`` 0 on a first
+    run), the entries checked, those about the domain, and whether the
+    notary serves a log at all yet (``empty``)."""
+
+    origin: str
+    old_size: int
+    new_size: int
+    entries_checked: int
+    matched: int
+    empty: bool = False
+
+
+class LogInconsistent(NotaryError):
+    """The log the notary serves contradicts its signed checkpoint (entries,
+    signatures, root), or the checkpoint does not verify."""
+
+    def __init__(self, message: str, problems: tuple[LogProblem, ...] = (), count: int = 0):
+        super().__init__(message)
+        self.problems = problems
+        self.count = count or len(problems)
+
+
+class Equivocation(NotaryError):
+    """Two checkpoints signed by the notary's key that no consistency proof
+    reconciles (a smaller tree, a same-size tree with another root, or a
+    proof that fails): the notary shows different histories. ``old_note``
+    and ``new_note`` are the signed checkpoints; ``evidence`` the files
+    they were saved to."""
+
+    def __init__(
+        self, reason: str, old_note: str, new_note: str, evidence: tuple[Path, ...]
+    ) -> None:
+        super().__init__(f"equivocation: {reason}")
+        self.reason = reason
+        self.old_note = old_note
+        self.new_note = new_note
+        self.evidence = evidence
+
+
+# -- the bundle's key ---------------------------------------------------------------
+
+
+def bundle_v2_key(bundle: Bundle, host: BundleHost | None = None) -> bytes:
+    """The v2 key that signs the log of ``bundle``'s notary: ``host``'s
+    ``v2_key`` if it has one, else the one key the bundle's hosts carry.
+
+    Error handling: ``UsageError`` for a bundle without ``v2_key``, or
+    with several and no ``host`` that carries one.
+    """
+    if host is not None and host.v2_key is not None:
+        return _decode_key(bundle, host.v2_key)
+    keys = {h.v2_key for h in bundle.hosts if h.v2_key is not None}
+    if not keys:
+        raise UsageError(
+            f"bundle {bundle.name!r} has no v2_key: its log cannot be checked "
+            "(ask its operator for a bundle written with `notary bundle ... --v2-key`)"
+        )
+    if len(keys) > 1:
+        raise UsageError(f"bundle {bundle.name!r} names several v2 keys")
+    return _decode_key(bundle, keys.pop())
+
+
+def _decode_key(bundle: Bundle, text: str) -> bytes:
+    try:
+        raw = base64.b64decode(text, validate=True)
+        public_key_of(raw)
+    except (binascii.Error, ValueError):
+        raise UsageError(f"bundle {bundle.name!r}: v2_key is not an Ed25519 key") from None
+    return raw
+
+
+# -- verify -------------------------------------------------------------------------
+
+
+async def verify_log(
+    bundle: Bundle, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+    resolver: Resolver = system_resolver,
+) -> VerifyReport:
+    """Read and check the whole log of ``bundle``'s notary (see the module
+    docstring). Raises ``UsageError`` for a bundle without v2 key and
+    :class:`LogUnreachable` when the log cannot be read; every defect of the
+    log is a problem of the report."""
+    bundle_v2_key(bundle)  # a usage error before any connection
+    problems = _Problems()
+    async with LogFetcher(bundle, timeout_s=timeout_s, resolver=resolver) as fetcher:
+        host = await fetcher.connect()
+        public_raw = bundle_v2_key(bundle, host)
+        body = await _checkpoint_body(fetcher)
+        if body is None:
+            raise LogUnreachable(f"{bundle.name}: it serves no checkpoint (its log is empty)")
+        try:
+            checkpoint, _note = open_log_checkpoint(body, public_raw)
+        except VerificationError as exc:
+            problems.add(BAD_CHECKPOINT, None, str(exc))
+            origin = one_line(body[:200].decode("utf-8", "replace").split("\n", 1)[0], 80)
+            return VerifyReport(
+                bundle.name, host.host, origin, None, None, None, 0, 0,
+                tuple(problems.kept), problems.count,
+            )
+        replay = LogReplay(checkpoint.size, expect_tiles=True)
+        audit = _Audit(fetcher, checkpoint, public_raw, problems)
+        complete = await audit.read_entries(replay, on_entry=None)
+        computed = replay.root() if complete else None
+        if computed is not None and computed != checkpoint.root:
+            problems.add(ROOT_MISMATCH, None, (
+                f"the entries hash to {_b64(computed)}, the checkpoint signs "
+                f"{_b64(checkpoint.root)}"
+            ))
+    return VerifyReport(
+        bundle.name, host.host, checkpoint.origin, checkpoint.size, checkpoint.root,
+        computed, audit.entries_checked, audit.tiles_checked, tuple(problems.kept),
+        problems.count,
+    )
+
+
+async def _checkpoint_body(fetcher: LogFetcher) -> bytes | None:
+    """The served checkpoint's bytes; None for a 404 (no log yet)."""
+    response = await fetcher.get("checkpoint", max_bytes=tlog.MAX_NOTE_BYTES)
+    if response.status == 404:
+        return None
+    if response.status != 200:
+        raise LogUnreachable(f"{fetcher.host_name}: HTTP {response.status} for its checkpoint")
+    return response.body
+
+
+class _Audit:
+    """Reads entries (and tiles) of the tree of ``checkpoint`` and checks
+    them; counts what it checked, adds what is wrong to ``problems``."""
+
+    def __init__(
+        self, fetcher: LogFetcher, checkpoint: tlog.Checkpoint, public_raw: bytes,
+        problems: _Problems,
+    ) -> None:
+        self._fetcher = fetcher
+        self._checkpoint = checkpoint
+        self._public_key, self._key_id = public_key_of(public_raw)
+        self._problems = problems
+        self.entries_checked = 0
+        self.tiles_checked = 0
+
+    async def read_entries(
+        self, replay: LogReplay,
+        on_entry: Callable[[int, ParsedStatement], None] | None,
+    ) -> bool:
+        """Feed ``replay`` the entries from its next index to the
+        checkpoint's size, checking each (and each tile it completes);
+        ``on_entry`` gets each entry that checks. False when an entry bundle
+        is missing or malformed, so the tree cannot be recomputed."""
+        size = self._checkpoint.size
+        first_bundle = replay.next_index // tlog.TILE_WIDTH
+        last_bundle = -(-size // tlog.TILE_WIDTH)
+        for bundle_index in range(first_bundle, last_bundle):
+            first = bundle_index * tlog.TILE_WIDTH
+            width = min(tlog.TILE_WIDTH, size - first)
+            path = tlog.entries_path(bundle_index, width)
+            response = await self._fetcher.get(
+                path, max_bytes=width * (2 + tlog.MAX_ENTRY_BYTES)
+            )
+            if response.status == 404:
+                self._problems.add(MISSING, first, (
+                    f"{path} is not served (HTTP 404), yet the checkpoint covers "
+                    f"{size} entries"
+                ))
+                return False
+            self._expect_ok(response.status, path)
+            try:
+                entries = tlog.decode_entry_bundle(response.body, width=width)
+            except tlog.TileError as exc:
+                self._problems.add(MALFORMED_BUNDLE, first, f"{path}: {exc}")
+                return False
+            for offset, entry in enumerate(entries):
+                index = first + offset
+                if index < replay.next_index:
+                    continue  # checked before (a watch's previous tree)
+                self._check_entry(index, entry, on_entry)
+                for tile in replay.add(entry):
+                    await self._check_tile(tile.level, tile.index, tile.width, tile.hashes)
+        return True
+
+    def _check_entry(
+        self, index: int, entry: bytes,
+        on_entry: Callable[[int, ParsedStatement], None] | None,
+    ) -> None:
+        self.entries_checked += 1
+        try:
+            parsed = check_log_entry(
+                entry, origin=self._checkpoint.origin, public_key=self._public_key,
+                key_id=self._key_id, index=index,
+            )
+        except LogEntryError as exc:
+            self._problems.add(exc.kind, index, exc.detail)
+            return
+        if on_entry is not None:
+            on_entry(index, parsed)
+
+    async def _check_tile(self, level: int, index: int, width: int, expected: bytes) -> None:
+        path = tlog.tile_path(level, index, width)
+        response = await self._fetcher.get(path, max_bytes=width * tlog.HASH_SIZE)
+        first_leaf = (index * tlog.TILE_WIDTH) << (tlog.TILE_HEIGHT * level)
+        if response.status == 404:
+            self._problems.add(MISSING, first_leaf, f"hash tile {path} is not served (HTTP 404)")
+            return
+        self._expect_ok(response.status, path)
+        self.tiles_checked += 1
+        served = response.body
+        if len(served) != len(expected):
+            self._problems.add(TILE_MISMATCH, first_leaf, (
+                f"hash tile {path} is {len(served)} bytes, not {width} hashes"
+            ))
+            return
+        if served != expected:
+            position = next(
+                i for i in range(width)
+                if served[i * tlog.HASH_SIZE:(i + 1) * tlog.HASH_SIZE]
+                != expected[i * tlog.HASH_SIZE:(i + 1) * tlog.HASH_SIZE]
+            )
+            leaf = (index * tlog.TILE_WIDTH + position) << (tlog.TILE_HEIGHT * level)
+            self._problems.add(TILE_MISMATCH, leaf, (
+                f"hash tile {path} differs from the hashes of the entries (hash {position})"
+            ))
+
+    def _expect_ok(self, status: int, path: str) -> None:
+        if status != 200:
+            raise LogUnreachable(f"{self._fetcher.host_name}: HTTP {status} for {path}")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+# -- watch: the state file ------------------------------------------------------------
+
+
+def default_state_path(bundle: Bundle) -> Path:
+    """Where ``notary log watch`` keeps a notary's last verified checkpoint:
+    ``logs/<name>-<hash>.json`` in the client's config directory (beside
+    ``notaries/``), one file per notary name."""
+    slug = (re.sub(r"[^a-z0-9]+", "-", bundle.name.lower()).strip("-") or "notary")[:60]
+    digest = hashlib.sha256(bundle.name.encode("utf-8")).hexdigest()[:8]
+    return default_notary_dir().parent / "logs" / f"{slug}-{digest}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    """A verified checkpoint (its note) and the right edge of its tree."""
+
+    note: str
+    checkpoint: tlog.Checkpoint
+    edge: tlog.CompactRange
+
+
+def _read_state(path: Path, public_raw: bytes) -> _State | None:
+    """The state kept in ``path`` (None: no file yet), checked: the key it
+    was kept for is ``public_raw``, the checkpoint verifies with it, and
+    the edge's root is the checkpoint's. ``UsageError`` otherwise."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"cannot read the state file {path}: {exc.strerror}") from None
+    damaged = f"the state file {path} is damaged (remove it to start again from size 0)"
+    try:
+        if len(data) > MAX_STATE_BYTES:
+            raise ValueError
+        document = json.loads(data)
+        if document.get("type") != STATE_TYPE or document.get("version") != STATE_VERSION:
+            raise ValueError
+        kept_key = base64.b64decode(document["v2_key"], validate=True)
+        note = document["checkpoint"]
+        edge_hashes = [base64.b64decode(h, validate=True) for h in document["edge"]]
+        if not isinstance(note, str):
+            raise ValueError
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
+        raise UsageError(damaged) from None
+    if kept_key != public_raw:
+        raise UsageError(
+            f"the state file {path} was kept for another v2 key than the bundle's "
+            "(a new key: remove the file to start again)"
+        )
+    try:
+        checkpoint, note = open_log_checkpoint(note, public_raw)
+    except VerificationError:
+        raise UsageError(damaged) from None
+    subtrees = iter(edge_hashes)
+    try:
+        edge = tlog.CompactRange.from_tree(checkpoint.size, lambda _level, _index: next(subtrees))
+        if next(subtrees, None) is not None or edge.root() != checkpoint.root:
+            raise ValueError
+    except (StopIteration, ValueError, RuntimeError):
+        raise UsageError(damaged) from None
+    return _State(note, checkpoint, edge)
+
+
+def _write_state(path: Path, bundle: Bundle, public_raw: bytes, note: str,
+                 edge: tlog.CompactRange) -> None:
+    """Replace ``path`` with the new state, atomically (a file beside it,
+    then renamed). ``UsageError`` when it cannot be written."""
+    document = {
+        "type": STATE_TYPE,
+        "version": STATE_VERSION,
+        "notary": bundle.name,
+        "v2_key": _b64(public_raw),
+        "checkpoint": note,
+        "edge": [_b64(digest) for _level, _index, digest in edge.subtrees()],
+    }
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise UsageError(f"cannot write the state file {path}: {exc.strerror}") from None
+
+
+def _save_evidence(state_path: Path, old_note: str, new_note: str,
+                   proof: bytes | None) -> tuple[Path, ...]:
+    """Write the two checkpoints (and the proof served, if any) as new files
+    beside the state file; their paths. Files that cannot be written are
+    left out (the checkpoints are printed too)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = f"{state_path.stem}.equivocation-{stamp}"
+    written = []
+    contents = [("old.checkpoint", old_note.encode("utf-8")),
+                ("new.checkpoint", new_note.encode("utf-8"))]
+    if proof is not None:
+        contents.append(("consistency-proof", proof))
+    for suffix, data in contents:
+        path = state_path.with_name(f"{base}.{suffix}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with path.open("xb") as file:
+                file.write(data)
+        except OSError:
+            continue
+        written.append(path)
+    return tuple(written)
+
+
+# -- watch: polling -------------------------------------------------------------------
+
+
+def matches_domain(host: str, domain: str) -> bool:
+    """Whether ``host`` (a statement's target host, normalised) is
+    ``domain`` (normalised) or a name under it."""
+    return host == domain or host.endswith("." + domain)
+
+
+def normalise_domain(text: str) -> str:
+    """``--domain`` as statements name hosts (lower case, A-labels);
+    ``UsageError`` for something that is not a host name."""
+    try:
+        return normalise_host(text.strip().rstrip("."))
+    except BadTarget as exc:
+        raise UsageError(f"--domain {text!r}: {exc}") from None
+
+
+async def poll_log(
+    bundle: Bundle, *, domain: str, state_path: Path, on_entry: Callable[[LoggedEntry], None],
+    timeout_s: float = DEFAULT_TIMEOUT_S, resolver: Resolver = system_resolver,
+) -> PollResult:
+    """One round of ``notary log watch`` (see the module docstring):
+    ``on_entry`` gets each new, verified entry whose target host is
+    ``domain`` (normalised) or under it, in log order, as it is read; the
+    state file then keeps the new checkpoint (not when anything failed).
+
+    Error handling: ``UsageError`` (bundle, state file),
+    :class:`LogUnreachable`, :class:`LogInconsistent`,
+    :class:`Equivocation` (its evidence saved beside the state file).
+    """
+    bundle_v2_key(bundle)
+    async with LogFetcher(bundle, timeout_s=timeout_s, resolver=resolver) as fetcher:
+        public_raw = bundle_v2_key(bundle, await fetcher.connect())
+        state = _read_state(state_path, public_raw)
+        old_size = state.checkpoint.size if state is not None else 0
+        body = await _checkpoint_body(fetcher)
+        if body is None:
+            if old_size:
+                raise LogUnreachable(
+                    f"{bundle.name}: it serves no checkpoint, though it signed one of "
+                    f"{old_size} entries"
+                )
+            return PollResult("", 0, 0, 0, 0, empty=True)
+        try:
+            checkpoint, note = open_log_checkpoint(
+                body, public_raw, origin=state.checkpoint.origin if state is not None else None
+            )
+        except VerificationError as exc:
+            raise LogInconsistent(f"{BAD_CHECKPOINT}: {exc}") from None
+        if state is not None:
+            await _check_extends(fetcher, state, checkpoint, note, state_path)
+            if checkpoint.size == old_size:
+                return PollResult(checkpoint.origin, old_size, old_size, 0, 0)
+        edge = state.edge if state is not None else tlog.CompactRange()
+        replay = LogReplay(checkpoint.size, start=edge)
+        problems = _Problems()
+        audit = _Audit(fetcher, checkpoint, public_raw, problems)
+        matched = 0
+
+        def keep(index: int, parsed: ParsedStatement) -> None:
+            nonlocal matched
+            if matches_domain(parsed.target.host, domain):
+                matched += 1
+                newest = max(parsed.observations, key=lambda o: o.last_seen, default=None)
+                on_entry(LoggedEntry(
+                    index, parsed.target, newest.sha256 if newest else None, parsed.signed_at
+                ))
+
+        if await audit.read_entries(replay, on_entry=keep) and replay.root() != checkpoint.root:
+            problems.add(ROOT_MISMATCH, None, (
+                f"the entries hash to {_b64(replay.root())}, the checkpoint signs "
+                f"{_b64(checkpoint.root)}"
+            ))
+        if problems.count:
+            raise LogInconsistent(
+                f"the log of {bundle.name} is inconsistent ({problems.count} problems)",
+                tuple(problems.kept), problems.count,
+            )
+    _write_state(state_path, bundle, public_raw, note, replay.edge)
+    return PollResult(
+        checkpoint.origin, old_size, checkpoint.size, audit.entries_checked, matched
+    )
+
+
+async def _check_extends(
+    fetcher: LogFetcher, state: _State, checkpoint: tlog.Checkpoint, note: str, state_path: Path
+) -> None:
+    """Raise :class:`Equivocation` unless the new checkpoint's tree extends
+    the kept one's: not smaller, the same root at the same size, and a
+    consistency proof from the notary that verifies between the two."""
+    old = state.checkpoint
+
+    def equivocation(reason: str, proof: bytes | None = None) -> Equivocation:
+        evidence = _save_evidence(state_path, state.note, note, proof)
+        return Equivocation(reason, state.note, note, evidence)
+
+    if checkpoint.size < old.size:
+        raise equivocation(f"the log shrank from {old.size} to {checkpoint.size} entries")
+    if checkpoint.size == old.size:
+        if checkpoint.root != old.root:
+            raise equivocation(f"two different trees of {old.size} entries")
+        return
+    if old.size == 0:
+        return  # every tree extends the empty one
+    path = f"proof/consistency?old={old.size}&new={checkpoint.size}"
+    response = await fetcher.get(path, max_bytes=MAX_PROOF_BODY_BYTES)
+    if response.status != 200:
+        raise LogUnreachable(f"{fetcher.host_name}: HTTP {response.status} for {path}")
+    try:
+        proof = parse_consistency_proof(response.body)
+        tlog.verify_consistency(old.size, checkpoint.size, old.root, checkpoint.root, proof)
+    except tlog.ProofError as exc:
+        raise equivocation(
+            f"no consistency from {old.size} to {checkpoint.size} entries ({exc})", response.body
+        ) from None
+
+
+async def watch_log(
+    bundle: Bundle, *, domain: str, state_path: Path, on_entry: Callable[[LoggedEntry], None],
+    on_poll: Callable[[PollResult], None], on_unreachable: Callable[[LogUnreachable], None],
+    interval_s: float = DEFAULT_INTERVAL_S, timeout_s: float = DEFAULT_TIMEOUT_S,
+    resolver: Resolver = system_resolver,
+) -> None:
+    """:func:`poll_log` every ``interval_s`` until cancelled; a poll that
+    cannot read the log goes to ``on_unreachable`` and the watch goes on.
+    :class:`LogInconsistent`, :class:`Equivocation` and ``UsageError`` end
+    it (they propagate)."""
+    while True:
+        try:
+            result = await poll_log(
+                bundle, domain=domain, state_path=state_path, on_entry=on_entry,
+                timeout_s=timeout_s, resolver=resolver,
+            )
+        except LogUnreachable as exc:
+            on_unreachable(exc)
+        else:
+            on_poll(result)
+        await trio.sleep(interval_s)
