@@ -568,3 +568,45 @@ async def test_watch_polls_until_cancelled_and_rides_out_an_unreachable_notary(
                 on_unreachable=lambda exc: failed(str(exc)), interval_s=0.05, timeout_s=5,
             ))
     assert len(polls) == 2 and "could not connect" in failures[0]
+
+
+class _StoreFetcher:
+    """A ``LogFetcher`` stand-in answering proof requests from a LogStore."""
+
+    host_name = "store"
+
+    def __init__(self, store: LogStore) -> None:
+        self._store = store
+
+    async def get(self, path: str, *, max_bytes: int):
+        from notary.client.logfetch import LogResponse
+
+        query = dict(part.split("=") for part in path.partition("?")[2].split("&"))
+        proof = self._store.consistency_proof(int(query["old"]), int(query["new"]))
+        return LogResponse(200, b"".join(base64.b64encode(node) + b"\n" for node in proof))
+
+
+async def test_a_watch_proves_each_chunk_part_of_the_signed_tree(tmp_path: Path) -> None:
+    """Entries are reported a chunk at a time, each chunk proven (by a
+    consistency proof from the root of the entries read so far) to be the
+    beginning of the signed tree; a chunk that is not is a problem."""
+    entries = [b"entry %d" % i for i in range(700)]
+    with LogStore(tmp_path / "log.db") as store:
+        store.append(entries, lambda size, root: f"{size}\n")
+        root = tlog.CompactRange()
+        for entry in entries:
+            root.append(tlog.leaf_hash(entry))
+        checkpoint = tlog.Checkpoint("o", 700, root.root())
+        fetcher = _StoreFetcher(store)
+        honest = LogReplay(700)
+        for entry in entries[:512]:
+            honest.add(entry)
+        problems = logmonitor._Problems()
+        assert await logmonitor._prefix_proven(fetcher, honest, checkpoint, problems)
+        assert problems.count == 0
+        forged = LogReplay(700)
+        for entry in [b"forged", *entries[1:512]]:
+            forged.add(entry)
+        assert not await logmonitor._prefix_proven(fetcher, forged, checkpoint, problems)
+        assert problems.count == 1 and "not those of the signed tree" in problems.kept[0].detail
+    assert logmonitor.WATCH_CHUNK_ENTRIES % tlog.TILE_WIDTH == 0

@@ -93,6 +93,10 @@ __all__ = [
 
 #: Seconds between two polls of ``notary log watch``.
 DEFAULT_INTERVAL_S = 60.0
+#: Entries a watch reads before it proves them part of the signed tree (a
+#: consistency proof) and reports their matches: a multiple of the tile
+#: width; it bounds the matches held unreported.
+WATCH_CHUNK_ENTRIES = 64 * 1024
 #: Problems a report keeps (and prints); more are only counted.
 MAX_PROBLEMS_KEPT = 100
 #: The largest state file read.
@@ -320,14 +324,17 @@ class _Audit:
     async def read_entries(
         self, replay: LogReplay,
         on_entry: Callable[[int, ParsedStatement], None] | None,
+        until: int | None = None,
     ) -> bool:
-        """Feed ``replay`` the entries from its next index to the
-        checkpoint's size, checking each (and each tile it completes);
-        ``on_entry`` gets each entry that checks. False when an entry bundle
-        is missing or malformed, so the tree cannot be recomputed."""
+        """Feed ``replay`` the entries from its next index to ``until`` (a
+        multiple of the tile width, or the checkpoint's size: the default),
+        checking each (and each tile it completes); ``on_entry`` gets each
+        entry that checks. False when an entry bundle is missing or
+        malformed, so the tree cannot be recomputed."""
         size = self._checkpoint.size
+        end = size if until is None else min(until, size)
         first_bundle = replay.next_index // tlog.TILE_WIDTH
-        last_bundle = -(-size // tlog.TILE_WIDTH)
+        last_bundle = -(-end // tlog.TILE_WIDTH)
         for bundle_index in range(first_bundle, last_bundle):
             first = bundle_index * tlog.TILE_WIDTH
             width = min(tlog.TILE_WIDTH, size - first)
@@ -543,7 +550,9 @@ async def poll_log(
 ) -> PollResult:
     """One round of ``notary log watch`` (see the module docstring):
     ``on_entry`` gets each new, verified entry whose target host is
-    ``domain`` (normalised) or under it, in log order, as it is read; the
+    ``domain`` (normalised) or under it, in log order, once the entries up
+    to it are proven part of the signed tree (every ``WATCH_CHUNK_ENTRIES``
+    entries, and at the end); the
     state file then keeps the new checkpoint (not when anything failed).
 
     Error handling: ``UsageError`` (bundle, state file),
@@ -578,21 +587,29 @@ async def poll_log(
         problems = _Problems()
         audit = _Audit(fetcher, checkpoint, public_raw, problems)
         matched = 0
+        # Matching entries are held until the entries read so far are proven
+        # part of the signed tree, then reported: nothing unverified is
+        # printed, and at most a chunk's matches are held.
+        held: list[LoggedEntry] = []
 
         def keep(index: int, parsed: ParsedStatement) -> None:
-            nonlocal matched
             if matches_domain(parsed.target.host, domain):
-                matched += 1
                 newest = max(parsed.observations, key=lambda o: o.last_seen, default=None)
-                on_entry(LoggedEntry(
+                held.append(LoggedEntry(
                     index, parsed.target, newest.sha256 if newest else None, parsed.signed_at
                 ))
 
-        if await audit.read_entries(replay, on_entry=keep) and replay.root() != checkpoint.root:
-            problems.add(ROOT_MISMATCH, None, (
-                f"the entries hash to {_b64(replay.root())}, the checkpoint signs "
-                f"{_b64(checkpoint.root)}"
-            ))
+        while not replay.complete:
+            until = (replay.next_index // WATCH_CHUNK_ENTRIES + 1) * WATCH_CHUNK_ENTRIES
+            if not await audit.read_entries(replay, on_entry=keep, until=until):
+                break
+            proven = await _prefix_proven(fetcher, replay, checkpoint, problems)
+            if problems.count or not proven:
+                break
+            matched += len(held)
+            for entry in held:
+                on_entry(entry)
+            held.clear()
         if problems.count:
             raise LogInconsistent(
                 f"the log of {bundle.name} is inconsistent ({problems.count} problems)",
@@ -602,6 +619,36 @@ async def poll_log(
     return PollResult(
         checkpoint.origin, old_size, checkpoint.size, audit.entries_checked, matched
     )
+
+
+async def _prefix_proven(
+    fetcher: LogFetcher, replay: LogReplay, checkpoint: tlog.Checkpoint, problems: _Problems
+) -> bool:
+    """Whether the entries ``replay`` holds are the first ones of the tree
+    the checkpoint signs: its root itself once all are read, else a
+    consistency proof from their root (computed here) to the signed one.
+    A failure is added to ``problems``."""
+    size, root = replay.next_index, replay.root()
+    if size == checkpoint.size:
+        if root == checkpoint.root:
+            return True
+        problems.add(ROOT_MISMATCH, None, (
+            f"the entries hash to {_b64(root)}, the checkpoint signs {_b64(checkpoint.root)}"
+        ))
+        return False
+    path = f"proof/consistency?old={size}&new={checkpoint.size}"
+    response = await fetcher.get(path, max_bytes=MAX_PROOF_BODY_BYTES)
+    if response.status != 200:
+        raise LogUnreachable(f"{fetcher.host_name}: HTTP {response.status} for {path}")
+    try:
+        proof = parse_consistency_proof(response.body)
+        tlog.verify_consistency(size, checkpoint.size, root, checkpoint.root, proof)
+    except tlog.ProofError as exc:
+        problems.add(ROOT_MISMATCH, None, (
+            f"the first {size} entries are not those of the signed tree ({exc})"
+        ))
+        return False
+    return True
 
 
 async def _check_extends(
