@@ -9,8 +9,9 @@ signatures through ``sign``; this package holds no key and no store.
 Modules, in import order: ``errors``, ``merkle`` (hashing, proofs, their
 verification, the sequencer's ``CompactRange``), ``tiles`` (paths, tile
 contents, ``TileHashReader``, entry bundles), ``note`` (signed notes and
-verifier keys, Ed25519), ``checkpoint``. Import the names from this
-package.
+verifier keys, Ed25519), ``checkpoint``, ``cosignature`` (witness
+cosignatures, the add-checkpoint body), ``witness`` (a witness's rules).
+Import the names from this package.
 
 Errors: every rejection of input is a :class:`TlogError` (a
 ``ValueError``): :class:`ProofError`, :class:`NoteError`,
@@ -18,7 +19,8 @@ Errors: every rejection of input is a :class:`TlogError` (a
 argument is a plain ``ValueError``.
 
 References: RFC 9162 section 2.1; c2sp.org/tlog-tiles,
-c2sp.org/signed-note, c2sp.org/tlog-checkpoint.
+c2sp.org/signed-note, c2sp.org/tlog-checkpoint, c2sp.org/tlog-cosignature,
+c2sp.org/tlog-witness.
 """
 
 from __future__ import annotations
@@ -30,6 +32,24 @@ from notary.protocol.tlog.checkpoint import (
     format_checkpoint,
     open_checkpoint,
     parse_checkpoint,
+)
+from notary.protocol.tlog.cosignature import (
+    COSIGNATURE_TYPE,
+    MAX_ADD_CHECKPOINT_BYTES,
+    MAX_ADD_CHECKPOINT_PROOF,
+    AddCheckpoint,
+    AddCheckpointError,
+    Cosignature,
+    cosign,
+    cosignature_key_id,
+    cosignature_verifier,
+    cosignature_verifiers,
+    cosigned_message,
+    cosigner_key,
+    format_add_checkpoint,
+    parse_add_checkpoint,
+    parse_cosignature_line,
+    parse_cosigner_key,
 )
 from notary.protocol.tlog.errors import (
     CheckpointError,
@@ -90,8 +110,18 @@ from notary.protocol.tlog.tiles import (
     tile_path,
     tiles_to_publish,
 )
+from notary.protocol.tlog.witness import (
+    NOTHING_HELD,
+    SIZE_CONTENT_TYPE,
+    HeldCheckpoint,
+    WitnessRefusal,
+    check_consistent,
+    open_submission,
+    witnessed_logs,
+)
 
 __all__ = [
+    "COSIGNATURE_TYPE",
     "DEFAULT_CACHED_TILES",
     "ED25519_PUBLIC_KEY_BYTES",
     "ED25519_SIGNATURE_BYTES",
@@ -99,6 +129,8 @@ __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
     "KEY_ID_BYTES",
+    "MAX_ADD_CHECKPOINT_BYTES",
+    "MAX_ADD_CHECKPOINT_PROOF",
     "MAX_CHECKPOINT_CHARS",
     "MAX_ENTRY_BYTES",
     "MAX_NOTE_BYTES",
@@ -109,11 +141,17 @@ __all__ = [
     "MAX_TILE_PATH_CHARS",
     "MAX_TREE_SIZE",
     "MAX_VERIFIER_KEY_CHARS",
+    "NOTHING_HELD",
+    "SIZE_CONTENT_TYPE",
     "TILE_HEIGHT",
     "TILE_WIDTH",
+    "AddCheckpoint",
+    "AddCheckpointError",
     "Checkpoint",
     "CheckpointError",
     "CompactRange",
+    "Cosignature",
+    "HeldCheckpoint",
     "NoteError",
     "PerfectHash",
     "ProofError",
@@ -122,13 +160,22 @@ __all__ = [
     "TileHashReader",
     "TlogError",
     "Verify",
+    "WitnessRefusal",
+    "check_consistent",
     "consistency_proof",
+    "cosign",
+    "cosignature_key_id",
+    "cosignature_verifier",
+    "cosignature_verifiers",
+    "cosigned_message",
+    "cosigner_key",
     "decode_entry_bundle",
     "ed25519_key_id",
     "ed25519_verifier",
     "ed25519_verifiers",
     "encode_entry_bundle",
     "entries_path",
+    "format_add_checkpoint",
     "format_checkpoint",
     "inclusion_proof",
     "is_valid_key_name",
@@ -136,7 +183,11 @@ __all__ = [
     "node_hash",
     "open_checkpoint",
     "open_note",
+    "open_submission",
+    "parse_add_checkpoint",
     "parse_checkpoint",
+    "parse_cosignature_line",
+    "parse_cosigner_key",
     "parse_tile_path",
     "parse_verifier_key",
     "range_hash",
@@ -149,4 +200,5 @@ __all__ = [
     "verifier_key",
     "verify_consistency",
     "verify_inclusion",
+    "witnessed_logs",
 ]
