@@ -40,6 +40,7 @@ from notary.errors import ConfigError
 from notary.model.observations import TimelineLimits
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import Exemptions
+from notary.protocol import tlog
 from notary.protocol.http import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
@@ -403,6 +404,42 @@ class LogConfig:
     #: Statements signed but not yet sequenced, at most (beyond: a v2 query
     #: needing a new statement is answered 503 until the log catches up).
     max_pending: int = 100_000
+    #: Witnesses asked to cosign each new checkpoint (README "Witnesses"):
+    #: a list of tables ``{url = "https://host:port/v2/witness", key =
+    #: "<witness vkey>", pin = "<SHA-1 of its TLS certificate, hex>"}``.
+    witnesses: tuple[LogWitness, ...] = ()
+    #: One exchange with a witness (connect, TLS, request, answer), at most.
+    witness_timeout_s: float = 5.0
+    #: A witness that failed is asked again after at most this long.
+    witness_retry_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class LogWitness:
+    """One entry of ``[log] witnesses``: the witness's submission prefix
+    (``url``, where ``/add-checkpoint`` is posted), its cosigner ``key``
+    (a C2SP vkey of type 0x04) and the SHA-1 ``pin`` of its TLS
+    certificate (a witness is a notary: pinned as bundles pin notaries)."""
+
+    url: str
+    key: str
+    pin: str
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessConfig:
+    """The notary as a witness of other logs (C2SP tlog-witness; README
+    "Witnesses"): with ``enabled`` (and v2 served) ``POST
+    /v2/witness/add-checkpoint`` cosigns, with the v2 key, checkpoints of
+    the ``logs`` it is given with a consistency proof from the last one it
+    cosigned."""
+
+    enabled: bool = False
+    #: The cosignatures' key name (a schema-less URL naming this witness).
+    name: str = ""
+    #: The logs witnessed: their Ed25519 signed-note vkeys
+    #: (``origin+keyid+base64``; the key name is the log's origin).
+    logs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,6 +547,7 @@ class Config:
     v2: V2Config = field(default_factory=V2Config)
     websocket: WebSocketConfig = field(default_factory=WebSocketConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    witness: WitnessConfig = field(default_factory=WitnessConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
@@ -553,6 +591,7 @@ _SECTIONS = {
     "v2": V2Config,
     "websocket": WebSocketConfig,
     "log": LogConfig,
+    "witness": WitnessConfig,
     "node": NodeConfig,
     "admin": AdminConfig,
     "verify": VerifyConfig,
@@ -651,6 +690,20 @@ def _coerce(section: str, key: str, annotation: str, value: Any) -> Any:
         if isinstance(value, str) or not isinstance(value, list | tuple):
             raise ConfigError(f"{where} must be a list of strings")
         return tuple(str(v) for v in value)
+    if annotation == "tuple[LogWitness, ...]":
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} must be a list of {{url, key, pin}} tables")
+        witnesses = []
+        for entry in value:
+            if isinstance(entry, LogWitness):
+                witnesses.append(entry)
+                continue
+            if not isinstance(entry, dict) or set(entry) != {"url", "key", "pin"} or not all(
+                isinstance(v, str) for v in entry.values()
+            ):
+                raise ConfigError(f"{where}: each witness is {{url, key, pin}}, all strings")
+            witnesses.append(LogWitness(**entry))
+        return tuple(witnesses)
     if annotation == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{where} must be true or false")
@@ -692,7 +745,10 @@ _POSITIVE = {
         "feed_interval_ms", "feed_max_rows",
     ),
     "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
-    "log": ("checkpoint_interval_s", "max_merge_delay_s", "max_pending"),
+    "log": (
+        "checkpoint_interval_s", "max_merge_delay_s", "max_pending", "witness_timeout_s",
+        "witness_retry_s",
+    ),
     "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),
     "rescan": tuple(
         f.name for f in dataclasses.fields(RescanConfig) if f.name != "enabled"
@@ -726,6 +782,7 @@ def _validate(config: Config) -> None:
     _validate_relay(config.relay)
     _validate_verify(config)
     _validate_log(config)
+    _validate_witness(config)
 
 
 #: What a checkpoint origin may hold: printable ASCII without spaces or "+"
@@ -747,6 +804,57 @@ def _validate_log(config: Config) -> None:
         raise ConfigError(
             "[log] max_merge_delay_s must be at least twice checkpoint_interval_s"
         )
+    for witness in log.witnesses:
+        _validate_log_witness(witness)
+
+
+_SHA1_PIN = re.compile(r"[0-9A-Fa-f]{2}(?::?[0-9A-Fa-f]{2}){19}")
+
+
+def _validate_log_witness(witness: LogWitness) -> None:
+    """A ``[log] witnesses`` entry: an https URL with a host, a type-0x04
+    vkey, a 20-byte hex pin (colons allowed)."""
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(witness.url)
+        url.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        url = None
+    if url is None or url.scheme != "https" or not url.hostname or url.query or url.fragment:
+        raise ConfigError(
+            f"[log] witnesses: url {witness.url!r} must be https://host[:port]/prefix"
+        )
+    try:
+        tlog.parse_cosigner_key(witness.key)
+    except tlog.NoteError as exc:
+        raise ConfigError(f"[log] witnesses: key {witness.key!r}: {exc}") from None
+    if not _SHA1_PIN.fullmatch(witness.pin):
+        raise ConfigError(
+            f"[log] witnesses: pin {witness.pin!r} must be the SHA-1 of the witness's "
+            "certificate in hex (colons allowed)"
+        )
+
+
+def _validate_witness(config: Config) -> None:
+    witness = config.witness
+    if not witness.enabled:
+        return
+    if config.v2.key_file is None:
+        raise ConfigError("[witness] enabled needs v2 ([v2] key_file): it cosigns with the v2 key")
+    if config.server.db_file is None and config.store.backend != "postgresql":
+        raise ConfigError("[witness] enabled needs a store: it keeps what it cosigned there")
+    if not _ORIGIN_RE.fullmatch(witness.name):
+        raise ConfigError(
+            "[witness] name must name the witness: 1-200 printable ASCII characters, "
+            "no space or '+'"
+        )
+    if not witness.logs:
+        raise ConfigError("[witness] logs must list the vkeys of the logs it witnesses")
+    try:
+        tlog.witnessed_logs(witness.logs)
+    except tlog.NoteError as exc:
+        raise ConfigError(f"[witness] logs: {exc}") from None
 
 
 def _validate_verify(config: Config) -> None:

@@ -24,6 +24,7 @@ from notary.protocol import bundle, convergence, http, perspectives, v2
 from notary.protocol.http import Request
 from notary.server.logapi import LOG_PREFIX, LogPages
 from notary.server.web import WebPages
+from notary.server.witness import ADD_CHECKPOINT_PATH, WITNESS_PREFIX, Witness
 from notary.service.query import Answer, QueryService
 from notary.web.headers import is_cross_site_request
 
@@ -61,7 +62,7 @@ def _allowed_methods(path: bytes) -> bytes:
     """The ``Allow`` header of a 405 for ``path``."""
     if path.startswith(TARGET_PREFIX):
         return b"GET, POST"
-    return b"POST" if path == V2_QUERY_PATH else b"GET"
+    return b"POST" if path in (V2_QUERY_PATH, ADD_CHECKPOINT_PATH) else b"GET"
 
 
 class ApiHandler:
@@ -81,8 +82,11 @@ class ApiHandler:
         web: WebPages | None = None,
         rejected: Counter[tuple[str, int]] | None = None,
         log: LogPages | None = None,
+        witness: Witness | None = None,
     ) -> None:
         self._service = service
+        #: The witness endpoint under ``/v2/witness/`` (None: not a witness).
+        self._witness = witness
         #: The transparency log's pages under ``/v2/log/`` (None: no log).
         self._log = log
         #: The web pages (None: ``/`` is the plain-text index).
@@ -187,6 +191,8 @@ class ApiHandler:
             return await self._v2(request, path, client)
         if self._log is not None and path.startswith(LOG_PREFIX):
             return await self._log.answer(request.method, path, query)
+        if self._witness is not None and path.startswith(WITNESS_PREFIX):
+            return await self._witness.answer(request.method, path, request.body)
         if path == b"/" and self._perspectives and query and request.method == b"GET":
             target = perspectives.parse_query(query)
             if target is not None:

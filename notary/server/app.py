@@ -61,6 +61,7 @@ from notary.server.websocket import (
     WebSocketCounts,
     WebSocketService,
 )
+from notary.server.witness import Witness
 from notary.service.abuse import AbuseControls
 from notary.service.claims import NodeProber
 from notary.service.dane import DaneChecker
@@ -568,6 +569,7 @@ class Components:
     watch_hub: WatchHub | None  # None: no v2, no watchers
     timings: Timings
     log: LogAppender | None = None  # the transparency log (None: none kept)
+    witness: Witness | None = None  # the witness endpoint (None: not a witness)
 
 
 def build_components(
@@ -624,6 +626,15 @@ def build_components(
             max_merge_delay_s=config.log.max_merge_delay_s, max_pending=config.log.max_pending,
             open_store=PostgresLogStore if fleet else LogStore,
         )
+    witness = None
+    if config.witness.enabled and v2_signer is not None:
+        from notary.state.witnessstore import PostgresWitnessStore, WitnessStore
+
+        witness = Witness(
+            config.store.dsn if fleet else config.server.db_file,  # type: ignore[arg-type]
+            name=config.witness.name, logs=config.witness.logs, signer=v2_signer, clock=clock,
+            open_store=PostgresWitnessStore if fleet else WitnessStore,
+        )
     return Components(
         config=config, sockets=sockets, resolver=resolver, clock=clock,
         # A PostgreSQL store is a fleet's: other nodes write it too.
@@ -642,7 +653,7 @@ def build_components(
         stored=stored,
         watch_hub=WatchHub() if v2_signer is not None else None,
         timings=Timings(),
-        log=statement_log,
+        log=statement_log, witness=witness,
     )
 
 
@@ -719,6 +730,7 @@ def build_services(
         bundle_bytes=c.bundle_bytes, perspectives="perspectives" in c.signers,
         v2_key_document=c.v2_key_document, v2_max_batch=config.v2.max_batch,
         v2_max_body_bytes=config.api_body_bytes, rejected=api_rejected, log=LogPages(c.log) if c.log is not None else None,
+        witness=c.witness,
     )
     websocket = None
     if websocket_counts is not None:
@@ -791,6 +803,8 @@ async def serve(
         async with trio.open_nursery() as logging_nursery:
             if c.log is not None:
                 await logging_nursery.start(c.log.run)
+            if c.witness is not None:
+                await logging_nursery.start(c.witness.run)
             await _serve_from(c, config, storage, reload_config, task_status)
             logging_nursery.cancel_scope.cancel()
 

@@ -1,0 +1,167 @@
+"""What the notary holds as a witness (C2SP tlog-witness): for each log
+origin it witnesses, the last checkpoint it cosigned (size, root and the
+signed note it was given), in the store beside the observations.
+
+Compare-and-swap: ``swap(origin, held, new)`` replaces the held checkpoint
+only if it is still ``held`` (the one the request's consistency proof was
+checked against), in one statement, so one transaction: an ``UPDATE ...
+WHERE size = ? AND root = ?`` (or an ``INSERT`` that does nothing when a
+row exists). Two requests checked against the same held checkpoint cannot
+both swap; the loser's caller answers 409 with the size now held. This is
+the atomic check-and-persist the spec asks for, across the workers of a
+node and the nodes of a fleet sharing the database, and across restarts:
+a witness never cosigns two checkpoints of one origin that are not
+consistent. The caller cosigns only after ``swap`` returned True
+(persisted first, then answered).
+
+Crash guarantees: the SQLite connection commits with ``synchronous=FULL``
+and PostgreSQL's with ``synchronous_commit=on``: a checkpoint the witness
+cosigned survives a power loss (a rolled-back size would let it cosign a
+fork).
+
+Engines: ``WitnessStore`` (SQLite file), ``PostgresWitnessStore`` (the
+fleet's database, ``[store] dsn``). Synchronous: the Trio edge
+(``notary.server.witness``) runs these methods in a worker thread.
+Resource handling: each store owns its one connection; ``close()``
+releases it. Error handling: database errors are raised as ``StoreError``
+naming the database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from notary.errors import StoreError
+from notary.protocol.tlog import HeldCheckpoint
+from notary.state.pgstore import _MIGRATION_LOCK, CONNECT_TIMEOUT_S, _reason, describe_dsn
+
+__all__ = ["PostgresWitnessStore", "WitnessEngine", "WitnessStore"]
+
+SCHEMA = """
+    CREATE TABLE IF NOT EXISTS witness_checkpoints (
+        origin     TEXT PRIMARY KEY,
+        size       INTEGER NOT NULL,
+        root       BLOB NOT NULL,
+        checkpoint TEXT NOT NULL
+    );
+"""
+PG_SCHEMA = """
+    CREATE TABLE IF NOT EXISTS witness_checkpoints (
+        origin     TEXT PRIMARY KEY,
+        size       BIGINT NOT NULL,
+        root       BYTEA NOT NULL,
+        checkpoint TEXT NOT NULL
+    );
+"""
+BUSY_TIMEOUT_MS = 10_000
+_SELECT = "SELECT size, root, checkpoint FROM witness_checkpoints WHERE origin = {p}"
+_INSERT = (
+    "INSERT INTO witness_checkpoints (origin, size, root, checkpoint) VALUES ({p}, {p}, {p}, {p}) "
+    "ON CONFLICT (origin) DO NOTHING"
+)
+_UPDATE = (
+    "UPDATE witness_checkpoints SET size = {p}, root = {p}, checkpoint = {p} "
+    "WHERE origin = {p} AND size = {p} AND root = {p}"
+)
+
+
+class WitnessEngine(Protocol):
+    """What the witness endpoint needs of a store."""
+
+    def held(self, origin: str) -> HeldCheckpoint | None:
+        """The checkpoint held for ``origin`` (None: never cosigned one)."""
+
+    def swap(self, origin: str, held: HeldCheckpoint | None, new: HeldCheckpoint) -> bool:
+        """Hold ``new`` for ``origin`` if ``held`` is still held (None:
+        nothing is); whether it was swapped."""
+
+    def close(self) -> None: ...
+
+
+class WitnessStore:
+    """See the module docstring. ``path``: the SQLite database file."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(
+                str(path), isolation_level=None, check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {path}: {exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _execute(self, sql: str, parameters: Sequence[Any]) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql.format(p="?"), tuple(parameters))
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+
+    def held(self, origin: str) -> HeldCheckpoint | None:
+        row = self._execute(_SELECT, (origin,)).fetchone()
+        return HeldCheckpoint(int(row[0]), bytes(row[1]), row[2]) if row else None
+
+    def swap(self, origin: str, held: HeldCheckpoint | None, new: HeldCheckpoint) -> bool:
+        if held is None:
+            cursor = self._execute(_INSERT, (origin, new.size, new.root, new.note))
+        else:
+            cursor = self._execute(
+                _UPDATE, (new.size, new.root, new.note, origin, held.size, held.root)
+            )
+        return cursor.rowcount == 1
+
+
+class PostgresWitnessStore:
+    """See the module docstring. ``dsn``: the store's (``[store] dsn``)."""
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        self.path = describe_dsn(dsn)
+        self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
+        try:
+            self._db = psycopg.connect(
+                dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                options=f"-c statement_timeout={BUSY_TIMEOUT_MS} -c synchronous_commit=on",
+            )
+        except psycopg.Error as exc:
+            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+        try:
+            with self._db.transaction():
+                self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                self._db.execute(PG_SCHEMA)
+        except psycopg.Error as exc:
+            self._db.close()
+            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _execute(self, sql: str, parameters: Sequence[Any]) -> Any:
+        try:
+            return self._db.execute(sql.format(p="%s"), tuple(parameters))
+        except self._errors as exc:
+            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+
+    def held(self, origin: str) -> HeldCheckpoint | None:
+        row = self._execute(_SELECT, (origin,)).fetchone()
+        return HeldCheckpoint(int(row[0]), bytes(row[1]), row[2]) if row else None
+
+    def swap(self, origin: str, held: HeldCheckpoint | None, new: HeldCheckpoint) -> bool:
+        if held is None:
+            cursor = self._execute(_INSERT, (origin, new.size, new.root, new.note))
+        else:
+            cursor = self._execute(
+                _UPDATE, (new.size, new.root, new.note, origin, held.size, held.root)
+            )
+        return bool(cursor.rowcount == 1)
