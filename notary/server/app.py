@@ -40,6 +40,7 @@ from notary.outbound.dialer import Resolver, system_resolver
 from notary.outbound.logappender import LogAppender
 from notary.outbound.probe import Prober, open_prober
 from notary.outbound.tlsa import resolver_through
+from notary.outbound.witnessing import LogWitnesses
 from notary.outbound.writer import Storage, open_storage
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
@@ -570,6 +571,7 @@ class Components:
     timings: Timings
     log: LogAppender | None = None  # the transparency log (None: none kept)
     witness: Witness | None = None  # the witness endpoint (None: not a witness)
+    log_witnesses: LogWitnesses | None = None  # who cosigns the log (None: nobody)
 
 
 def build_components(
@@ -626,6 +628,12 @@ def build_components(
             max_merge_delay_s=config.log.max_merge_delay_s, max_pending=config.log.max_pending,
             open_store=PostgresLogStore if fleet else LogStore,
         )
+    log_witnesses = None
+    if statement_log is not None and config.log.witnesses:
+        log_witnesses = LogWitnesses(
+            statement_log, config.log.witnesses, interval_s=config.log.checkpoint_interval_s,
+            timeout_s=config.log.witness_timeout_s, retry_s=config.log.witness_retry_s,
+        )
     witness = None
     if config.witness.enabled and v2_signer is not None:
         from notary.state.witnessstore import PostgresWitnessStore, WitnessStore
@@ -653,7 +661,7 @@ def build_components(
         stored=stored,
         watch_hub=WatchHub() if v2_signer is not None else None,
         timings=Timings(),
-        log=statement_log, witness=witness,
+        log=statement_log, witness=witness, log_witnesses=log_witnesses,
     )
 
 
@@ -729,7 +737,7 @@ def build_services(
         service, web=web, index_text=index_text(config), bundle_path=c.bundle_path,
         bundle_bytes=c.bundle_bytes, perspectives="perspectives" in c.signers,
         v2_key_document=c.v2_key_document, v2_max_batch=config.v2.max_batch,
-        v2_max_body_bytes=config.api_body_bytes, rejected=api_rejected, log=LogPages(c.log) if c.log is not None else None,
+        v2_max_body_bytes=config.api_body_bytes, rejected=api_rejected, log=LogPages(c.log, c.log_witnesses) if c.log is not None else None,
         witness=c.witness,
     )
     websocket = None
@@ -805,6 +813,8 @@ async def serve(
                 await logging_nursery.start(c.log.run)
             if c.witness is not None:
                 await logging_nursery.start(c.witness.run)
+            if c.log_witnesses is not None:
+                await logging_nursery.start(c.log_witnesses.run)
             await _serve_from(c, config, storage, reload_config, task_status)
             logging_nursery.cancel_scope.cancel()
 

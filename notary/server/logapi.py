@@ -4,8 +4,9 @@ fetch and verify it, plus one proof endpoint for clients that keep a
 checkpoint.
 
 * ``GET /v2/log/checkpoint``: the newest signed checkpoint (C2SP
-  tlog-checkpoint in a signed note), ``text/plain``; 404 before the first
-  entry.
+  tlog-checkpoint in a signed note), ``text/plain``, with the witnesses'
+  cosignature lines collected for it so far (``[log] witnesses``,
+  ``notary.outbound.witnessing``); 404 before the first entry.
 * ``GET /v2/log/tile/<L>/<N>[.p/<W>]``: a hash tile; ``GET
   /v2/log/tile/entries/<N>[.p/<W>]``: an entry bundle (each entry the
   statement's answer-document entry as signed, ``{"signature":...,
@@ -28,6 +29,7 @@ from urllib.parse import parse_qs
 
 from notary.errors import ProtocolError, StoreError
 from notary.outbound.logappender import LogAppender
+from notary.outbound.witnessing import LogWitnesses
 from notary.protocol import tlog
 from notary.service.query import Answer
 
@@ -45,8 +47,9 @@ MAX_QUERY_BYTES = 64
 class LogPages:
     """Answers ``GET /v2/log/...`` from the log ``appender`` keeps."""
 
-    def __init__(self, appender: LogAppender) -> None:
+    def __init__(self, appender: LogAppender, witnesses: LogWitnesses | None = None) -> None:
         self._log = appender
+        self._witnesses = witnesses
 
     async def answer(self, method: bytes, path: bytes, query: bytes) -> Answer:
         if method != b"GET":
@@ -67,7 +70,10 @@ class LogPages:
         head = await self._log.read_head()
         if head is None:
             raise ProtocolError("the log is empty", status=404)
-        return Answer(200, head.checkpoint.encode("utf-8"), TEXT, FRESH)
+        note = head.checkpoint
+        if self._witnesses is not None:
+            note = self._witnesses.cosigned(note)
+        return Answer(200, note.encode("utf-8"), TEXT, FRESH)
 
     async def _tile(self, path: str) -> Answer:
         try:

@@ -1,0 +1,114 @@
+"""The notary's log cosigned by witnesses (C2SP tlog-witness, the log's
+side), end to end on loopback: notary A keeps a log, notary B witnesses it;
+A's served checkpoint gains B's cosignature, verifiable with B's key; a
+restarted A learns B's size from a 409; an unreachable witness never holds
+appends back."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from notary.protocol import tlog, v2
+from notary.state import crypto
+from tests.support.notaries import NotaryUnderTest, open_notary, open_v2_notary
+from tests.support.tls_targets import closed_port, open_tls_target
+from tests.test_log_serve import get, logged_statement
+
+SITE, OTHER, THIRD = "www.example.test", "other.example.test", "third.example.test"
+ORIGIN = "a.test/v2/log"
+WITNESS_NAME = "b.test/witness"
+LOG = {"enabled": True, "origin": ORIGIN, "checkpoint_interval_s": 0.1, "max_merge_delay_s": 30,
+       "witness_timeout_s": 2.0, "witness_retry_s": 0.5}
+
+
+def log_vkey(key_path: Path) -> str:
+    public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+    return tlog.verifier_key(ORIGIN, public)
+
+
+def witness_entry(witness: NotaryUnderTest) -> dict[str, str]:
+    public = witness.running.signers["v2"].public_raw  # type: ignore[attr-defined]
+    return {
+        "url": f"https://127.0.0.1:{witness.port}/v2/witness",
+        "key": tlog.cosigner_key(WITNESS_NAME, public),
+        "pin": witness.sha1_pin.hex(),
+    }
+
+
+@asynccontextmanager
+async def open_log_notary(
+    directory: Path, key_path: Path, site_host: str, witnesses: list[dict[str, str]],
+    db_file: Path,
+) -> AsyncIterator[NotaryUnderTest]:
+    async with open_notary(
+        directory, names={name: [site_host] for name in (SITE, OTHER, THIRD)}, v2={"key_file": key_path},
+        answers={"failures_at_deadline": False}, server={"db_file": db_file},
+        log={**LOG, "witnesses": tuple(witnesses)},
+    ) as notary:
+        yield notary
+
+
+async def cosigned_checkpoint(notary: NotaryUnderTest, vkey: str, size: int) -> str:
+    """The served checkpoint once it covers ``size`` leaves and carries the
+    cosignature of ``vkey``."""
+    with trio.fail_after(15):
+        while True:
+            status, body = await get(notary, "/v2/log/checkpoint")
+            note = body.decode()
+            if status == 200 and note.count("\u2014") > 1:
+                checkpoint = tlog.parse_checkpoint(note[: note.rfind("\n\n") + 1])
+                if checkpoint.size >= size:
+                    return note
+            await trio.sleep(0.05)
+
+
+async def test_a_log_witnessed_by_another_notary_serves_its_cosignature(tmp_path: Path) -> None:
+    key_path = tmp_path / "a.v2.key"
+    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    witness_config = {"enabled": True, "name": WITNESS_NAME, "logs": (log_vkey(key_path),)}
+    (tmp_path / "b").mkdir()
+    db_file = tmp_path / "a.db"
+    async with open_tls_target(names=[SITE, OTHER, THIRD]) as site, open_v2_notary(
+        tmp_path / "b", {}, witness=witness_config
+    ) as witness:
+        entry = witness_entry(witness)
+        async with open_log_notary(tmp_path / "a1", key_path, site.host, [entry], db_file) as a:
+            await logged_statement(a, (SITE, site.port))
+            note = await cosigned_checkpoint(a, entry["key"], 1)
+            # B's cosignature verifies with B's key; A's signature with A's.
+            text, names = tlog.open_note(note, tlog.cosignature_verifiers([entry["key"]]))
+            assert names == [WITNESS_NAME]
+            public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+            assert v2.verify_checkpoint(note, ORIGIN, public).size >= 1
+            first = tlog.parse_checkpoint(text).size
+            # A later batch is cosigned again, from the size B holds.
+            await logged_statement(a, (OTHER, site.port))
+            await cosigned_checkpoint(a, entry["key"], first + 1)
+        # A restarted A starts believing B holds nothing: B's 409 tells it
+        # the size, and the next checkpoint is cosigned from there.
+        async with open_log_notary(tmp_path / "a2", key_path, site.host, [entry], db_file) as a:
+            _, body = await get(a, "/v2/log/checkpoint")
+            size = tlog.parse_checkpoint(body.decode().split("\n\n")[0] + "\n").size
+            await logged_statement(a, (THIRD, site.port))
+            note = await cosigned_checkpoint(a, entry["key"], size + 1)
+            tlog.open_note(note, tlog.cosignature_verifiers([entry["key"]]))
+
+
+async def test_an_unreachable_witness_never_holds_appends_back(tmp_path: Path) -> None:
+    key_path = tmp_path / "a.v2.key"
+    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+    entry = {"url": f"https://127.0.0.1:{closed_port()}/v2/witness",
+             "key": tlog.cosigner_key(WITNESS_NAME, public), "pin": "00" * 20}
+    async with open_tls_target(names=[SITE, OTHER, THIRD]) as site, open_log_notary(
+        tmp_path / "a", key_path, site.host, [entry], tmp_path / "a.db"
+    ) as a:
+        await logged_statement(a, (SITE, site.port))
+        status, body = await get(a, "/v2/log/checkpoint")
+        assert status == 200 and body.decode().count("\u2014") == 1
+        await trio.sleep(0.3)  # the witness task failed and backs off meanwhile
+        await logged_statement(a, (OTHER, site.port))
