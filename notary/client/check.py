@@ -40,7 +40,6 @@ certificate cannot be fetched; every failure of a notary becomes its
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import json
@@ -58,19 +57,30 @@ import trio_websocket
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from notary.client.checkpoints import CheckpointBook
+from notary.client.logcheck import LogFailed, check_log
+from notary.client.reach import (
+    MAX_RESPONSE_BYTES,
+    NotaryFailed,
+    RelayFailed,
+    connect_direct,
+    exchange,
+    host_authority,
+    http_request,
+    pinned_tls,
+    wire_host,
+)
 from notary.errors import NotaryError, PeerError, ProbeError, ProtocolError, UsageError
 from notary.model.policy import ANY_ADDRESS
-from notary.model.targets import Target, format_convergence_target, normalise_host
-from notary.outbound.dialer import Resolver, dial, dial_first, system_resolver
-from notary.protocol import convergence, strictjson, tlog, v2
+from notary.model.targets import Target, format_convergence_target
+from notary.outbound.dialer import Resolver, dial, system_resolver
+from notary.protocol import convergence, strictjson, v2
 from notary.protocol.bundle import BUNDLE_SUFFIX, Bundle, BundleHost, parse_bundle
-from notary.protocol.http import Response, parse_response
-from notary.protocol.relay import DESTINATION_HEADER, RELAY_PORT
 from notary.protocol.voting import Tally, Threshold, Verdict, classify, tally
 from notary.state import crypto
 
 __all__ = [
     "DEFAULT_QUORUM",
+    "MAX_RESPONSE_BYTES",
     "CheckReport",
     "NotaryAnswer",
     "SiteUnreachable",
@@ -84,10 +94,6 @@ __all__ = [
 
 DEFAULT_QUORUM = 3
 DEFAULT_TIMEOUT_S = 10.0
-#: The largest answer read from a notary or relay.
-MAX_RESPONSE_BYTES = 1024 * 1024
-#: Hashes in a consistency proof, at most (two per level of a 2**63-leaf tree).
-MAX_PROOF_HASHES = 128
 #: The longest ``detail`` of a notary's row (a reason, on one line).
 MAX_DETAIL_CHARS = 160
 
@@ -103,10 +109,6 @@ def one_line(text: str, limit: int | None = MAX_DETAIL_CHARS) -> str:
 
 class SiteUnreachable(NotaryError):
     """The site's own certificate could not be fetched."""
-
-
-class _RelayFailed(Exception):
-    """The relay could not be reached or refused the tunnel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +266,7 @@ async def check(
             answer = NotaryAnswer(
                 bundle.name, Verdict.CONNECTIVITY_FAILURE, detail="timed out", via=via
             )
-        except _RelayFailed:
+        except RelayFailed:
             relay_failed.append(bundle)
             return
         except Exception as exc:
@@ -307,18 +309,6 @@ async def check(
     )
 
 
-class _NotaryFailed(Exception):
-    """A notary could not be asked: no connection, wrong pin, bad answer."""
-
-    def __init__(self, detail: str, host: BundleHost | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.host = host
-
-
-RequestBuilder = Callable[[BundleHost], bytes]
-
-
 async def _ask(
     bundle: Bundle,
     target: Target,
@@ -333,11 +323,11 @@ async def _ask(
         if use_v2:
             return await _ask_v2(bundle, target, fingerprint, relay, resolver, checkpoints)
         form = f"fingerprint={convergence.format_fingerprint(fingerprint)}"
-        response, host = await _exchange(bundle, relay, resolver, lambda host: _http_request(
+        response, host = await exchange(bundle, relay, resolver, lambda host: http_request(
             "POST", f"/target/{format_convergence_target(target)}", host,
             form.encode("ascii"), b"application/x-www-form-urlencoded",
         ))
-    except _NotaryFailed as failed:
+    except NotaryFailed as failed:
         return NotaryAnswer(
             bundle.name, Verdict.CONNECTIVITY_FAILURE,
             host=failed.host.host if failed.host else None, detail=failed.detail, via=via,
@@ -345,116 +335,25 @@ async def _ask(
     return _judge(bundle, host, response.status, response.body, fingerprint, via)
 
 
-def _wire_host(host: BundleHost) -> str:
-    """``host``'s name as it goes on the wire and to the resolver: an A-label
-    name (IDNA) or a canonical IP literal.
-
-    Error handling: ``_NotaryFailed`` when the bundle's host is not a host
-    (a bundle made without validation).
-    """
-    try:
-        return normalise_host(host.host)
-    except NotaryError:
-        raise _NotaryFailed("its bundle names a host that is not a host name") from None
-
-
-def _authority(name: str) -> str:
-    """A wire host for a Host header or a CONNECT target: IPv6 in brackets."""
-    return f"[{name}]" if ":" in name else name
-
-
-def _http_request(
-    method: str, path: str, host: BundleHost, body: bytes = b"", content_type: bytes = b""
-) -> bytes:
-    authority = _authority(_wire_host(host))
-    head = f"{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n"
-    if method == "POST":
-        head += f"Content-Type: {content_type.decode('ascii')}\r\nContent-Length: {len(body)}\r\n"
-    return (head + "\r\n").encode("ascii") + body
-
-
-async def _exchange(
-    bundle: Bundle, relay: Bundle | None, resolver: Resolver, build: RequestBuilder
-) -> tuple[Response, BundleHost]:
-    """One request to ``bundle`` (directly or through ``relay``) over TLS
-    pinned to the host that answered; the response, read until close.
-
-    Error handling: ``_NotaryFailed`` with a short detail; ``_RelayFailed``.
-    """
-    try:
-        if relay is None:
-            tcp, host = await _connect_direct(bundle, resolver)
-        else:
-            tcp, host = await _connect_bounced(bundle, relay, resolver)
-    except PeerError as exc:
-        raise _NotaryFailed(str(exc)) from None
-    stream = await _pinned_tls(bundle, host, tcp)
-    try:
-        await stream.send_all(build(host))
-        data = bytearray()
-        while chunk := await stream.receive_some(64 * 1024):
-            data += chunk
-            if len(data) > MAX_RESPONSE_BYTES:
-                raise _NotaryFailed("answer too large", host)
-    except (trio.BrokenResourceError, ssl.SSLError, OSError):
-        raise _NotaryFailed("connection failed", host) from None
-    finally:
-        await trio.aclose_forcefully(stream)
-    try:
-        return parse_response(bytes(data)), host
-    except PeerError as exc:
-        raise _NotaryFailed(str(exc), host) from None
-
-
-async def _pinned_tls(
-    bundle: Bundle, host: BundleHost, tcp: trio.SocketStream
-) -> trio.SSLStream[trio.SocketStream]:
-    """TLS over ``tcp`` to ``host``, authenticated by the SHA-1 pin of its
-    bundle certificate. Owns ``tcp``: closed on failure.
-
-    Error handling: ``_NotaryFailed``.
-    """
-    # Notaries close without close_notify (as HTTPS servers may); answers are
-    # framed by Content-Length and signed, so truncation cannot pass.
-    stream = trio.SSLStream(
-        tcp, crypto.unverified_client_context(), server_hostname=None, https_compatible=True
-    )
-    try:
-        await stream.do_handshake()
-        der = stream.getpeercert(binary_form=True) or b""
-        pins = {h.sha1_pin for h in bundle.hosts if h.host == host.host} or {
-            h.sha1_pin for h in bundle.hosts
-        }
-        if convergence.format_fingerprint(hashlib.sha1(der).digest()) not in pins:
-            raise _NotaryFailed("certificate does not match the bundle's pin", host)
-    except (trio.BrokenResourceError, ssl.SSLError, OSError):
-        await trio.aclose_forcefully(stream)
-        raise _NotaryFailed("connection failed", host) from None
-    except BaseException:
-        await trio.aclose_forcefully(stream)
-        raise
-    return stream
-
-
 async def _v2_keys(
     bundle: Bundle, relay: Bundle | None, resolver: Resolver
 ) -> tuple[dict[str, Ed25519PublicKey], BundleHost]:
     """The v2 keys of the host of ``bundle`` that answers, fetched over its
     pinned connection (only the key its bundle pins, if it pins one)."""
-    keys_response, host = await _exchange(
-        bundle, relay, resolver, lambda h: _http_request("GET", "/v2/key", h)
+    keys_response, host = await exchange(
+        bundle, relay, resolver, lambda h: http_request("GET", "/v2/key", h)
     )
     if keys_response.status != 200:
-        raise _NotaryFailed(f"no v2 API (HTTP {keys_response.status})", host)
+        raise NotaryFailed(f"no v2 API (HTTP {keys_response.status})", host)
     try:
         published = v2.parse_key_document(keys_response.body)
     except PeerError as exc:
-        raise _NotaryFailed(str(exc), host) from None
+        raise NotaryFailed(str(exc), host) from None
     pinned = host.v2_key_raw
     if pinned is not None:  # the bundle pins the v2 key: trust that one only
         published = tuple(k for k in published if k.public_key_raw == pinned)
         if not published:
-            raise _NotaryFailed("v2 key does not match the bundle's v2_key", host)
+            raise NotaryFailed("v2 key does not match the bundle's v2_key", host)
     return v2.trusted_keys(published, now=int(time.time())), host
 
 
@@ -473,7 +372,7 @@ async def _ask_v2(
         "nonce": nonce,
     }).encode("ascii")
     one_host = replace(bundle, hosts=(host,))  # the host whose keys we hold
-    response, host = await _exchange(one_host, relay, resolver, lambda h: _http_request(
+    response, host = await exchange(one_host, relay, resolver, lambda h: http_request(
         "POST", "/v2/query", h, document, b"application/json"
     ))
     if response.status != 200:
@@ -493,8 +392,8 @@ async def _ask_v2(
             detail=f"bad signed answer: {exc}", via=via,
         )
     try:
-        log_words = await _check_log(one_host, relay, resolver, parsed, keys, checkpoints)
-    except _LogFailed as failed:
+        log_words = await check_log(one_host, relay, resolver, parsed, keys, checkpoints)
+    except LogFailed as failed:
         return NotaryAnswer(
             bundle.name, failed.verdict, host=host.host, status=200,
             detail=f"log: {failed.detail}", via=via,
@@ -517,111 +416,6 @@ async def _ask_v2(
         seen_since=min((o.first_seen for o in matching), default=None),
         backend=backend,
     )
-
-
-class _LogFailed(Exception):
-    """A notary's log did not hold: its answer is that notary's failure."""
-
-    def __init__(self, detail: str, verdict: Verdict = Verdict.FAILURE) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.verdict = verdict
-
-
-async def _check_log(
-    bundle: Bundle, relay: Bundle | None, resolver: Resolver, parsed: v2.ParsedAnswer,
-    keys: dict[str, Ed25519PublicKey], checkpoints: CheckpointBook | None,
-) -> str | None:
-    """Check the log member of the (verified) answer's statement: its
-    inclusion proof or its promise (rule S7) and, with ``checkpoints``,
-    the consistency of the notary's log with the checkpoint it showed this
-    client before. Returns the words for the notary's row (None: the
-    notary keeps no log). ``_LogFailed`` when the log does not hold."""
-    wanted = parsed.results[0].statement_signature if parsed.results else None
-    statement = next((s for s in parsed.statements if s.signature == wanted), None)
-    if statement is None or statement.log is None:
-        return None
-    public_raw = keys[statement.key_id].public_bytes_raw()
-    try:
-        logged = v2.verify_logged(statement, public_raw, now=int(time.time()))
-    except v2.VerificationError as exc:
-        raise _LogFailed(str(exc)) from None
-    assert logged is not None
-    if logged.checkpoint is None or logged.note is None:
-        return f"log: promised by {statement.log.merge_by}"
-    words = f"logged at {logged.index} of {logged.checkpoint.size}"
-    if checkpoints is None:
-        return words
-    origin = statement.log.origin
-    stored = checkpoints.last(origin, public_raw)
-    if stored is None:
-        checkpoints.remember(origin, public_raw, logged.note)
-        return words
-    seen, shown = stored.checkpoint, logged.checkpoint
-    older, newer = (stored.note, logged.note) if seen.size <= shown.size else (
-        logged.note, stored.note
-    )
-    small, large = (seen, shown) if seen.size <= shown.size else (shown, seen)
-    if small.size == large.size:
-        consistent = small.root == large.root
-    else:
-        proof = await _consistency_proof(bundle, relay, resolver, small.size, large.size)
-        if proof is None:  # it signed a larger log than it now has
-            evidence = checkpoints.keep_evidence(origin, public_raw, older, newer)
-            raise _LogFailed(
-                f"truncated: it signed a log of size {large.size}, now has fewer entries "
-                f"(both checkpoints kept in {evidence})"
-            )
-        try:
-            tlog.verify_consistency(small.size, large.size, small.root, large.root, proof)
-            consistent = True
-        except tlog.ProofError:
-            consistent = False
-    if not consistent:
-        evidence = checkpoints.keep_evidence(origin, public_raw, older, newer)
-        raise _LogFailed(
-            f"equivocating: checkpoints of sizes {small.size} and {large.size} that no "
-            f"consistency proof reconciles (both kept in {evidence})"
-        )
-    if shown.size > seen.size:
-        checkpoints.remember(origin, public_raw, logged.note)
-    return words + f", consistent with size {seen.size} seen before"
-
-
-async def _consistency_proof(
-    bundle: Bundle, relay: Bundle | None, resolver: Resolver, old_size: int, new_size: int
-) -> list[bytes] | None:
-    """RFC 9162's consistency proof between two sizes of the notary's log,
-    from ``/v2/log/proof/consistency``; None when the notary answers that
-    its log is not ``new_size`` large (404). ``_LogFailed`` (a connectivity
-    failure) when it cannot be had; a malformed proof is a failure."""
-    path = f"/v2/log/proof/consistency?old={old_size}&new={new_size}"
-    try:
-        response, _ = await _exchange(bundle, relay, resolver, lambda h: _http_request(
-            "GET", path, h
-        ))
-    except _NotaryFailed as failed:
-        raise _LogFailed(
-            f"no consistency proof ({failed.detail})", Verdict.CONNECTIVITY_FAILURE
-        ) from None
-    if response.status == 404:
-        return None
-    if response.status != 200:
-        raise _LogFailed(
-            f"no consistency proof (HTTP {response.status})", Verdict.CONNECTIVITY_FAILURE
-        )
-    proof = []
-    for line in response.body.split(b"\n"):
-        if not line:
-            continue
-        try:
-            node = base64.b64decode(line, validate=True)
-        except ValueError:
-            node = b""
-        if len(node) != tlog.HASH_SIZE or len(proof) >= MAX_PROOF_HASHES:
-            raise _LogFailed("a malformed consistency proof")
-        proof.append(node)
-    return proof
 
 
 #: How a DANE outcome reads in a row (the match has its own wording).
@@ -683,87 +477,6 @@ _V2_VERDICTS = {
     v2.VERDICT_UNREACHABLE: Verdict.INCONCLUSIVE,
     v2.VERDICT_REFUSED: Verdict.INCONCLUSIVE,
 }
-
-
-async def _connect_direct(
-    bundle: Bundle, resolver: Resolver
-) -> tuple[trio.SocketStream, BundleHost]:
-    destinations = [(_wire_host(h), h.ssl_port) for h in bundle.hosts]
-    try:
-        stream, index = await dial_first(destinations, policy=ANY_ADDRESS, resolver=resolver)
-    except ProbeError:
-        raise PeerError("could not connect to any of its hosts") from None
-    return stream, bundle.hosts[index]
-
-
-async def _connect_bounced(
-    bundle: Bundle, relay: Bundle, resolver: Resolver
-) -> tuple[trio.SocketStream, BundleHost]:
-    """A tunnel through ``relay`` to one of ``bundle``'s hosts.
-
-    Error handling: ``_RelayFailed`` when the relay cannot be reached or
-    refuses; ``PeerError`` when it could not reach the notary (404).
-    """
-    try:
-        destinations = [(_wire_host(h), h.http_port) for h in relay.hosts]
-    except _NotaryFailed:  # the relay's bundle is broken: another relay may do
-        raise _RelayFailed from None
-    try:
-        stream, _index = await dial_first(destinations, policy=ANY_ADDRESS, resolver=resolver)
-    except ProbeError:
-        raise _RelayFailed from None
-    try:
-        connected = await _open_tunnel(stream, bundle)
-    except BaseException:
-        await trio.aclose_forcefully(stream)
-        raise
-    return stream, _host_named(bundle, connected)
-
-
-async def _open_tunnel(stream: trio.SocketStream, bundle: Bundle) -> str:
-    """Send the legacy CONNECT for ``bundle``'s hosts; return the host the
-    relay says it reached."""
-    first, *others = (_authority(_wire_host(host)) for host in bundle.hosts)
-    request = f"CONNECT {first}:{RELAY_PORT} HTTP/1.1\r\nHost: {first}\r\n"
-    for other in others:
-        request += f"X-Convergence-Notary: {other}+{RELAY_PORT}\r\n"
-    try:
-        await stream.send_all((request + "\r\n").encode("ascii"))
-        answer = parse_response(await _read_head(stream))
-    except (trio.BrokenResourceError, PeerError):
-        raise _RelayFailed from None
-    if answer.status == 404:
-        raise PeerError("the relay could not reach it")
-    if answer.status != 200:
-        raise _RelayFailed
-    return (answer.header(DESTINATION_HEADER) or b"").decode("ascii", "replace")
-
-
-def _host_named(bundle: Bundle, name: str) -> BundleHost:
-    """The host of ``bundle`` the relay says it reached (the first if the
-    relay did not say, or said something else: the pin check decides)."""
-    try:
-        wanted = normalise_host(name)
-    except NotaryError:
-        return bundle.hosts[0]
-    for host in bundle.hosts:
-        if normalise_host(host.host) == wanted:
-            return host
-    return bundle.hosts[0]
-
-
-async def _read_head(stream: trio.SocketStream) -> bytes:
-    """Bytes up to and including the relay's blank line; nothing more is
-    read, so the TLS bytes that follow stay in the stream."""
-    data = bytearray()
-    while not data.endswith(b"\r\n\r\n"):
-        if len(data) > 16 * 1024:
-            raise _RelayFailed
-        byte = await stream.receive_some(1)
-        if not byte:
-            raise _RelayFailed
-        data += byte
-    return bytes(data)
 
 
 def _judge(
@@ -862,12 +575,12 @@ async def watch(
     try:
         with trio.fail_after(timeout_s):
             keys, host = await _v2_keys(bundle, None, resolver)
-            tcp, host = await _connect_direct(replace(bundle, hosts=(host,)), resolver)
-            stream = await _pinned_tls(bundle, host, tcp)
-            authority = _authority(_wire_host(host))
+            tcp, host = await connect_direct(replace(bundle, hosts=(host,)), resolver)
+            stream = await pinned_tls(bundle, host, tcp)
+            authority = host_authority(wire_host(host))
     except trio.TooSlowError:
         raise WatchFailed(f"{bundle.name}: no answer within {timeout_s:g} s") from None
-    except (_NotaryFailed, PeerError) as exc:
+    except (NotaryFailed, PeerError) as exc:
         raise WatchFailed(f"{bundle.name}: {one_line(str(exc))}") from None
     failure: WatchFailed | None = None
     try:

@@ -30,15 +30,8 @@ from types import TracebackType
 import httptools
 import trio
 
-from notary.client.check import (
-    DEFAULT_TIMEOUT_S,
-    _authority,
-    _connect_direct,
-    _NotaryFailed,
-    _pinned_tls,
-    _wire_host,
-    one_line,
-)
+from notary.client.check import DEFAULT_TIMEOUT_S, one_line
+from notary.client.reach import NotaryFailed, connect_direct, host_authority, pinned_tls, wire_host
 from notary.errors import NotaryError, PeerError
 from notary.outbound.dialer import Resolver, system_resolver
 from notary.protocol.bundle import Bundle, BundleHost
@@ -171,9 +164,9 @@ class LogFetcher:
         if self._stream is not None:
             return self._stream
         try:
-            tcp, host = await _connect_direct(self._bundle, self._resolver)
-            self._stream = await _pinned_tls(self._bundle, host, tcp)
-        except _NotaryFailed as failed:
+            tcp, host = await connect_direct(self._bundle, self._resolver)
+            self._stream = await pinned_tls(self._bundle, host, tcp)
+        except NotaryFailed as failed:
             raise LogUnreachable(f"{self._bundle.name}: {one_line(failed.detail)}") from None
         except PeerError as exc:
             raise LogUnreachable(f"{self._bundle.name}: {one_line(str(exc))}") from None
@@ -187,8 +180,8 @@ class LogFetcher:
         stream = await self._connect()
         assert self.host is not None
         try:
-            authority = _authority(_wire_host(self.host))
-        except _NotaryFailed as failed:
+            authority = host_authority(wire_host(self.host))
+        except NotaryFailed as failed:
             await self.aclose()
             raise LogUnreachable(f"{self._bundle.name}: {failed.detail}") from None
         request = f"GET {url} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode("ascii")
