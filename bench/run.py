@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("tls", "http", "probe", "relay", "v2", "scale", "workers", "cache", "writer", "fleet",
-             "dane")
+             "dane", "log")
 #: The scenarios whose script takes no ``--wait-quiet``.
 NO_WAIT_QUIET = {"relay", "cache", "writer", "fleet"}
 
