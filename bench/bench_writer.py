@@ -385,7 +385,7 @@ def run(directory: Path, args: argparse.Namespace) -> None:
 def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
              rates: dict[str, float]) -> None:
     n = len(workload)
-    with mock.patch.object(Store, "record", lambda self, batch: None):
+    with mock.patch.object(Store, "record", lambda self, batch, origin="": None):
         noop = harness.rate(n, run_batched(path("noop"), workload).seconds)
     with open_store(path("record")) as store:
         alone = harness.rate(n, record_in_batches(store, workload))
