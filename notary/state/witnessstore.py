@@ -81,7 +81,28 @@ class WitnessEngine(Protocol):
     def close(self) -> None: ...
 
 
-class WitnessStore:
+class _WitnessRows:
+    """``held`` and ``swap`` over an engine's ``_execute(sql, parameters)``
+    (the SQL written once, ``{p}`` its parameter placeholder)."""
+
+    def _execute(self, sql: str, parameters: Sequence[Any]) -> Any:
+        raise NotImplementedError
+
+    def held(self, origin: str) -> HeldCheckpoint | None:
+        row = self._execute(_SELECT, (origin,)).fetchone()
+        return HeldCheckpoint(int(row[0]), bytes(row[1]), row[2]) if row else None
+
+    def swap(self, origin: str, held: HeldCheckpoint | None, new: HeldCheckpoint) -> bool:
+        if held is None:
+            cursor = self._execute(_INSERT, (origin, new.size, new.root, new.note))
+        else:
+            cursor = self._execute(
+                _UPDATE, (new.size, new.root, new.note, origin, held.size, held.root)
+            )
+        return bool(cursor.rowcount == 1)
+
+
+class WitnessStore(_WitnessRows):
     """See the module docstring. ``path``: the SQLite database file."""
 
     def __init__(self, path: Path | str) -> None:
@@ -107,21 +128,8 @@ class WitnessStore:
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
 
-    def held(self, origin: str) -> HeldCheckpoint | None:
-        row = self._execute(_SELECT, (origin,)).fetchone()
-        return HeldCheckpoint(int(row[0]), bytes(row[1]), row[2]) if row else None
 
-    def swap(self, origin: str, held: HeldCheckpoint | None, new: HeldCheckpoint) -> bool:
-        if held is None:
-            cursor = self._execute(_INSERT, (origin, new.size, new.root, new.note))
-        else:
-            cursor = self._execute(
-                _UPDATE, (new.size, new.root, new.note, origin, held.size, held.root)
-            )
-        return cursor.rowcount == 1
-
-
-class PostgresWitnessStore:
+class PostgresWitnessStore(_WitnessRows):
     """See the module docstring. ``dsn``: the store's (``[store] dsn``)."""
 
     def __init__(self, dsn: str) -> None:
@@ -152,16 +160,3 @@ class PostgresWitnessStore:
             return self._db.execute(sql.format(p="%s"), tuple(parameters))
         except self._errors as exc:
             raise StoreError(f"database {self.path}: {_reason(exc)}") from None
-
-    def held(self, origin: str) -> HeldCheckpoint | None:
-        row = self._execute(_SELECT, (origin,)).fetchone()
-        return HeldCheckpoint(int(row[0]), bytes(row[1]), row[2]) if row else None
-
-    def swap(self, origin: str, held: HeldCheckpoint | None, new: HeldCheckpoint) -> bool:
-        if held is None:
-            cursor = self._execute(_INSERT, (origin, new.size, new.root, new.note))
-        else:
-            cursor = self._execute(
-                _UPDATE, (new.size, new.root, new.note, origin, held.size, held.root)
-            )
-        return bool(cursor.rowcount == 1)

@@ -88,6 +88,7 @@ from notary.protocol.tlog.note import (
     is_valid_key_name,
     open_note,
     parse_verifier_key,
+    parse_vkey,
     sign_note,
     verifier_key,
 )
@@ -190,6 +191,7 @@ __all__ = [
     "parse_cosigner_key",
     "parse_tile_path",
     "parse_verifier_key",
+    "parse_vkey",
     "range_hash",
     "root_hash",
     "sign_note",

@@ -54,9 +54,9 @@ from notary.protocol.tlog.note import (
     ED25519_SIGNATURE_BYTES,
     KEY_ID_BYTES,
     MAX_NOTE_BYTES,
-    MAX_VERIFIER_KEY_CHARS,
     Verify,
     is_valid_key_name,
+    parse_vkey,
 )
 
 __all__ = [
@@ -137,26 +137,10 @@ def parse_cosigner_key(text: str) -> tuple[str, bytes, bytes]:
     0x01, is refused rather than converted: it names a log, not a
     witness), or a key that is not 32 bytes.
     """
-    if not isinstance(text, str) or len(text) > MAX_VERIFIER_KEY_CHARS:
-        raise NoteError("malformed witness key")
-    name, _, rest = text.partition("+")
-    key_id_hex, _, material_b64 = rest.partition("+")
-    if not is_valid_key_name(name):
-        raise NoteError("witness key has an invalid name")
-    if len(key_id_hex) != 2 * KEY_ID_BYTES or not set(key_id_hex) <= _LOWER_HEX:
-        raise NoteError("witness key id is not 8 lower-case hex digits")
-    material = strict_b64decode(material_b64)
-    if not material:
-        raise NoteError("witness key material is not base64")
-    if material[0] != COSIGNATURE_TYPE:
-        raise NoteError("witness key is not an Ed25519 cosignature/v1 key (type 0x04)")
-    public_raw = material[1:]
-    if len(public_raw) != ED25519_PUBLIC_KEY_BYTES:
-        raise NoteError("witness key is not 32 bytes")
-    key_id = bytes.fromhex(key_id_hex)
-    if key_id != cosignature_key_id(name, public_raw):
-        raise NoteError("witness key id does not match its key")
-    return name, key_id, public_raw
+    return parse_vkey(
+        text, what="witness key", key_type=COSIGNATURE_TYPE,
+        type_name="an Ed25519 cosignature/v1 key (type 0x04)", key_id_of=cosignature_key_id,
+    )
 
 
 def _check_timestamp(timestamp: int) -> None:

@@ -96,25 +96,40 @@ def parse_verifier_key(text: str) -> tuple[str, bytes, bytes]:
     lower-case hex digits or not the key's, base64 that is not strict, a
     signature type other than Ed25519, or a key that is not 32 bytes.
     """
+    return parse_vkey(
+        text, what="verifier key", key_type=ED25519_SIGNATURE_TYPE,
+        type_name="an Ed25519 key", key_id_of=ed25519_key_id,
+    )
+
+
+def parse_vkey(
+    text: str, *, what: str, key_type: int, type_name: str,
+    key_id_of: Callable[[str, bytes], bytes],
+) -> tuple[str, bytes, bytes]:
+    """``name+hex8+base64(type || key)`` of any signed-note key type (the
+    verifier keys of logs, type 0x01; of witnesses, 0x04): (name, key id,
+    raw Ed25519 public key). ``what`` and ``type_name`` word the errors;
+    ``key_id_of(name, public_raw)`` is the type's key id. ``NoteError``
+    for anything else."""
     if not isinstance(text, str) or len(text) > MAX_VERIFIER_KEY_CHARS:
-        raise NoteError("malformed verifier key")
+        raise NoteError(f"malformed {what}")
     name, _, rest = text.partition("+")
     key_id_hex, _, material_b64 = rest.partition("+")
     if not is_valid_key_name(name):
-        raise NoteError("verifier key has an invalid name")
+        raise NoteError(f"{what} has an invalid name")
     if len(key_id_hex) != 2 * KEY_ID_BYTES or not set(key_id_hex) <= _LOWER_HEX:
-        raise NoteError("verifier key id is not 8 lower-case hex digits")
+        raise NoteError(f"{what} id is not 8 lower-case hex digits")
     material = strict_b64decode(material_b64)
     if not material:
-        raise NoteError("verifier key material is not base64")
-    if material[0] != ED25519_SIGNATURE_TYPE:
-        raise NoteError("verifier key is not an Ed25519 key")
+        raise NoteError(f"{what} material is not base64")
+    if material[0] != key_type:
+        raise NoteError(f"{what} is not {type_name}")
     public_raw = material[1:]
     if len(public_raw) != ED25519_PUBLIC_KEY_BYTES:
-        raise NoteError("verifier key is not 32 bytes")
+        raise NoteError(f"{what} is not 32 bytes")
     key_id = bytes.fromhex(key_id_hex)
-    if key_id != ed25519_key_id(name, public_raw):
-        raise NoteError("verifier key id does not match its key")
+    if key_id != key_id_of(name, public_raw):
+        raise NoteError(f"{what} id does not match its key")
     return name, key_id, public_raw
 
 
