@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import errno
 import socket
+import ssl
+import struct
+from collections.abc import Callable
 
 import pytest
 import trio
+import trustme
 
 from notary.server import accept
 from notary.server.accept import serve_socket
+from notary.server.tlsstream import TlsStream
 
 
 def listening_socket() -> socket.socket:
@@ -78,3 +83,120 @@ async def test_capacity_errors_pause_and_retry(monkeypatch: pytest.MonkeyPatch) 
             nursery.cancel_scope.cancel()
         assert client.recv(5) == b"hello"
     assert failures == []
+
+
+def reset_before_accept(port: int) -> None:
+    """Connect and reset (SO_LINGER 0) before the server accepts: the
+    connection is queued in the kernel already reset."""
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.connect(("127.0.0.1", port))
+    client.close()
+
+
+def tls_stream_maker() -> Callable[[socket.socket], TlsStream]:
+    ca = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return lambda connection: TlsStream(connection, context)
+
+
+@pytest.mark.parametrize("data_first", [False, True], ids=["reset", "data-then-reset"])
+async def test_a_connection_reset_before_its_tls_stream_is_made_is_skipped(
+    data_first: bool,
+) -> None:
+    """A TLS stream's construction reads the socket (``wrap_socket``): a
+    connection reset in the accept queue raised ``ConnectionResetError`` (or
+    ``SSLError``: "Closed before TLS handshake with data in recv buffer") out
+    of the accept loop and ended the listener (issue 30, item 1)."""
+    listening = listening_socket()
+    port = listening.getsockname()[1]
+    for _ in range(4):
+        if data_first:
+            client = socket.create_connection(("127.0.0.1", port))
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.sendall(b"\x16\x03\x01")
+            client.close()
+        else:
+            reset_before_accept(port)
+    served = trio.Event()
+
+    async def handler(stream: TlsStream) -> None:
+        await stream.do_handshake()
+        await stream.send_all(b"hello")
+        served.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_socket, listening, handler, nursery, tls_stream_maker())
+        await trio.sleep(0.1)  # the loop takes the reset connections first
+        with socket.create_connection(("127.0.0.1", port)) as tcp:
+            tcp.setblocking(False)
+            stream = trio.SSLStream(
+                trio.SocketStream(trio.socket.from_stdlib_socket(tcp)),
+                _client_context(), server_hostname=None,
+            )
+            with trio.fail_after(10):
+                await stream.do_handshake()
+                assert await stream.receive_some(5) == b"hello"
+                await served.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_handler_that_raises_ends_its_connection_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    listening = listening_socket()
+    port = listening.getsockname()[1]
+    calls = 0
+
+    async def handler(stream: trio.SocketStream) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug")
+        await stream.send_all(b"hello")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_socket, listening, handler, nursery)
+        with socket.create_connection(("127.0.0.1", port)) as first:
+            first.settimeout(10)
+            assert await trio.to_thread.run_sync(first.recv, 5) == b""  # closed
+        with socket.create_connection(("127.0.0.1", port)) as second:
+            second.settimeout(10)
+            assert await trio.to_thread.run_sync(second.recv, 5) == b"hello"
+        nursery.cancel_scope.cancel()
+    assert "connection handler failed" in caplog.text
+    assert "RuntimeError: a bug" in caplog.text
+
+
+@pytest.mark.parametrize("code", [errno.ECONNRESET, errno.ENETUNREACH, errno.EHOSTUNREACH])
+async def test_errors_accept_reports_for_one_connection_are_skipped(code: int) -> None:
+    listening = listening_socket()
+    port = listening.getsockname()[1]
+    failures = [OSError(code, "gone")]
+
+    class Flaky(socket.socket):
+        def accept(self):  # type: ignore[override]
+            if failures:
+                raise failures.pop()
+            return super().accept()
+
+    flaky = Flaky(fileno=listening.detach())
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.send_all(b"hello")
+
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.settimeout(10)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_socket, flaky, handler, nursery)
+            assert await trio.to_thread.run_sync(client.recv, 5) == b"hello"
+            nursery.cancel_scope.cancel()
+    assert failures == []
+
+
+def _client_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context

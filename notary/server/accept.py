@@ -7,14 +7,21 @@ until it overflows (measured: ``bench/RESULTS.md``, scenario 6). Here each
 wake-up accepts every connection queued (up to ``ACCEPT_BATCH``) before
 yielding.
 
+Nothing that happens to one connection ends the listener (README,
+"Security model"): a connection the peer reset before or while it was
+accepted is skipped, whether ``accept`` or the stream's construction (a TLS
+socket's, which reads the socket) notices; an error a handler raises is
+logged with its traceback and ends that connection only.
+
 Resource handling: ``serve_socket`` owns the listening socket it is given and
 closes it when it returns (cancelled); each accepted connection is a
 ``trio.SocketStream`` owned by its handler task, closed when the handler
 returns (a ``trio.SocketStream``, or what the listener's ``make_stream``
-makes: ``notary.server.sockstream.SocketStream`` for the HTTP listeners).
+makes: ``notary.server.sockstream.SocketStream`` for the HTTP listeners). A
+socket whose stream could not be made is closed at once.
 Error handling: running out of file descriptors or memory is
-logged and retried after ``CAPACITY_PAUSE_S`` (as Trio does); a connection
-reset before it was accepted is skipped; any other error propagates.
+logged and retried after ``CAPACITY_PAUSE_S`` (as Trio does); the other
+errors of the listening socket itself propagate.
 """
 
 from __future__ import annotations
@@ -47,7 +54,15 @@ class ConnectionCounts:
 ACCEPT_BATCH = 256
 CAPACITY_PAUSE_S = 0.1
 _CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
-_GONE_ERRNOS = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM}
+#: Errors ``accept`` reports for one connection, not the listening socket:
+#: a reset or aborted connection, a firewall's verdict, and the pending
+#: network errors Linux passes on the new socket (accept(2): "treat them
+#: as EAGAIN by retrying").
+_GONE_ERRNOS = {
+    errno.ECONNABORTED, errno.ECONNRESET, errno.EPROTO, errno.EPERM, errno.ENETDOWN,
+    errno.ENOPROTOOPT, errno.EHOSTDOWN, errno.ENONET, errno.EHOSTUNREACH, errno.EOPNOTSUPP,
+    errno.ENETUNREACH,
+}
 
 Handler = Callable[[Any], Awaitable[object]]
 #: Makes the stream a handler is given from an accepted socket (it owns the
@@ -83,12 +98,34 @@ async def serve_socket(
                     log.error("accept: %s; retrying in %gs", exc.strerror, CAPACITY_PAUSE_S)
                     await trio.sleep(CAPACITY_PAUSE_S)
                     break
-                nursery.start_soon(_run_handler, handler, make_stream(connection))
+                stream = _stream_of(connection, make_stream)
+                if stream is not None:
+                    nursery.start_soon(_run_handler, handler, stream)
+
+
+def _stream_of(
+    connection: socket.socket, make_stream: StreamMaker
+) -> trio.abc.HalfCloseableStream | None:
+    """The stream of an accepted ``connection``, or None (the socket closed)
+    when it cannot be made: the peer reset it meanwhile (``OSError``,
+    ``ssl.SSLError`` among them), or a bug, logged."""
+    try:
+        return make_stream(connection)
+    except OSError:
+        pass
+    except Exception:
+        log.exception("accept: could not set up a connection")
+    connection.close()
+    return None
 
 
 async def _run_handler(handler: Handler, stream: trio.abc.HalfCloseableStream) -> None:
     try:
         await handler(stream)
+    except Exception:
+        # A bug in one connection's handling ends that connection, never
+        # the listener (the handlers answer the errors they expect).
+        log.exception("connection handler failed")
     finally:
         # The HTTP handlers close their streams; a forced close (a cancel
         # scope, cancelled) is paid only when one did not.
