@@ -485,6 +485,23 @@ async def test_a_ca_trusted_bundle_server_and_a_pin_that_overrides_the_ca(
         assert await fetch_bundle(url, timeout_s=10, pin=leaf_sha1) == bundle.to_json()
 
 
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\n",
+])
+async def test_bundle_fetch_of_a_1xx_answer_is_a_fetch_failure(answer: bytes) -> None:
+    """A 101 escaped as httptools' HttpParserUpgrade and ``notary bundle
+    fetch`` printed a traceback (issue 30, item 2)."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.4")
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    async with open_fixed_answer_server(leaf, answer) as port:
+        url = f"https://127.0.0.4:{port}/x.notary"
+        with pytest.raises(BundleFetchFailed, match=r"101 Switching|truncated"):
+            await fetch_bundle(url, timeout_s=10, ca_context=trusting)
+
+
 async def test_bundle_fetch_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="https:// only"):
         await fetch_bundle("http://127.0.0.1/x.notary", timeout_s=1)

@@ -6,16 +6,22 @@ appends back."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import ssl
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 import trio
+import trustme
 
 from notary.protocol import tlog, v2
 from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, open_notary, open_v2_notary
-from tests.support.tls_targets import closed_port, open_tls_target
+from tests.support.tls_targets import RawTarget, closed_port, open_raw_target, open_tls_target
 from tests.test_log_serve import get, logged_statement
 
 SITE, OTHER, THIRD = "www.example.test", "other.example.test", "third.example.test"
@@ -112,3 +118,117 @@ async def test_an_unreachable_witness_never_holds_appends_back(tmp_path: Path) -
         assert status == 200 and body.decode().count("\u2014") == 1
         await trio.sleep(0.3)  # the witness task failed and backs off meanwhile
         await logged_statement(a, (OTHER, site.port))
+
+
+@asynccontextmanager
+async def open_fake_witness(answer: bytes) -> AsyncIterator[tuple[RawTarget, str]]:
+    """A TLS server on loopback that reads a request's head and answers
+    ``answer`` to each; yields it and its certificate's SHA-1 (the pin)."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    issued.configure_cert(context)
+    der = ssl.PEM_cert_to_DER_cert(issued.cert_chain_pems[0].bytes().decode())
+
+    async def handle(tcp: trio.SocketStream) -> None:
+        tls = trio.SSLStream(tcp, context, server_side=True, https_compatible=True)
+        data = b""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while b"\r\n\r\n" not in data:
+                chunk = await tls.receive_some(4096)
+                if not chunk:
+                    return
+                data += chunk
+            await tls.send_all(answer)
+            await tls.aclose()
+
+    async with open_raw_target(handle) as server:
+        yield server, hashlib.sha1(der).hexdigest()
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\n",
+    b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nnope\n",
+], ids=["101-upgrade", "101-bare", "100-only", "103-then-200"])
+async def test_a_witness_answering_1xx_never_ends_the_notary(tmp_path: Path, answer: bytes) -> None:
+    """A 101 from a witness raised httptools' HttpParserUpgrade out of the
+    witnessing task and ended the notary, again after every restart (issue
+    30, item 2): a third party's answer is that witness's failure only."""
+    key_path = tmp_path / "a.v2.key"
+    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+    async with open_fake_witness(answer) as (witness, pin), open_tls_target(
+        names=[SITE, OTHER]
+    ) as site:
+        entry = {"url": f"https://127.0.0.1:{witness.port}/v2/witness",
+                 "key": tlog.cosigner_key(WITNESS_NAME, public), "pin": pin}
+        async with open_log_notary(tmp_path / "a", key_path, site.host, [entry], tmp_path / "a.db") as a:
+            await logged_statement(a, (SITE, site.port))
+            with trio.fail_after(15):
+                await witness.wait_accepted(2)  # asked, failed, asked again
+            await logged_statement(a, (OTHER, site.port))
+            status, body = await get(a, "/v2/log/checkpoint")
+            assert status == 200 and body.decode().count("\u2014") == 1  # no cosignature
+
+
+@asynccontextmanager
+async def open_cosigning_witness(
+    ahead_s: int,
+) -> AsyncIterator[tuple[RawTarget, str, str]]:
+    """A TLS server on loopback that cosigns every checkpoint submitted to
+    it, without any check, dated ``ahead_s`` seconds after now; yields it,
+    its pin and its witness vkey."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    issued.configure_cert(context)
+    der = ssl.PEM_cert_to_DER_cert(issued.cert_chain_pems[0].bytes().decode())
+    key = crypto.generate_ed25519_key()
+    public = crypto.ed25519_public_raw(key)
+
+    async def handle(tcp: trio.SocketStream) -> None:
+        tls = trio.SSLStream(tcp, context, server_side=True, https_compatible=True)
+        data = b""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while b"\r\n\r\n" not in data:
+                data += await tls.receive_some(4096)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += await tls.receive_some(4096)
+            note = tlog.parse_add_checkpoint(body).note
+            line = tlog.cosign(
+                note[: note.rfind("\n\n") + 1], WITNESS_NAME, key.sign, public,
+                int(time.time()) + ahead_s,
+            ).encode()
+            await tls.send_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(line), line)
+            )
+            await tls.aclose()
+
+    async with open_raw_target(handle) as server:
+        yield server, hashlib.sha1(der).hexdigest(), tlog.cosigner_key(WITNESS_NAME, public)
+
+
+@pytest.mark.parametrize("ahead_s", [0, 86_400])
+async def test_a_cosignature_dated_in_the_future_is_refused(tmp_path: Path, ahead_s: int) -> None:
+    """A cosignature dated a day ahead would make the checkpoint look freshly
+    witnessed long after (issue 30, item 19); one dated now is kept."""
+    key_path = tmp_path / "a.v2.key"
+    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    async with open_cosigning_witness(ahead_s) as (witness, pin, vkey), open_tls_target(
+        names=[SITE]
+    ) as site:
+        entry = {"url": f"https://127.0.0.1:{witness.port}/v2/witness", "key": vkey, "pin": pin}
+        async with open_log_notary(tmp_path / "a", key_path, site.host, [entry], tmp_path / "a.db") as a:
+            await logged_statement(a, (SITE, site.port))
+            if ahead_s == 0:
+                note = await cosigned_checkpoint(a, vkey, 1)
+                assert tlog.open_note(note, tlog.cosignature_verifiers([vkey]))[1] == [WITNESS_NAME]
+                return
+            with trio.fail_after(15):
+                await witness.wait_accepted(2)  # cosigned, refused, asked again
+            status, body = await get(a, "/v2/log/checkpoint")
+            assert status == 200 and body.decode().count("\u2014") == 1

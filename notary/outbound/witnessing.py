@@ -16,9 +16,13 @@ witness's configured key over this checkpoint.
 Bounds and failures: each exchange (connect, TLS, request, answer) runs
 under ``witness_timeout_s``; an answer is read up to
 ``MAX_RESPONSE_BYTES``. A witness that fails (unreachable, its pin does
-not match, an unexpected status, an invalid cosignature, a 409 with a
-size this log cannot prove from) is logged and asked again after a delay
-doubling up to ``witness_retry_s``. Nothing here waits on the appender's
+not match, a malformed answer or an unexpected status, 1xx included, an
+invalid cosignature or one dated more than ``MAX_COSIGNATURE_AHEAD_S``
+ahead of this notary's clock, a 409 with a size this log cannot prove
+from) is logged and asked again after a delay doubling up to
+``witness_retry_s``. Whatever else goes wrong in one witness's exchange
+(a bug) is logged with its traceback and handled the same way: nothing a
+witness answers ends the notary. Nothing here waits on the appender's
 path: appends never wait for witnesses, and a checkpoint is served at once,
 with the cosignatures collected for it so far (none at first).
 
@@ -36,7 +40,8 @@ import hashlib
 import ipaddress
 import logging
 import ssl
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -55,6 +60,10 @@ log = logging.getLogger(__name__)
 
 #: The largest answer read from a witness.
 MAX_RESPONSE_BYTES = 64 * 1024
+#: How far ahead of this notary's clock a cosignature may be dated (clock
+#: skew): a later date would make the checkpoint look freshly witnessed to
+#: clients long after the witness last saw it.
+MAX_COSIGNATURE_AHEAD_S = 600
 
 
 class _WitnessFailed(Exception):
@@ -98,9 +107,10 @@ class LogWitnesses:
 
     def __init__(
         self, appender: LogAppender, witnesses: Sequence[LogWitness], *, interval_s: float,
-        timeout_s: float, retry_s: float,
+        timeout_s: float, retry_s: float, clock: Callable[[], float] = time.time,
     ) -> None:
         self._log = appender
+        self._clock = clock
         self._witnesses = [_witness(entry) for entry in witnesses]
         self._interval_s = interval_s
         self._timeout_s = timeout_s
@@ -136,11 +146,15 @@ class LogWitnesses:
             try:
                 with trio.fail_after(self._timeout_s):
                     line = await self._submit(witness, head.size, head.checkpoint)
-            except (_WitnessFailed, trio.TooSlowError, StoreError) as exc:
+            except Exception as exc:
                 self.failures += 1
                 delay = min(max(2 * delay, self._interval_s), self._retry_s)
-                reason = str(exc) or "timed out"
-                log.warning("log: witness %s: %s; asking again in %gs", witness.name, reason, delay)
+                if isinstance(exc, _WitnessFailed | trio.TooSlowError | StoreError):
+                    reason = str(exc) or "timed out"
+                    log.warning("log: witness %s: %s; asking again in %gs", witness.name, reason, delay)
+                else:
+                    log.exception("log: witness %s: unexpected error; asking again in %gs",
+                                  witness.name, delay)
                 continue
             delay = 0.0
             witness.cosigned_note, witness.line = head.checkpoint, line
@@ -165,7 +179,7 @@ class LogWitnesses:
                 continue
             if status != 200:
                 raise _WitnessFailed(f"answered {status}")
-            return _cosignature(witness, note, answer)
+            return _cosignature(witness, note, answer, not_after=self._clock() + MAX_COSIGNATURE_AHEAD_S)
         raise _WitnessFailed("answered 409 twice")
 
     async def _post(self, witness: _Witness, body: bytes) -> tuple[int, bytes, bytes]:
@@ -225,9 +239,10 @@ def _held_size(body: bytes) -> int:
     return int(text[:-1])
 
 
-def _cosignature(witness: _Witness, note: str, answer: bytes) -> str:
+def _cosignature(witness: _Witness, note: str, answer: bytes, *, not_after: float) -> str:
     """The witness's line among the signature lines of ``answer``, verified
-    over ``note``'s checkpoint; ``_WitnessFailed`` when none verifies."""
+    over ``note``'s checkpoint and dated at most ``not_after``;
+    ``_WitnessFailed`` when none is."""
     text = note[: note.rfind("\n\n") + 1]
     try:
         lines = answer.decode("utf-8").splitlines(keepends=True)
@@ -244,5 +259,10 @@ def _cosignature(witness: _Witness, note: str, answer: bytes) -> str:
             tlog.open_note(text + "\n" + cosignature.line(), witness.verifiers)
         except tlog.NoteError as exc:
             raise _WitnessFailed(f"its cosignature is invalid ({exc})") from None
+        if cosignature.timestamp > not_after:
+            raise _WitnessFailed(
+                f"its cosignature is dated {cosignature.timestamp}, ahead of this "
+                f"notary's clock by more than {MAX_COSIGNATURE_AHEAD_S} s"
+            )
         return cosignature.line()
     raise _WitnessFailed("its answer holds no cosignature by its key")

@@ -140,42 +140,90 @@ class Response:
 
 
 class _ResponseParts:
+    """httptools' callbacks for ``parse_response``: interim (1xx) answers
+    before the response are dropped, bytes after it are noted."""
+
     def __init__(self) -> None:
+        self.parser: httptools.HttpResponseParser | None = None
+        self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.body = bytearray()
+        #: The head of the message being parsed is whole.
+        self.head_done = False
         self.complete = False
+        #: Another message began after the response was complete.
+        self.trailing = False
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.trailing = True
+        else:  # the first message, or the one after an interim answer
+            self.headers.clear()
+            self.body.clear()
+            self.head_done = False
+
+    def on_headers_complete(self) -> None:
+        if not self.complete:
+            self.head_done = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((bytes(name), bytes(value)))
+        if not self.complete:
+            self.headers.append((bytes(name), bytes(value)))
 
     def on_body(self, body: bytes) -> None:
-        self.body += body
+        if not self.complete:
+            self.body += body
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            return
+        assert self.parser is not None
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != SWITCHING_PROTOCOLS:
+            return  # 100 Continue, 103 Early Hints...: the response follows
+        self.status = status
         self.complete = True
+
+
+#: A server that switches protocols answers no request of ours (none asks
+#: to upgrade): for a client, it is a malformed answer.
+SWITCHING_PROTOCOLS = 101
 
 
 def parse_response(data: bytes) -> Response:
     """The response in ``data``: everything a server sent before it closed
     the connection (the client asked with ``Connection: close``). A body
-    without ``Content-Length`` runs to the end of ``data``.
+    without ``Content-Length`` runs to the end of ``data``. Interim answers
+    (``100 Continue``, ``103 Early Hints``, any 1xx but 101) before it are
+    skipped, as RFC 9110 15.2 asks of clients.
 
     Error handling: ``ProtocolError`` with status 502 (the server
-    misbehaved) for a malformed or truncated response.
+    misbehaved) for a malformed or truncated response, a ``101`` (no
+    request of ours asks to switch protocols), a final status outside
+    200-599, only interim answers, or bytes after the response.
     """
     parts = _ResponseParts()
-    parser = httptools.HttpResponseParser(parts)
+    parser = parts.parser = httptools.HttpResponseParser(parts)
     try:
         parser.feed_data(data)
-    except httptools.HttpParserError as exc:
+    except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+        # httptools raises HttpParserUpgrade (not an HttpParserError) or
+        # "Pause on CONNECT/Upgrade" for a 101.
+        if parser.get_status_code() == SWITCHING_PROTOCOLS:
+            raise ProtocolError("unexpected 101 Switching Protocols", status=502) from None
         reason = (str(exc) or type(exc).__name__)[:80]
         raise ProtocolError(f"malformed response: {reason}", status=502) from None
+    if parts.trailing:
+        raise ProtocolError("malformed response: more bytes after it", status=502)
     headers = tuple(parts.headers)
-    status = parser.get_status_code()
     if not parts.complete:
         framed = any(
             name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers
         )
-        if framed or not data or b"\r\n\r\n" not in data:
+        status = parser.get_status_code()
+        if framed or not parts.head_done or 100 <= status < 200:
             raise ProtocolError("truncated response", status=502)
-    return Response(status, headers, bytes(parts.body))
+        parts.status = status
+    if not 200 <= parts.status <= 599:
+        raise ProtocolError(f"malformed response: status {parts.status}", status=502)
+    return Response(parts.status, headers, bytes(parts.body))

@@ -633,6 +633,7 @@ def build_components(
         log_witnesses = LogWitnesses(
             statement_log, config.log.witnesses, interval_s=config.log.checkpoint_interval_s,
             timeout_s=config.log.witness_timeout_s, retry_s=config.log.witness_retry_s,
+            clock=clock,
         )
     witness = None
     if config.witness.enabled and v2_signer is not None:

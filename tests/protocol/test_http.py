@@ -690,6 +690,21 @@ def test_parse_response_framed_and_until_close() -> None:
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
         b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+        # A switch of protocols nobody asked for (httptools raised
+        # HttpParserUpgrade, which is not an HttpParserError: issue 30, item 2).
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\nPRI *",
+        b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+        # Only interim answers: no response.
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n",
+        # Statuses no final response has, and a second response.
+        b"HTTP/1.1 099 Odd\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 600 Odd\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\x00garbage",
     ],
 )
 def test_parse_response_refuses_malformed_or_truncated(data: bytes) -> None:
@@ -698,6 +713,21 @@ def test_parse_response_refuses_malformed_or_truncated(data: bytes) -> None:
     with pytest.raises(ProtocolError) as caught:
         parse_response(data)
     assert caught.value.status == 502
+
+
+def test_parse_response_skips_interim_answers() -> None:
+    """RFC 9110 15.2: a client parses any number of 1xx answers before the
+    final one; their headers are not the response's."""
+    from notary.protocol.http import parse_response
+
+    answer = parse_response(
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n"
+        b"HTTP/1.1 409 Conflict\r\nContent-Length: 2\r\n\r\n{}"
+    )
+    assert (answer.status, answer.body, answer.header(b"link")) == (409, b"{}", None)
+    unframed = parse_response(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n\r\nrest")
+    assert (unframed.status, unframed.body) == (200, b"rest")
 
 
 def test_the_request_path_twin_in_use_follows_the_flags() -> None:
