@@ -86,6 +86,32 @@ def test_a_full_bucket_admits_the_burst_then_refuses_then_refills(rate: float, b
     assert buckets.take(KEY, later) > 0
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=rates, burst=bursts,
+    now=st.floats(min_value=1.5e9, max_value=4e9, allow_nan=False),  # Unix times
+    cost=st.integers(min_value=1, max_value=60),
+)
+def test_a_full_bucket_admits_its_burst_at_unix_times(
+    rate: float, burst: int, now: float, cost: int
+) -> None:
+    """At Unix-time magnitudes a float's step is ~2.4e-7 s: ``now + 1/rate
+    - now`` is not ``1/rate``, and a fresh bucket of one token refused its
+    first probe when 60/N was not a binary fraction (issue 30, item 17:
+    ``probes_per_minute_per_target = 61`` refused every other first probe)."""
+    buckets = TokenBuckets(rate, burst, max_entries=10)
+    charged = min(cost, burst)
+    assert buckets.wait_s(KEY, now, float(cost)) == 0.0
+    taken = 0
+    while taken + charged <= burst:
+        assert buckets.take(KEY, now, float(cost)) == 0.0
+        taken += charged
+    # Refilled after a full burst's time (and the float step of ``now``).
+    later = now + burst / rate + 1e-6
+    assert buckets.wait_s(KEY, later, float(cost)) == 0.0
+    assert buckets.take(KEY, later, float(cost)) == 0.0
+
+
 def test_wait_s_predicts_take_without_charging() -> None:
     buckets = TokenBuckets(2.0, 3, max_entries=10)
     assert buckets.wait_s(KEY, 0.0) == 0.0

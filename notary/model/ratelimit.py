@@ -83,7 +83,9 @@ BYTES_PER_BUCKET = 160
 #: oldest keys down to it (rule 3).
 SWEEP_KEEP_SHARE = 0.75
 #: Float dust: a wait shorter than this is no wait (rule 1 must not refuse
-#: what exact arithmetic admits).
+#: what exact arithmetic admits). A table keeps its times relative to the
+#: first it was given: Unix times themselves have a float step of 2.4e-7 s,
+#: and a burst's worth of sums at that step refused the burst's last token.
 WAIT_EPSILON_S = 1e-9
 
 
@@ -113,8 +115,8 @@ class TokenBuckets:
     positive. ``take`` never raises.
     """
 
-    __slots__ = ("_burst", "_due", "_interval_s", "_max_entries", "_window_s", "evicted",
-                 "refused", "sweeps")
+    __slots__ = ("_burst", "_due", "_interval_s", "_max_entries", "_origin", "_window_s",
+                 "evicted", "refused", "sweeps")
 
     def __init__(self, rate_per_s: float, burst: float, *, max_entries: int) -> None:
         if not rate_per_s > 0 or not burst >= 1 or max_entries < 1:
@@ -125,8 +127,10 @@ class TokenBuckets:
         self._window_s = burst / rate_per_s
         self._max_entries = max_entries
         #: key -> when its bucket is full again (GCRA's "theoretical arrival
-        #: time"); a key absent or in the past has a full bucket.
+        #: time"), in seconds after ``_origin`` (see ``WAIT_EPSILON_S``); a
+        #: key absent or in the past has a full bucket.
         self._due: dict[Hashable, float] = {}
+        self._origin: float | None = None
         #: Refusals, sweeps, and non-full buckets dropped by a sweep (rule 3).
         self.refused = 0
         self.sweeps = 0
@@ -144,6 +148,16 @@ class TokenBuckets:
         return the seconds to wait (> 0) and charge nothing. A ``cost``
         above ``burst`` is charged as ``burst`` (admitted on a full bucket
         only)."""
+        return self._take(key, self._local(now), cost)
+
+    def _local(self, now: float) -> float:
+        """``now`` as the table keeps times: seconds after its first ``now``."""
+        origin = self._origin
+        if origin is None:
+            origin = self._origin = now
+        return now - origin
+
+    def _take(self, key: Hashable, now: float, cost: float) -> float:
         due = self._due.get(key)
         if due is None:
             if len(self._due) >= self._max_entries:
@@ -164,7 +178,7 @@ class TokenBuckets:
     def _refuse(self, key: Hashable, due: float, now: float, cost: float, wait: float) -> float:
         if due - now > 2 * self._window_s:  # rule 4: the clock went back
             del self._due[key]
-            return self.take(key, now, cost)
+            return self._take(key, now, cost)
         self.refused += 1
         return wait
 
@@ -177,6 +191,7 @@ class TokenBuckets:
 
     def wait_s(self, key: Hashable, now: float, cost: float = 1.0) -> float:
         """What ``take`` would return now, charging nothing either way."""
+        now = self._local(now)
         due = self._due.get(key, now)
         start = due if now < due <= now + 2 * self._window_s else now  # full, or rule 4
         end = start + self._interval_s * (cost if cost < self._burst else self._burst)
