@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import ssl
+import time
 import warnings
 from pathlib import Path
 
@@ -556,6 +558,33 @@ async def test_a_target_is_probed_at_most_n_times_a_minute(tmp_path: Path) -> No
             for i in range(5):
                 await legacy_query(notary.port, target, random_fp(100 + i))
             assert site.accepted == 2
+
+
+async def test_a_throttled_query_within_a_sub_second_spacing_is_answered_from_the_probe(
+    tmp_path: Path,
+) -> None:
+    """With more than 60 probes a minute per target the spacing is under a
+    second, and observations are dated in whole seconds: a query throttled
+    a moment after a probe was answered "could not observe" (issue 30, item
+    17) instead of from the observation just made."""
+    async with open_tls_target(names=[NAME]) as site:
+        async with open_notary(
+            tmp_path, names={NAME: [site.host]},
+            limits={"probes_per_minute_per_target": 61},  # one probe per 0.98 s at most
+            answers={"reprobe_after_s": 0, "failures_at_deadline": False},
+            rescan={"enabled": False},
+        ) as notary:
+            # Probed half a second into a second (the observation is dated
+            # at its start), asked again 0.6 s later: within the spacing,
+            # in the next second.
+            now = time.time()
+            notary.clock.offset = math.floor(now) + 1.5 - now
+            target = f"{NAME}+{site.port}"
+            assert (await legacy_query(notary.port, target, random_fp(1))).status == 409
+            notary.clock.advance(0.6)
+            assert (await legacy_query(notary.port, target, random_fp(2))).status == 409
+            assert site.accepted == 1
+            assert notary.running.abuse.statistics().probes_refused_target == 1
 
 
 async def test_a_failing_target_is_not_probed_in_a_loop(tmp_path: Path) -> None:

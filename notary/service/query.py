@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -506,7 +507,9 @@ class QueryService:
         newest = record.timeline.newest if record is not None else None
         if newest is None:
             return False
-        return newest.last_seen >= self._clock() - self._abuse.target_spacing_s
+        # Observations are dated in whole seconds (rounded down): compare
+        # at that grain, or a spacing under a second is never "lately".
+        return newest.last_seen >= math.floor(self._clock() - self._abuse.target_spacing_s)
 
     async def failure_deadline(self, probed: ProbeOutcome) -> None:
         """Return ``failure_delay_s`` after the query decided to probe:
