@@ -16,7 +16,9 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import re
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -243,6 +245,29 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of our output left (``notary log watch | head``): stop
+        # as a shell's SIGPIPE would, without a traceback.
+        _stop_printing()
+        return 128 + signal.SIGPIPE
+
+
+def _stop_printing() -> None:
+    """Send the rest of stdout nowhere: its reader closed the pipe (the
+    interpreter's last flush would raise again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _print_while_read(text: str) -> None:
+    """``print`` for a report whose reader may leave early (``notary dev-init
+    | head``): once the pipe is closed, the rest goes nowhere and the
+    command's work goes on."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _stop_printing()
 
 
 # -- keygen ---------------------------------------------------------------------
@@ -878,7 +903,10 @@ def cmd_dev_init(args: argparse.Namespace) -> int:
     from notary.node.devsetup import ensure_dev_notary
 
     try:
-        ensure_dev_notary(args.dir, api_port=args.api_port, relay_api_port=args.relay_api_port)
+        ensure_dev_notary(
+            args.dir, api_port=args.api_port, relay_api_port=args.relay_api_port,
+            say=_print_while_read,
+        )
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         raise UsageError(f"dev-init:{where}: {exc.strerror or exc}") from None

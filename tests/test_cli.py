@@ -863,6 +863,35 @@ def test_dev_init_twice_keeps_the_key(tmp_path: Path, capsys: pytest.CaptureFixt
     assert status == 0
 
 
+def _run_with_closed_stdout(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """``notary ARGV`` whose stdout is a pipe nobody reads (``| head -0``)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "notary", *argv], stdout=write_end, stderr=subprocess.PIPE,
+            timeout=120, check=False,
+        )
+    finally:
+        os.close(write_end)
+
+
+def test_dev_init_makes_everything_when_its_reader_leaves(tmp_path: Path) -> None:
+    """``notary dev-init | head`` died on the broken pipe at its first line
+    and left no notary.toml (issue 30, item 19): the report is advisory."""
+    directory = tmp_path / "var"
+    done = _run_with_closed_stdout(["dev-init", "--dir", str(directory)])
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert load_config(directory / "notary.toml").v2.key_file is not None
+    parse_bundle((directory / "local.notary").read_bytes())
+
+
+def test_a_command_whose_reader_leaves_stops_without_a_traceback(tmp_path: Path) -> None:
+    done = _run_with_closed_stdout(["keygen", "--v2", "--out-key", str(tmp_path / "v2.key")])
+    assert done.returncode == 128 + 13  # as a shell reports a SIGPIPE
+    assert done.stderr == b""
+
+
 def test_dev_init_ports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     directory = tmp_path / "dev"
     assert run(["dev-init", "--dir", str(directory), "--api-port", "9443",

@@ -7,6 +7,7 @@ notary (same key, same pins, same history).
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from pathlib import Path
 
 from notary.errors import UsageError
@@ -82,7 +83,16 @@ workers = 1
 """
 
 
-def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: int = 4242) -> None:
+def ensure_dev_notary(
+    directory: Path, *, api_port: int = 8443, relay_api_port: int = 4242,
+    say: Callable[[str], None] = print,
+) -> None:
+    """Make under ``directory`` whatever of the key, certificate, database,
+    bundle and config is missing, telling ``say`` what it made and how to
+    ask the notary. ``say`` only reports: whatever becomes of the report
+    (a reader that closed the pipe), the files are made.
+
+    Error handling: ``UsageError`` for bad ports; ``OSError`` of the files."""
     for flag, port in (("--api-port", api_port), ("--relay-api-port", relay_api_port)):
         if not 1 <= port <= 65535:
             raise UsageError(f"{flag} must be a port number 1-65535, not {port}")
@@ -96,7 +106,7 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
         cert = crypto.make_self_signed_certificate(key, DEV_HOST)
         crypto.write_new_file(key_path, crypto.private_key_pem(key), mode=0o600, force=True)
         crypto.write_new_file(cert_path, crypto.certificate_pem(cert), mode=0o644, force=True)
-        print(f"made {key_path} and {cert_path}")
+        say(f"made {key_path} and {cert_path}")
     perspectives_key = directory / "perspectives.key"
     if not perspectives_key.exists():
         crypto.write_new_file(
@@ -104,11 +114,11 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
             crypto.private_key_pem(crypto.generate_perspectives_key()),
             mode=0o600,
         )
-        print(f"made {perspectives_key}")
+        say(f"made {perspectives_key}")
     v2_key = directory / "v2.key"
     if not v2_key.exists():
         crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
-        print(f"made {v2_key}")
+        say(f"made {v2_key}")
     with Store(directory / "notary.db"):
         pass
     bundle_path = directory / "local.notary"
@@ -124,7 +134,7 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
     )
     if not bundle_path.exists() or bundle_path.read_bytes() != bundle.to_json():
         crypto.write_new_file(bundle_path, bundle.to_json(), mode=0o644, force=True)
-        print(f"made {bundle_path}")
+        say(f"made {bundle_path}")
     config_path = directory / "notary.toml"
     if _config_is_missing_or_outdated(config_path):
         config_path.write_text(
@@ -137,10 +147,10 @@ def ensure_dev_notary(directory: Path, *, api_port: int = 8443, relay_api_port: 
                 admin_port=DEV_ADMIN_PORT,
             )
         )
-        print(f"made {config_path}")
+        say(f"made {config_path}")
     pin = bundle.hosts[0].sha1_pin
     base = f"https://{DEV_HOST}:{api_port}"
-    print(
+    say(
         f"\nThe notary's certificate pin (SHA-1): {pin}\n"
         "Once it is serving, ask it which certificate a target serves. The notary\n"
         "itself is a TLS target on loopback, so ask it about itself:\n"
