@@ -74,28 +74,8 @@ async def test_a_watcher_on_one_node_sees_a_change_the_other_probed(
     assert hashlib.sha256(new_der).digest() in {o.sha256 for o in events[0].observations}
 
 
-def test_a_store_connects_again_after_the_server_restarted(
-    postgres_server: PostgresServer,
-) -> None:
-    from notary.errors import StoreError
-    from notary.state.pgstore import PostgresStore
-    from tests.support.observations import probe_result
-
-    t0 = 1_700_000_000
-    with PostgresStore(postgres_server.new_database()) as store:
-        store.record([probe_result(at=t0)])
-        postgres_server.restart()
-        try:  # the dropped connection fails this call...
-            store.record([probe_result(at=t0 + 1)])
-        except StoreError as exc:
-            assert "postgresql://postgres@127.0.0.1" in str(exc)
-        store.record([probe_result(at=t0 + 2)])  # ...and the next one connects again
-        (observation,) = store.load_timeline(Target("www.example.test", 443)).observations
-    assert observation.last_seen == t0 + 2
-
-
 def test_messages_name_the_database_never_its_password() -> None:
-    from notary.state.pgstore import describe_dsn
+    from notary.state.pgconnection import describe_dsn
 
     for dsn in ("postgresql://notary:s3cret@db.example.org:5433/notary",
                 "host=db.example.org port=5433 dbname=notary user=notary password=s3cret"):
@@ -179,7 +159,7 @@ async def test_a_node_killed_under_write_load_leaves_a_whole_store_and_the_other
 
         def committed() -> int:
             with PostgresStore(dsn, create=False) as store:
-                return store._db.execute("SELECT count(*) FROM observations").fetchone()[0]
+                return store._db.read("SELECT count(*) FROM observations")[0][0]
 
         async with tls_targets(60) as ports, trio.open_nursery() as nursery:
             for start in range(4):
@@ -193,14 +173,14 @@ async def test_a_node_killed_under_write_load_leaves_a_whole_store_and_the_other
         await node_a.process.wait()
         with PostgresStore(dsn, create=False) as store:
             db = store._db
-            feed_rows = db.execute("SELECT count(*) FROM changes").fetchone()[0]
-            without_observation = db.execute(
+            feed_rows = db.read("SELECT count(*) FROM changes")[0][0]
+            without_observation = db.read(
                 "SELECT count(*) FROM changes c WHERE NOT EXISTS (SELECT 1 FROM targets t "
                 "JOIN observations o ON o.target_id = t.id JOIN certificates x ON "
                 "x.id = o.certificate_id WHERE t.host = c.host AND t.port = c.port "
                 "AND x.sha256 = c.sha256)"
-            ).fetchone()[0]
-            stored = {port for (port,) in db.execute(
+            )[0][0]
+            stored = {port for (port,) in db.read(
                 "SELECT t.port FROM targets t WHERE EXISTS "
                 "(SELECT 1 FROM observations o WHERE o.target_id = t.id)"
             )}

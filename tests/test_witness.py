@@ -9,12 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from notary.config import load_config
 from notary.errors import ConfigError
 from notary.protocol import tlog
 from tests.support.notaries import NotaryUnderTest, RawResponse, open_v2_notary, send_raw
+from tests.support.postgres import PostgresServer
 
 ORIGIN = "log.test/witnessed"
 WITNESS_NAME = "witness.test/w1"
@@ -120,6 +122,28 @@ async def test_a_restarted_witness_still_refuses_a_fork(tmp_path: Path) -> None:
         assert (await add(notary, body(10, 12, FORKED))).status == 422
         assert (await add(notary, tlog.format_add_checkpoint(10, [], note(10, FORKED)))).status == 422
         assert_cosigned(notary, await add(notary, body(10, 12)), 12)
+
+
+async def test_a_witness_on_postgresql_answers_503_while_the_database_is_away(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    """The fleet's witness (its store on PostgreSQL, run in a worker thread):
+    while the server is stopped a request is a 503, answered within the
+    connect timeout; once it is back the witness goes on from what it held."""
+    from notary.state.pgconnection import CONNECT_TIMEOUT_S
+
+    store = {"backend": "postgresql", "dsn": postgres_server.new_database()}
+    async with open_v2_notary(tmp_path, {}, witness=WITNESS, store=store) as notary:
+        assert_cosigned(notary, await add(notary, body(0, 3)), 3)
+        await trio.to_thread.run_sync(postgres_server.stop)
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT_S):
+                for _ in range(2):
+                    assert (await add(notary, body(3, 7))).status == 503
+        finally:
+            await trio.to_thread.run_sync(postgres_server.start)
+        assert_cosigned(notary, await add(notary, body(3, 7)), 7)
+        assert (await add(notary, body(3, 9))).body == b"7\n"
 
 
 def test_witness_config_is_checked(tmp_path: Path) -> None:

@@ -11,19 +11,19 @@ last), so the feed's sequence numbers are committed in order and a
 follower never skips one.
 
 Synchronous, like the SQLite engine: the Trio edge runs these methods in
-worker threads. Resource handling: a ``PostgresStore`` owns one connection
-(autocommit, explicit transactions); ``close()`` releases it. A connection
-the server dropped is made again at the next call.
+worker threads. Resource handling: a ``PostgresStore`` owns one
+``PostgresConnection`` (``notary.state.pgconnection``: autocommit,
+explicit transactions); ``close()`` releases it. A connection the server
+dropped is made again, as that module says.
 
 Error handling: every ``psycopg`` error is raised as ``StoreError`` naming
-the database without its password (``describe_dsn``).
+the database without its password (``pgconnection.describe_dsn``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from notary.errors import StoreError
@@ -36,6 +36,7 @@ from notary.model.observations import (
 from notary.model.targets import Target
 from notary.state import feed
 from notary.state.claims import Claim
+from notary.state.pgconnection import MIGRATION_LOCK, PostgresConnection
 from notary.state.store import (
     _LIMIT_NAMES,
     PRUNE_CHUNK_TARGETS,
@@ -47,7 +48,7 @@ from notary.state.store import (
     _timeline_of,
 )
 
-__all__ = ["PostgresStore", "describe_dsn"]
+__all__ = ["PostgresStore"]
 
 #: The schema at ``SCHEMA_VERSION``, made in one step on a new database
 #: (the SQLite engine's migrations 1-6 give the same tables). A later schema
@@ -105,15 +106,13 @@ SCHEMA = """
     );
     INSERT INTO settings VALUES ('deletions', 0), ('feed_pruned_through', 0);
 """
-#: Advisory lock keys (``pg_advisory_xact_lock``): migrations, the feed.
-_MIGRATION_LOCK = 0x6E6F7461
+#: The feed's advisory lock key (``pg_advisory_xact_lock``; migrations
+#: take ``pgconnection.MIGRATION_LOCK``, "nota").
 _FEED_LOCK = 0x6E6F7462
 #: Targets per statement (``= ANY(%b)`` arrays).
 CHUNK = 1000
-#: How long opening a connection may take...
-CONNECT_TIMEOUT_S = 10
-#: ...and one statement, or a wait for a lock (another node's batch): past
-#: it the call fails as a ``StoreError`` (the writer retries a batch).
+#: How long one statement, or a wait for a lock (another node's batch), may
+#: take: past it the call fails as a ``StoreError`` (the writer retries a batch).
 STATEMENT_TIMEOUT_MS = 30_000
 #: The channel each commit of observations notifies (``wait_for_changes``).
 FEED_CHANNEL = "notary_changes"
@@ -149,21 +148,6 @@ _CLAIM = """
 _READ_CLAIM = "SELECT holder, until_ms, failure FROM probe_claims WHERE host = %s AND port = %s"
 
 
-def describe_dsn(dsn: str) -> str:
-    """``dsn`` for messages: user, host, port and database, never the
-    password."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:
-        return "postgresql database (unparsable dsn)"
-    user = f"{parts['user']}@" if parts.get("user") else ""
-    host = parts.get("host") or "localhost"
-    port = f":{parts['port']}" if parts.get("port") else ""
-    return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}"
-
-
 class PostgresStore(EngineOperations):
     """One connection to the observation database on PostgreSQL; the
     methods and arguments of :class:`notary.state.store.Store`. ``dsn``:
@@ -179,15 +163,12 @@ class PostgresStore(EngineOperations):
         merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
         limits: TimelineLimits | None = None,
     ) -> None:
-        import psycopg
-
-        self.path = describe_dsn(dsn)  # what messages name (the SQLite engine's path)
+        self._db = PostgresConnection(
+            dsn, statement_timeout_ms=STATEMENT_TIMEOUT_MS, lock_timeout_ms=STATEMENT_TIMEOUT_MS,
+        )
+        self.path = self._db.path  # what messages name (the SQLite engine's path)
         self.merge_window_s = merge_window_s
         self.limits = limits
-        self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
-        self._dsn = dsn
-        self._listening = False
-        self._db = self._connect()
         try:
             if create:
                 self.migrate()
@@ -199,72 +180,28 @@ class PostgresStore(EngineOperations):
     def close(self) -> None:
         self._db.close()
 
-    def _connect(self) -> Any:
-        import psycopg
-
-        try:
-            return psycopg.connect(
-                self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
-                f"-c lock_timeout={STATEMENT_TIMEOUT_MS}",
-            )
-        except psycopg.Error as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
-
-    def _usable(self) -> Any:
-        """The connection, made again if the server dropped it (a restart,
-        a failover): the caller's retry then works once the server is back."""
-        if self._db.broken or self._db.closed:
-            self._db.close()
-            self._db = self._connect()
-            self._listening = False
-        return self._db
-
     def wait_for_changes(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a commit of observations (``NOTIFY``
         on ``FEED_CHANNEL``); whether one came. This connection then serves
-        nothing else (``LISTEN``)."""
-        db = self._usable()
-        try:
-            if not self._listening:
-                db.execute(f"LISTEN {FEED_CHANNEL}")
-                self._listening = True
-            return any(True for _ in db.notifies(timeout=timeout_s, stop_after=1))
-        except self._errors as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
-
-    @contextmanager
-    def _transaction(self) -> Iterator[Any]:
-        db = self._usable()
-        try:
-            with db.transaction():
-                yield db
-        except self._errors as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
-
-    def _read(self, query: str, params: Sequence[Any] = ()) -> list[tuple]:
-        db = self._usable()
-        try:
-            return db.execute(query, params).fetchall()
-        except self._errors as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+        nothing else (``LISTEN``; again on a connection made again)."""
+        return self._db.wait_for_notify(FEED_CHANNEL, timeout_s)
 
     # -- schema ------------------------------------------------------------------
 
     def schema_version(self) -> int:
-        rows = self._read(
+        rows = self._db.read(
             "SELECT value FROM settings WHERE name = 'schema_version'"
         ) if self._has_schema() else []
         return int(rows[0][0]) if rows else 0
 
     def _has_schema(self) -> bool:
-        return bool(self._read("SELECT to_regclass('settings') IS NOT NULL")[0][0])
+        return bool(self._db.read("SELECT to_regclass('settings') IS NOT NULL")[0][0])
 
     def migrate(self) -> int:
         """Make the schema on a new database (under an advisory lock: the
         nodes of a fleet may start at once); return how many steps ran."""
-        with self._transaction() as db:
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        with self._db.transaction() as db:
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             if db.execute("SELECT to_regclass('settings')").fetchone()[0] is not None:
                 return 0
             db.execute(SCHEMA)
@@ -285,14 +222,14 @@ class PostgresStore(EngineOperations):
     # -- reads ---------------------------------------------------------------------
 
     def load_timeline(self, target: Target) -> Timeline:
-        rows = self._read(_LOAD_TIMELINE, (target.host, target.port))
-        run_rows = self._read(_LOAD_RUNS, (target.host, target.port))
+        rows = self._db.read(_LOAD_TIMELINE, (target.host, target.port))
+        run_rows = self._db.read(_LOAD_RUNS, (target.host, target.port))
         timeline = _timeline_of(target, [_plain(row) for row in rows], run_rows)
         return timeline if self.limits is None else timeline.bounded(self.limits)
 
     def iter_target_keys(self, chunk_rows: int = 10_000) -> Iterator[list[str]]:
         after = 0
-        while rows := self._read(
+        while rows := self._db.read(
             "SELECT id, host, port FROM targets WHERE id > %s ORDER BY id LIMIT %s",
             (after, chunk_rows),
         ):
@@ -301,10 +238,10 @@ class PostgresStore(EngineOperations):
 
     def statistics(self) -> StoreStatistics:
         count = {
-            table: self._read(f"SELECT count(*) FROM {table}")[0][0]
+            table: self._db.read(f"SELECT count(*) FROM {table}")[0][0]
             for table in ("targets", "certificates", "observations")
         }
-        size = self._read("SELECT pg_database_size(current_database())")[0][0]
+        size = self._db.read("SELECT pg_database_size(current_database())")[0][0]
         return StoreStatistics(
             self.schema_version(), count["targets"], count["certificates"],
             count["observations"], size,
@@ -320,7 +257,7 @@ class PostgresStore(EngineOperations):
             return
         if self.merge_window_s < 0:
             raise ValueError("merge_window_s must not be negative")
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             target_ids = self._lock_targets(db, results)
             stored = self._timelines(db, target_ids)
             newest: feed.Newest = {
@@ -441,7 +378,7 @@ class PostgresStore(EngineOperations):
         keys = list(targets)
         if not keys:
             return 0
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             return db.execute(
                 "UPDATE targets t SET asked_at = %s FROM unnest(%b::text[], %b::int[]) "
                 "AS k(host, port) WHERE t.host = k.host AND t.port = k.port AND t.asked_at < %s",
@@ -450,7 +387,7 @@ class PostgresStore(EngineOperations):
 
     def prune_unasked(self, asked_before: int, max_targets: int = PRUNE_CHUNK_TARGETS
                       ) -> PruneReport:
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             ids = [row[0] for row in db.execute(
                 "SELECT id FROM targets WHERE asked_at < %s LIMIT %s FOR UPDATE SKIP LOCKED",
                 (asked_before, max_targets),
@@ -470,10 +407,10 @@ class PostgresStore(EngineOperations):
         return PruneReport(targets, observations, runs, deleted)
 
     def _recorded_settings(self) -> dict[str, int]:
-        return dict(self._read("SELECT name, value FROM settings"))
+        return dict(self._db.read("SELECT name, value FROM settings"))
 
     def target_id_ranges(self) -> list[tuple[int, int]]:
-        ids = [row[0] for row in self._read("SELECT id FROM targets ORDER BY id")]
+        ids = [row[0] for row in self._db.read("SELECT id FROM targets ORDER BY id")]
         return [
             (ids[i], ids[min(i + SWEEP_CHUNK_TARGETS, len(ids)) - 1])
             for i in range(0, len(ids), SWEEP_CHUNK_TARGETS)
@@ -483,7 +420,7 @@ class PostgresStore(EngineOperations):
         """Bring targets ``first_id``..``last_id`` within ``limits``."""
         if self.limits is None:
             return PruneReport()
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             targets = {
                 Target(host, port): target_id for target_id, host, port in db.execute(
                     "SELECT id, host, port FROM targets WHERE id BETWEEN %s AND %s "
@@ -518,7 +455,7 @@ class PostgresStore(EngineOperations):
     def record_limits(self) -> PruneReport:
         if self.limits is None:
             return PruneReport()
-        with self._transaction() as db, db.cursor() as cursor:
+        with self._db.transaction() as db, db.cursor() as cursor:
             cursor.executemany(
                 "INSERT INTO settings VALUES (%s, %s) "
                 "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
@@ -527,7 +464,7 @@ class PostgresStore(EngineOperations):
         return PruneReport()
 
     def delete_orphans(self) -> PruneReport:
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             deleted = db.execute(
                 "DELETE FROM certificates c WHERE NOT EXISTS "
                 "(SELECT 1 FROM observations o WHERE o.certificate_id = c.id)"
@@ -541,13 +478,13 @@ class PostgresStore(EngineOperations):
 
     def feed_position(self) -> int:
         """The newest change's sequence number (0: none yet)."""
-        return int(self._read(
+        return int(self._db.read(
             "SELECT greatest(coalesce(max(seq), 0), (SELECT value FROM settings "
             "WHERE name = 'feed_pruned_through')) FROM changes"
         )[0][0])
 
     def read_feed(self, after: int, limit: int) -> feed.FeedPage:
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             pruned = db.execute(
                 "SELECT value FROM settings WHERE name = 'feed_pruned_through'"
             ).fetchone()[0]
@@ -561,7 +498,7 @@ class PostgresStore(EngineOperations):
         ), after < pruned)
 
     def prune_feed(self, max_rows: int) -> int:
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             through = db.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]
             through -= max_rows
             pruned = db.execute(
@@ -579,7 +516,7 @@ class PostgresStore(EngineOperations):
 
     def claim_probe(self, target: Target, holder: str, now_ms: int, ttl_ms: int) -> Claim:
         until = now_ms + ttl_ms
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             won = db.execute(
                 _CLAIM, (target.host, target.port, holder, until, now_ms)
             ).fetchone()
@@ -588,13 +525,13 @@ class PostgresStore(EngineOperations):
             return Claim(*db.execute(_READ_CLAIM, (target.host, target.port)).fetchone())
 
     def read_claim(self, target: Target) -> Claim | None:
-        rows = self._read(_READ_CLAIM, (target.host, target.port))
+        rows = self._db.read(_READ_CLAIM, (target.host, target.port))
         return Claim(*rows[0]) if rows else None
 
     def release_claim(
         self, target: Target, holder: str, failure: str | None, now_ms: int, linger_ms: int
     ) -> None:
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             db.execute(
                 "UPDATE probe_claims SET failure = %s, until_ms = %s WHERE host = %s "
                 "AND port = %s AND holder = %s",
@@ -602,7 +539,7 @@ class PostgresStore(EngineOperations):
             )
 
     def delete_expired_claims(self, now_ms: int) -> int:
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             return db.execute(
                 "DELETE FROM probe_claims WHERE until_ms <= %s", (now_ms,)
             ).rowcount
@@ -632,7 +569,3 @@ def _plain(row: Sequence[Any]) -> tuple:
     """A row with ``bytes`` for PostgreSQL's ``memoryview`` BYTEA values."""
     return tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
 
-
-def _reason(exc: BaseException) -> str:
-    """A psycopg error in one line (libpq's message can span several)."""
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -29,21 +29,20 @@ Schema: made on first use (``CREATE TABLE IF NOT EXISTS``) under the
 store's migration advisory lock, so nodes starting at once do not race.
 
 Synchronous, like ``LogStore``: the Trio edge runs these methods in worker
-threads. Resource handling: a ``PostgresLogStore`` owns one connection
-(autocommit, explicit transactions); ``close()`` releases it. A connection
-the server dropped is made again at the next call. Error handling: every
+threads. Resource handling: a ``PostgresLogStore`` owns one
+``PostgresConnection`` (``notary.state.pgconnection``: autocommit,
+explicit transactions); ``close()`` releases it. A connection the server
+dropped is made again, as that module says. Error handling: every
 ``psycopg`` error is raised as ``StoreError`` naming the database without
-its password (``describe_dsn``).
+its password (``pgconnection.describe_dsn``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
-from notary.errors import StoreError
-from notary.state.pgstore import _MIGRATION_LOCK, CONNECT_TIMEOUT_S, _reason, describe_dsn
+from notary.state.pgconnection import MIGRATION_LOCK, PostgresConnection
 from notary.state.tlogstore import (
     Appended,
     CheckpointSigner,
@@ -85,15 +84,13 @@ class PostgresLogStore(LogEngine):
     """See the module docstring. ``dsn``: the store's (``[store] dsn``)."""
 
     def __init__(self, dsn: str) -> None:
-        import psycopg
-
-        self.path = describe_dsn(dsn)  # what messages name (LogStore's path)
-        self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
-        self._dsn = dsn
-        self._db = self._connect()
+        self._db = PostgresConnection(
+            dsn, statement_timeout_ms=LOCK_TIMEOUT_MS, lock_timeout_ms=LOCK_TIMEOUT_MS,
+        )
+        self.path = self._db.path  # what messages name (LogStore's path)
         try:
-            with self._transaction() as db:
-                db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            with self._db.transaction() as db:
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
                 db.execute(SCHEMA)
         except BaseException:
             self._db.close()
@@ -102,58 +99,23 @@ class PostgresLogStore(LogEngine):
     def close(self) -> None:
         self._db.close()
 
-    def _connect(self) -> Any:
-        import psycopg
-
-        try:
-            return psycopg.connect(
-                self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                options=f"-c statement_timeout={LOCK_TIMEOUT_MS} "
-                f"-c lock_timeout={LOCK_TIMEOUT_MS}",
-            )
-        except psycopg.Error as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
-
-    def _usable(self) -> Any:
-        """The connection, made again if the server dropped it."""
-        if self._db.broken or self._db.closed:
-            self._db.close()
-            self._db = self._connect()
-        return self._db
-
-    @contextmanager
-    def _transaction(self) -> Iterator[Any]:
-        db = self._usable()
-        try:
-            with db.transaction():
-                yield db
-        except self._errors as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
-
-    def _read(self, query: str, params: Sequence[Any] = ()) -> list[tuple]:
-        db = self._usable()
-        try:
-            return db.execute(query, params).fetchall()
-        except self._errors as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
-
     # -- reads (any node) ----------------------------------------------------------
 
     def head(self) -> LogHead | None:
         """The newest checkpoint (None: nothing was ever appended)."""
-        rows = self._read("SELECT size, checkpoint FROM log_head WHERE id = 1")
+        rows = self._db.read("SELECT size, checkpoint FROM log_head WHERE id = 1")
         return LogHead(int(rows[0][0]), rows[0][1]) if rows else None
 
     def tile(self, level: int, index: int) -> bytes | None:
         """The stored hashes of a tile (a partial tile: those there so far)."""
-        rows = self._read(
+        rows = self._db.read(
             "SELECT hashes FROM log_tiles WHERE level = %s AND idx = %s", (level, index)
         )
         return bytes(rows[0][0]) if rows else None
 
     def entries(self, start: int, end: int) -> list[bytes]:
         """The entries at indices ``start`` to ``end`` - 1 that exist, in order."""
-        rows = self._read(
+        rows = self._db.read(
             "SELECT entry FROM log_entries WHERE idx >= %s AND idx < %s ORDER BY idx",
             (start, end),
         )
@@ -173,7 +135,7 @@ class PostgresLogStore(LogEngine):
         ``ValueError`` for an empty or oversized batch, or an entry longer
         than a tile bundle allows (65,535 bytes)."""
         check_batch(entries)
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             db.execute("SET LOCAL synchronous_commit = on")
             db.execute("SELECT pg_advisory_xact_lock(%s)", (LOG_LOCK,))
             return append_rows(_PostgresRows(db), entries, sign, f"database {self.path}")

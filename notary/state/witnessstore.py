@@ -23,8 +23,10 @@ Engines: ``WitnessStore`` (SQLite file), ``PostgresWitnessStore`` (the
 fleet's database, ``[store] dsn``). Synchronous: the Trio edge
 (``notary.server.witness``) runs these methods in a worker thread.
 Resource handling: each store owns its one connection; ``close()``
-releases it. Error handling: database errors are raised as ``StoreError``
-naming the database.
+releases it. ``PostgresWitnessStore``'s is a ``PostgresConnection``
+(``notary.state.pgconnection``): one the server dropped is made again, as
+that module says. Error handling: database errors are raised as
+``StoreError`` naming the database (PostgreSQL: never its password).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Protocol
 
 from notary.errors import StoreError
 from notary.protocol.tlog import HeldCheckpoint
-from notary.state.pgstore import _MIGRATION_LOCK, CONNECT_TIMEOUT_S, _reason, describe_dsn
+from notary.state.pgconnection import MIGRATION_LOCK, PostgresConnection
 
 __all__ = ["PostgresWitnessStore", "WitnessEngine", "WitnessStore"]
 
@@ -82,24 +84,28 @@ class WitnessEngine(Protocol):
 
 
 class _WitnessRows:
-    """``held`` and ``swap`` over an engine's ``_execute(sql, parameters)``
-    (the SQL written once, ``{p}`` its parameter placeholder)."""
+    """``held`` and ``swap`` over an engine's ``_read(sql, parameters)`` (the
+    rows) and ``_execute(sql, parameters)`` (how many rows it changed): the
+    SQL written once, ``{p}`` its parameter placeholder."""
 
-    def _execute(self, sql: str, parameters: Sequence[Any]) -> Any:
+    def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
+        raise NotImplementedError
+
+    def _execute(self, sql: str, parameters: Sequence[Any]) -> int:
         raise NotImplementedError
 
     def held(self, origin: str) -> HeldCheckpoint | None:
-        row = self._execute(_SELECT, (origin,)).fetchone()
-        return HeldCheckpoint(int(row[0]), bytes(row[1]), row[2]) if row else None
+        rows = self._read(_SELECT, (origin,))
+        return HeldCheckpoint(int(rows[0][0]), bytes(rows[0][1]), rows[0][2]) if rows else None
 
     def swap(self, origin: str, held: HeldCheckpoint | None, new: HeldCheckpoint) -> bool:
         if held is None:
-            cursor = self._execute(_INSERT, (origin, new.size, new.root, new.note))
+            changed = self._execute(_INSERT, (origin, new.size, new.root, new.note))
         else:
-            cursor = self._execute(
+            changed = self._execute(
                 _UPDATE, (new.size, new.root, new.note, origin, held.size, held.root)
             )
-        return bool(cursor.rowcount == 1)
+        return changed == 1
 
 
 class WitnessStore(_WitnessRows):
@@ -122,9 +128,15 @@ class WitnessStore(_WitnessRows):
     def close(self) -> None:
         self._db.close()
 
-    def _execute(self, sql: str, parameters: Sequence[Any]) -> sqlite3.Cursor:
+    def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
         try:
-            return self._db.execute(sql.format(p="?"), tuple(parameters))
+            return self._db.execute(sql.format(p="?"), tuple(parameters)).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"database {self.path}: {exc}") from None
+
+    def _execute(self, sql: str, parameters: Sequence[Any]) -> int:
+        try:
+            return self._db.execute(sql.format(p="?"), tuple(parameters)).rowcount
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
 
@@ -133,30 +145,23 @@ class PostgresWitnessStore(_WitnessRows):
     """See the module docstring. ``dsn``: the store's (``[store] dsn``)."""
 
     def __init__(self, dsn: str) -> None:
-        import psycopg
-
-        self.path = describe_dsn(dsn)
-        self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
+        self._db = PostgresConnection(
+            dsn, statement_timeout_ms=BUSY_TIMEOUT_MS, synchronous_commit="on",
+        )
+        self.path = self._db.path
         try:
-            self._db = psycopg.connect(
-                dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                options=f"-c statement_timeout={BUSY_TIMEOUT_MS} -c synchronous_commit=on",
-            )
-        except psycopg.Error as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
-        try:
-            with self._db.transaction():
-                self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                self._db.execute(PG_SCHEMA)
-        except psycopg.Error as exc:
+            with self._db.transaction() as db:
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                db.execute(PG_SCHEMA)
+        except BaseException:
             self._db.close()
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+            raise
 
     def close(self) -> None:
         self._db.close()
 
-    def _execute(self, sql: str, parameters: Sequence[Any]) -> Any:
-        try:
-            return self._db.execute(sql.format(p="%s"), tuple(parameters))
-        except self._errors as exc:
-            raise StoreError(f"database {self.path}: {_reason(exc)}") from None
+    def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
+        return self._db.read(sql.format(p="%s"), tuple(parameters))
+
+    def _execute(self, sql: str, parameters: Sequence[Any]) -> int:
+        return self._db.execute(sql.format(p="%s"), tuple(parameters))

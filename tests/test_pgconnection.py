@@ -1,0 +1,164 @@
+"""``notary.state.pgconnection``: every PostgreSQL store (observations,
+the log's rows, the witness's checkpoints) on its one connection layer, on
+a throwaway server on loopback (``tests.support.postgres``; skipped
+without one). A restart of the server, and the window while it is
+stopped, as each store's caller sees them: a ``StoreError`` while it is
+away (at once, never a hang), and working calls once it is back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from notary.errors import StoreError
+from notary.model.targets import Target
+from tests.support.postgres import PostgresServer
+
+T0 = 1_700_000_000
+
+
+@dataclass(frozen=True)
+class PostgresEngine:
+    """How to open one of the PostgreSQL stores, and one call of it that
+    writes and reads: ``call(store, i)`` for i = 1, 2, ... (each moves the
+    store on, and checks it read back what it wrote)."""
+
+    open: Callable[[str], Any]
+    call: Callable[[Any, int], None]
+
+
+def _open_observations(dsn: str) -> Any:
+    from notary.state.pgstore import PostgresStore
+
+    return PostgresStore(dsn)
+
+
+def _observe(store: Any, i: int) -> None:
+    from tests.support.observations import probe_result
+
+    store.record([probe_result(at=T0 + i)])
+    (observation,) = store.load_timeline(Target("www.example.test", 443)).observations
+    assert observation.last_seen == T0 + i
+
+
+def _open_log(dsn: str) -> Any:
+    from notary.state.pgtlogstore import PostgresLogStore
+
+    return PostgresLogStore(dsn)
+
+
+def _append(store: Any, i: int) -> None:
+    appended = store.append([b"entry %d" % i], lambda size, root: f"checkpoint {size}\n")
+    head = store.head()
+    assert head is not None and head.size == appended.head.size
+    assert store.entries(head.size - 1, head.size) == [b"entry %d" % i]
+
+
+def _open_witness(dsn: str) -> Any:
+    from notary.state.witnessstore import PostgresWitnessStore
+
+    return PostgresWitnessStore(dsn)
+
+
+def _cosign(store: Any, i: int) -> None:
+    from notary.protocol.tlog import HeldCheckpoint
+
+    held = store.held("log")
+    assert store.swap("log", held, HeldCheckpoint(i, bytes([i]) * 32, f"note {i}\n"))
+    assert store.held("log").size == i
+
+
+ENGINES = {
+    "observations": PostgresEngine(_open_observations, _observe),
+    "log": PostgresEngine(_open_log, _append),
+    "witness": PostgresEngine(_open_witness, _cosign),
+}
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest) -> PostgresEngine:
+    return ENGINES[request.param]
+
+
+def test_every_store_works_again_after_the_server_restarted(
+    engine: PostgresEngine, postgres_server: PostgresServer,
+) -> None:
+    store = engine.open(postgres_server.new_database())
+    try:
+        engine.call(store, 1)
+        postgres_server.restart()
+        try:  # the call that finds the connection dropped may fail...
+            engine.call(store, 2)
+        except StoreError as exc:
+            assert "postgresql://postgres@127.0.0.1" in str(exc)
+        for i in range(3, 6):  # ...and every later one works
+            engine.call(store, i)
+    finally:
+        store.close()
+
+
+def test_while_the_server_is_stopped_every_call_is_a_quick_store_error(
+    engine: PostgresEngine, postgres_server: PostgresServer,
+) -> None:
+    store = engine.open(postgres_server.new_database())
+    try:
+        engine.call(store, 1)
+        postgres_server.stop()
+        try:
+            for i in range(2, 5):
+                started = time.monotonic()
+                with pytest.raises(StoreError, match=r"postgresql://postgres@127\.0\.0\.1"):
+                    engine.call(store, i)
+                assert time.monotonic() - started < 2  # refused at once: no wait
+        finally:
+            postgres_server.start()
+        engine.call(store, 5)
+    finally:
+        store.close()
+
+
+def test_a_listener_hears_commits_again_after_the_server_restarted(
+    postgres_server: PostgresServer,
+) -> None:
+    """``PostgresStore.wait_for_changes``: its connection LISTENs again when
+    it is made again, and hears the next commit of another connection."""
+    from notary.state.pgstore import PostgresStore
+    from tests.support.observations import probe_result
+
+    dsn = postgres_server.new_database()
+    with PostgresStore(dsn) as listener, PostgresStore(dsn) as writer:
+        for at in (T0, T0 + 1):
+            # LISTENing from here on, and the writer's connection in use.
+            after_restart(lambda: listener.wait_for_changes(0.01))
+            after_restart(writer.feed_position)
+            writer.record([probe_result(at=at)])
+            started = time.monotonic()
+            assert listener.wait_for_changes(10)
+            assert time.monotonic() - started < 5  # woken by the commit
+            if at == T0:
+                postgres_server.restart()
+
+
+def after_restart(call: Callable[[], object]) -> None:
+    """``call()``, once more if it failed (finding its connection dropped)."""
+    try:
+        call()
+    except StoreError:
+        call()
+
+
+def test_the_stores_import_without_psycopg() -> None:
+    """A SQLite-only install has no psycopg: importing the PostgreSQL stores
+    (and everything that names them) must not need it."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"  # any import of it fails
+        "import notary.state.pgconnection, notary.state.pgstore, notary.state.pgtlogstore\n"
+        "import notary.state.witnessstore, notary.server.app, notary.cli\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
