@@ -7,6 +7,7 @@ away (at once, never a hang), and working calls once it is back."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -89,16 +90,16 @@ def engine(request: pytest.FixtureRequest) -> PostgresEngine:
 def test_every_store_works_again_after_the_server_restarted(
     engine: PostgresEngine, postgres_server: PostgresServer,
 ) -> None:
+    """The server ended the session of the idle connection: the next call
+    finds it dropped before it sends anything, connects again and works
+    (the caller sees nothing of the restart)."""
     store = engine.open(postgres_server.new_database())
     try:
         engine.call(store, 1)
-        postgres_server.restart()
-        try:  # the call that finds the connection dropped may fail...
-            engine.call(store, 2)
-        except StoreError as exc:
-            assert "postgresql://postgres@127.0.0.1" in str(exc)
-        for i in range(3, 6):  # ...and every later one works
-            engine.call(store, i)
+        for i in range(1, 4):
+            postgres_server.restart()
+            engine.call(store, 2 * i)
+            engine.call(store, 2 * i + 1)
     finally:
         store.close()
 
@@ -123,34 +124,52 @@ def test_while_the_server_is_stopped_every_call_is_a_quick_store_error(
         store.close()
 
 
+def test_a_server_that_never_answers_is_a_store_error_within_the_connect_timeout(
+    engine: PostgresEngine, postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In the server's place a listener that accepts (the kernel completes
+    the handshake) and never answers: the call gives up after
+    ``CONNECT_TIMEOUT_S``, never hangs."""
+    from notary.state import pgconnection
+
+    monkeypatch.setattr(pgconnection, "CONNECT_TIMEOUT_S", 2)  # libpq's least
+    store = engine.open(postgres_server.new_database())
+    try:
+        engine.call(store, 1)
+        postgres_server.stop()
+        try:
+            with socket.create_server(("127.0.0.1", postgres_server.port)):
+                started = time.monotonic()
+                with pytest.raises(StoreError, match="timeout"):
+                    engine.call(store, 2)
+                assert 1.5 < time.monotonic() - started < 4
+        finally:
+            postgres_server.start()
+        engine.call(store, 3)
+    finally:
+        store.close()
+
+
 def test_a_listener_hears_commits_again_after_the_server_restarted(
     postgres_server: PostgresServer,
 ) -> None:
     """``PostgresStore.wait_for_changes``: its connection LISTENs again when
-    it is made again, and hears the next commit of another connection."""
+    it is made again, and hears the next commit of another connection, also
+    one notified before it waits."""
     from notary.state.pgstore import PostgresStore
     from tests.support.observations import probe_result
 
     dsn = postgres_server.new_database()
     with PostgresStore(dsn) as listener, PostgresStore(dsn) as writer:
         for at in (T0, T0 + 1):
-            # LISTENing from here on, and the writer's connection in use.
-            after_restart(lambda: listener.wait_for_changes(0.01))
-            after_restart(writer.feed_position)
+            assert not listener.wait_for_changes(0.01)  # LISTENing from here on
             writer.record([probe_result(at=at)])
-            started = time.monotonic()
+            time.sleep(0.2)  # the NOTIFY on the listener's socket before it waits:
+            started = time.monotonic()  # the check for a dropped connection keeps it
             assert listener.wait_for_changes(10)
             assert time.monotonic() - started < 5  # woken by the commit
             if at == T0:
                 postgres_server.restart()
-
-
-def after_restart(call: Callable[[], object]) -> None:
-    """``call()``, once more if it failed (finding its connection dropped)."""
-    try:
-        call()
-    except StoreError:
-        call()
 
 
 def test_the_stores_import_without_psycopg() -> None:

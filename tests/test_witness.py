@@ -129,7 +129,8 @@ async def test_a_witness_on_postgresql_answers_503_while_the_database_is_away(
 ) -> None:
     """The fleet's witness (its store on PostgreSQL, run in a worker thread):
     while the server is stopped a request is a 503, answered within the
-    connect timeout; once it is back the witness goes on from what it held."""
+    connect timeout; once it is back the witness goes on from what it held,
+    and a restart of the server is not seen at all."""
     from notary.state.pgconnection import CONNECT_TIMEOUT_S
 
     store = {"backend": "postgresql", "dsn": postgres_server.new_database()}
@@ -144,6 +145,8 @@ async def test_a_witness_on_postgresql_answers_503_while_the_database_is_away(
             await trio.to_thread.run_sync(postgres_server.start)
         assert_cosigned(notary, await add(notary, body(3, 7)), 7)
         assert (await add(notary, body(3, 9))).body == b"7\n"
+        await trio.to_thread.run_sync(postgres_server.restart)  # not even one 503
+        assert_cosigned(notary, await add(notary, body(7, 9)), 9)
 
 
 def test_witness_config_is_checked(tmp_path: Path) -> None:

@@ -10,11 +10,21 @@ is made, never at import (a SQLite-only install does not need it).
 
 Resource handling: a ``PostgresConnection`` owns one connection
 (autocommit; ``transaction()`` makes the explicit ones); ``close()``
-releases it for good. A connection the server dropped (a restart, a
-failover, an administrator) is closed and made again by the next call:
-the call that finds it dropped fails with ``StoreError``, and the next one
-connects again (and fails, as quickly as the server refuses, or within
-``CONNECT_TIMEOUT_S``, while the server is away).
+releases it for good.
+
+Reconnecting: a server that ends a session (a restart, an administrator,
+a failover that closes connections) sends an error and closes the
+socket. Before each call sends anything, the idle connection is checked
+for that without waiting (is its socket readable? then libpq reads what is
+there): a connection so found dropped is closed and made again, and the
+call goes on, on the new one. So after a restart a caller sees nothing,
+once the server is back; while it is away each call fails with
+``StoreError``, as quickly as the server refuses a connection, or within
+``CONNECT_TIMEOUT_S``. A connection lost while a call is in flight fails
+that call with ``StoreError`` (the statement may or may not have run: it
+is never sent twice), and the next call connects again. A server gone
+without closing the socket (a network partition) escapes the check: the
+call then fails only when the kernel gives up on the connection.
 
 Error handling: every psycopg error is raised as ``StoreError`` naming the
 database as ``describe_dsn`` does (user, host, port and database, never
@@ -25,6 +35,7 @@ propagate unchanged.
 
 from __future__ import annotations
 
+import select
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -44,6 +55,9 @@ __all__ = [
 
 #: How long opening a connection may take (past it: ``StoreError``).
 CONNECT_TIMEOUT_S = 10
+#: At most how many reads of what the server sent an idle connection (an
+#: error, then the end of the stream) tell whether it dropped it.
+IDLE_READS = 4
 #: The advisory lock (``pg_advisory_xact_lock``) under which every store
 #: makes or migrates its tables, so the nodes of a fleet may start at once.
 MIGRATION_LOCK = 0x6E6F7461
@@ -124,10 +138,11 @@ class PostgresConnection:
 
     def _usable(self) -> psycopg.Connection[Any]:
         """The connection, made again if the server dropped it (or the last
-        attempt failed); ``StoreError`` if it cannot be."""
+        attempt failed); ``StoreError`` if it cannot be. Sends nothing on
+        the connection it returns."""
         if self._closed:
             raise StoreError(f"database {self.path}: the connection was closed")
-        if self._db is not None and self._db.closed:
+        if self._db is not None and (self._db.closed or _dropped(self._db)):
             self._db.close()
             self._db = None
         if self._db is None:
@@ -176,3 +191,31 @@ class PostgresConnection:
             return any(True for _ in db.notifies(timeout=timeout_s, stop_after=1))
         except self._errors as exc:
             raise self._error(exc) from None
+
+
+def _dropped(db: psycopg.Connection[Any]) -> bool:
+    """Whether the server closed ``db``, idle between calls: its socket is
+    readable (what an idle connection is sent is an error before the
+    server closes it, or a notification), so libpq reads what is there, up
+    to ``IDLE_READS`` times, without waiting; the end of the stream marks
+    it closed. Sends nothing. Notifications read on the way are handed on
+    as psycopg does (``notifies()`` yields them)."""
+    import psycopg
+    from psycopg import pq
+
+    pgconn = db.pgconn
+    if pgconn.transaction_status != pq.TransactionStatus.IDLE:
+        return False  # a call is in flight on it (not ours to read)
+    try:
+        poller = select.poll()
+        poller.register(pgconn.socket, select.POLLIN)
+        for _ in range(IDLE_READS):
+            if not poller.poll(0):
+                break
+            pgconn.consume_input()
+        while (notify := pgconn.notifies()) is not None:
+            if pgconn.notify_handler is not None:
+                pgconn.notify_handler(notify)
+    except psycopg.Error:
+        return True
+    return db.closed
