@@ -277,8 +277,9 @@ class StoreConfig:
     #: "postgresql" (``dsn``, shared by the nodes of a fleet: README
     #: "Running a fleet").
     backend: str = "sqlite"
-    #: PostgreSQL connection string (libpq keywords or a URL); the password
-    #: best from ``PGPASSFILE`` or the service's credentials, never here.
+    #: PostgreSQL connection string (libpq keywords or a URL, checked at
+    #: load: libpq must read it as written); the password best from
+    #: ``PGPASSFILE`` or the service's credentials, never here.
     dsn: str = ""
 
     def timeline_limits(self) -> TimelineLimits:
@@ -930,6 +931,8 @@ def _validate_store_cache_v2(config: Config) -> None:
         raise ConfigError("[server] needs db_file")
     if config.store.backend == "postgresql" and not config.store.dsn:
         raise ConfigError('[store] backend = "postgresql" needs [store] dsn')
+    if config.store.backend == "postgresql":
+        _validate_dsn(config.store.dsn)
     if config.store.synchronous.upper() not in _SYNCHRONOUS:
         raise ConfigError(f"[store] synchronous must be one of {', '.join(_SYNCHRONOUS)}")
     if config.store.max_certificate_bytes < 0:
@@ -946,6 +949,20 @@ def _validate_store_cache_v2(config: Config) -> None:
         raise ConfigError(f"[cache] {exc}") from None
     if config.v2.renew_before_s >= config.v2.statement_valid_for_s:
         raise ConfigError("[v2] renew_before_s must be less than statement_valid_for_s")
+
+
+def _validate_dsn(dsn: str) -> None:
+    """libpq must read ``dsn`` as written; the message never quotes it (a
+    password may be in it). Without psycopg installed nothing is checked
+    here: opening the store says what is missing."""
+    from notary.state.pgconnection import check_dsn
+
+    try:
+        check_dsn(dsn)
+    except ImportError:
+        return
+    except ValueError as exc:
+        raise ConfigError(f"[store] dsn is {exc}") from None
 
 
 def _validate_relay(relay: RelayConfig) -> None:

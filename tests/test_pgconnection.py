@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -181,3 +182,134 @@ def test_the_stores_import_without_psycopg() -> None:
         "import notary.state.witnessstore, notary.server.app, notary.cli\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- passwords never in messages (issue 30 item 18) -----------------------------------
+
+#: Each DSN below has this password, or one split into these two pieces.
+SECRETS = ("s3cret", "xyzzy")
+#: DSNs libpq cannot read (its parse errors quote them), or reads otherwise
+#: than written (an unencoded '@' or '/' spills the password into the host
+#: or the port: a lookup of it, an error naming it). None is connected to.
+MALFORMED = {
+    "keyword-missing-equals": "host=127.0.0.1 password=s3cret-xyzzy dbname",
+    "keyword-password-with-a-space": "host=127.0.0.1 port=1 password=s3cret xyzzy",
+    "keyword-unterminated-quote": "host=127.0.0.1 password='s3cret-xyzzy dbname=notary",
+    "url-bad-host": "postgresql://notary:s3cret-xyzzy@[bad",
+    "url-bad-query": "postgresql://notary:s3cret-xyzzy@127.0.0.1:1/notary?bogus=1",
+    "url-bad-percent": "postgresql://notary:s3cret%zz-xyzzy@127.0.0.1:1/notary",
+    "url-percent-encoded": "postgres://notary:s3cret%2Dxyzzy@[bad",
+    "url-at-in-password": "postgresql://notary:s3cret@xyzzy@127.0.0.1:1/notary",
+    "url-slash-in-password": "postgresql://notary:s3cret/xyzzy@127.0.0.1:1/notary",
+}
+#: DSNs libpq reads, to a closed port (refused at once).
+WELL_FORMED = {
+    "keyword": "host=127.0.0.1 port=1 user=notary password=s3cret-xyzzy dbname=notary",
+    "keyword-quoted": "host=127.0.0.1 port=1 user=notary password='s3cret xyzzy' dbname=notary",
+    "url": "postgresql://notary:s3cret-xyzzy@127.0.0.1:1/notary",
+    "url-percent-encoded": "postgresql://notary:s3cret%2Dxyzzy@127.0.0.1:1/notary",
+    "url-password-parameter": "postgresql://notary@127.0.0.1:1/notary?password=s3cret-xyzzy",
+}
+INVALID = "not a valid libpq connection string or URL"
+
+
+def assert_no_secret(text: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text
+
+
+@pytest.mark.parametrize("dsn", [*MALFORMED.values(), *WELL_FORMED.values()],
+                         ids=[*(f"malformed-{k}" for k in MALFORMED), *WELL_FORMED])
+def test_the_database_is_named_without_its_password(dsn: str) -> None:
+    pytest.importorskip("psycopg")
+    from notary.state.pgconnection import describe_dsn
+
+    described = describe_dsn(dsn)
+    assert_no_secret(described)
+    if dsn in WELL_FORMED.values():
+        assert described == "postgresql://notary@127.0.0.1:1/notary"
+
+
+@pytest.mark.parametrize("dsn", MALFORMED.values(), ids=MALFORMED.keys())
+def test_every_store_refuses_a_malformed_dsn_without_quoting_it(
+    engine: PostgresEngine, dsn: str,
+) -> None:
+    pytest.importorskip("psycopg")
+    with pytest.raises(StoreError, match=INVALID) as refused:
+        engine.open(dsn)
+    assert_no_secret(str(refused.value))
+
+
+@pytest.mark.parametrize("dsn", WELL_FORMED.values(), ids=WELL_FORMED.keys())
+def test_every_store_names_a_database_it_cannot_reach_without_its_password(
+    engine: PostgresEngine, dsn: str,
+) -> None:
+    pytest.importorskip("psycopg")
+    with pytest.raises(StoreError, match=r"postgresql://notary@127\.0\.0\.1:1/notary: ") as failed:
+        engine.open(dsn)
+    assert_no_secret(str(failed.value))
+
+
+def test_every_store_refused_its_password_does_not_quote_it(
+    engine: PostgresEngine, postgres_server: PostgresServer,
+) -> None:
+    dsn = postgres_server.password_role("notary_pw", "right-password")
+    with pytest.raises(StoreError, match="password authentication failed") as refused:
+        engine.open(f"{dsn} password=s3cret-xyzzy")
+    assert_no_secret(str(refused.value))
+    assert "postgresql://notary_pw@127.0.0.1:" in str(refused.value)
+    # A password that is also the user's name: said nowhere, the user's name neither.
+    with pytest.raises(StoreError, match="password authentication failed") as refused:
+        engine.open(f"{dsn} password=notary_pw")
+    assert "notary_pw" not in str(refused.value) and "postgresql://***@" in str(refused.value)
+    engine.open(f"{dsn} password=right-password").close()
+
+
+@pytest.mark.parametrize("dsn", MALFORMED.values(), ids=MALFORMED.keys())
+def test_the_configuration_refuses_a_malformed_dsn_without_quoting_it(dsn: str) -> None:
+    pytest.importorskip("psycopg")
+    from notary.config import load_config
+    from notary.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, {"server": {"key_file": "k", "cert_file": "c"},
+                           "store": {"backend": "postgresql", "dsn": dsn}})
+    assert str(refused.value) == f"[store] dsn is {INVALID}" or str(refused.value).startswith(
+        f"[store] dsn is {INVALID} ("
+    )
+    assert_no_secret(str(refused.value))
+
+
+@pytest.mark.parametrize("command", ["serve", "db-init"])
+@pytest.mark.parametrize("name", [
+    "keyword-password-with-a-space", "keyword-unterminated-quote", "url-bad-host",
+    "url-percent-encoded", "url-at-in-password",
+])
+def test_notary_refuses_a_malformed_dsn_on_one_line_without_its_password(
+    tmp_path: Path, command: str, name: str,
+) -> None:
+    """``notary serve`` and ``notary db init``, as an operator runs them:
+    exit status 2 and one line on stderr, the password nowhere."""
+    pytest.importorskip("psycopg")
+    dsn = MALFORMED[name]
+    from tests.support.notaries import make_notary_files
+
+    key, cert, _ = make_notary_files(tmp_path)
+    config = tmp_path / "notary.toml"
+    config.write_text(
+        f'[server]\nkey_file = "{key}"\ncert_file = "{cert}"\n'
+        'api = ["127.0.0.1:0"]\n[relay]\nlisten = []\n[admin]\nlisten = []\n'
+        '[node]\nworkers = 1\n'
+        f'[store]\nbackend = "postgresql"\ndsn = """{dsn}"""\n'
+    )
+    argv = ["serve"] if command == "serve" else ["db", "init"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "notary", *argv, "--config", str(config)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert ran.returncode == 2
+    assert ran.stderr == f"notary: error: [store] dsn is {INVALID}\n" or (
+        ran.stderr.startswith(f"notary: error: [store] dsn is {INVALID} (")
+        and ran.stderr.count("\n") == 1
+    )
+    assert_no_secret(ran.stdout + ran.stderr)

@@ -27,18 +27,24 @@ without closing the socket (a network partition) escapes the check: the
 call then fails only when the kernel gives up on the connection.
 
 Error handling: every psycopg error is raised as ``StoreError`` naming the
-database as ``describe_dsn`` does (user, host, port and database, never
-the password), with libpq's reason on one line (``reason``). Errors the
-caller's own code raises inside ``transaction()`` roll it back and
-propagate unchanged.
+database as ``describe_dsn`` does (user, host, port and database), with
+libpq's reason on one line (``reason``). No message says the password:
+a dsn libpq cannot read (its parse errors quote the dsn), or reads
+otherwise than written (``check_dsn``), is refused with a fixed message
+before any connection is tried, and every form the password may take
+(as written, percent-encoded or not, as libpq reads it) is replaced by
+``***`` in whatever else is said. Errors the caller's own code raises
+inside ``transaction()`` roll it back and propagate unchanged.
 """
 
 from __future__ import annotations
 
+import re
 import select
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from notary.errors import StoreError
 
@@ -47,8 +53,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "INVALID_DSN",
     "MIGRATION_LOCK",
     "PostgresConnection",
+    "check_dsn",
     "describe_dsn",
     "reason",
 ]
@@ -61,26 +69,89 @@ IDLE_READS = 4
 #: The advisory lock (``pg_advisory_xact_lock``) under which every store
 #: makes or migrates its tables, so the nodes of a fleet may start at once.
 MIGRATION_LOCK = 0x6E6F7461
+#: What a dsn ``check_dsn`` refuses is, in words quoting none of it.
+INVALID_DSN = "not a valid libpq connection string or URL"
+_URL_SCHEMES = ("postgresql://", "postgres://")
+#: ``password=VALUE`` (keywords, or a URL's parameter): quoted, or up to a space or '&'.
+_PASSWORD_KEYWORD = re.compile(r"password\s*=\s*(?:'((?:[^'\\]|\\.)*)'?|([^\s&]+))")
 
 
-def describe_dsn(dsn: str) -> str:
-    """``dsn`` for messages: user, host, port and database, never the
-    password."""
+def check_dsn(dsn: str) -> None:
+    """Raise ``ValueError`` (its message: ``INVALID_DSN``, quoting nothing
+    of ``dsn``) if libpq cannot read ``dsn``, or would read a URL otherwise
+    than written: an unencoded '@' or '/' in its password (or user, or
+    database) moves the rest into the host name or the port, where it is
+    looked up and named in errors. Such a URL has two '@' before its
+    parameters ('?'), or a '/' before its '@', or a host or port with '@'."""
     from psycopg.conninfo import conninfo_to_dict
 
     try:
         parts = conninfo_to_dict(dsn)
     except Exception:
-        return "postgresql database (unparsable dsn)"
+        raise ValueError(INVALID_DSN) from None
+    if dsn.startswith(_URL_SCHEMES):
+        before_parameters = dsn.partition("://")[2].partition("?")[0]
+        userinfo, at, _ = before_parameters.partition("@")
+        if (
+            before_parameters.count("@") > 1 or (at and "/" in userinfo)
+            or "@" in (parts.get("host") or "") or "@" in (parts.get("port") or "")
+        ):
+            raise ValueError(
+                f"{INVALID_DSN} (a URL percent-encodes '@' and '/' in its user, "
+                "password and database)"
+            )
+
+
+def describe_dsn(dsn: str) -> str:
+    """``dsn`` for messages: user, host, port and database, never the
+    password (``postgresql (invalid dsn)`` for one ``check_dsn`` refuses)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        check_dsn(dsn)
+    except ValueError:
+        return "postgresql (invalid dsn)"
+    parts = conninfo_to_dict(dsn)
     user = f"{parts['user']}@" if parts.get("user") else ""
     host = parts.get("host") or "localhost"
     port = f":{parts['port']}" if parts.get("port") else ""
-    return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}"
+    return _redacted(f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}", dsn)
 
 
 def reason(exc: BaseException) -> str:
     """A psycopg error in one line (libpq's message can span several)."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _url_password(dsn: str) -> str | None:
+    """A URL's password as written: from the ':' after the user to the last
+    '@' (as a browser reads it); None if the dsn is no URL or has none."""
+    if not dsn.startswith(_URL_SCHEMES):
+        return None
+    userinfo, at, _ = dsn.partition("://")[2].rpartition("@")
+    _, colon, password = userinfo.partition(":")
+    return password if at and colon else None
+
+
+def _redacted(text: str, dsn: str) -> str:
+    """``text`` with each form ``dsn``'s password may take replaced by ``***``:
+    as libpq reads it, as written in a URL (percent-encoded or not), and
+    after ``password=`` (quoted or not), whether libpq can read ``dsn`` or
+    not."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    forms: set[str] = set()
+    with suppress(Exception):  # libpq cannot read it: the forms below
+        forms.add(conninfo_to_dict(dsn).get("password") or "")
+    written = _url_password(dsn)
+    if written is not None:
+        forms |= {written, unquote(written)}
+    for match in _PASSWORD_KEYWORD.finditer(dsn):
+        value = match.group(1) if match.group(1) is not None else match.group(2)
+        forms |= {value, unquote(value), re.sub(r"\\(.)", r"\1", value)}
+    for form in sorted(forms - {""}, key=len, reverse=True):
+        text = text.replace(form, "***")
+    return text
 
 
 class PostgresConnection:
@@ -102,6 +173,10 @@ class PostgresConnection:
         #: What messages name (the SQLite engines' ``path``).
         self.path = describe_dsn(dsn)
         self._dsn = dsn
+        try:
+            check_dsn(dsn)
+        except ValueError as exc:
+            raise StoreError(f"database {self.path}: the dsn is {exc}") from None
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
         settings = {
             "statement_timeout": statement_timeout_ms, "lock_timeout": lock_timeout_ms,
@@ -123,7 +198,7 @@ class PostgresConnection:
             self._db = None
 
     def _error(self, exc: BaseException) -> StoreError:
-        return StoreError(f"database {self.path}: {reason(exc)}")
+        return StoreError(_redacted(f"database {self.path}: {reason(exc)}", self._dsn))
 
     def _connect(self) -> psycopg.Connection[Any]:
         import psycopg

@@ -62,6 +62,35 @@ class PostgresServer:
     def dsn(self, database: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={database}"
 
+    def password_role(self, role: str, password: str) -> str:
+        """A role that must give ``password`` (scram-sha-256 over TCP: the
+        server trusts every other role); the DSN, without the password, of a
+        new database it owns."""
+        import psycopg
+
+        hba = self.directory / "data" / "pg_hba.conf"
+        line = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+        if line not in hba.read_text():
+            hba.write_text(line + hba.read_text())
+        with psycopg.connect(self.dsn(), autocommit=True) as db:
+            if not db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                db.execute(f"CREATE ROLE {role} LOGIN")
+            db.execute(f"ALTER ROLE {role} PASSWORD '{password}'")
+            name = f"notary_{os.getpid()}_{next(_databases)}"
+            db.execute(f"CREATE DATABASE {name} OWNER {role}")
+            db.execute("SELECT pg_reload_conf()")
+        dsn = f"host=127.0.0.1 port={self.port} user={role} dbname={name}"
+        deadline = time.monotonic() + 10
+        while True:  # the reload is asynchronous: until a wrong password is refused
+            try:
+                psycopg.connect(f"{dsn} password=not-{password}", connect_timeout=5).close()
+            except psycopg.OperationalError as exc:
+                if "password authentication failed" in str(exc):
+                    return dsn
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not take the new pg_hba.conf")
+            time.sleep(0.05)
+
     def new_database(self) -> str:
         """A fresh, empty database; its DSN."""
         import psycopg
