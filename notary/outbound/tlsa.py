@@ -15,6 +15,13 @@ asynchronous client on Trio, and the answer read as a
 - no answer within ``timeout_s``, REFUSED, a malformed answer:
   RESOLVER_FAILURE.
 
+Every exchange (``exchange``) sends one query and waits, until its
+deadline, for the datagram that answers it: one from the resolver's address
+and port, with the query's id and question, that parses. Anything else
+arriving on the socket (from another address or port, with another id, or
+not DNS at all) is ignored, so a stray or forged datagram cannot turn an
+answer into a failure; only the deadline ends the wait.
+
 Resource handling: one UDP exchange per lookup (TCP when truncated), its
 socket closed before returning. Error handling: never raises for what the
 network does; every failure is a status.
@@ -39,7 +46,7 @@ from notary.model.dane import DnssecStatus, Tlsa, TlsaLookup
 from notary.model.targets import Target
 from notary.outbound.dialer import absolute_name
 
-__all__ = ["lookup_tlsa", "resolver_through", "tlsa_name"]
+__all__ = ["exchange", "lookup_tlsa", "resolver_through", "tlsa_name"]
 
 
 def tlsa_name(target: Target) -> str:
@@ -55,15 +62,32 @@ async def lookup_tlsa(
     checked_at = int(time.time())
     query = dns.message.make_query(tlsa_name(target), dns.rdatatype.TLSA, want_dnssec=True)
     query.flags |= dns.flags.AD
-    address, port = resolver
     try:
-        with trio.fail_after(timeout_s):
-            response, _ = await dns.asyncquery.udp_with_fallback(
-                query, address, port=port, timeout=timeout_s, backend=_backend()
-            )
+        response = await exchange(query, resolver, timeout_s)
     except (trio.TooSlowError, dns.exception.DNSException, OSError):
         return TlsaLookup(DnssecStatus.RESOLVER_FAILURE, checked_at=checked_at)
     return _read(response, checked_at)
+
+
+async def exchange(
+    query: dns.message.Message, resolver: tuple[str, int], timeout_s: float
+) -> dns.message.Message:
+    """The answer of ``resolver`` (address, port) to ``query``, within
+    ``timeout_s`` (UDP, then TCP when the answer is truncated). Datagrams
+    that are not the answer (another source, another id or question,
+    malformed) are ignored until the deadline (dnspython's
+    ``ignore_unexpected`` and ``ignore_errors``).
+
+    Error handling: ``trio.TooSlowError`` when no answer came in time;
+    ``dns.exception.DNSException`` or ``OSError`` for a malformed TCP answer
+    or a socket error."""
+    address, port = resolver
+    with trio.fail_after(timeout_s):
+        response, _ = await dns.asyncquery.udp_with_fallback(
+            query, address, port=port, timeout=timeout_s, backend=_backend(),
+            ignore_unexpected=True, ignore_errors=True,
+        )
+    return response
 
 
 def _read(response: dns.message.Message, checked_at: int) -> TlsaLookup:
@@ -118,11 +142,7 @@ def resolver_through(
             for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
                 query = dns.message.make_query(name, rdtype, want_dnssec=True)
                 try:
-                    with trio.fail_after(timeout_s):
-                        response, _ = await dns.asyncquery.udp_with_fallback(
-                            query, address, port=resolver_port, timeout=timeout_s,
-                            backend=_backend(),
-                        )
+                    response = await exchange(query, (address, resolver_port), timeout_s)
                 except (trio.TooSlowError, dns.exception.DNSException, OSError):
                     continue
                 if response.rcode() not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):

@@ -1,0 +1,89 @@
+"""DANE against resolvers that misbehave (issue 30, items 12-16): a small
+fake resolver on loopback UDP (``tests.support.fakedns``, a Trio task) that
+sends stray and malformed datagrams before its answer, stays silent,
+refuses, answers denials without an SOA, and counts what it is asked.
+Each fault at the lookup (``notary.outbound.tlsa``) and through a serving
+notary."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from notary.config import Endpoint
+from notary.model.dane import DnssecStatus
+from notary.model.targets import Target
+from notary.outbound.dialer import system_resolver
+from notary.outbound.tlsa import lookup_tlsa, resolver_through
+from notary.protocol.convergence import format_fingerprint
+from notary.state import crypto
+from tests.model.test_dane import spki
+from tests.support.fakedns import Answerer, FakeResolver, open_fake_resolver, zone_answers
+from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary
+from tests.support.tls_targets import TLSTarget, open_tls_target
+
+NAME = "www.test"
+
+
+def ee_record(der: bytes) -> str:
+    return f"3 1 1 {hashlib.sha256(spki(der)).hexdigest()}"
+
+
+def site_records(site: TLSTarget, name: str = NAME) -> dict[tuple[str, str], list[str]]:
+    """The A and TLSA records of ``name`` on ``site`` (a DANE-EE match)."""
+    return {
+        (f"{name}.", "A"): [site.host],
+        (f"_{site.port}._tcp.{name}.", "TLSA"): [ee_record(site.leaf_der(name))],
+    }
+
+
+@asynccontextmanager
+async def fake_dane_notary(
+    tmp_path: Path, resolver: FakeResolver, backends: tuple[str, ...] = ("dane",),
+    **sections: Mapping[str, object],
+):
+    """A notary with DANE among ``backends`` and v2 on, resolving names and
+    looking up TLSA records through the fake ``resolver``."""
+    key_path = tmp_path / "v2.key"
+    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
+    settings: dict[str, Any] = {
+        "verify": {"backends": backends},
+        "dns": {"resolvers": (Endpoint(*resolver.address),), "timeout_s": 1.0},
+        "answers": {"failures_at_deadline": False},
+        "v2": {"key_file": key_path},
+    }
+    for section, values in sections.items():
+        settings[section] = {**settings.get(section, {}), **values}
+    async with open_notary(tmp_path / "n", resolver=system_resolver, **settings) as notary:
+        yield notary
+
+
+async def ask(notary: NotaryUnderTest, site: TLSTarget, name: str, der: bytes | None):
+    fingerprint = format_fingerprint(hashlib.sha1(der).digest()) if der is not None else None
+    return await legacy_query(notary.port, f"{name}+{site.port}", fingerprint)
+
+
+# -- item 12: a datagram that is not the answer is ignored until the deadline
+
+
+async def test_stray_and_malformed_datagrams_before_the_answer_are_ignored() -> None:
+    async with open_tls_target(names=[NAME]) as site:
+        records: Mapping[tuple[str, str], Sequence[str]] = site_records(site)
+        async with open_fake_resolver(zone_answers(records), strays=True) as fake:
+            lookup = await lookup_tlsa(Target(NAME, site.port), fake.address, 2.0)
+            addresses = await resolver_through([fake.address], 2.0)(NAME, site.port)
+    assert lookup.status is DnssecStatus.SECURE
+    assert [str(record) for record in lookup.records] == [ee_record(site.leaf_der(NAME))]
+    assert addresses == [site.host]
+
+
+async def test_a_dane_match_stays_a_match_through_stray_datagrams(tmp_path: Path) -> None:
+    async with open_tls_target(names=[NAME]) as site:
+        answer: Answerer = zone_answers(site_records(site))
+        async with open_fake_resolver(answer, strays=True) as fake, \
+                fake_dane_notary(tmp_path, fake) as notary:
+            assert (await ask(notary, site, NAME, site.leaf_der(NAME))).status == 200
+    assert (f"_{site.port}._tcp.{NAME}.", "TLSA") in fake.asked
