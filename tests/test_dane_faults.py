@@ -43,11 +43,11 @@ def site_records(site: TLSTarget, name: str = NAME) -> dict[tuple[str, str], lis
 @asynccontextmanager
 async def fake_dane_notary(
     tmp_path: Path, resolver: FakeResolver, backends: tuple[str, ...] = ("dane",),
-    **sections: Mapping[str, object],
+    name: str = "n", **sections: Mapping[str, object],
 ):
     """A notary with DANE among ``backends`` and v2 on, resolving names and
     looking up TLSA records through the fake ``resolver``."""
-    key_path = tmp_path / "v2.key"
+    key_path = tmp_path / f"{name}-v2.key"
     crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
     settings: dict[str, Any] = {
         "verify": {"backends": backends},
@@ -57,7 +57,7 @@ async def fake_dane_notary(
     }
     for section, values in sections.items():
         settings[section] = {**settings.get(section, {}), **values}
-    async with open_notary(tmp_path / "n", resolver=system_resolver, **settings) as notary:
+    async with open_notary(tmp_path / name, resolver=system_resolver, **settings) as notary:
         yield notary
 
 
@@ -87,3 +87,48 @@ async def test_a_dane_match_stays_a_match_through_stray_datagrams(tmp_path: Path
                 fake_dane_notary(tmp_path, fake) as notary:
             assert (await ask(notary, site, NAME, site.leaf_der(NAME))).status == 200
     assert (f"_{site.port}._tcp.{NAME}.", "TLSA") in fake.asked
+
+
+# -- item 16: an IP literal has no TLSA records, and no query is sent for it
+
+
+async def test_an_ip_literal_is_insecure_without_a_query() -> None:
+    async with open_fake_resolver(zone_answers({})) as fake:
+        for host in ("127.0.0.21", "::1"):
+            lookup = await lookup_tlsa(Target(host, 443), fake.address, 1.0)
+            assert lookup.status is DnssecStatus.INSECURE, host
+            assert lookup.ttl > 0  # reused, as long as [verify] dane_reuse_max_s allows
+            assert await resolver_through([fake.address], 1.0)(host, 443) == [host]
+    assert fake.datagrams == 0
+
+
+async def test_ip_literal_targets_are_decided_by_the_perspective_without_dns(
+    tmp_path: Path,
+) -> None:
+    """Under "DANE, then perspective" an IP literal is a zone DNSSEC cannot
+    secure: the perspective decides (and the statement says DANE found the
+    target insecure); under DANE alone it is inconclusive (303, unknown).
+    Not one datagram reaches the resolver, for IPv4 and IPv6 literals."""
+    from tests.test_dane_serve import ask_v2
+
+    for backends in (("dane", "perspective"), ("dane",)):
+        async with open_fake_resolver(zone_answers({})) as fake:
+            for host in ("127.0.0.1", "::1"):
+                allowed = {"allow_targets": ("127.0.0.0/8", "::1/128")}
+                async with open_tls_target(names=[], host=host) as site, fake_dane_notary(
+                    tmp_path, fake, backends, name=f"{len(backends)}-{host}", server=allowed,
+                ) as notary:
+                    before = fake.datagrams
+                    leaf = site.leaf_der()  # no SNI for an address: the default one
+                    answer = await ask(notary, site, f"[{host}]" if ":" in host else host, leaf)
+                    found = await ask_v2(notary, site, host, leaf)
+                    assert fake.datagrams == before, (backends, host)
+                dane = found["statement"]["verification"]["dane"]
+                assert (dane["outcome"], dane["dnssec"]) == ("insecure", "insecure")
+                if backends == ("dane",):
+                    assert answer.status == 303 and b"not signed" in answer.body, host
+                    assert found["verdict"] == "unknown", host
+                else:
+                    assert answer.status == 200, (host, answer)
+                    assert found["verdict"] == "match", host
+                    assert found["statement"]["verification"]["backend"] == "perspective"

@@ -13,7 +13,12 @@ asynchronous client on Trio, and the answer read as a
 - SERVFAIL: BOGUS (what a validating resolver answers when validation
   fails; it cannot be told apart from the zone's servers failing);
 - no answer within ``timeout_s``, REFUSED, a malformed answer:
-  RESOLVER_FAILURE.
+  RESOLVER_FAILURE;
+- an IP-literal target: INSECURE, and no query is sent. An address is no
+  DNS name: it has no zone DNSSEC could sign, hence no TLSA records
+  (RFC 6698 section 3 puts them under the service's domain name), and
+  asking for ``_443._tcp.127.0.0.21.`` would only send the literal to the
+  DNS.
 
 Every exchange (``exchange``) sends one query and waits, until its
 deadline, for the datagram that answers it: one from the resolver's address
@@ -46,7 +51,12 @@ from notary.model.dane import DnssecStatus, Tlsa, TlsaLookup
 from notary.model.targets import Target
 from notary.outbound.dialer import absolute_name
 
-__all__ = ["exchange", "lookup_tlsa", "resolver_through", "tlsa_name"]
+__all__ = ["LITERAL_TTL_S", "exchange", "lookup_tlsa", "resolver_through", "tlsa_name"]
+
+#: How long the verdict on an IP literal holds (it cannot change): the
+#: largest TTL DNS allows (RFC 2181 section 8), so ``[verify]
+#: dane_reuse_max_s`` alone bounds it.
+LITERAL_TTL_S = 2**31 - 1
 
 
 def tlsa_name(target: Target) -> str:
@@ -58,8 +68,11 @@ async def lookup_tlsa(
     target: Target, resolver: tuple[str, int], timeout_s: float
 ) -> TlsaLookup:
     """The TLSA records of ``target`` as the validating ``resolver``
-    (address, port) vouches for them, within ``timeout_s``."""
+    (address, port) vouches for them, within ``timeout_s``; an IP literal
+    has none and is INSECURE without a query (see the module docstring)."""
     checked_at = int(time.time())
+    if target.is_ip_literal:
+        return TlsaLookup(DnssecStatus.INSECURE, ttl=LITERAL_TTL_S, checked_at=checked_at)
     query = dns.message.make_query(tlsa_name(target), dns.rdatatype.TLSA, want_dnssec=True)
     query.flags |= dns.flags.AD
     try:
@@ -135,6 +148,8 @@ def resolver_through(
     gives an address (NXDOMAIN, no data, SERVFAIL, silence)."""
 
     async def resolve(host: str, port: int) -> list[str]:
+        if Target(host, port).is_ip_literal:  # an address is not looked up
+            return [host]
         name = absolute_name(host)
         for address, resolver_port in resolvers:
             found: list[str] = []
