@@ -510,6 +510,9 @@ class VerifyConfig:
     #: How long a DANE verdict is reused at most (the TLSA records' TTL
     #: bounds it first): a query after that checks the records again.
     dane_reuse_max_s: int = 3600
+    #: How long a DANE verdict is reused at least: a TTL below it (0, or a
+    #: denial without an SOA, which has no negative TTL) counts as this.
+    dane_reuse_min_s: int = 30
     #: How long a verdict on a failed lookup (bogus, resolver failure) is
     #: reused: the retry interval of queries of a site whose DNSSEC fails.
     dane_failure_reuse_s: int = 30
@@ -759,7 +762,7 @@ _POSITIVE = {
     ),
     "admin": ("max_writer_lag_rows", "metrics_interval_s"),
     "dns": ("timeout_s",),
-    "verify": ("dane_reuse_max_s", "dane_failure_reuse_s"),
+    "verify": ("dane_reuse_max_s", "dane_reuse_min_s", "dane_failure_reuse_s"),
     "relay": (
         "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
         "max_tunnels", "max_header_bytes", "max_headers", "max_destinations",
@@ -865,6 +868,8 @@ def _validate_verify(config: Config) -> None:
     if backends not in _BACKEND_LISTS:
         choices = " or ".join(str(list(choice)).replace("'", '"') for choice in _BACKEND_LISTS)
         raise ConfigError(f"[verify] backends must be {choices}")
+    if config.verify.dane_reuse_min_s > config.verify.dane_reuse_max_s:
+        raise ConfigError("[verify] dane_reuse_min_s must be at most dane_reuse_max_s")
     if not config.verify.dane:
         return
     if not config.dns.resolvers:

@@ -635,6 +635,14 @@ def test_only_the_known_backend_lists_are_accepted(tmp_path: Path, backends: str
     )
 
 
+def test_the_dane_reuse_floor_is_positive_and_below_the_ceiling(tmp_path: Path) -> None:
+    assert load_config(server_file(tmp_path)).verify.dane_reuse_min_s == 30
+    assert "[verify] dane_reuse_min_s must be greater than 0" in config_error(
+        tmp_path, rest="[verify]\ndane_reuse_min_s = 0\n")
+    assert "[verify] dane_reuse_min_s must be at most dane_reuse_max_s" in config_error(
+        tmp_path, rest="[verify]\ndane_reuse_min_s = 60\ndane_reuse_max_s = 59\n")
+
+
 def test_dane_trusts_only_loopback_or_listed_resolvers(tmp_path: Path) -> None:
     public = '[dns]\nresolvers = ["192.0.2.53:53"]\n'
     message = config_error(tmp_path, rest='[verify]\nbackends = ["dane"]\n' + public)

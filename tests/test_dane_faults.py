@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from notary.config import Endpoint
 from notary.model.dane import DnssecStatus
 from notary.model.targets import Target
@@ -132,3 +134,52 @@ async def test_ip_literal_targets_are_decided_by_the_perspective_without_dns(
                     assert answer.status == 200, (host, answer)
                     assert found["verdict"] == "match", host
                     assert found["statement"]["verification"]["backend"] == "perspective"
+
+
+# -- item 15: a denial without an SOA (no negative TTL) is reused for a floor
+
+
+@pytest.mark.parametrize("denial", ["nodata", "nxdomain"])
+@pytest.mark.parametrize("ad", [True, False])
+async def test_a_denial_without_soa_is_reused_not_a_503(
+    tmp_path: Path, denial: str, ad: bool
+) -> None:
+    """A denial with no SOA (a static local zone answers so) has no negative
+    TTL: its verdict is reused for ``[verify] dane_reuse_min_s`` rather than
+    expiring at once, which made every later query probe again, be
+    throttled by the per-target budget, and answer 503 for a certificate
+    vouched for a moment before."""
+    async with open_tls_target(names=[NAME]) as site:
+        records = {(f"{NAME}.", "A"): [site.host]}
+        if denial == "nodata":
+            records[(f"_{site.port}._tcp.{NAME}.", "TXT")] = ['"no TLSA here"']
+        answer = zone_answers(records, soa=False, ad=ad)
+        async with open_fake_resolver(answer) as fake, fake_dane_notary(
+            tmp_path, fake, ("dane", "perspective"),
+        ) as notary:
+            leaf = site.leaf_der(NAME)
+            assert (await ask(notary, site, NAME, leaf)).status == 200
+            probes = site.accepted
+            for _ in range(5):  # within the floor (30 s by default): no new probe
+                notary.clock.advance(5)
+                assert (await ask(notary, site, NAME, leaf)).status == 200
+            assert site.accepted == probes
+            notary.clock.advance(10)  # past it: checked again, still vouched for
+            assert (await ask(notary, site, NAME, leaf)).status == 200
+            assert site.accepted > probes
+
+
+async def test_a_throttled_query_uses_the_verdict_of_the_recent_probe(tmp_path: Path) -> None:
+    """A query throttled by the per-target budget is answered from the
+    observation of the recent probe (invariant 6); the DANE verdict made
+    with that probe answers with it, even when its TTL (1 s here) ran out."""
+    async with open_tls_target(names=[NAME]) as site:
+        answer = zone_answers({(f"{NAME}.", "A"): [site.host]}, ttl=1)
+        async with open_fake_resolver(answer) as fake, fake_dane_notary(
+            tmp_path, fake, ("dane", "perspective"), verify={"dane_reuse_min_s": 1},
+            limits={"probes_per_minute_per_target": 1},
+        ) as notary:
+            leaf = site.leaf_der(NAME)
+            assert (await ask(notary, site, NAME, leaf)).status == 200
+            notary.clock.advance(5)  # the verdict expired; the target's next probe is 55 s off
+            assert (await ask(notary, site, NAME, leaf)).status == 200

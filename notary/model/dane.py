@@ -280,12 +280,13 @@ class DaneVerdict:
 
 def verdict(
     lookup: TlsaLookup, chain: Sequence[bytes], host: str, now: datetime, *,
-    max_reuse_s: int = 0, failure_reuse_s: int = 0,
+    max_reuse_s: int = 0, failure_reuse_s: int = 0, min_reuse_s: int = 0,
 ) -> DaneVerdict:
     """The DANE verdict on ``chain`` (what the probe saw of ``host``) given
-    the TLSA ``lookup``. It may be reused for the lookup's TTL, at most
-    ``max_reuse_s``; one on a failed lookup (bogus, resolver failure) for
-    ``failure_reuse_s``."""
+    the TLSA ``lookup``. It may be reused for the lookup's TTL, at least
+    ``min_reuse_s`` (a TTL of 0, or a denial without an SOA, would have it
+    expire at once) and at most ``max_reuse_s``; one on a failed lookup
+    (bogus, resolver failure) for ``failure_reuse_s``."""
     status = lookup.status
     matched = None
     if status is DnssecStatus.SECURE:
@@ -302,7 +303,7 @@ def verdict(
             DnssecStatus.RESOLVER_FAILURE: DaneOutcome.RESOLVER_FAILURE,
         }[status]
     failed = status in (DnssecStatus.BOGUS, DnssecStatus.RESOLVER_FAILURE)
-    reuse_s = failure_reuse_s if failed else min(lookup.ttl, max_reuse_s)
+    reuse_s = failure_reuse_s if failed else min(max(lookup.ttl, min_reuse_s), max_reuse_s)
     leaf = chain[0] if chain else b""
     return DaneVerdict(
         outcome, lookup, matched,

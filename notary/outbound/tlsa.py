@@ -126,7 +126,9 @@ def _read(response: dns.message.Message, checked_at: int) -> TlsaLookup:
 
 def _negative_ttl(response: dns.message.Message) -> int:
     """How long a denial may be cached (RFC 2308 section 5: the SOA's TTL,
-    at most its MINIMUM field); 0 without an SOA."""
+    at most its MINIMUM field); 0 without an SOA (a static local zone
+    answers so), which the verdict's floor, ``[verify] dane_reuse_min_s``,
+    raises."""
     for rrset in response.authority:
         if rrset.rdtype == dns.rdatatype.SOA:
             return min(rrset.ttl, min(rdata.minimum for rdata in rrset))

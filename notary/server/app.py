@@ -325,7 +325,7 @@ def make_dane_checker(config: Config, clock: Callable[[], float]) -> DaneChecker
         return None
     return DaneChecker(
         dns_resolvers(config), timeout_s=config.dns.timeout_s,
-        max_reuse_s=config.verify.dane_reuse_max_s,
+        max_reuse_s=config.verify.dane_reuse_max_s, min_reuse_s=config.verify.dane_reuse_min_s,
         failure_reuse_s=config.verify.dane_failure_reuse_s, clock=clock,
     )
 

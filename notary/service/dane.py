@@ -37,11 +37,12 @@ class DaneChecker:
 
     def __init__(
         self, resolvers: Sequence[tuple[str, int]], *, timeout_s: float, max_reuse_s: int,
-        failure_reuse_s: int, clock: Callable[[], float],
+        failure_reuse_s: int, clock: Callable[[], float], min_reuse_s: int = 0,
     ) -> None:
         self._resolvers = tuple(resolvers)
         self._timeout_s = timeout_s
         self._max_reuse_s = max_reuse_s
+        self._min_reuse_s = min_reuse_s
         self._failure_reuse_s = failure_reuse_s
         self._clock = clock
         self.checked: dict[str, int] = {outcome.value: 0 for outcome in DaneOutcome}
@@ -66,6 +67,7 @@ class DaneChecker:
         made = verdict(
             lookup, chain, result.target.host, now,
             max_reuse_s=self._max_reuse_s, failure_reuse_s=self._failure_reuse_s,
+            min_reuse_s=self._min_reuse_s,
         )
         self.checked[made.outcome.value] += 1
         return made

@@ -62,7 +62,11 @@ Invariants
    when no record vouches, 303 (inconclusive) for no TLSA or an unsigned
    zone (DANE alone), 503 for bogus DNSSEC or a silent resolver; v2 says
    ``match``, ``mismatch``, ``unknown``, ``unreachable`` alike. Where the
-   perspective decides, rules 1-9 apply as they stand. Perspectives
+   perspective decides, rules 1-9 apply as they stand. A query answered
+   after its probe (made, joined, or throttled with a recent observation:
+   rule 6) uses the verdict made with that probe even past its reuse time:
+   the verdict is as recent as the observation answered from, so a short
+   TTL cannot turn a vouched-for certificate into a 503. Perspectives
    answers, a history without a verdict, are the same under every backend.
 """
 
@@ -293,6 +297,10 @@ class QueryService:
         self._mismatch_reprobe_after_s = (
             0 if self._abuse.target_spacing_s > 0 else reprobe_after_s
         )
+        #: How old a DANE verdict may be and still answer a query whose probe
+        #: was just made (within the query's deadline) or throttled as too
+        #: recent (within the target's probe spacing): invariant 10.
+        self._final_grace_s = max(self._abuse.target_spacing_s, query_timeout_s)
         #: Targets whose probe a query started, with how many queries wait
         #: for it: a query joining one is not charged (invariant 6).
         self._probing: dict[str, int] = {}
@@ -366,11 +374,20 @@ class QueryService:
             self._mismatch_reprobe_after_s,
         )
 
-    def _dane_decides(self, record: TargetRecord, now: int) -> bool | None:
+    def _dane_decides(
+        self, record: TargetRecord, now: int, *, final: bool = False
+    ) -> bool | None:
         """Whether DANE decides ``record``'s answers (invariant 10); None:
-        its DANE verdict is missing or too old to reuse."""
+        its DANE verdict is missing or too old to reuse. ``final``: the
+        query's probe was made, joined or throttled as too recent: a verdict
+        checked within ``_final_grace_s`` is the one of that probe, and
+        answers with its observation even when its TTL ran out."""
         dane = record.dane
-        if dane is None or dane.reuse_until < now:
+        if dane is None:
+            return None
+        if dane.reuse_until < now and not (
+            final and dane.lookup.checked_at >= now - self._final_grace_s
+        ):
             return None
         return deciding_backend(self._backends, dane.outcome) == "dane"
 
@@ -379,7 +396,7 @@ class QueryService:
     ) -> int | None:
         """Convergence's status under invariant 10; None: refresh first
         (``final``: the refresh was made, or could not be: answer anyway)."""
-        decides = self._dane_decides(record, now)
+        decides = self._dane_decides(record, now, final=final)
         if decides is None:
             return 503 if final else None
         if not decides:
@@ -744,7 +761,7 @@ class QueryService:
     ) -> str | None:
         """The v2 verdict under invariant 10 (None: refresh first; ``final``
         as for ``_dane_status``)."""
-        decides = self._dane_decides(record, now)
+        decides = self._dane_decides(record, now, final=final)
         if decides is None:
             return v2.VERDICT_UNREACHABLE if final else None
         if not decides:

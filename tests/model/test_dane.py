@@ -14,7 +14,15 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from notary.model.dane import DaneMatch, Tlsa, association, match
+from notary.model.dane import (
+    DaneMatch,
+    DnssecStatus,
+    Tlsa,
+    TlsaLookup,
+    association,
+    match,
+    verdict,
+)
 
 HOST = "www.example.test"
 NOW = datetime.now(UTC)
@@ -148,3 +156,18 @@ def test_presentation_form(text: str, parsed: Tlsa) -> None:
 def test_malformed_presentations_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         Tlsa.parse(text)
+
+
+@pytest.mark.parametrize(("status", "ttl", "reused_s"), [
+    (DnssecStatus.SECURE_DENIAL, 0, 30),  # a denial without an SOA: the floor
+    (DnssecStatus.INSECURE, 0, 30),
+    (DnssecStatus.SECURE_DENIAL, 10, 30),  # a TTL below the floor
+    (DnssecStatus.SECURE_DENIAL, 300, 300),  # the TTL
+    (DnssecStatus.INSECURE, 10**6, 3600),  # at most dane_reuse_max_s
+    (DnssecStatus.BOGUS, 0, 5),  # a failure: dane_failure_reuse_s
+    (DnssecStatus.RESOLVER_FAILURE, 300, 5),
+])
+def test_how_long_a_verdict_is_reused(status: DnssecStatus, ttl: int, reused_s: int) -> None:
+    lookup = TlsaLookup(status, ttl=ttl, checked_at=1000)
+    made = verdict(lookup, [], HOST, NOW, max_reuse_s=3600, min_reuse_s=30, failure_reuse_s=5)
+    assert made.reuse_until == 1000 + reused_s
