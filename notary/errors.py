@@ -77,6 +77,19 @@ class ProbeResolveFailed(ProbeError):
     reason = "dns"
 
 
+class ProbeResolverFailed(ProbeResolveFailed):
+    """The validating resolvers DANE trusts could not give the name's
+    addresses: validation failed (``dnssec`` is ``"bogus"``: a SERVFAIL) or
+    none answered in time or all refused (``"resolver-failure"``). The
+    values are ``notary.model.dane.DnssecStatus``'s. (``dnssec`` has a
+    default so that ``copy.copy``, which makes each waiter's copy, can
+    make one from the message alone.)"""
+
+    def __init__(self, message: str, dnssec: str = "resolver-failure") -> None:
+        super().__init__(message)
+        self.dnssec = dnssec
+
+
 class ProbeConnectFailed(ProbeError):
     """No resolved address accepted a TCP connection."""
 

@@ -13,9 +13,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import dns.rcode
 import pytest
+import trio
 
 from notary.config import Endpoint
+from notary.errors import ProbeResolveFailed
 from notary.model.dane import DnssecStatus
 from notary.model.targets import Target
 from notary.outbound.dialer import system_resolver
@@ -23,8 +26,15 @@ from notary.outbound.tlsa import lookup_tlsa, resolver_through
 from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
 from tests.model.test_dane import spki
-from tests.support.fakedns import Answerer, FakeResolver, open_fake_resolver, zone_answers
-from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary
+from tests.support.fakedns import (
+    Answerer,
+    FakeResolver,
+    open_fake_resolver,
+    rcode_answers,
+    silent,
+    zone_answers,
+)
+from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
 from tests.support.tls_targets import TLSTarget, open_tls_target
 
 NAME = "www.test"
@@ -183,3 +193,135 @@ async def test_a_throttled_query_uses_the_verdict_of_the_recent_probe(tmp_path: 
             assert (await ask(notary, site, NAME, leaf)).status == 200
             notary.clock.advance(5)  # the verdict expired; the target's next probe is 55 s off
             assert (await ask(notary, site, NAME, leaf)).status == 200
+
+
+# -- item 13: a failed lookup of the name itself is counted, and says why
+
+
+async def test_the_name_lookup_says_how_dnssec_failed() -> None:
+    """``resolver_through`` tells a validation failure (SERVFAIL) and a
+    resolver that does not answer (silence, REFUSED) from a name without
+    addresses; a silent resolver is asked once, within the deadline."""
+    cases = [
+        (rcode_answers(dns.rcode.SERVFAIL), "bogus"),
+        (rcode_answers(dns.rcode.REFUSED), "resolver-failure"),
+        (silent, "resolver-failure"),
+        (zone_answers({}), None),  # NXDOMAIN: the name has no address, nothing failed
+    ]
+    for answer, dnssec in cases:
+        async with open_fake_resolver(answer) as fake:
+            started = trio.current_time()
+            with pytest.raises(ProbeResolveFailed) as raised:
+                await resolver_through([fake.address], 0.5)(NAME, 443)
+            assert trio.current_time() - started < 5  # 0.5 s asked; a loaded machine
+        assert getattr(raised.value, "dnssec", None) == dnssec, answer
+        if answer is silent:
+            assert fake.asked == [(f"{NAME}.", "A")]  # not asked AAAA after its silence
+
+
+async def v2_of(notary: NotaryUnderTest, site: TLSTarget, name: str, der: bytes) -> dict:
+    from tests.test_dane_serve import ask_v2
+
+    return await ask_v2(notary, site, name, der)
+
+
+async def dane_checks(notary: NotaryUnderTest, outcome: str) -> float:
+    from tests.test_metrics import value
+
+    metrics = notary.running.metrics
+    assert metrics is not None
+    return value((await metrics.render()).decode(), "notary_dane_checks_total", outcome=outcome)
+
+
+@pytest.mark.parametrize(("answer", "outcome", "message"), [
+    (rcode_answers(dns.rcode.SERVFAIL), "bogus", b"failed DNSSEC validation"),
+    (rcode_answers(dns.rcode.REFUSED), "resolver-failure", b"could not look up"),
+    (silent, "resolver-failure", b"could not look up"),
+])
+@pytest.mark.parametrize("backends", [("dane",), ("dane", "perspective")])
+async def test_a_failed_name_lookup_is_counted_and_answered_with_its_reason(
+    tmp_path: Path, answer: Answerer, outcome: str, message: bytes, backends: tuple[str, ...],
+) -> None:
+    """The name's own A lookup fails (validation, a refusal, silence): the
+    check is counted by outcome, Convergence answers DANE's message, v2 signs
+    a statement (no observation) whose evidence names the outcome and judges
+    no certificate, Perspectives knows nothing (404) and the target is not
+    registered for rescans (its query stopped at the name lookup)."""
+    key_path = tmp_path / "perspectives.key"
+    crypto.write_new_file(
+        key_path, crypto.private_key_pem(crypto.generate_perspectives_key()), mode=0o600)
+    async with open_tls_target(names=[NAME]) as site:
+        async with open_fake_resolver(answer) as fake, fake_dane_notary(
+            tmp_path, fake, backends, perspectives={"key_file": key_path},
+        ) as notary:
+            leaf = site.leaf_der(NAME)
+            first = await ask(notary, site, NAME, leaf)
+            assert first.status == 503 and message in first.body
+            assert await dane_checks(notary, outcome) == 1
+            # Reused for [verify] dane_failure_reuse_s: no new lookup.
+            asked = len(fake.asked)
+            again = await ask(notary, site, NAME, leaf)
+            assert again.status == 503 and message in again.body
+            found = await v2_of(notary, site, NAME, leaf)
+            assert len(fake.asked) == asked and await dane_checks(notary, outcome) == 1
+            assert found["verdict"] == "unreachable"
+            statement = found["statement"]
+            assert statement["observations"] == []
+            assert statement["verification"] == {"backend": "dane", "dane": {
+                "outcome": outcome, "dnssec": outcome, "checked_at": statement["verification"][
+                    "dane"]["checked_at"], "sha256": None, "tlsa": [], "matched": None}}
+            perspectives = await send_raw(notary.port, (
+                f"GET /?host={NAME}&port={site.port}&service_type=2 HTTP/1.0\r\n\r\n").encode())
+            assert perspectives.status == 404
+            scheduler = notary.running.scheduler
+            assert scheduler is not None and scheduler.statistics().targets_known == 0
+    assert site.accepted == 0  # never connected to: the name did not resolve
+
+
+async def test_a_known_site_whose_name_turns_bogus_is_a_503_that_says_so(
+    tmp_path: Path,
+) -> None:
+    """A site vouched for by DANE whose zone's signatures then fail: 503
+    with DANE's message, never its old match; the v2 statement keeps the
+    history and says the DNSSEC validation failed."""
+    async with open_tls_target(names=[NAME]) as site:
+        good = zone_answers(site_records(site))
+        failing = rcode_answers(dns.rcode.SERVFAIL)
+        now = [good]
+        async with open_fake_resolver(lambda query: now[0](query)) as fake, \
+                fake_dane_notary(tmp_path, fake, ("dane", "perspective")) as notary:
+            leaf = site.leaf_der(NAME)
+            assert (await ask(notary, site, NAME, leaf)).status == 200
+            now[0] = failing
+            notary.clock.advance(400)  # past the records' TTL (300 s)
+            answer = await ask(notary, site, NAME, leaf)
+            assert answer.status == 503 and b"failed DNSSEC validation" in answer.body
+            found = await v2_of(notary, site, NAME, leaf)
+            assert await dane_checks(notary, "bogus") == 1
+    assert found["verdict"] == "unreachable"
+    assert [o["sha256"] for o in found["statement"]["observations"]] == [
+        hashlib.sha256(leaf).hexdigest()]
+    dane = found["statement"]["verification"]["dane"]
+    assert (dane["outcome"], dane["sha256"]) == ("bogus", None)
+
+
+async def test_a_probe_failing_beside_a_bogus_tlsa_lookup_says_why(tmp_path: Path) -> None:
+    """The name resolves (a static map) but nothing listens at its port, and
+    the TLSA lookup fails validation: counted, and answered as bogus."""
+    from tests.support.tls_targets import static_resolver
+
+    with trio.socket.socket() as closed:  # a port nothing listens on
+        await closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    async with open_fake_resolver(rcode_answers(dns.rcode.SERVFAIL)) as fake:
+        settings = {
+            "verify": {"backends": ("dane", "perspective")},
+            "dns": {"resolvers": (Endpoint(*fake.address),), "timeout_s": 1.0},
+            "answers": {"failures_at_deadline": False},
+        }
+        async with open_notary(
+            tmp_path / "n", resolver=static_resolver({NAME: ["127.0.0.1"]}), **settings,
+        ) as notary:
+            answer = await legacy_query(notary.port, f"{NAME}+{port}", None)
+            assert answer.status == 503 and b"failed DNSSEC validation" in answer.body
+            assert await dane_checks(notary, "bogus") == 1

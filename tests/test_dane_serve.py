@@ -194,9 +194,19 @@ async def test_bogus_dnssec_is_never_a_match_in_either_mode(tmp_path: Path) -> N
                 async with dane_notary(tmp_path, stack.resolver, backends,
                                        name=f"n{number}") as notary:
                     # The names do not resolve either (the same zone is bogus):
-                    # the probe fails, and nothing is vouched for.
+                    # the probe fails, and nothing is vouched for. The failure
+                    # is counted and the answers say why (issue 30, item 13).
                     answer = await ask(notary, site, MATCH, site.leaf_der(MATCH))
                     assert answer.status == 503, backends
+                    assert b"failed DNSSEC validation" in answer.body, backends
+                    found = await ask_v2(notary, site, MATCH, site.leaf_der(MATCH))
+                    assert found["verdict"] == "unreachable"
+                    dane = found["statement"]["verification"]["dane"]
+                    assert (dane["outcome"], dane["dnssec"]) == ("bogus", "bogus")
+                    metrics = notary.running.metrics
+                    assert metrics is not None
+                    text = (await metrics.render()).decode()
+                    assert value(text, "notary_dane_checks_total", outcome="bogus") == 1
 
 
 async def test_a_silent_resolver_is_a_503_within_the_deadline(tmp_path: Path) -> None:

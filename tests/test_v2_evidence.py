@@ -198,6 +198,24 @@ def test_each_outcome_parses(
     assert dane.sha256 == LEAF.sha256 and dane.matched_record is None
 
 
+@pytest.mark.parametrize("status", [DnssecStatus.BOGUS, DnssecStatus.RESOLVER_FAILURE])
+def test_a_dnssec_failure_before_any_probe_judges_no_certificate(status: DnssecStatus) -> None:
+    """The name's own lookup failed: no certificate was probed, so none was
+    judged (``sha256`` null), in a statement that may have no observation."""
+    lookup = TlsaLookup(status, checked_at=CHECKED_AT)
+    failed = verdict(lookup, (), HOST, datetime.fromtimestamp(NOW, UTC), failure_reuse_s=30)
+    evidence = verification("dane", failed)
+    assert evidence["dane"]["sha256"] is None
+    body = v2.statement(Timeline(TARGET), key_id=SIGNER.key_id, signed_at=NOW, valid_for_s=DAY,
+                        verification=evidence)
+    parsed = v2.verify_statement(entry_of(v2.sign_statement(body, SIGNER.sign)), KEYS, now=NOW)
+    assert parsed.observations == ()
+    dane = parsed.verification.dane if parsed.verification is not None else None
+    assert dane is not None and (dane.outcome, dane.sha256) == (status.value, None)
+    text = client.backend_text(parsed.verification, now=NOW)
+    assert text.startswith("DANE: ") and "checked 30 s ago" in text
+
+
 def test_no_dane_check_is_null() -> None:
     parsed = v2.verify_statement(entry_of(signed(verification("dane", None))), KEYS, now=NOW)
     assert parsed.verification == v2.ParsedVerification("dane", None)
@@ -299,6 +317,7 @@ _MALFORMED = {
     "matched a string": _set("dane.matched", "1"),
     "matched an unusable record": _set("dane.tlsa", [_GOOD, "1 1 1 " + "ab" * 32]),
     "match without records": _set("dane.tlsa", []),
+    "match judging no certificate": _set("dane.sha256", None),
 }
 _MALFORMED_OTHERS = {
     # On a mismatch (one record, matched null).
@@ -312,6 +331,11 @@ _MALFORMED_OTHERS = {
     "records of an insecure zone": ("insecure", _set("dane.tlsa", [_GOOD])),
     "insecure from a secure zone": ("insecure", _set("dane.dnssec", "secure")),
     "bogus from a resolver failure": ("bogus", _set("dane.dnssec", "resolver-failure")),
+    # A null sha256 says no certificate was judged: DNSSEC failures only.
+    "mismatch judging no certificate": ("mismatch", _set("dane.sha256", None)),
+    "no-tlsa judging no certificate": ("no-tlsa", _set("dane.sha256", None)),
+    "insecure judging no certificate": ("insecure", _set("dane.sha256", None)),
+    "a failure judging an empty string": ("bogus", _set("dane.sha256", "")),
 }
 _MADE = {
     "match": match_verdict,

@@ -46,7 +46,7 @@ import dns.rcode
 import dns.rdatatype
 import trio
 
-from notary.errors import ProbeResolveFailed
+from notary.errors import ProbeResolveFailed, ProbeResolverFailed
 from notary.model.dane import DnssecStatus, Tlsa, TlsaLookup
 from notary.model.targets import Target
 from notary.outbound.dialer import absolute_name
@@ -146,33 +146,52 @@ def resolver_through(
     validating ``resolvers`` in turn (the ones DANE trusts: DANE's TLSA and
     the addresses probed then come from the same resolver): A then AAAA of
     the absolute name, no search domains, each exchange within
-    ``timeout_s``. Error handling: ``ProbeResolveFailed`` when no resolver
-    gives an address (NXDOMAIN, no data, SERVFAIL, silence)."""
+    ``timeout_s``. A resolver that does not answer (silence, REFUSED, a
+    malformed answer) is asked no further and the next one is tried.
+
+    Error handling: ``ProbeResolverFailed`` when the first resolver that
+    answers says SERVFAIL without an address (``dnssec="bogus"``: what a
+    validating resolver answers when validation fails) or when none
+    answers (``"resolver-failure"``); ``ProbeResolveFailed`` when the name
+    has no address (NXDOMAIN, no data)."""
 
     async def resolve(host: str, port: int) -> list[str]:
         if Target(host, port).is_ip_literal:  # an address is not looked up
             return [host]
         name = absolute_name(host)
-        for address, resolver_port in resolvers:
+        for resolver in resolvers:
             found: list[str] = []
-            answered = False
+            said: list[str] = []
             for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
                 query = dns.message.make_query(name, rdtype, want_dnssec=True)
                 try:
-                    response = await exchange(query, (address, resolver_port), timeout_s)
+                    response = await exchange(query, resolver, timeout_s)
                 except (trio.TooSlowError, dns.exception.DNSException, OSError):
-                    continue
-                if response.rcode() not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
-                    continue
-                answered = True
-                found += [
-                    rdata.address for rrset in response.answer if rrset.rdtype == rdtype
-                    for rdata in rrset
-                ]
+                    said.append("failed")
+                    break  # silent: not asked again, the next resolver is
+                rcode = response.rcode()
+                if rcode == dns.rcode.SERVFAIL:
+                    said.append("bogus")
+                elif rcode in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+                    said.append("answered")
+                    found += [
+                        rdata.address for rrset in response.answer if rrset.rdtype == rdtype
+                        for rdata in rrset
+                    ]
+                else:
+                    said.append("failed")  # REFUSED and the like
+                    break
             if found:
                 return list(dict.fromkeys(found))
-            if answered:
-                break  # an answer without addresses: another resolver would say the same
-        raise ProbeResolveFailed(f"{host}: no address from the resolver")
+            if "bogus" in said:
+                raise ProbeResolverFailed(
+                    f"{host}: DNSSEC validation failed", dnssec=DnssecStatus.BOGUS.value
+                )
+            if "failed" not in said:
+                # an answer without addresses: another resolver would say the same
+                raise ProbeResolveFailed(f"{host}: no address from the resolver")
+        raise ProbeResolverFailed(
+            f"{host}: no answer from the resolver", dnssec=DnssecStatus.RESOLVER_FAILURE.value
+        )
 
     return resolve

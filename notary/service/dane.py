@@ -21,7 +21,7 @@ from notary.model.observations import ProbeResult
 from notary.model.targets import Target
 from notary.outbound.tlsa import lookup_tlsa
 
-__all__ = ["DaneChecker", "DaneStatistics", "needs_chain"]
+__all__ = ["FAILED", "DaneChecker", "DaneStatistics", "needs_chain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,28 @@ class DaneChecker:
         )
         self.checked[made.outcome.value] += 1
         return made
+
+    def failed(self, target: Target, status: DnssecStatus) -> DaneVerdict:
+        """The verdict, counted, when DNSSEC failed (``status`` is BOGUS or
+        RESOLVER_FAILURE) before a probe saw a certificate: the name's own
+        addresses could not be looked up, or the probe failed beside a
+        failed TLSA lookup. It judges no certificate (``leaf_sha256`` is
+        empty) and is reused for ``failure_reuse_s``."""
+        if status not in FAILED:
+            raise ValueError(f"{status} is no DNSSEC failure")
+        lookup = TlsaLookup(status, checked_at=int(self._clock()))
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        made = verdict(
+            lookup, (), target.host, now,
+            max_reuse_s=self._max_reuse_s, failure_reuse_s=self._failure_reuse_s,
+            min_reuse_s=self._min_reuse_s,
+        )
+        self.checked[made.outcome.value] += 1
+        return made
+
+
+#: The DNSSEC statuses that are failures (a verdict of their own, never a match).
+FAILED = frozenset({DnssecStatus.BOGUS, DnssecStatus.RESOLVER_FAILURE})
 
 
 def needs_chain(judged: DaneVerdict, result: ProbeResult) -> bool:

@@ -66,7 +66,14 @@ Invariants
    after its probe (made, joined, or throttled with a recent observation:
    rule 6) uses the verdict made with that probe even past its reuse time:
    the verdict is as recent as the observation answered from, so a short
-   TTL cannot turn a vouched-for certificate into a 503. Perspectives
+   TTL cannot turn a vouched-for certificate into a 503. A DNSSEC failure
+   found without a certificate (the name's own lookup failed validation or
+   got no answer: ``Records`` keeps the failure's verdict, on a record
+   without observations for a target never observed) is answered as DANE's
+   failure: Convergence's 503 with DANE's message, v2 ``unreachable`` with
+   a statement whose evidence says why; Perspectives still answers only
+   from observations (404 without), and such a record registers nothing
+   (rule 8). Perspectives
    answers, a history without a verdict, are the same under every backend.
 """
 
@@ -220,6 +227,9 @@ _V2_DANE_VERDICTS = {
     DaneOutcome.INSECURE: v2.VERDICT_UNKNOWN, DaneOutcome.BOGUS: v2.VERDICT_UNREACHABLE,
     DaneOutcome.RESOLVER_FAILURE: v2.VERDICT_UNREACHABLE,
 }
+#: The DANE outcomes of a DNSSEC failure: answered with DANE's message
+#: whether or not a probe saw a certificate (invariant 10).
+_DANE_FAILURES = frozenset({DaneOutcome.BOGUS, DaneOutcome.RESOLVER_FAILURE})
 #: What "check now" says of each outcome (as v2 verdicts say it).
 _CHECK_OUTCOMES = {
     Outcome.OBSERVED: "observed", Outcome.RECENT: "observed",
@@ -349,14 +359,15 @@ class QueryService:
             if wait:
                 self._count("convergence", 429)
                 return too_many_response(retry_after_s(wait), keep_alive, self._too_many)
-        self._storage.note_asked(target, key)
-        if self.scheduler is not None:  # invariant 8: answered from an observation
-            self.scheduler.note_query(target, key)
         answered = self._convergence_answered
         answered[status] = answered.get(status, 0) + 1
         if status == 200 or status == 409:
+            self._storage.note_asked(target, key)
+            if self.scheduler is not None:  # invariant 8: answered from an observation
+                self.scheduler.note_query(target, key)
             return record.http_responses[response_index(status, keep_alive)]
         assert record.dane is not None  # the other statuses are DANE's
+        self._note_answered(target, record)
         return _DANE_RESPONSES[record.dane.outcome, keep_alive]
 
     def _cached_status(
@@ -440,6 +451,14 @@ class QueryService:
         self._storage.note_asked(target)
         self._rescans.note_query(target)
 
+    def _note_answered(self, target: Target, record: TargetRecord) -> None:
+        """An admitted query answered from ``record``: noted (invariant 8)
+        unless the record holds no observation (the verdict of a DNSSEC
+        failure kept for a target never observed: its query stopped at the
+        name lookup)."""
+        if record.timeline.observations:
+            self._note_query(target)
+
     async def probe_for_query(
         self, target: Target, record: TargetRecord | None, client: bytes | None
     ) -> ProbeOutcome:
@@ -507,7 +526,8 @@ class QueryService:
         a probe the scheduler joined is noted by both, and counts once)."""
         result = refreshed.last_probe if refreshed is not None else None
         registers = result is not None or isinstance(failure, _REACHED_FAILURES) or (
-            record is not None and not isinstance(failure, ProbeRefused)
+            record is not None and bool(record.timeline.observations)
+            and not isinstance(failure, ProbeRefused)
         )
         if registers:
             self._note_query(target)
@@ -547,7 +567,7 @@ class QueryService:
         self._admit(client)
         record, status = self._cached_status(target.key, fingerprint, self._clock())
         if record is not None and status is not None:
-            self._note_query(target)
+            self._note_answered(target, record)
             self._count("convergence", status)
             return self._answer_of(record, status)
         if self._dane:
@@ -596,7 +616,7 @@ class QueryService:
             status = self._dane_status(record, fingerprint, int(self._clock()))
         if status is not None:
             assert record is not None
-            self._note_query(target)
+            self._note_answered(target, record)
             return self._answer_of(record, status)
         probed = await self.probe_for_query(target, record, client)
         if probed.outcome in (Outcome.OBSERVED, Outcome.RECENT):
@@ -605,10 +625,15 @@ class QueryService:
             assert status is not None
             return self._answer_of(probed.record, status)
         known = probed.record
-        if known is not None and self._dane_decides(known, int(self._clock())) is False:
+        decides = self._dane_decides(known, int(self._clock())) if known is not None else None
+        if decides is False:
             answer = self._failed(probed, fingerprint)  # the perspective's rules
         elif probed.outcome is Outcome.REFUSED:
             answer = Answer(403, REFUSED_MESSAGE, b"text/plain")
+        elif decides and known is not None and known.dane is not None and (
+            known.dane.outcome in _DANE_FAILURES
+        ):  # DNSSEC failed (the name's own lookup, or beside the failed probe): say so
+            answer = self._answer_of(known, CONVERGENCE_STATUS[known.dane.outcome])
         else:
             answer = Answer(503, UNOBSERVED_MESSAGE, b"text/plain")
         if answer.status == 503:
@@ -650,7 +675,7 @@ class QueryService:
             log.error("store read failed for a Perspectives query: %s", exc)
             self._count("perspectives", 503)
             return Answer(503, b"observation store unavailable\n", b"text/plain")
-        if record is None or record.perspectives_body is None:
+        if record is None or record.perspectives_body is None or not record.timeline.observations:
             started = self._refresh_in_background(target, client)
             message = b"unknown service; probing it now, ask again\n" if started else (
                 b"unknown service; too many probes in progress, ask again later\n"
@@ -751,8 +776,9 @@ class QueryService:
             verdict = v2.verdict_of(
                 record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
             )
-        self._storage.note_asked(target, key)
-        self._rescans.note_query(target, key)  # invariant 8: answered from an observation
+        if record.timeline.observations:  # invariant 8: answered from an observation
+            self._storage.note_asked(target, key)
+            self._rescans.note_query(target, key)
         record = self._renewed(record, now)
         return v2.QueryResult(target, verdict, record.v2_statement)
 
@@ -803,7 +829,8 @@ class QueryService:
             )
         failure = None
         if decision is not Decision.PROBE:
-            self._note_query(target)
+            if record is None or record.timeline.observations:
+                self._note_query(target)
         else:
             try:
                 probed = await self.probe_for_query(target, record, client)

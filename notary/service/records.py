@@ -12,6 +12,10 @@ probe however many callers wait for it. With DANE among the backends a
 refresh also checks the target's TLSA records (``notary.service.dane``), in
 parallel with the probe, and keeps the verdict on the record
 (``TargetRecord.dane``, in memory only: each node checks for itself).
+When DNSSEC fails before the probe sees a certificate (the name's own
+lookup fails validation or gets no answer, or the probe fails beside a
+failed TLSA lookup) that failure's verdict is kept the same way, on a
+record without observations when the target has none, so answers say why.
 The record it returns says what the probe saw (``last_probe``,
 ``last_probe_changed``): callers tell the rescan scheduler themselves, so
 data goes one way (the scheduler calls ``refresh``, never the reverse).
@@ -41,8 +45,14 @@ from typing import Any, Protocol
 import trio
 
 from notary.config import V2Config
-from notary.errors import ProbeError, StoreError
-from notary.model.dane import DaneVerdict, TlsaLookup, deciding_backend
+from notary.errors import (
+    ProbeError,
+    ProbeRefused,
+    ProbeResolverFailed,
+    ProbeThrottled,
+    StoreError,
+)
+from notary.model.dane import DaneVerdict, DnssecStatus, TlsaLookup, deciding_backend
 from notary.model.observations import ProbeResult, Timeline, TimelineLimits
 from notary.model.targets import Target
 from notary.outbound.probe import Prober
@@ -50,7 +60,7 @@ from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.v2.evidence import verification
 from notary.service.claims import NodeProber, Probed
-from notary.service.dane import DaneChecker, needs_chain
+from notary.service.dane import FAILED, DaneChecker, needs_chain
 from notary.service.stored_targets import StoredTargets
 from notary.service.watch import WatchHub
 from notary.state.cache import LRUCache
@@ -67,6 +77,11 @@ log = logging.getLogger(__name__)
 #: Background refreshes (:meth:`Records.refresh_soon`) start only while fewer
 #: than this many times the prober's ``max_concurrent`` refreshes run.
 BACKGROUND_REFRESHES_PER_PROBE_SLOT = 4
+
+#: Probe failures after which the TLSA lookup beside the probe is not waited
+#: for: the policy refused the target, it was throttled, or the name's own
+#: lookup already said how DNSSEC failed.
+_NOT_WAITING_FOR_TLSA = (ProbeRefused, ProbeThrottled, ProbeResolverFailed)
 
 #: Rough per-record bytes beyond the bodies and certificates (objects, hashes).
 RECORD_OVERHEAD_BYTES = 512
@@ -309,6 +324,16 @@ class TargetRecord:
             made.size = self.size - _dane_bytes(self.dane) + _dane_bytes(dane)
         return made
 
+    def with_dane(self, dane: DaneVerdict) -> TargetRecord:
+        """This record with the DANE verdict ``dane`` made without a probe
+        (a DNSSEC failure: ``DaneChecker.failed``); its v2 statement, which
+        carries the evidence, is signed again on use."""
+        made = self._copy()
+        made.dane = dane
+        made._v2_statement = _UNSIGNED
+        made.size = self.size - _dane_bytes(self.dane) + _dane_bytes(dane)
+        return made
+
     def with_new_v2_statement(self) -> TargetRecord:
         """This record with its v2 statement signed again now (renewal)."""
         made = self._copy()
@@ -507,7 +532,14 @@ class Records:
     ) -> tuple[Probed, DaneVerdict]:
         """The probe and, at the same time, the TLSA lookup; the verdict on
         the chain the probe saw. Another worker's probe (its leaf only) that
-        DANE-TA might vouch for through the chain is made again here."""
+        DANE-TA might vouch for through the chain is made again here.
+
+        Error handling: the probe's ``ProbeError``. When DNSSEC failed
+        first (the name's own addresses failed validation or got no answer
+        from the resolvers: ``ProbeResolverFailed``; or the probe failed
+        and the TLSA lookup, waited for, failed too), that failure's verdict
+        is counted and kept on the target's record before the error is
+        raised (``_keep_failure``), so the answers say why."""
         found: list[TlsaLookup] = []
 
         async def look_up() -> None:
@@ -520,14 +552,39 @@ class Records:
                 probed = await self._probe(target)
             except ProbeError as exc:  # raised past the nursery, not in a group
                 failed = exc
-                nursery.cancel_scope.cancel()
+                if isinstance(exc, _NOT_WAITING_FOR_TLSA):
+                    nursery.cancel_scope.cancel()
+                # else the lookup (bounded by [dns] timeout_s) may say why
         if failed is not None:
+            status = None
+            if isinstance(failed, ProbeResolverFailed):
+                status = DnssecStatus(failed.dnssec)
+            elif found and found[0].status in FAILED:
+                status = found[0].status
+            if status is not None:
+                await self._keep_failure(target, checker.failed(target, status))
             raise failed
         judged = checker.judge(found[0], probed.result)
         if needs_chain(judged, probed.result):
             probed = Probed(await self.prober.probe(target))
             judged = checker.judge(found[0], probed.result)
         return probed, judged
+
+    async def _keep_failure(self, target: Target, failure: DaneVerdict) -> None:
+        """Keep the DNSSEC failure's verdict ``failure`` on ``target``'s
+        record (cached, or read from the store; one with no observation
+        when there is none: the target may never have been observed), so
+        that the answers until its reuse time say why, without probing
+        again. An unexpected exception is logged: the caller raises the
+        probe's error all the same."""
+        try:
+            record = await self.lookup(target)
+            if record is None:
+                record = self.make(Timeline(target))
+            record = record.with_dane(failure)
+            self._cache.put(target.key, record, record.size)
+        except Exception:
+            log.exception("keeping the DANE failure of %s failed", target)
 
     async def _merge(
         self, result: ProbeResult, *, stored: bool = False, dane: DaneVerdict | None = None

@@ -14,7 +14,9 @@ byte for byte as before).
         "dnssec": "secure" | "secure-denial" | "insecure" | "bogus"
                   | "resolver-failure",
         "checked_at": <unix s>,               when the TLSA records were looked up
-        "sha256": "<hex>",                    the certificate judged (the probed leaf)
+        "sha256": "<hex>" | null,             the certificate judged (the probed leaf);
+                                              null for bogus or resolver-failure when
+                                              no certificate was (DNSSEC failed first)
         "tlsa": ["3 1 1 <hex>", ...],         the validated RRset (secure only; at
                                               most 16 records, the matched one among
                                               them; records without data, which can
@@ -56,7 +58,7 @@ def _dane(dane: DaneVerdict) -> dict[str, Any]:
         "outcome": dane.outcome.value,
         "dnssec": dane.lookup.status.value,
         "checked_at": dane.lookup.checked_at,
-        "sha256": dane.leaf_sha256.hex(),
+        "sha256": dane.leaf_sha256.hex() if dane.leaf_sha256 else None,
         "tlsa": [str(record) for record in records],
         "matched": matched,
     }

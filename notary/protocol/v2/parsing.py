@@ -63,6 +63,9 @@ MAX_CHECKPOINT_CHARS = 8192
 _VERIFICATION_KEYS = frozenset({"backend", "dane"})
 _DANE_KEYS = frozenset({"outcome", "dnssec", "checked_at", "sha256", "tlsa", "matched"})
 #: The DNSSEC status each DANE outcome comes from (``notary.model.dane.verdict``).
+#: The outcomes whose evidence may judge no certificate (``sha256`` null):
+#: DNSSEC failed before a probe saw one.
+_UNJUDGED_OUTCOMES = frozenset({"bogus", "resolver-failure"})
 _OUTCOME_STATUSES = {
     "match": frozenset({"secure"}),
     "mismatch": frozenset({"secure"}),
@@ -90,14 +93,16 @@ class ParsedDane:
     """A statement's DANE evidence (rule S6): the ``outcome`` and the
     ``dnssec`` status of the TLSA lookup (``notary.model.dane``'s values),
     when it was made (``checked_at``, Unix seconds), the certificate judged
-    (``sha256``: the probed leaf), the validated records (``tlsa``, empty
-    unless ``dnssec`` is ``secure``) and the index in ``tlsa`` of the record
-    that vouched (``matched``; set exactly when ``outcome`` is ``match``)."""
+    (``sha256``: the probed leaf; None for ``bogus`` and ``resolver-failure``
+    when DNSSEC failed before a probe saw one), the validated records
+    (``tlsa``, empty unless ``dnssec`` is ``secure``) and the index in
+    ``tlsa`` of the record that vouched (``matched``; set exactly when
+    ``outcome`` is ``match``)."""
 
     outcome: str
     dnssec: str
     checked_at: int
-    sha256: bytes
+    sha256: bytes | None
     tlsa: tuple[Tlsa, ...]
     matched: int | None
 
@@ -380,11 +385,14 @@ def _parse_dane(where: str, value: object) -> ParsedDane:
             raise _bad_answer(f"{where}.matched names an unusable record")
     elif matched is not None:
         raise _bad_answer(f"{where}.matched must be null unless outcome is match")
+    sha256 = None
+    if value["sha256"] is not None or outcome not in _UNJUDGED_OUTCOMES:
+        sha256 = _hex_field(value, "sha256", SHA256_BYTES, where)
     return ParsedDane(
         outcome=outcome,
         dnssec=dnssec,
         checked_at=_int_field(value, "checked_at", where),
-        sha256=_hex_field(value, "sha256", SHA256_BYTES, where),
+        sha256=sha256,
         tlsa=tlsa,
         matched=matched,
     )
