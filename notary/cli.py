@@ -860,6 +860,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ))
     if index is None and workers > 1:
         check_config(config)  # once here, rather than a failed start per worker
+        from notary.server.app import check_resolvers_at_start
+
+        trio.run(check_resolvers_at_start, config)  # likewise (each worker checks again)
         log.info("notary %s: starting %d workers", __version__, workers)
         return trio.run(supervise, config, sockets, workers, args.argv)
     from notary.node.lifecycle import run_serving_process

@@ -534,6 +534,15 @@ class DnsConfig:
     trusted: tuple[str, ...] = ()
     #: One lookup's deadline.
     timeout_s: float = 2.0
+    #: The name asked (SOA, with the DO and AD bits) to check that each
+    #: resolver validates DNSSEC: its answer must carry the AD bit. The
+    #: root by default; a lab with a private trust anchor names its zone.
+    validation_check_name: str = "."
+    #: A resolver answering that name without the AD bit stops ``notary
+    #: serve`` (and makes ``/readyz`` fail later); false: a warning only.
+    require_validation: bool = True
+    #: How often each worker checks again (``/readyz`` reads the result).
+    validation_recheck_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -761,7 +770,7 @@ _POSITIVE = {
         "graceful_timeout_s", "restart_delay_s", "restart_max_delay_s", "worker_timeout_s",
     ),
     "admin": ("max_writer_lag_rows", "metrics_interval_s"),
-    "dns": ("timeout_s",),
+    "dns": ("timeout_s", "validation_recheck_s"),
     "verify": ("dane_reuse_max_s", "dane_reuse_min_s", "dane_failure_reuse_s"),
     "relay": (
         "head_timeout_s", "connect_timeout_s", "idle_timeout_s", "max_lifetime_s",
@@ -874,6 +883,7 @@ def _validate_verify(config: Config) -> None:
         return
     if not config.dns.resolvers:
         raise ConfigError("[dns] resolvers must name a validating resolver for DANE")
+    _validate_check_name(config.dns.validation_check_name)
     for endpoint in config.dns.resolvers:
         address = ipaddress.ip_address(endpoint.host)
         if not address.is_loopback and endpoint.host not in config.dns.trusted:
@@ -881,6 +891,22 @@ def _validate_verify(config: Config) -> None:
                 f"[dns] resolver {endpoint} is neither loopback nor in [dns] trusted: DANE "
                 "trusts a resolver's AD bit only over a path the operator controls"
             )
+
+
+def _validate_check_name(name: str) -> None:
+    """``[dns] validation_check_name``: a DNS name in ASCII, taken as
+    absolute (``"."``: the root)."""
+    import dns.exception
+    import dns.name
+
+    try:
+        if not name:
+            raise dns.exception.DNSException
+        dns.name.from_text(name.encode("ascii"))
+    except (UnicodeEncodeError, dns.exception.DNSException):
+        raise ConfigError(
+            f"[dns] validation_check_name {name!r} is not a DNS name"
+        ) from None
 
 
 def _validate_limits(config: Config) -> None:

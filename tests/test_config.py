@@ -643,6 +643,21 @@ def test_the_dane_reuse_floor_is_positive_and_below_the_ceiling(tmp_path: Path) 
         tmp_path, rest="[verify]\ndane_reuse_min_s = 60\ndane_reuse_max_s = 59\n")
 
 
+def test_the_resolver_validation_check_settings(tmp_path: Path) -> None:
+    dns = load_config(server_file(tmp_path)).dns
+    assert (dns.validation_check_name, dns.require_validation, dns.validation_recheck_s) == (
+        ".", True, 60.0)
+    dane = '[verify]\nbackends = ["dane"]\n[dns]\n'
+    lab = load_config(server_file(
+        tmp_path, rest=dane + 'validation_check_name = "lab.test"\nrequire_validation = false\n'))
+    assert (lab.dns.validation_check_name, lab.dns.require_validation) == ("lab.test", False)
+    for name in ('""', '"a..b"', '"bücher.test"'):
+        assert "[dns] validation_check_name" in config_error(
+            tmp_path, rest=dane + f"validation_check_name = {name}\n")
+    assert "[dns] validation_recheck_s must be greater than 0" in config_error(
+        tmp_path, rest=dane + "validation_recheck_s = 0\n")
+
+
 def test_dane_trusts_only_loopback_or_listed_resolvers(tmp_path: Path) -> None:
     public = '[dns]\nresolvers = ["192.0.2.53:53"]\n'
     message = config_error(tmp_path, rest='[verify]\nbackends = ["dane"]\n' + public)

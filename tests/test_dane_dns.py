@@ -109,3 +109,29 @@ def test_the_prober_resolves_names_through_the_validating_resolver() -> None:
                     await lookup(HOST, 443)
 
     trio.run(main)
+
+
+def test_the_validation_check_reads_the_ad_bit() -> None:
+    """``check_validation``: unbound validates the signed (private) root;
+    nsd, the zone's authoritative server asked directly, answers without the
+    AD bit; a silent socket and a SERVFAIL are no answer, within the
+    deadline."""
+    from notary.outbound.tlsa import Validation, check_validation
+
+    with dnssec_stack([]) as stack, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+
+        async def main() -> list:
+            found = [await check_validation(where, ".", 2.0)
+                     for where in (stack.resolver, stack.authority)]
+            started = trio.current_time()
+            found.append(await check_validation(silent.getsockname(), ".", 0.5))
+            assert trio.current_time() - started < 5
+            return found
+
+        validates, authority, quiet = trio.run(main)
+    assert validates.result is Validation.VALIDATES
+    assert authority.result is Validation.DOES_NOT_VALIDATE
+    assert authority.detail == "answered . SOA without the AD bit"
+    assert quiet.result is Validation.NO_ANSWER and "within 0.5 s" in quiet.detail

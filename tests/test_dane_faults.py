@@ -32,10 +32,12 @@ from tests.support.fakedns import (
     open_fake_resolver,
     rcode_answers,
     silent,
+    validated_root,
     zone_answers,
 )
 from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
 from tests.support.tls_targets import TLSTarget, open_tls_target
+from tests.test_metrics import http_get, wait_for
 
 NAME = "www.test"
 
@@ -163,7 +165,7 @@ async def test_a_denial_without_soa_is_reused_not_a_503(
         records = {(f"{NAME}.", "A"): [site.host]}
         if denial == "nodata":
             records[(f"_{site.port}._tcp.{NAME}.", "TXT")] = ['"no TLSA here"']
-        answer = zone_answers(records, soa=False, ad=ad)
+        answer = validated_root(zone_answers(records, soa=False, ad=ad))
         async with open_fake_resolver(answer) as fake, fake_dane_notary(
             tmp_path, fake, ("dane", "perspective"),
         ) as notary:
@@ -325,3 +327,66 @@ async def test_a_probe_failing_beside_a_bogus_tlsa_lookup_says_why(tmp_path: Pat
             answer = await legacy_query(notary.port, f"{NAME}+{port}", None)
             assert answer.status == 503 and b"failed DNSSEC validation" in answer.body
             assert await dane_checks(notary, "bogus") == 1
+
+
+# -- item 14: the resolvers must validate; /readyz says when they do not
+
+
+async def readyz(notary: NotaryUnderTest) -> tuple[int, bytes]:
+    status, _, body = await http_get(notary.running.admin[0].port, "/readyz")
+    return status, body
+
+
+async def ready_is(notary: NotaryUnderTest, status: int) -> bool:
+    return (await readyz(notary))[0] == status
+
+
+async def test_readyz_follows_the_resolver_validation_check(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A resolver silent at start-up: the notary starts (a warning), and
+    ``/readyz`` answers 503 with the reason until a check (every ``[dns]
+    validation_recheck_s``) finds it validating; a resolver that stops
+    setting the AD bit makes it 503 again, saying so. ``/readyz`` itself
+    never asks the resolver."""
+    validating = zone_answers({(".", "SOA"): ["ns. hostmaster. 1 3600 600 86400 300"]})
+    plain = zone_answers({(".", "SOA"): ["ns. hostmaster. 1 3600 600 86400 300"]}, ad=False)
+    now: list[Answerer] = [silent]
+    async with open_fake_resolver(lambda query: now[0](query)) as fake, fake_dane_notary(
+        tmp_path, fake, dns={"timeout_s": 0.5, "validation_recheck_s": 0.2},
+    ) as notary:
+        assert any("did not answer the DNSSEC check" in r.getMessage() for r in caplog.records)
+        status, body = await readyz(notary)
+        where = f"127.0.0.1:{fake.address[1]}"
+        assert status == 503
+        assert body == (f"DNS resolver {where} did not answer the DNSSEC check "
+                        "(no answer to . SOA within 0.5 s)\n").encode()
+        now[0] = validating
+        await wait_for(lambda: ready_is(notary, 200))
+        now[0] = plain
+        await wait_for(lambda: ready_is(notary, 503))
+        status, body = await readyz(notary)
+        assert body.startswith(f"DNS resolver {where} does not validate DNSSEC".encode())
+    assert fake.asked.count((".", "SOA")) >= 3
+    assert all(question == (".", "SOA") for question in fake.asked)
+
+
+async def test_readyz_reads_the_last_check_and_asks_nothing(tmp_path: Path) -> None:
+    validating = zone_answers({(".", "SOA"): ["ns. hostmaster. 1 3600 600 86400 300"]})
+    async with open_fake_resolver(validating) as fake, fake_dane_notary(tmp_path, fake) as notary:
+        asked = len(fake.asked)
+        assert asked == 1  # the start-up check
+        for _ in range(20):
+            assert await readyz(notary) == (200, b"ready\n")
+        assert len(fake.asked) == asked
+
+
+async def test_the_check_name_is_configured(tmp_path: Path) -> None:
+    """``[dns] validation_check_name``: the name asked (a lab's own signed
+    zone)."""
+    validating = zone_answers({("lab.test.", "SOA"): ["ns. hostmaster. 1 3600 600 86400 300"]})
+    async with open_fake_resolver(validating) as fake, fake_dane_notary(
+        tmp_path, fake, dns={"validation_check_name": "lab.test"},
+    ) as notary:
+        assert await readyz(notary) == (200, b"ready\n")
+    assert fake.asked == [("lab.test.", "SOA")]

@@ -303,3 +303,72 @@ async def test_check_v2_shows_that_dane_vouched(tmp_path: Path) -> None:
     assert rows["Alone"].detail.startswith("unknown; DANE: no TLSA")
     assert (rows["Both"].verdict, rows["Both"].backend) == (Verdict.SUCCESS, "perspective")
     assert rows["Both"].detail == "DANE: no TLSA; network perspective decided"
+
+
+async def start_error(tmp_path: Path, resolver: tuple[str, int], **sections: Any) -> str:
+    """The one-line error a DANE notary on ``resolver`` refuses to start
+    with (the test fails if it starts)."""
+    from notary.errors import UsageError
+
+    try:
+        async with dane_notary(tmp_path, resolver, ("dane", "perspective"), **sections):
+            pass
+    except BaseException as raised:  # an exception group around it, from the nurseries
+        error: BaseException = raised
+        while isinstance(error, BaseExceptionGroup):
+            (error,) = error.exceptions
+        assert isinstance(error, UsageError), raised
+        return str(error)
+    raise AssertionError("the notary started")
+
+
+async def test_a_resolver_that_does_not_validate_is_refused_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """nsd answers the zone without the AD bit, as a resolver that does not
+    validate would: ``notary serve`` refuses to start, naming it, unless
+    ``[dns] require_validation = false`` (then a warning in the log and in
+    ``/readyz``'s body, which stays 200). The validating unbound passes."""
+    from tests.test_metrics import http_get
+
+    with dnssec_stack([]) as stack:
+        where = f"{stack.authority[0]}:{stack.authority[1]}"
+        message = await start_error(tmp_path, stack.authority)
+        assert message.startswith(f"[dns] resolver {where} does not validate DNSSEC")
+        assert "require_validation = false" in message
+        async with dane_notary(
+            tmp_path, stack.authority, ("dane", "perspective"), name="lax",
+            dns={"resolvers": (Endpoint(*stack.authority),), "timeout_s": 1.0,
+                 "require_validation": False},
+        ) as notary:
+            status, _, body = await http_get(notary.running.admin[0].port, "/readyz")
+        assert status == 200 and body.startswith(b"ready\nwarning: DNS resolver ")
+        assert b"does not validate DNSSEC" in body
+        assert any("does not validate DNSSEC" in r.getMessage() for r in caplog.records)
+        async with dane_notary(tmp_path, stack.resolver, ("dane",), name="good") as notary:
+            status, _, body = await http_get(notary.running.admin[0].port, "/readyz")
+        assert (status, body) == (200, b"ready\n")
+
+
+def test_notary_serve_refuses_a_resolver_that_does_not_validate(tmp_path: Path) -> None:
+    """The same from the command line, one process and a node of workers
+    (checked once by the supervisor before any worker starts): status 2 and
+    one line naming the resolver, no traceback."""
+    from notary.cli import main
+    from tests.test_cli import python_m_notary, write_config
+
+    key, cert = tmp_path / "notary.key", tmp_path / "notary.crt"
+    assert main(["keygen", "--out-key", str(key), "--out-cert", str(cert),
+                 "--name", "notary.example.test"]) == 0
+    with dnssec_stack([]) as stack:
+        where = f"{stack.authority[0]}:{stack.authority[1]}"
+        config = write_config(tmp_path, key, cert, extra=(
+            '[admin]\nlisten = ["127.0.0.1:0"]\n[verify]\nbackends = ["dane"]\n'
+            f'[dns]\nresolvers = ["{where}"]\ntimeout_s = 2\n'))
+        for workers in ("1", "2"):
+            done = python_m_notary("serve", "--config", str(config), "--workers", workers,
+                                   cwd=tmp_path)
+            assert done.returncode == 2, (workers, done.stderr)
+            assert "Traceback" not in done.stderr
+            assert done.stderr.splitlines()[-1].startswith(
+                f"notary: error: [dns] resolver {where} does not validate DNSSEC"), done.stderr

@@ -27,6 +27,10 @@ arriving on the socket (from another address or port, with another id, or
 not DNS at all) is ignored, so a stray or forged datagram cannot turn an
 answer into a failure; only the deadline ends the wait.
 
+``check_validation`` asks a resolver for a name it should validate and
+reads the AD bit of its answer: a resolver that answers without it does not
+validate, and would make every signed site look unsigned.
+
 Resource handling: one UDP exchange per lookup (TCP when truncated), its
 socket closed before returning. Error handling: never raises for what the
 network does; every failure is a status.
@@ -36,6 +40,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
 
 import dns.asyncbackend
 import dns.asyncquery
@@ -51,7 +57,10 @@ from notary.model.dane import DnssecStatus, Tlsa, TlsaLookup
 from notary.model.targets import Target
 from notary.outbound.dialer import absolute_name
 
-__all__ = ["LITERAL_TTL_S", "exchange", "lookup_tlsa", "resolver_through", "tlsa_name"]
+__all__ = [
+    "LITERAL_TTL_S", "Validation", "ValidationCheck", "check_validation", "exchange",
+    "lookup_tlsa", "resolver_through", "tlsa_name",
+]
 
 #: How long the verdict on an IP literal holds (it cannot change): the
 #: largest TTL DNS allows (RFC 2181 section 8), so ``[verify]
@@ -133,6 +142,62 @@ def _negative_ttl(response: dns.message.Message) -> int:
         if rrset.rdtype == dns.rdatatype.SOA:
             return min(rrset.ttl, min(rdata.minimum for rdata in rrset))
     return 0
+
+
+class Validation(Enum):
+    """What a resolver showed of itself when asked for a name it should
+    validate (``check_validation``)."""
+
+    VALIDATES = "validates"  # an answer with the AD bit
+    DOES_NOT_VALIDATE = "does-not-validate"  # an answer (or denial) without it
+    NO_ANSWER = "no-answer"  # silence, SERVFAIL, REFUSED, a malformed answer
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationCheck:
+    """One resolver's ``Validation`` (``resolver``: address, port), with
+    what it did (``detail``, for the log and ``/readyz``)."""
+
+    resolver: tuple[str, int]
+    result: Validation
+    detail: str
+
+    @property
+    def where(self) -> str:
+        """The resolver as ``[dns] resolvers`` spells it."""
+        address, port = self.resolver
+        return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+async def check_validation(
+    resolver: tuple[str, int], name: str, timeout_s: float
+) -> ValidationCheck:
+    """Whether ``resolver`` validates DNSSEC: ``name`` SOA asked with the DO
+    and AD bits (``[dns] validation_check_name``, a name in a signed zone
+    whose trust anchor the resolver should hold: the root by default) must
+    come back with the AD bit, within ``timeout_s``. A SERVFAIL is no
+    answer (it may be the resolver's upstream failing, not the resolver
+    ignoring DNSSEC). Error handling: never raises for what the network
+    does."""
+    query = dns.message.make_query(name, dns.rdatatype.SOA, want_dnssec=True)
+    query.flags |= dns.flags.AD
+    try:
+        response = await exchange(query, resolver, timeout_s)
+    except (trio.TooSlowError, dns.exception.DNSException, OSError):
+        return ValidationCheck(
+            resolver, Validation.NO_ANSWER, f"no answer to {name} SOA within {timeout_s:g} s"
+        )
+    rcode = response.rcode()
+    if rcode not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+        return ValidationCheck(
+            resolver, Validation.NO_ANSWER, f"answered {name} SOA with {dns.rcode.to_text(rcode)}"
+        )
+    if not response.flags & dns.flags.AD:
+        return ValidationCheck(
+            resolver, Validation.DOES_NOT_VALIDATE,
+            f"answered {name} SOA without the AD bit",
+        )
+    return ValidationCheck(resolver, Validation.VALIDATES, f"validated {name} SOA")
 
 
 def _backend() -> dns.asyncbackend.Backend:

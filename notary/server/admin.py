@@ -4,9 +4,14 @@ by default (``[admin] listen``; an empty list serves none).
 * ``GET /metrics``: the Prometheus text format (``notary.server.metrics``).
 * ``GET /healthz``: liveness, ``200 ok`` whenever the event loop runs.
 * ``GET /readyz``: readiness, ``200 ready`` when the listeners are serving,
-  the store is writable (the writer's batch in hand has not failed) and at
-  most ``[admin] max_writer_lag_rows`` observations wait for the writer;
-  else ``503`` with one failing reason per line.
+  the store is writable (the writer's batch in hand has not failed), at
+  most ``[admin] max_writer_lag_rows`` observations wait for the writer
+  and, with DANE on, the ``[dns] resolvers`` validate DNSSEC as their last
+  check found (``notary.service.dane.ResolverValidation``: checked every
+  ``[dns] validation_recheck_s``, never per request); else ``503`` with one
+  failing reason per line. Warnings that do not fail it (a resolver that
+  does not validate under ``[dns] require_validation = false``) follow,
+  each on a line of its own starting ``warning: ``.
 
 Any other path is 404, any other method on these paths 405 (with ``Allow:
 GET``). In a node of several workers every worker accepts on the admin
@@ -36,6 +41,7 @@ from notary.protocol.http import Request
 from notary.server.accept import ConnectionCounts
 from notary.server.connection import serve_http_connection
 from notary.server.metrics import CONTENT_TYPE, NotaryMetrics
+from notary.service.dane import ResolverValidation
 
 __all__ = ["ADMIN_MAX_CONNECTIONS", "AdminServer", "readiness_problems"]
 
@@ -75,10 +81,12 @@ class AdminServer:
 
     def __init__(
         self, config: AdminConfig, http: HttpConfig, *, metrics: NotaryMetrics, storage: Storage,
-        counts: ConnectionCounts | None = None,
+        counts: ConnectionCounts | None = None, resolvers: ResolverValidation | None = None,
     ) -> None:
         self._metrics = metrics
         self._storage = storage
+        #: Whether DANE's resolvers validate (None: DANE is off).
+        self._resolvers = resolvers
         self._max_writer_lag_rows = config.max_writer_lag_rows
         self._limits = http
         self.serving = False
@@ -98,11 +106,18 @@ class AdminServer:
             counts.open_connections -= 1
 
     def readiness_problems(self) -> list[str]:
-        return readiness_problems(
+        problems = readiness_problems(
             serving=self.serving,
             writer=self._storage.statistics(),
             max_writer_lag_rows=self._max_writer_lag_rows,
         )
+        if self._resolvers is not None:
+            problems += self._resolvers.problems()
+        return problems
+
+    def readiness_warnings(self) -> list[str]:
+        """What ``/readyz`` says without failing."""
+        return self._resolvers.warnings() if self._resolvers is not None else []
 
     async def handle(self, request: Request) -> tuple[bytes, bool]:
         """One request: the ``Handler`` of ``serve_http_connection``."""
@@ -129,7 +144,7 @@ class AdminServer:
         if path == HEALTH_PATH:
             return http.response(200, b"ok\n", keep_alive=keep_alive), keep_alive
         problems = self.readiness_problems()
-        if problems:
-            body = "".join(f"{problem}\n" for problem in problems).encode("utf-8")
-            return http.response(503, body, keep_alive=keep_alive), keep_alive
-        return http.response(200, b"ready\n", keep_alive=keep_alive), keep_alive
+        lines = problems or ["ready"]
+        lines += [f"warning: {warning}" for warning in self.readiness_warnings()]
+        body = "".join(f"{line}\n" for line in lines).encode("utf-8")
+        return http.response(503 if problems else 200, body, keep_alive=keep_alive), keep_alive

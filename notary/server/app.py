@@ -65,7 +65,7 @@ from notary.server.websocket import (
 from notary.server.witness import Witness
 from notary.service.abuse import AbuseControls
 from notary.service.claims import NodeProber
-from notary.service.dane import DaneChecker
+from notary.service.dane import DaneChecker, ResolverValidation
 from notary.service.feed import follow_changes
 from notary.service.figures import MIN_SAMPLE_INTERVAL_S, LiveFigures
 from notary.service.query import QueryService
@@ -330,6 +330,27 @@ def make_dane_checker(config: Config, clock: Callable[[], float]) -> DaneChecker
     )
 
 
+def make_resolver_validation(config: Config) -> ResolverValidation | None:
+    """The check that ``[dns] resolvers`` validate DNSSEC (None: DANE is
+    not among ``[verify] backends``)."""
+    if not config.verify.dane:
+        return None
+    dns = config.dns
+    return ResolverValidation(
+        dns_resolvers(config), name=dns.validation_check_name, timeout_s=dns.timeout_s,
+        recheck_s=dns.validation_recheck_s, required=dns.require_validation,
+    )
+
+
+async def check_resolvers_at_start(config: Config) -> None:
+    """``notary serve``'s start-up check of ``[dns] resolvers`` (DANE on):
+    ``UsageError`` when one does not validate DNSSEC and ``[dns]
+    require_validation`` holds; a silent one is a warning in the log."""
+    validation = make_resolver_validation(config)
+    if validation is not None:
+        await validation.check_at_start()
+
+
 def make_node_prober(
     config: Config, storage: Storage, prober: Prober, clock: Callable[[], float]
 ) -> NodeProber:
@@ -572,6 +593,8 @@ class Components:
     log: LogAppender | None = None  # the transparency log (None: none kept)
     witness: Witness | None = None  # the witness endpoint (None: not a witness)
     log_witnesses: LogWitnesses | None = None  # who cosigns the log (None: nobody)
+    #: Whether the resolvers DANE trusts validate (None: DANE is off).
+    resolver_validation: ResolverValidation | None = None
 
 
 def build_components(
@@ -663,6 +686,7 @@ def build_components(
         watch_hub=WatchHub() if v2_signer is not None else None,
         timings=Timings(),
         log=statement_log, witness=witness, log_witnesses=log_witnesses,
+        resolver_validation=make_resolver_validation(config),
     )
 
 
@@ -750,7 +774,8 @@ def build_services(
     watchdog = Watchdog()
     listen = partial(ConnectionHandler, watchdog=watchdog, abuse=c.abuse)
     admin = AdminServer(
-        config.admin, config.http, metrics=metrics, storage=storage, counts=counts["admin"]
+        config.admin, config.http, metrics=metrics, storage=storage, counts=counts["admin"],
+        resolvers=c.resolver_validation,
     )
     https = listen(c.tls, api, config.api_http, counts=counts["api"], websocket=websocket)
     plain = listen(None, api, config.api_http, counts=counts.get("plain_api", ConnectionCounts()))
@@ -800,6 +825,8 @@ async def serve(
     """Open the store, the prober and the records around ``components``,
     build the services and serve them until cancelled or stopped."""
     c, config = components, components.config
+    if c.resolver_validation is not None:  # refuse a resolver that does not validate
+        await c.resolver_validation.check_at_start()
     async with open_storage(
         config.server.db_file,
         config.store,
@@ -880,6 +907,8 @@ async def _run(
         )
         nursery.start_soon(c.stored.load, storage)
         nursery.start_soon(s.metrics.serve_folding, c.config.admin.metrics_interval_s)
+        if c.resolver_validation is not None:
+            nursery.start_soon(c.resolver_validation.serve)
         await nursery.start(s.watchdog.run)
         if s.websocket is not None:
             nursery.start_soon(s.websocket.serve_figures)

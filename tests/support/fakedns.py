@@ -79,6 +79,21 @@ def zone_answers(
     return answer
 
 
+def validated_root(answer: Answerer) -> Answerer:
+    """``answer``, except that the root's SOA (the notary's check that its
+    resolver validates, ``[dns] validation_check_name``) is answered with
+    the AD bit: a validating resolver, whatever it says of other zones."""
+    root = zone_answers({(".", "SOA"): [SOA]})
+
+    def either(query: dns.message.Message) -> dns.message.Message | None:
+        question = query.question[0]
+        if question.name == dns.name.root and question.rdtype == dns.rdatatype.SOA:
+            return root(query)
+        return answer(query)
+
+    return either
+
+
 def rcode_answers(rcode: dns.rcode.Rcode) -> Answerer:
     """Answers every query with ``rcode`` and nothing else (SERVFAIL,
     REFUSED)."""
