@@ -94,6 +94,21 @@ async def test_stray_and_malformed_datagrams_before_the_answer_are_ignored() -> 
     assert addresses == [site.host]
 
 
+async def test_an_answer_dnspython_cannot_read_is_a_resolver_failure(monkeypatch) -> None:
+    """Whatever dnspython lets out on a resolver's bytes (here a
+    ``ValueError``) is a failed lookup, never an exception in the caller."""
+    import dns.asyncquery
+
+    async def unreadable(*args: object, **kwargs: object) -> None:
+        raise ValueError("a parser's surprise")
+
+    monkeypatch.setattr(dns.asyncquery, "udp_with_fallback", unreadable)
+    lookup = await lookup_tlsa(Target(NAME, 443), ("127.0.0.1", 9), 1.0)
+    assert lookup.status is DnssecStatus.RESOLVER_FAILURE
+    with pytest.raises(ProbeResolveFailed):
+        await resolver_through([("127.0.0.1", 9)], 1.0)(NAME, 443)
+
+
 async def test_a_dane_match_stays_a_match_through_stray_datagrams(tmp_path: Path) -> None:
     async with open_tls_target(names=[NAME]) as site:
         answer: Answerer = zone_answers(site_records(site))

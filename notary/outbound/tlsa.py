@@ -102,13 +102,20 @@ async def exchange(
 
     Error handling: ``trio.TooSlowError`` when no answer came in time;
     ``dns.exception.DNSException`` or ``OSError`` for a malformed TCP answer
-    or a socket error."""
+    or a socket error (any other exception dnspython lets out on what the
+    resolver sent is mapped to ``DNSException``: a peer's bytes never end
+    the caller's task)."""
     address, port = resolver
-    with trio.fail_after(timeout_s):
-        response, _ = await dns.asyncquery.udp_with_fallback(
-            query, address, port=port, timeout=timeout_s, backend=_backend(),
-            ignore_unexpected=True, ignore_errors=True,
-        )
+    try:
+        with trio.fail_after(timeout_s):
+            response, _ = await dns.asyncquery.udp_with_fallback(
+                query, address, port=port, timeout=timeout_s, backend=_backend(),
+                ignore_unexpected=True, ignore_errors=True,
+            )
+    except (trio.TooSlowError, dns.exception.DNSException, OSError):
+        raise
+    except Exception as exc:  # e.g. a parser's ValueError on a hostile TCP answer
+        raise dns.exception.DNSException(f"unreadable answer: {type(exc).__name__}") from exc
     return response
 
 

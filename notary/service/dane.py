@@ -237,11 +237,16 @@ class ResolverValidation:
         return warnings
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Check again every ``recheck_s``, until cancelled."""
+        """Check again every ``recheck_s``, until cancelled. A check that
+        fails unexpectedly (a bug) is logged and the last result kept: the
+        loop, and the notary around it, go on."""
         task_status.started()
         while True:
             await trio.sleep(self._recheck_s)
-            await self.check()
+            try:
+                await self.check()
+            except Exception:
+                log.exception("checking that the DNS resolvers validate failed")
 
     def _log_change(self, check: ValidationCheck, before: bool) -> None:
         if check.result is Validation.VALIDATES:
