@@ -1,6 +1,27 @@
 """Fixtures every test module may use: ``engine`` (each store engine in
-turn), ``pg_server`` and ``postgres_server`` (``tests.support.postgres``)."""
+turn), ``pg_server`` and ``postgres_server`` (``tests.support.postgres``);
+and, for every test, the root logger as it was before it."""
+
+import logging
+from collections.abc import Iterator
+
+import pytest
 
 from tests.support.postgres import engine, pg_server, postgres_server
 
 __all__ = ["engine", "pg_server", "postgres_server"]
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """A test that runs a command (``notary.cli.main``) configures logging
+    (``notary.logs.configure_logging``: the root logger's level and a
+    handler): put both back, or a later test's ``caplog`` misses records
+    below that level."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in root.handlers[:]:
+        if getattr(handler, "_notary_logs", False) and handler not in handlers:
+            root.removeHandler(handler)
