@@ -282,6 +282,57 @@ async def test_bad_log_requests_get_clear_errors(tmp_path: Path) -> None:
         assert (await get(notary, "/v2/log/tile/0/000.p/1"))[0] == 200
 
 
+#: Query strings of the proof endpoint that are not two sizes (issue 30 item
+#: 19): only ASCII decimal digits without sign, space or leading zero are.
+NOT_SIZES = (
+    "old=%D9%A1&new=1",  # an Arabic-Indic one, percent-encoded
+    "old=0&new=%D9%A1",
+    "old=%EF%BC%91&new=1",  # a fullwidth one
+    "old=%C2%B9&new=1",  # a superscript one
+    "old=%31&new=1",  # an ASCII one, percent-encoded
+    "old=01&new=1", "old=00&new=1", "old=+1&new=1", "old=-0&new=1", "old=%2B1&new=1",
+    "old=%201&new=1", "old=1%20&new=1", "old=1.0&new=1", "old=0x1&new=1", "old=1_0&new=10",
+    "old=&new=1", "old=0&new=1&", "old=0&new=1&x=", "old=0&old=0&new=1", "old=0&new=1&new=1",
+    "old=0;new=1", "Old=0&new=1", "old=0&new", "old",
+)
+
+
+async def test_sizes_and_tile_indexes_are_ascii_digits_only(tmp_path: Path) -> None:
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        await logged_statement(notary, (SITE, site.port))
+        for query in ("old=0&new=1", "new=1&old=0", "old=1&new=1"):
+            assert (await get(notary, f"/v2/log/proof/consistency?{query}"))[0] == 200, query
+        for query in NOT_SIZES:
+            status, body = await get(notary, f"/v2/log/proof/consistency?{query}")
+            assert status == 400, (query, status, body)
+        assert (await get(notary, "/v2/log/tile/0/000.p/1"))[0] == 200
+        assert (await get(notary, "/v2/log/tile/entries/000.p/1"))[0] == 200
+        for path in (
+            "tile/0/%D9%A0%D9%A0%D9%A0.p/1", "tile/%D9%A0/000.p/1",
+            "tile/entries/000.p/%D9%A1", "tile/0/000.p/%EF%BC%91", "tile/0/000.p/%31",
+            "tile/0/000.p/01", "tile/0/000.p/+1",
+        ):
+            status, body = await get(notary, f"/v2/log/{path}")
+            assert status == 404, (path, status, body)
+        # Raw UTF-8 digits in the path: refused by the parser or not found.
+        for raw in ("tile/0/\u0660\u0660\u0660.p/1", "tile/entries/000.p/\u0661"):
+            answer = await send_raw(
+                notary.port, b"GET /v2/log/" + raw.encode() + b" HTTP/1.0\r\n\r\n"
+            )
+            assert answer.status in (400, 404), (raw, answer.status)
+
+
+@pytest.mark.parametrize("path", [
+    "tile/0/\u0661\u0662\u0663", "tile/\u0660/000", "tile/entries/000.p/\u0661",
+    "tile/0/x\u0661\u0661\u0661/000", "tile/0/\uff10\uff10\uff10", "tile/0/\u00b9\u00b2\u00b3",
+])
+def test_tile_paths_take_ascii_digits_only(path: str) -> None:
+    with pytest.raises(tlog.TileError):
+        tlog.parse_tile_path(path)
+
+
 def test_a_full_log_queue_refuses_new_statements_with_503(tmp_path: Path) -> None:
     from notary.outbound.logappender import LogAppender, LogBacklogged
     from notary.state import crypto

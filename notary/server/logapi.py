@@ -16,7 +16,9 @@ checkpoint.
   cacheable for ever.
 * ``GET /v2/log/proof/consistency?old=M&new=N``: RFC 9162's consistency
   proof between two sizes of the tree, one base64 hash per line; 400 for
-  bad sizes, 404 beyond the tree.
+  bad sizes (only ASCII decimal digits without sign, space or leading zero
+  are sizes: ``_SIZE_RE``), 404 beyond the tree. Tile paths take ASCII
+  digits only as well (``tlog.parse_tile_path``: canonical paths, ``[0-9]``).
 
 Reads go through ``LogAppender``'s reader (a worker thread). Every error is
 a ``ProtocolError`` with its status; nothing else escapes.
@@ -25,7 +27,7 @@ a ``ProtocolError`` with its status; nothing else escapes.
 from __future__ import annotations
 
 import base64
-from urllib.parse import parse_qs
+import re
 
 from notary.errors import ProtocolError, StoreError
 from notary.outbound.logappender import LogAppender
@@ -42,6 +44,11 @@ IMMUTABLE = ((b"Cache-Control", b"public, max-age=31536000, immutable"),)
 FRESH = ((b"Cache-Control", b"no-cache"),)
 #: A query string of the proof endpoint, at most.
 MAX_QUERY_BYTES = 64
+#: A tree size as the proof endpoint takes it: ASCII decimal digits, no sign,
+#: space or leading zero (but "0" itself), at most 19 (below 2**63). Nothing
+#: is percent-decoded: ``%31`` and ``%D9%A1`` (an Arabic-Indic one) are not
+#: sizes, and neither is what ``str.isdigit`` or ``int`` would accept besides.
+_SIZE_RE = re.compile(rb"0|[1-9][0-9]{0,18}")
 
 
 class LogPages:
@@ -100,14 +107,10 @@ class LogPages:
     async def _consistency(self, query: bytes) -> Answer:
         if len(query) > MAX_QUERY_BYTES:
             raise ProtocolError("query too long", status=414)
-        fields = parse_qs(query.decode("ascii", "replace"), strict_parsing=False)
-        try:
-            (old,), (new,) = fields.pop("old"), fields.pop("new")
-            if fields or not (old.isdigit() and new.isdigit()) or len(old) > 19 or len(new) > 19:
-                raise ValueError
-            old_size, new_size = int(old), int(new)
-        except (KeyError, ValueError):
-            raise ProtocolError("expected ?old=M&new=N (sizes)", status=400) from None
+        sizes = _sizes(query)
+        if sizes is None:
+            raise ProtocolError("expected ?old=M&new=N (sizes)", status=400)
+        old_size, new_size = sizes
         if old_size > new_size:
             raise ProtocolError("old must not exceed new", status=400)
         head = await self._log.read_head()
@@ -116,3 +119,19 @@ class LogPages:
         proof = await self._log.read_consistency_proof(old_size, new_size)
         body = b"".join(base64.b64encode(node) + b"\n" for node in proof)
         return Answer(200, body, TEXT, IMMUTABLE)
+
+
+def _sizes(query: bytes) -> tuple[int, int] | None:
+    """``(old, new)`` of the query string ``old=M&new=N`` (either order, each
+    once, nothing else; sizes as ``_SIZE_RE``), None for anything else."""
+    fields: dict[bytes, int] = {}
+    for part in query.split(b"&"):
+        name, equals, value = part.partition(b"=")
+        if not equals or name not in (b"old", b"new") or name in fields:
+            return None
+        if _SIZE_RE.fullmatch(value) is None:
+            return None
+        fields[name] = int(value)
+    if len(fields) != 2:
+        return None
+    return fields[b"old"], fields[b"new"]
