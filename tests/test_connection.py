@@ -137,6 +137,47 @@ async def test_a_client_that_never_reads_is_dropped_within_the_send_timeout(
     assert on_time(finished[0] - sent_at, LIMITS.send_timeout_s)
 
 
+async def test_a_held_answer_is_released_once_sent_or_when_the_connection_ends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A handler's third member (the log pages' release of the bytes they
+    hold for a slow reader) is called once: after the send, or when the
+    connection is dropped in the middle of it."""
+    released: list[bytes] = []
+
+    def holding(body: bytes):
+        plain = make_handler([], body=body)
+
+        async def handler(request: Request):
+            response, keep_alive = await plain(request)
+            return response, keep_alive, lambda: released.append(request.target)
+
+        return handler
+
+    client, server = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http_connection, server, holding(b"small"), LIMITS)
+        await client.send_all(GET)
+        expected = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nsmall"
+        assert await read_response(client, len(expected)) == expected
+        await trio.testing.wait_all_tasks_blocked()
+        assert released == [b"/"]
+        await client.aclose()
+    assert released == [b"/"]
+
+    released.clear()
+    client, server = trio.testing.lockstep_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_http_connection, server, holding(b"x" * 100_000), LIMITS)
+        await client.send_all(GET)
+        await trio.sleep(1.0)  # never reads: the send waits
+        assert released == []
+        await trio.sleep(LIMITS.send_timeout_s * 2)  # dropped at the send deadline
+        assert released == [b"/"]
+        nursery.cancel_scope.cancel()
+    assert released == [b"/"]
+
+
 async def test_the_handler_runs_without_a_connection_deadline(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -4,6 +4,7 @@ exemptions and connection counts. Pure: plain ``def`` tests, time is a number.""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import tracemalloc
 
@@ -14,8 +15,10 @@ from hypothesis import strategies as st
 from notary.errors import ConfigError
 from notary.model.ratelimit import (
     BYTES_PER_BUCKET,
+    BytesInFlight,
     ClientConnections,
     Exemptions,
+    Overloaded,
     RateLimited,
     TokenBuckets,
     client_prefix,
@@ -300,3 +303,54 @@ def test_connection_counts_stay_exact_and_bounded(steps: list[tuple[bool, int]])
         assert sum(open_[:4]) <= 5 and sum(open_[4:]) <= 5
         assert connections.open_from(address)[0] == open_[index]
         assert len(connections) <= 2 * sum(1 for count in open_ if count) + 2
+
+
+def test_bytes_in_flight_are_bounded_per_client_and_in_all() -> None:
+    held = BytesInFlight(max_bytes=1200, max_bytes_per_client=300, retry_after_s=10)
+    a, b = b"\x0a\x00\x01", b"\x0a\x00\x02"
+    big = b"x" * 500
+    release_big = held.hold(a, big)  # more than a client's bound, but its first
+    with pytest.raises(RateLimited) as refused:
+        held.hold(a, b"y")
+    assert refused.value.retry_after_s == 10 and refused.value.status == 429
+    # Two objects (bytes(150) makes a new one each time; a literal would be one).
+    releases = [held.hold(b, bytes(150)), held.hold(b, bytes(150))]  # 300: the bound
+    with pytest.raises(RateLimited):
+        held.check(b, 1)
+    shared = b"s" * 400
+    # The shared object: counted once in all, once per response per client.
+    more = [held.hold(bytes([10, 1, n]), shared) for n in range(5)]
+    assert held.held_bytes == 500 + 300 + 400
+    with pytest.raises(Overloaded) as overloaded:
+        held.hold(bytes([10, 2, 0]), b"n" * 10)  # a new object past the total's bound
+    assert overloaded.value.status == 503 and overloaded.value.retry_after_s == 10
+    more.append(held.hold(None, shared))  # held already: adds nothing to the total
+    assert held.statistics() == type(held.statistics())(1200, 9, 7, 2, 1)
+    for release in [release_big, *releases, *more]:
+        release()
+        release()  # once only
+    assert held.statistics() == type(held.statistics())(0, 0, 0, 2, 1)
+    # Nothing held: any one response is admitted, whatever its size.
+    held.hold(a, b"h" * 5000)()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.integers(0, 3))))
+def test_bytes_in_flight_never_pass_a_bound_by_more_than_one_response(
+    steps: list[tuple[bool, int, int]],
+) -> None:
+    held = BytesInFlight(max_bytes=1000, max_bytes_per_client=400, retry_after_s=1)
+    objects = [b"a" * 300, b"b" * 200, b"c" * 100, b"d" * 50]
+    clients = [bytes([10, 0, n]) for n in range(6)]
+    holding: list[tuple[int, int, object]] = []
+    for adding, client, which in steps:
+        if adding:
+            with contextlib.suppress(RateLimited, Overloaded):
+                holding.append((client, which, held.hold(clients[client], objects[which])))
+        elif holding:
+            holding.pop(client % len(holding))[2]()  # type: ignore[operator]
+        distinct = {which for _, which, _ in holding}
+        assert held.held_bytes == sum(len(objects[w]) for w in distinct) <= 1000 + 300
+        for n, key in enumerate(clients):
+            mine = sum(len(objects[w]) for c, w, _ in holding if c == n)
+            assert held.held_by(key) == mine <= 400 + 300

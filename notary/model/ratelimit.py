@@ -40,6 +40,17 @@ Rules this module keeps:
    client address and per client prefix, each refused beyond its maximum.
    An entry lives while its count is above zero, so the tables hold at most
    as many entries as there are open connections.
+7. **Bytes held for slow readers** (:class:`BytesInFlight`): the bytes of
+   responses handed to connections and not yet sent, per client prefix and
+   in all (one process). A response is held only when its client's bytes
+   stay within ``max_bytes_per_client`` and the total within ``max_bytes``,
+   or when the client (for the total: the process) holds nothing yet, so any
+   one response can be served: what is held never exceeds a bound by more
+   than one response. One bytes object held by several responses (a shared,
+   immutable answer) is counted once in the total, once per response in its
+   clients' counts. Refused: :class:`RateLimited` (429, the client) or
+   :class:`Overloaded` (503, the process), both with ``Retry-After``. An
+   entry lives while it holds bytes.
 
 Memory: an entry of a :class:`TokenBuckets` keyed by prefix bytes takes about
 :data:`BYTES_PER_BUCKET` bytes (the key object, a float, and the dict's slot
@@ -50,7 +61,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from itertools import islice
 
 from notary.errors import ConfigError, ProtocolError
@@ -61,8 +73,11 @@ __all__ = [
     "IPV4_DESTINATION_PREFIX_BITS",
     "IPV6_CLIENT_PREFIX_BITS",
     "IPV6_DESTINATION_PREFIX_BITS",
+    "BytesInFlight",
+    "BytesInFlightStatistics",
     "ClientConnections",
     "Exemptions",
+    "Overloaded",
     "RateLimited",
     "TokenBuckets",
     "client_prefix",
@@ -97,6 +112,17 @@ class RateLimited(ProtocolError):
 
     def __init__(self, message: str, *, retry_after_s: int) -> None:
         super().__init__(message, status=429)
+        self.retry_after_s = retry_after_s
+
+
+class Overloaded(ProtocolError):
+    """The process holds as much as it may for slow readers (rule 7): 503,
+    with ``retry_after_s`` for the ``Retry-After`` header."""
+
+    status = 503
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message, status=503)
         self.retry_after_s = retry_after_s
 
 
@@ -346,3 +372,120 @@ class ClientConnections:
     def __len__(self) -> int:
         """Entries held (addresses and prefixes with open connections)."""
         return len(self._by_address) + len(self._by_prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class BytesInFlightStatistics:
+    """A snapshot of :class:`BytesInFlight`: bytes held in all (each object
+    once), responses held, client prefixes holding some, responses refused
+    for their client and for the process."""
+
+    held_bytes: int
+    held_responses: int
+    clients: int
+    refused_client: int
+    refused_process: int
+
+
+class BytesInFlight:
+    """Bytes of responses held until sent (rule 7), at most ``max_bytes`` in
+    all and ``max_bytes_per_client`` per client prefix (beyond one response
+    each); refusals say ``Retry-After: retry_after_s``.
+
+    :meth:`hold` counts a response and returns its release, which whoever
+    sends the response calls once it is sent or its connection ended.
+    :meth:`check` refuses a response of a given size before it is made.
+    Neither awaits: a check and the hold that follows an await may see
+    different counts (the hold decides).
+
+    Error handling: ``ValueError`` for bounds that are not positive;
+    :class:`RateLimited` and :class:`Overloaded` as rule 7 says."""
+
+    __slots__ = ("_by_client", "_held", "_max_bytes", "_max_per_client", "_objects",
+                 "_responses", "_retry_after_s", "refused_client", "refused_process")
+
+    def __init__(self, *, max_bytes: int, max_bytes_per_client: int, retry_after_s: int) -> None:
+        if max_bytes < 1 or max_bytes_per_client < 1 or retry_after_s < 1:
+            raise ValueError("bounds and retry_after_s must be positive")
+        self._max_bytes = max_bytes
+        self._max_per_client = max_bytes_per_client
+        self._retry_after_s = retry_after_s
+        #: id of a held bytes object -> [the object, responses holding it];
+        #: the reference keeps the id from being reused while it is here.
+        self._objects: dict[int, list] = {}
+        self._by_client: dict[bytes, int] = {}
+        self._held = 0
+        self._responses = 0
+        self.refused_client = 0
+        self.refused_process = 0
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held
+
+    def held_by(self, client: bytes) -> int:
+        """Bytes held for ``client`` (each response counted)."""
+        return self._by_client.get(client, 0)
+
+    def check(self, client: bytes | None, size: int, data: bytes | None = None) -> None:
+        """Raise as :meth:`hold` would for a response of ``size`` bytes
+        (``data``: the object, when it exists: held already, it adds nothing
+        to the total) for ``client`` (None: no per-client bound)."""
+        if client is not None:
+            mine = self._by_client.get(client, 0)
+            if mine and mine + size > self._max_per_client:
+                self.refused_client += 1
+                raise RateLimited(
+                    "too many log bytes waiting for this client; retry later",
+                    retry_after_s=self._retry_after_s,
+                )
+        held = self._held
+        if held and (data is None or id(data) not in self._objects) and held + size > self._max_bytes:
+            self.refused_process += 1
+            raise Overloaded(
+                "the notary holds as much as it may for slow readers; retry later",
+                retry_after_s=self._retry_after_s,
+            )
+
+    def hold(self, client: bytes | None, data: bytes) -> Callable[[], None]:
+        """Count ``data``, a response for ``client``, as held, and return
+        the function that releases it (calls after the first do nothing).
+        Raises as :meth:`check` says, counting nothing."""
+        size = len(data)
+        self.check(client, size, data)
+        shared = self._objects.get(id(data))
+        if shared is None:
+            self._objects[id(data)] = [data, 1]
+            self._held += size
+        else:
+            shared[1] += 1
+        if client is not None:
+            self._by_client[client] = self._by_client.get(client, 0) + size
+        self._responses += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self._responses -= 1
+            entry = self._objects[id(data)]
+            entry[1] -= 1
+            if not entry[1]:
+                del self._objects[id(data)]
+                self._held -= size
+            if client is not None:
+                left = self._by_client[client] - size
+                if left:
+                    self._by_client[client] = left
+                else:
+                    del self._by_client[client]
+
+        return release
+
+    def statistics(self) -> BytesInFlightStatistics:
+        return BytesInFlightStatistics(
+            self._held, self._responses, len(self._by_client), self.refused_client,
+            self.refused_process,
+        )

@@ -16,9 +16,10 @@ connection by ``app.ConnectionHandler``.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from notary.errors import ProtocolError
-from notary.model.ratelimit import RateLimited
+from notary.model.ratelimit import Overloaded, RateLimited
 from notary.model.targets import Target
 from notary.protocol import bundle, convergence, http, perspectives, v2
 from notary.protocol.http import Request
@@ -50,10 +51,11 @@ def refuse_cross_site(request: Request) -> None:
 
 
 def _extra_headers(exc: ProtocolError, path: bytes) -> tuple[tuple[bytes, bytes], ...]:
-    """The headers an error answer needs: ``Allow`` (405), ``Retry-After`` (429)."""
+    """The headers an error answer needs: ``Allow`` (405), ``Retry-After``
+    (429; a 503 of ``Overloaded``)."""
     if exc.status == 405:
         return ((b"Allow", _allowed_methods(path)),)
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | Overloaded):
         return ((b"Retry-After", b"%d" % exc.retry_after_s),)
     return ()
 
@@ -147,7 +149,11 @@ class ApiHandler:
 
     async def __call__(
         self, request: Request, client: bytes | None = None
-    ) -> tuple[bytes, bool]:
+    ) -> tuple[bytes, bool] | tuple[bytes, bool, Callable[[], None]]:
+        """The response and whether to keep the connection, and for an
+        answer that holds bytes until sent (the log's pages) the function
+        to call once it is sent or the connection ended
+        (``serve_http_connection`` does)."""
         keep_alive = request.keep_alive
         try:
             path, _, query = request.target.partition(b"?")
@@ -171,6 +177,8 @@ class ApiHandler:
             )
         if answer.status >= 500:
             keep_alive = keep_alive and answer.status == 503
+        if answer.release is not None:
+            return answer.response(keep_alive), keep_alive, answer.release
         return answer.response(keep_alive), keep_alive
 
     def _query_protocol(self, path: bytes, query: bytes) -> str | None:

@@ -79,10 +79,15 @@ CLOSE_AT_ONCE = (SocketStream, TlsStream)
 #: Most bytes read and discarded after an error answer (see ``_linger``).
 LINGER_BYTES = 4 * 1024 * 1024
 
-#: The application: a request in, (response bytes, keep the connection) out.
+#: The application: a request in, (response bytes, keep the connection) out,
+#: or with a third member, a function the loop calls exactly once when the
+#: response has been sent or the connection ended before (bytes an answer
+#: holds for a slow reader are counted until then: the log's pages).
 #: Called ``handler(request)``, or ``handler(request, client)`` when the
 #: connection has a ``client`` (see ``serve_http_connection``).
-Handler = Callable[..., Awaitable[tuple[bytes, bool]]]
+Handler = Callable[
+    ..., Awaitable["tuple[bytes, bool] | tuple[bytes, bool, Callable[[], None]]"]
+]
 #: The application's synchronous fast path, called ``answer_at_once(request,
 #: client)``: the same answer when it is ready without awaiting (a cache
 #: hit), else None and ``Handler`` is awaited.
@@ -308,6 +313,7 @@ async def _serve(
                     take_over = upgrades.get(request.target.partition(b"?")[0])
                     if take_over is not None:
                         return take_over, request, reader.leftover
+                release = None
                 try:
                     answered = (
                         answer_at_once(request, client) if answer_at_once is not None else None
@@ -315,16 +321,23 @@ async def _serve(
                     if answered is None:
                         watched.deadline = inf  # the handler keeps its own deadlines
                         if client is None:
-                            answered = await handler(request)
+                            slow = await handler(request)
                         else:
-                            answered = await handler(request, client)
+                            slow = await handler(request, client)
+                        if len(slow) == 3:
+                            release = slow[2]
+                        answered = slow[0], slow[1]
                 except Exception:  # a bug: this request's 500, not the worker's end
                     log.exception("internal error answering %s %r",
                                   request.method.decode("latin-1"), request.target[:200])
                     answered = INTERNAL_ERROR, False
                 response, keep_alive = answered
                 watched.deadline = watchdog.now + send_s
-                await send_all(response)
+                try:
+                    await send_all(response)
+                finally:
+                    if release is not None:
+                        release()  # sent, or the connection ends here
                 if not keep_alive or watchdog.stopping or not requests_left:
                     return None
             if reader.finished:

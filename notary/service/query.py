@@ -177,15 +177,25 @@ def response_index(status: int, keep_alive: bool) -> int:
 @dataclass(frozen=True, slots=True)
 class Answer:
     """An answer before its HTTP framing: status, body, content type and
-    the headers it needs beyond those ``http.response`` writes."""
+    the headers it needs beyond those ``http.response`` writes.
+
+    ``prepared``: the complete response, made already for the request's
+    keep-alive (the shared bytes of an immutable log page,
+    ``notary.server.logapi``), which ``response`` returns as it is.
+    ``release``: to call once the response is sent or its connection ended
+    (the bytes it holds for a slow reader are counted until then)."""
 
     status: int
     body: bytes
     content_type: bytes = convergence.CONTENT_TYPE
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    prepared: bytes | None = None
+    release: Callable[[], None] | None = None
 
     def response(self, keep_alive: bool) -> bytes:
         """The complete HTTP response."""
+        if self.prepared is not None:
+            return self.prepared
         return http.response(
             self.status, self.body, content_type=self.content_type, keep_alive=keep_alive,
             extra_headers=self.headers,
