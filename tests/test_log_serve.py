@@ -365,3 +365,221 @@ def test_a_full_log_queue_refuses_new_statements_with_503(tmp_path: Path) -> Non
 def test_a_bad_checkpoint_is_a_verification_error(note: str, origin: str, key: bytes) -> None:
     with pytest.raises(v2.VerificationError, match="bad checkpoint"):
         v2.verify_checkpoint(note, origin, key)
+
+
+# -- what /v2/log/ costs and holds (issue 30, item 6) ------------------------------------
+
+
+def padded_statement(notary: NotaryUnderTest, n: int, pad: int) -> v2.SignedStatement:
+    """A statement signed with the notary's v2 key and its log's promise,
+    ``pad`` bytes larger than an empty one (entries of a chosen size)."""
+    log = notary.running.log
+    assert log is not None
+    signer = notary.running.signers["v2"]
+    now = int(notary.clock())
+    made = {"type": v2.STATEMENT_TYPE, "target": f"h{n}.example.test:443", "observations": [],
+            "pad": "x" * pad, "signed_at": now, "valid_until": now + 86400,
+            "key_id": signer.key_id, "log": log.promise(now)}  # type: ignore[attr-defined]
+    return v2.sign_statement(made, signer.sign)  # type: ignore[attr-defined]
+
+
+async def fill_log(notary: NotaryUnderTest, count: int, pad: int = 0) -> None:
+    """Append ``count`` statements (of ``pad`` bytes more each) to the
+    notary's log, and wait until they are sequenced."""
+    log = notary.running.log
+    assert log is not None
+    for n in range(count):
+        log.submit(padded_statement(notary, n, pad))
+    with trio.fail_after(20):
+        while log.head is None or log.head.size < count:  # noqa: ASYNC110 (a counter)
+            await trio.sleep(0.05)
+
+
+def bundle_entries(data: bytes) -> list[bytes]:
+    entries = []
+    while data:
+        length = int.from_bytes(data[:2], "big")
+        entries.append(data[2:2 + length])
+        data = data[2 + length:]
+    return entries
+
+
+async def test_full_tiles_are_shared_and_cost_no_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with open_v2_notary(tmp_path, {}, log=LOG) as notary:
+        await fill_log(notary, 300)
+        pages, log = notary.running.log_pages, notary.running.log
+        assert pages is not None and log is not None
+        reads: list[str] = []
+        for method in ("read_entries", "read_tile", "read_head"):
+            real = getattr(log, method)
+
+            async def counted(*args: object, _real=real, _name=method) -> object:
+                reads.append(_name)
+                return await _real(*args)
+
+            monkeypatch.setattr(log, method, counted)
+        # Over HTTP: the bundle's bytes, twice the same; the second read nothing.
+        first = await send_raw(notary.port, b"GET /v2/log/tile/entries/000 HTTP/1.0\r\n\r\n")
+        assert first.status == 200 and len(bundle_entries(first.body)) == 256
+        assert first.headers[b"cache-control"] == b"public, max-age=31536000, immutable"
+        assert reads == ["read_head", "read_entries"]
+        again = await send_raw(notary.port, b"GET /v2/log/tile/entries/000 HTTP/1.0\r\n\r\n")
+        assert again.body == first.body and reads == ["read_head", "read_entries"]
+        # Concurrent and repeated requests hold one bytes object (per keep-alive).
+        answers = [
+            await pages.answer(b"GET", b"/v2/log/tile/entries/000", b"", keep_alive=False)
+            for _ in range(3)
+        ] + [await pages.answer(b"GET", b"/v2/log/tile/0/000", b"", keep_alive=True)
+             for _ in range(2)]
+        assert answers[0].prepared is answers[1].prepared is answers[2].prepared
+        assert answers[3].prepared is answers[4].prepared
+        assert answers[0].prepared is not None and answers[0].prepared.endswith(first.body)
+        stats = pages.statistics()
+        assert stats.in_flight.held_responses == 5
+        assert stats.in_flight.held_bytes == len(answers[0].prepared) + len(answers[3].prepared)
+        for answer in answers:
+            assert answer.release is not None
+            answer.release()
+            answer.release()  # once only
+        assert pages.statistics().in_flight.held_bytes == 0
+        assert pages.statistics().in_flight.held_responses == 0
+        # A partial tile is made per request, never shared.
+        partial = [await pages.answer(b"GET", b"/v2/log/tile/entries/001.p/44", b"")
+                   for _ in range(2)]
+        assert partial[0].prepared == partial[1].prepared
+        assert partial[0].prepared is not partial[1].prepared
+        for answer in partial:
+            assert answer.release is not None
+            answer.release()
+        assert pages.statistics().shared_entries == 2  # the full bundle and the full tile
+
+
+async def test_responses_held_for_slow_readers_stay_within_the_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers nobody has read yet (the connection loop releases them when
+    sent): per client prefix and per process, within the bounds but for one
+    response; a shared response counted once in the process's."""
+    from notary.model.ratelimit import Overloaded, RateLimited
+    from notary.server import logapi
+
+    monkeypatch.setattr(logapi, "MAX_BYTES_IN_FLIGHT", 600_000)
+    monkeypatch.setattr(logapi, "MAX_BYTES_IN_FLIGHT_PER_CLIENT", 250_000)
+    async with open_v2_notary(tmp_path, {}, log=LOG) as notary:
+        await fill_log(notary, 300, pad=400)  # ~0.6 kB entries: a full bundle ~150 kB
+        pages = notary.running.log_pages
+        assert pages is not None
+        held = []
+
+        async def ask(path: bytes, client: bytes | None) -> int:
+            try:
+                answer = await pages.answer(b"GET", path, b"", client=client)
+            except (RateLimited, Overloaded) as refused:
+                assert refused.retry_after_s == 10  # [http] send_timeout_s
+                return refused.status
+            held.append(answer)
+            return answer.status
+
+        # One client: partial bundles, each ~26 kB..., up to its bound.
+        statuses = [await ask(b"/v2/log/tile/entries/001.p/44", b"\x0a\x00\x01")
+                    for _ in range(20)]
+        assert statuses.count(200) >= 1 and statuses[-1] == 429
+        assert pages.in_flight.held_by(b"\x0a\x00\x01") <= 250_000
+        # Many clients, each its first response: the process's bound.
+        statuses = [await ask(b"/v2/log/tile/entries/001.p/44", bytes([10, 1, n]))
+                    for n in range(60)]
+        assert 503 in statuses
+        one = len(held[0].prepared or b"")
+        assert pages.in_flight.held_bytes <= 600_000 + one
+        refused_before = pages.statistics().in_flight.refused_process
+        # The shared full bundle: once in the process's count, however many hold it
+        # (here it does not fit beside the rest: 503, before it is made).
+        assert await ask(b"/v2/log/tile/entries/000", bytes([10, 2, 0])) == 503
+        for answer in held:
+            assert answer.release is not None
+            answer.release()
+        held.clear()
+        assert pages.in_flight.held_bytes == 0
+        statuses = [await ask(b"/v2/log/tile/entries/000", bytes([10, 2, n])) for n in range(200)]
+        assert statuses == [200] * 200
+        shared = held[0].prepared
+        assert shared is not None and all(answer.prepared is shared for answer in held)
+        assert pages.in_flight.held_bytes == len(shared)
+        stats = pages.statistics().in_flight
+        assert stats.held_responses == 200 and stats.clients == 200
+        assert stats.refused_process > refused_before and stats.refused_client >= 1
+        # An exempt client (None) has no per-client bound, only the process's.
+        assert await ask(b"/v2/log/tile/entries/000", None) == 200
+        for answer in held:
+            assert answer.release is not None
+            answer.release()
+        assert pages.statistics().in_flight == type(stats)(0, 0, 0, stats.refused_client,
+                                                         stats.refused_process)
+
+
+async def open_slow_reader(port: int, request: bytes) -> tuple[trio.SSLStream, bytes]:
+    """A TLS connection with a small receive buffer that sends ``request``
+    and reads the first bytes of the answer only, then stops reading."""
+    sock = trio.socket.socket()
+    sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+    await sock.connect(("127.0.0.1", port))
+    from tests.support.notaries import client_context
+
+    stream = trio.SSLStream(
+        trio.SocketStream(sock), client_context(), server_hostname=None, https_compatible=True
+    )
+    await stream.send_all(request)
+    return stream, await stream.receive_some(64)
+
+
+async def test_connections_that_never_read_hold_one_shared_response(
+    tmp_path: Path
+) -> None:
+    """Slow readers over real connections: the bytes held are counted (the
+    shared bundle once) until the connections end, then released."""
+    async with open_v2_notary(tmp_path, {}, log=LOG) as notary:
+        await fill_log(notary, 256, pad=8000)  # a full bundle of ~2 MB
+        pages = notary.running.log_pages
+        assert pages is not None
+        readers = []
+        try:
+            with trio.fail_after(30):
+                for _ in range(24):
+                    readers.append(await open_slow_reader(
+                        notary.port, b"GET /v2/log/tile/entries/000 HTTP/1.1\r\nHost: n\r\n\r\n"
+                    ))
+                assert all(first.startswith(b"HTTP/1.1 200 ") for _, first in readers)
+                while pages.in_flight.statistics().held_responses < 20:  # noqa: ASYNC110
+                    await trio.sleep(0.05)  # most are stuck in their send
+            stats = pages.statistics()
+            assert stats.shared_entries == 1
+            # One object, however many connections hold it.
+            assert stats.in_flight.held_bytes == stats.shared_bytes
+            assert stats.in_flight.held_bytes > 2_000_000
+        finally:
+            for stream, _ in readers:
+                stream.transport_stream.socket.close()  # type: ignore[attr-defined]
+        with trio.fail_after(30):
+            while pages.in_flight.statistics().held_responses:  # noqa: ASYNC110 (a counter)
+                await trio.sleep(0.05)
+        assert pages.in_flight.held_bytes == 0
+        # The node still answers.
+        assert (await get(notary, "/v2/log/checkpoint"))[0] == 200
+
+
+async def test_log_pages_cost_a_query_token_each(tmp_path: Path) -> None:
+    limits = {"exempt_clients": (), "queries_per_s_per_prefix": 0.01, "query_burst": 3}
+    async with open_v2_notary(
+        tmp_path, {}, log=LOG, limits=limits, v2={"max_batch": 3}
+    ) as notary:
+        await fill_log(notary, 2)
+        for path in ("checkpoint", "tile/0/000.p/2", "proof/consistency?old=1&new=2"):
+            assert (await get(notary, f"/v2/log/{path}"))[0] == 200
+        answer = await send_raw(notary.port, b"GET /v2/log/checkpoint HTTP/1.0\r\n\r\n")
+        assert answer.status == 429 and 90 <= int(answer.headers[b"retry-after"]) <= 100
+        # Errors cost their token too (nothing is read for them).
+        assert (await get(notary, "/v2/log/nothing"))[0] == 429
+        abuse = notary.running.abuse
+        assert abuse is not None and abuse.statistics().queries_refused == 2

@@ -198,7 +198,9 @@ class ApiHandler:
         if self._v2_key_document is not None and path in (V2_QUERY_PATH, V2_KEY_PATH):
             return await self._v2(request, path, client)
         if self._log is not None and path.startswith(LOG_PREFIX):
-            return await self._log.answer(request.method, path, query)
+            return await self._log.answer(
+                request.method, path, query, client=client, keep_alive=request.keep_alive
+            )
         if self._witness is not None and path.startswith(WITNESS_PREFIX):
             return await self._witness.answer(request.method, path, request.body)
         if path == b"/" and self._perspectives and query and request.method == b"GET":

@@ -124,6 +124,8 @@ class RunningNotary:
     abuse: AbuseControls | None = None  # the per-client and per-target limits
     #: The notary's signers by protocol ("convergence", "perspectives", "v2").
     signers: Mapping[str, object] = field(default_factory=dict)
+    log: LogAppender | None = None  # the transparency log (None: none kept)
+    log_pages: LogPages | None = None  # its pages under /v2/log/ (None: none)
 
 
 def make_server_ssl_context(config: Config) -> ssl.SSLContext:
@@ -715,6 +717,7 @@ class Services:
     service: QueryService
     metrics: NotaryMetrics
     api: ApiHandler
+    log_pages: LogPages | None
     websocket: WebSocketService | None
     admin: AdminServer
     watchdog: Watchdog
@@ -749,10 +752,17 @@ def build_services(
     api_rejected: Counter[tuple[str, int]] = Counter()
     perspectives_rejected: Counter[tuple[str, int]] = Counter()
     websocket_counts = WebSocketCounts(c.watch_hub) if v2 else None
+    log_pages = None
+    if c.log is not None:
+        log_pages = LogPages(
+            c.log, c.log_witnesses, abuse=c.abuse, clock=c.clock,
+            send_timeout_s=config.http.send_timeout_s,
+        )
     metrics = NotaryMetrics(
         service=service, cache=c.cache, stored=c.stored, storage=storage, prober=prober,
         records=records, relay=c.relay if sockets["relay"] else None, scheduler=scheduler,
-        dane=records.dane, log=c.log, websocket=websocket_counts, abuse=c.abuse, signers=c.signers, listeners=counts,
+        dane=records.dane, log=c.log, log_pages=log_pages, websocket=websocket_counts,
+        abuse=c.abuse, signers=c.signers, listeners=counts,
         rejections=(api_rejected, perspectives_rejected) if perspectives else (api_rejected,),
         timings=c.timings,
     )
@@ -762,7 +772,7 @@ def build_services(
         service, web=web, index_text=index_text(config), bundle_path=c.bundle_path,
         bundle_bytes=c.bundle_bytes, perspectives="perspectives" in c.signers,
         v2_key_document=c.v2_key_document, v2_max_batch=config.v2.max_batch,
-        v2_max_body_bytes=config.api_body_bytes, rejected=api_rejected, log=LogPages(c.log, c.log_witnesses) if c.log is not None else None,
+        v2_max_body_bytes=config.api_body_bytes, rejected=api_rejected, log=log_pages,
         witness=c.witness,
     )
     websocket = None
@@ -800,7 +810,7 @@ def build_services(
     table.append(Listener(
         "admin", admin, sockets["admin"], "admin (/metrics, /healthz, /readyz) on {}"
     ))
-    return Services(service, metrics, api, websocket, admin, watchdog, tuple(table))
+    return Services(service, metrics, api, log_pages, websocket, admin, watchdog, tuple(table))
 
 
 def _profile(c: Components) -> NotaryProfile:
@@ -950,5 +960,6 @@ async def _run(
             relay_handler=c.relay, service=s.service, records=records, stored=c.stored,
             storage=storage, prober=prober, scheduler=scheduler, cache=c.cache,
             stop=serving.cancel, stop_gracefully=stop_gracefully, admin=endpoints["admin"],
-            metrics=s.metrics, abuse=c.abuse, signers=c.signers,
+            metrics=s.metrics, abuse=c.abuse, signers=c.signers, log=c.log,
+            log_pages=s.log_pages,
         ))

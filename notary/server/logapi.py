@@ -20,6 +20,30 @@ checkpoint.
   are sizes: ``_SIZE_RE``), 404 beyond the tree. Tile paths take ASCII
   digits only as well (``tlog.parse_tile_path``: canonical paths, ``[0-9]``).
 
+Costs and bounds (issue 30, item 6):
+
+* Every request under ``/v2/log/`` costs its client prefix one query token
+  (``[limits] queries_per_s_per_prefix``, as a query: 429 beyond), before
+  anything is read.
+* Full tiles and full entry bundles never change: their complete responses
+  are made once and shared (``SHARED_PAGES_MAX_ENTRIES`` and
+  ``SHARED_PAGES_MAX_BYTES``, least recently used dropped first; one per
+  tile and keep-alive), so concurrent and repeated requests send one bytes
+  object, with no store read. Partial tiles, the checkpoint and proofs are
+  small and made per request.
+* Every response is held for its connection until sent
+  (``notary.model.ratelimit.BytesInFlight``): at most
+  ``MAX_BYTES_IN_FLIGHT_PER_CLIENT`` per client prefix (429 beyond) and
+  ``MAX_BYTES_IN_FLIGHT`` per process (a shared response counted once; 503
+  beyond), each with ``Retry-After`` (the send timeout, by when every
+  response held now has been sent or dropped), and beyond one response
+  each. A response is refused before it is made when its size is known: a
+  shared one, a hash tile, a checkpoint, a proof; an entry bundle's size is
+  known once its entries are read (one read at a time per process) and it
+  is checked then, before its response is made. The connection loop
+  releases the bytes when the response is sent or the connection ends
+  (``Answer.release``).
+
 Reads go through ``LogAppender``'s reader (a worker thread). Every error is
 a ``ProtocolError`` with its status; nothing else escapes.
 """
@@ -27,15 +51,25 @@ a ``ProtocolError`` with its status; nothing else escapes.
 from __future__ import annotations
 
 import base64
+import math
 import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from notary.errors import ProtocolError, StoreError
+from notary.model.ratelimit import BytesInFlight, BytesInFlightStatistics
 from notary.outbound.logappender import LogAppender
 from notary.outbound.witnessing import LogWitnesses
-from notary.protocol import tlog
+from notary.protocol import http, tlog
+from notary.service.abuse import AbuseControls
 from notary.service.query import Answer
+from notary.state.cache import LRUCache
 
-__all__ = ["LOG_PREFIX", "LogPages"]
+__all__ = [
+    "LOG_PREFIX", "MAX_BYTES_IN_FLIGHT", "MAX_BYTES_IN_FLIGHT_PER_CLIENT",
+    "SHARED_PAGES_MAX_BYTES", "SHARED_PAGES_MAX_ENTRIES", "LogPages", "LogPagesStatistics",
+]
 
 LOG_PREFIX = b"/v2/log/"
 TEXT = b"text/plain; charset=utf-8"
@@ -49,62 +83,160 @@ MAX_QUERY_BYTES = 64
 #: is percent-decoded: ``%31`` and ``%D9%A1`` (an Arabic-Indic one) are not
 #: sizes, and neither is what ``str.isdigit`` or ``int`` would accept besides.
 _SIZE_RE = re.compile(rb"0|[1-9][0-9]{0,18}")
+#: The shared responses of full tiles and bundles: at most this many, and
+#: bytes (a full bundle of 1 kB entries is ~260 kB; a hash tile 8 kB).
+SHARED_PAGES_MAX_ENTRIES = 1024
+SHARED_PAGES_MAX_BYTES = 16 * 1024 * 1024
+#: Bytes of ``/v2/log/`` responses held for slow readers, per process (each
+#: shared response once) and per client prefix (each response), beyond one
+#: response each.
+MAX_BYTES_IN_FLIGHT = 32 * 1024 * 1024
+MAX_BYTES_IN_FLIGHT_PER_CLIENT = 4 * 1024 * 1024
+#: What a response's head adds to its body, at most (status line, server,
+#: type, length, connection, cache control).
+HEAD_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class LogPagesStatistics:
+    """What the metrics read (``notary_log_pages_*``): requests answered
+    from a shared response and made afresh; shared responses and their
+    bytes; the bytes held for slow readers (``BytesInFlight``)."""
+
+    shared_hits: int
+    made: int
+    shared_entries: int
+    shared_bytes: int
+    in_flight: BytesInFlightStatistics
 
 
 class LogPages:
-    """Answers ``GET /v2/log/...`` from the log ``appender`` keeps."""
+    """Answers ``GET /v2/log/...`` from the log ``appender`` keeps.
+    ``abuse``: the query budgets (None: none); ``clock``: theirs (the query
+    service's); ``send_timeout_s``: ``[http] send_timeout_s``, the
+    ``Retry-After`` of a response refused for the bytes held."""
 
-    def __init__(self, appender: LogAppender, witnesses: LogWitnesses | None = None) -> None:
+    def __init__(
+        self, appender: LogAppender, witnesses: LogWitnesses | None = None, *,
+        abuse: AbuseControls | None = None, clock: Callable[[], float] = time.time,
+        send_timeout_s: float = 10.0,
+    ) -> None:
         self._log = appender
         self._witnesses = witnesses
+        self._abuse = abuse
+        self._clock = clock
+        #: (level or None for entries, index, keep-alive) -> the response of a full tile
+        self._shared = LRUCache(SHARED_PAGES_MAX_ENTRIES, SHARED_PAGES_MAX_BYTES)
+        self.in_flight = BytesInFlight(
+            max_bytes=MAX_BYTES_IN_FLIGHT, max_bytes_per_client=MAX_BYTES_IN_FLIGHT_PER_CLIENT,
+            retry_after_s=max(1, math.ceil(send_timeout_s)),
+        )
+        self._shared_hits = 0
+        self._made_afresh = 0
 
-    async def answer(self, method: bytes, path: bytes, query: bytes) -> Answer:
+    def statistics(self) -> LogPagesStatistics:
+        shared = self._shared.statistics()
+        return LogPagesStatistics(
+            self._shared_hits, self._made_afresh, shared.entries, shared.bytes,
+            self.in_flight.statistics(),
+        )
+
+    async def answer(
+        self, method: bytes, path: bytes, query: bytes, *, client: bytes | None = None,
+        keep_alive: bool = False,
+    ) -> Answer:
+        """The answer to a request of the client prefix ``client`` (None:
+        unlimited) whose response is to say ``keep_alive``: a 200 carries
+        its response made (``Answer.prepared``) and the ``release`` of the
+        bytes it holds, which the caller must call once it is sent.
+
+        Error handling: ``ProtocolError`` with its status (``RateLimited``
+        429 and ``Overloaded`` 503 with their ``retry_after_s``)."""
+        if self._abuse is not None:
+            self._abuse.admit_query(client, self._clock())
         if method != b"GET":
             raise ProtocolError("method not allowed", status=405)
         rest = path[len(LOG_PREFIX):].decode("ascii", "replace")
         try:
             if rest == "checkpoint":
-                return await self._checkpoint()
+                return await self._checkpoint(client, keep_alive)
             if rest == "proof/consistency":
-                return await self._consistency(query)
+                return await self._consistency(query, client, keep_alive)
             if rest.startswith("tile/"):
-                return await self._tile(rest)
+                return await self._tile(rest, client, keep_alive)
         except StoreError:
             raise ProtocolError("the log cannot be read now", status=503) from None
         raise ProtocolError("not found", status=404)
 
-    async def _checkpoint(self) -> Answer:
+    def _held(self, client: bytes | None, response: bytes, content_type: bytes) -> Answer:
+        """The 200 answer of ``response``, held for ``client`` until sent."""
+        release = self.in_flight.hold(client, response)
+        return Answer(200, b"", content_type, prepared=response, release=release)
+
+    def _make(
+        self, client: bytes | None, keep_alive: bool, body: bytes, content_type: bytes,
+        headers: tuple[tuple[bytes, bytes], ...],
+    ) -> Answer:
+        """A 200 answer made for this request, checked before it is made."""
+        self.in_flight.check(client, len(body) + HEAD_BYTES)
+        self._made_afresh += 1
+        response = http.response(
+            200, body, content_type=content_type, keep_alive=keep_alive, extra_headers=headers
+        )
+        return self._held(client, response, content_type)
+
+    async def _checkpoint(self, client: bytes | None, keep_alive: bool) -> Answer:
         head = await self._log.read_head()
         if head is None:
             raise ProtocolError("the log is empty", status=404)
         note = head.checkpoint
         if self._witnesses is not None:
             note = self._witnesses.cosigned(note)
-        return Answer(200, note.encode("utf-8"), TEXT, FRESH)
+        return self._make(client, keep_alive, note.encode("utf-8"), TEXT, FRESH)
 
-    async def _tile(self, path: str) -> Answer:
+    async def _tile(self, path: str, client: bytes | None, keep_alive: bool) -> Answer:
         try:
             level, index, width = tlog.parse_tile_path(path)
         except tlog.TileError:
             raise ProtocolError("not found", status=404) from None
+        full = width == tlog.TILE_WIDTH
+        key = (level, index, keep_alive)
+        if full:
+            shared = self._shared.get(key)
+            if shared is not None:  # it exists, and never changes: no read
+                self._shared_hits += 1
+                return self._held(client, shared, OCTETS)
         head = await self._log.read_head()
         size = head.size if head is not None else 0
-        headers = IMMUTABLE if width == tlog.TILE_WIDTH else FRESH
+        headers = IMMUTABLE if full else FRESH
         if level is None:
             first = index * tlog.TILE_WIDTH
             if first + width > size:
                 raise ProtocolError("not found", status=404)
-            entries = await self._log.read_entries(first, first + width)
-            return Answer(200, tlog.encode_entry_bundle(entries), OCTETS, headers)
-        full, partial = tlog.tile_count(size, level)
-        if index > full or (index == full and width > partial):
-            raise ProtocolError("not found", status=404)
-        hashes = await self._log.read_tile(level, index)
-        if hashes is None or len(hashes) < width * tlog.HASH_SIZE:
-            raise ProtocolError("not found", status=404)
-        return Answer(200, hashes[: width * tlog.HASH_SIZE], OCTETS, headers)
+            self.in_flight.check(client, HEAD_BYTES)  # no room at all: before reading
+            body = tlog.encode_entry_bundle(await self._log.read_entries(first, first + width))
+        else:
+            full_tiles, partial = tlog.tile_count(size, level)
+            if index > full_tiles or (index == full_tiles and width > partial):
+                raise ProtocolError("not found", status=404)
+            self.in_flight.check(client, width * tlog.HASH_SIZE + HEAD_BYTES)
+            hashes = await self._log.read_tile(level, index)
+            if hashes is None or len(hashes) < width * tlog.HASH_SIZE:
+                raise ProtocolError("not found", status=404)
+            body = hashes[: width * tlog.HASH_SIZE]
+        if not full:
+            return self._make(client, keep_alive, body, OCTETS, headers)
+        shared = self._shared.peek(key)  # made meanwhile by another request?
+        if shared is None:
+            self.in_flight.check(client, len(body) + HEAD_BYTES)
+            self._made_afresh += 1
+            shared = http.response(
+                200, body, content_type=OCTETS, keep_alive=keep_alive, extra_headers=headers
+            )
+            self._shared.put(key, shared, len(shared))
+        return self._held(client, shared, OCTETS)
 
-    async def _consistency(self, query: bytes) -> Answer:
+    async def _consistency(self, query: bytes, client: bytes | None, keep_alive: bool) -> Answer:
         if len(query) > MAX_QUERY_BYTES:
             raise ProtocolError("query too long", status=414)
         sizes = _sizes(query)
@@ -118,7 +250,7 @@ class LogPages:
             raise ProtocolError("the log is not that large", status=404)
         proof = await self._log.read_consistency_proof(old_size, new_size)
         body = b"".join(base64.b64encode(node) + b"\n" for node in proof)
-        return Answer(200, body, TEXT, IMMUTABLE)
+        return self._make(client, keep_alive, body, TEXT, IMMUTABLE)
 
 
 def _sizes(query: bytes) -> tuple[int, int] | None:

@@ -84,6 +84,7 @@ from notary.model.dane import DaneOutcome
 from notary.outbound.logappender import LogAppender
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
+from notary.server.logapi import LogPages
 from notary.server.relay import RelayHandler
 from notary.server.websocket import WebSocketCounts
 from notary.service.abuse import AbuseControls
@@ -308,7 +309,8 @@ def _bloom(read: Callable[[BloomStatistics], float]) -> Read:
 #: Every metric, in the order of the exposition. Sources: ``queries`` (the
 #: query service, handlers and WebSocket), ``cache``, ``stored``, ``prober``,
 #: ``storage``, ``signers``, ``listeners``, ``relay``, ``websocket``,
-#: ``abuse``, ``scheduler``, ``dane``, ``log`` (the last six absent when not served),
+#: ``abuse``, ``scheduler``, ``dane``, ``log``, ``log_pages`` (the last seven absent
+#: when not served),
 #: ``uptime``, ``start`` (set once) and ``timings`` (histograms).
 METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_queries", "queries", _same, "Queries answered, by protocol and HTTP status "
@@ -356,6 +358,19 @@ METRICS: tuple[MetricSpec, ...] = (
            "Entries in the log, as its newest checkpoint says."),
     _gauge("notary_log_pending", "livesum", "log", "pending",
            "Signed statements waiting to be appended to the log."),
+    _counter("notary_log_pages", "log_pages", lambda p: {"shared": p.shared_hits, "made": p.made},
+             "Log pages (/v2/log/) answered, by whether their response was shared (a full tile "
+             "made before) or made for the request.", ("response",), ("shared", "made")),
+    _gauge("notary_log_pages_shared_bytes", "livesum", "log_pages", "shared_bytes",
+           "Bytes of the shared responses of full log tiles kept."),
+    _gauge("notary_log_pages_held_bytes", "livesum", "log_pages", "in_flight.held_bytes",
+           "Bytes of log page responses not yet sent (each shared response once)."),
+    _gauge("notary_log_pages_held_responses", "livesum", "log_pages", "in_flight.held_responses",
+           "Log page responses not yet sent."),
+    _counter("notary_log_pages_refused", "log_pages", lambda p: {
+        "client": p.in_flight.refused_client, "process": p.in_flight.refused_process,
+    }, "Log page requests refused for the bytes held for slow readers, by scope (client: "
+       "429; process: 503).", ("scope",), ("client", "process")),
     _counter("notary_probes_coalesced", "records", "coalesced", "Probe requests that joined a "
              "probe already running for their target."),
     _gauge("notary_probes_in_flight", "livesum", "prober", "in_flight",
@@ -491,6 +506,7 @@ class NotaryMetrics:
         scheduler: RescanScheduler | None = None,
         dane: DaneChecker | None = None,
         log: LogAppender | None = None,
+        log_pages: LogPages | None = None,
         websocket: WebSocketCounts | None = None,
         signers: Mapping[str, Signer] | None = None,
         abuse: AbuseControls | None = None,
@@ -505,7 +521,7 @@ class NotaryMetrics:
             "cache": cache, "stored": stored, "prober": prober, "records": records,
             "storage": storage,
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
-            "dane": dane, "log": log,
+            "dane": dane, "log": log, "log_pages": log_pages,
         }
         self._signers = dict(signers or {})
         self._listeners = dict(listeners or {})
