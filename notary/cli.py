@@ -852,12 +852,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # per worker.
         # Likewise each enforces its share of the per-client rates.
         rescan = config.rescan
-        config = replace(config, limits=config.limits.shared_by(workers), rescan=replace(
-            rescan,
-            probes_per_s=rescan.probes_per_s / workers,
-            per_prefix_per_s=rescan.per_prefix_per_s / workers,
-            max_in_flight=math.ceil(rescan.max_in_flight / workers),
-        ))
+        config = replace(
+            config, limits=config.limits.shared_by(workers), log=config.log.shared_by(workers),
+            rescan=replace(
+                rescan,
+                probes_per_s=rescan.probes_per_s / workers,
+                per_prefix_per_s=rescan.per_prefix_per_s / workers,
+                max_in_flight=math.ceil(rescan.max_in_flight / workers),
+            ),
+        )
     if index is None and workers > 1:
         check_config(config)  # once here, rather than a failed start per worker
         from notary.server.app import check_resolvers_at_start

@@ -202,6 +202,13 @@ class LimitsConfig:
     #: /48; bucket of ``destination_probe_burst``); beyond: as a failed probe.
     probes_per_s_per_destination_prefix: float = 10.0
     destination_probe_burst: int = 50
+    #: Bytes of log entries (README "What the notary keeps") the statements
+    #: a client prefix's queries make the notary sign may add per second
+    #: (bucket of ``log_burst_bytes``; a statement is charged when signed,
+    #: into debt); a client in debt gets 429 for a query that would start a
+    #: probe, and no new statement signed for it meanwhile.
+    log_bytes_per_s_per_prefix: float = 1024.0
+    log_burst_bytes: int = 256 * 1024
     #: Entries each rate table (client prefixes, targets, target prefixes)
     #: holds at most (about 160 bytes each; README "Security model").
     max_tracked: int = 16384
@@ -227,6 +234,8 @@ class LimitsConfig:
             probes_per_minute_per_target=self.probes_per_minute_per_target / workers,  # type: ignore[arg-type]
             probes_per_s_per_destination_prefix=self.probes_per_s_per_destination_prefix / workers,
             destination_probe_burst=burst(self.destination_probe_burst),
+            log_bytes_per_s_per_prefix=self.log_bytes_per_s_per_prefix / workers,
+            log_burst_bytes=burst(self.log_burst_bytes),
         )
 
 
@@ -413,6 +422,20 @@ class LogConfig:
     witness_timeout_s: float = 5.0
     #: A witness that failed is asked again after at most this long.
     witness_retry_s: float = 60.0
+    #: A target's v2 statement is signed again (so logged) for a change of
+    #: its observations at most this many times an hour, and as many at
+    #: once (a token bucket per target); first statements and renewals are
+    #: not counted (README "What the notary keeps"). 0: no such limit.
+    statements_per_target_per_hour: float = 12.0
+
+    def shared_by(self, workers: int) -> LogConfig:
+        """One worker's share of ``statements_per_target_per_hour`` when
+        ``workers`` processes serve (each signs its own statements)."""
+        if workers <= 1 or not self.statements_per_target_per_hour:
+            return self
+        return replace(
+            self, statements_per_target_per_hour=self.statements_per_target_per_hour / workers
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -749,7 +772,7 @@ _POSITIVE = {
     "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
     "limits": (
         "max_connections_per_address", "max_connections_per_prefix", "query_burst",
-        "probe_burst", "destination_probe_burst", "max_tracked",
+        "probe_burst", "destination_probe_burst", "log_burst_bytes", "max_tracked",
     ),
     "cache": ("max_entries", "max_bytes", "bloom_expected_items"),
     "store": (
@@ -813,6 +836,8 @@ def _validate_log(config: Config) -> None:
         raise ConfigError(
             "[log] origin must name the log: 1-200 printable ASCII characters, no space or '+'"
         )
+    if log.statements_per_target_per_hour < 0:
+        raise ConfigError("[log] statements_per_target_per_hour must be 0 (off) or more")
     if log.max_merge_delay_s < 2 * log.checkpoint_interval_s:
         raise ConfigError(
             "[log] max_merge_delay_s must be at least twice checkpoint_interval_s"
@@ -913,7 +938,7 @@ def _validate_limits(config: Config) -> None:
     limits = config.limits
     for key in (
         "queries_per_s_per_prefix", "probes_per_s_per_prefix", "probes_per_minute_per_target",
-        "probes_per_s_per_destination_prefix",
+        "probes_per_s_per_destination_prefix", "log_bytes_per_s_per_prefix",
     ):
         if getattr(limits, key) < 0:
             raise ConfigError(f"[limits] {key} must be 0 (off) or more")

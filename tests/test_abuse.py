@@ -134,6 +134,8 @@ def test_limit_defaults(tmp_path: Path) -> None:
          "max_connections_per_prefix must be at least"),
         ("limits", {"exempt_clients": ["nope"]}, "exempt_clients"),
         ("limits", {"max_tracked": 0}, "max_tracked"),
+        ("limits", {"log_bytes_per_s_per_prefix": -1}, "log_bytes_per_s_per_prefix must be 0"),
+        ("limits", {"log_burst_bytes": 0}, "log_burst_bytes must be greater than 0"),
         ("limits", {"unknown": 1}, "unknown key"),
         ("http", {"max_requests_per_connection": 0}, "max_requests_per_connection"),
     ],
@@ -240,10 +242,12 @@ def test_the_destination_budget_is_keyed_by_the_resolved_address_prefix() -> Non
 def test_limits_off() -> None:
     controls = AbuseControls(LimitsConfig(
         queries_per_s_per_prefix=0, probes_per_s_per_prefix=0, probes_per_minute_per_target=0,
-        probes_per_s_per_destination_prefix=0,
+        probes_per_s_per_destination_prefix=0, log_bytes_per_s_per_prefix=0,
     ))
     for _ in range(1000):
         controls.admit_query(b"\x01\x02\x03", 0.0, 100)
+        controls.charge_log(b"\x01\x02\x03", 0.0, 60_000)
+        assert controls.log_wait_s(b"\x01\x02\x03", 0.0) == 0.0
         controls.admit_probe(b"\x01\x02\x03", "a:443", 0.0)
         controls.admit_destination("192.0.2.1", 0.0)
     assert controls.statistics().tracked == {}

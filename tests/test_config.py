@@ -15,6 +15,7 @@ from notary.config import (
     Endpoint,
     HttpConfig,
     LimitsConfig,
+    LogConfig,
     ProbeConfig,
     RelayConfig,
     ServerConfig,
@@ -611,8 +612,14 @@ def test_each_worker_enforces_its_share_of_the_per_client_rates() -> None:
     assert share.probes_per_minute_per_target == 1.0
     assert (share.probes_per_s_per_destination_prefix, share.destination_probe_burst) == (2.5, 13)
     assert share.max_connections_per_address == 64  # a connection lives on one worker
+    assert (share.log_bytes_per_s_per_prefix, share.log_burst_bytes) == (256.0, 65536)
     off = LimitsConfig(queries_per_s_per_prefix=0).shared_by(4)
     assert off.queries_per_s_per_prefix == 0  # a rule that is off stays off
+    log = LogConfig(statements_per_target_per_hour=12.0)
+    assert log.shared_by(1) is log and log.shared_by(4).statements_per_target_per_hour == 3.0
+    assert LogConfig(statements_per_target_per_hour=0).shared_by(4) == LogConfig(
+        statements_per_target_per_hour=0
+    )
 
 
 def test_verification_is_by_perspective_unless_configured(tmp_path: Path) -> None:

@@ -583,3 +583,170 @@ async def test_log_pages_cost_a_query_token_each(tmp_path: Path) -> None:
         assert (await get(notary, "/v2/log/nothing"))[0] == 429
         abuse = notary.running.abuse
         assert abuse is not None and abuse.statistics().queries_refused == 2
+
+
+# -- how much the log grows per target and per client (issue 30, item 5) -------------------
+
+
+async def ask(
+    notary: NotaryUnderTest, target: tuple[str, int], sha256: bytes | None = None,
+) -> tuple[str, v2.ParsedStatement | None]:
+    """One v2 query: the verdict and the statement it came with."""
+    entry: dict[str, object] = {"host": target[0], "port": target[1]}
+    if sha256 is not None:
+        entry["sha256"] = sha256.hex()
+    body = json.dumps({"targets": [entry]}).encode()
+    answer = await send_raw(notary.port, (
+        f"POST /v2/query HTTP/1.0\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body)
+    assert answer.status == 200, answer.body
+    parsed = v2.parse_answer_document(answer.body)
+    (result,) = parsed.results
+    statement = next(
+        (s for s in parsed.statements if s.signature == result.statement_signature), None
+    )
+    return result.verdict, statement
+
+
+async def logged_entries_of(notary: NotaryUnderTest, target: str) -> list[dict]:
+    """The statements of ``target`` in the notary's log, once it has
+    sequenced every statement signed so far."""
+    log = notary.running.log
+    assert log is not None
+    with trio.fail_after(10):
+        while log.pending:  # noqa: ASYNC110 (a counter)
+            await trio.sleep(0.05)
+        while log.statistics().appended < notary.running.records.statistics().statements_signed:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    size = log.head.size if log.head is not None else 0
+    statements = [json.loads(entry)["statement"] for entry in await all_entries(notary, size)]
+    return [s for s in statements if s["target"] == target]
+
+
+def sha256_of(der: bytes) -> bytes:
+    return hashlib.sha256(der).digest()
+
+
+async def test_a_target_with_a_new_certificate_at_each_probe_is_logged_within_its_budget(
+    tmp_path: Path,
+) -> None:
+    """A target that serves a new certificate at every handshake, probed
+    again and again: its statement is signed (so logged) for the first
+    probe and as its budget allows, not per probe; over budget the
+    statement signed last is served and a match it does not back is
+    ``unknown``; a renewal is signed over budget."""
+    log = {**LOG, "statements_per_target_per_hour": 0.01}  # one token, then one per 100 h
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=log
+    ) as notary:
+        target = (SITE, site.port)
+        key = f"{SITE}:{site.port}"
+        verdicts = []
+        for _ in range(8):
+            leaf = site.replace_certificate(SITE)
+            notary.clock.advance(16)  # past the target's probe spacing
+            verdict, statement = await ask(notary, target, sha256_of(leaf))
+            assert statement is not None
+            verdicts.append((verdict, sha256_of(leaf) in {o.sha256 for o in statement.observations}))
+        assert site.accepted >= 8  # probed each time
+        # The first statement, one change within the budget, then the one
+        # signed last: its certificates are not the new one (unknown, never
+        # a mismatch the notary knows is wrong).
+        assert verdicts == [("match", True), ("match", True)] + [("unknown", False)] * 6
+        assert len(await logged_entries_of(notary, key)) == 2
+        records = notary.running.records.statistics()
+        assert records.deferred_target == 6
+        # The renewal is signed over budget, for what the notary knows now.
+        last = sha256_of(site.leaf_der(SITE))
+        notary.clock.advance(86400 - 3600)  # the statement kept was signed 96 s ago
+        verdict, statement = await ask(notary, target, last)
+        assert verdict == "match" and statement is not None
+        assert statement.observations[0].sha256 == last
+        assert len(await logged_entries_of(notary, key)) == 3
+        # Metrics: the bytes appended, the changes deferred.
+        metrics = notary.running.metrics
+        assert metrics is not None
+        text = (await metrics.render()).decode()
+        entries = await logged_entries_of(notary, key)
+        assert value(text, "notary_log_appended_bytes_total") >= sum(
+            len(json.dumps(e)) for e in entries
+        )
+        assert value(text, "notary_log_statements_deferred_total", budget="target") == 6
+
+
+async def test_a_stable_target_probed_often_is_logged_once_per_lag(tmp_path: Path) -> None:
+    """Probes of a target that serves the same certificate only move its
+    last sighting: the statement stands (the same verdicts a new one would
+    give) until the sighting it leaves out is a quarter of fresh_for_s
+    old; a match is never turned into anything else."""
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        target = (SITE, site.port)
+        key = f"{SITE}:{site.port}"
+        good = sha256_of(site.leaf_der(SITE))
+        first = None
+        for _ in range(10):
+            notary.clock.advance(16)
+            # An unknown hash makes the notary probe (invariant 9) ...
+            verdict, statement = await ask(notary, target, hashlib.sha256(b"other").digest())
+            assert verdict == "mismatch" and statement is not None
+            first = first or statement
+            assert statement.signature == first.signature  # ... and sign nothing new
+            assert (await ask(notary, target, good))[0] == "match"
+        assert site.accepted >= 10
+        assert len(await logged_entries_of(notary, key)) == 1
+        # A quarter of a day later (fresh_for_s 86400) a probe signs again.
+        notary.clock.advance(86400 // 4)
+        verdict, statement = await ask(notary, target, hashlib.sha256(b"other").digest())
+        assert verdict == "mismatch" and statement is not None
+        assert statement.signature != first.signature
+        assert (await ask(notary, target, good))[0] == "match"
+        assert len(await logged_entries_of(notary, key)) == 2
+
+
+async def test_a_client_over_its_log_budget_gets_429_for_probes_and_hits_still_answer(
+    tmp_path: Path,
+) -> None:
+    names = {n: ["127.0.0.1"] for n in ("a.example.test", "b.example.test", "c.example.test")}
+    limits = {"exempt_clients": (), "log_bytes_per_s_per_prefix": 1.0, "log_burst_bytes": 300}
+    async with open_tls_target(names=list(names)) as site, open_v2_notary(
+        tmp_path, names, log=LOG, limits=limits
+    ) as notary:
+        a, b, c = ((name, site.port) for name in names)
+        # A Convergence query probes c: no statement signed (nothing charged).
+        assert (await get(notary, f"/target/c.example.test+{site.port}"))[0] == 200
+        # A v2 query probes a and signs its first statement: ~700 bytes charged.
+        verdict, statement = await ask(notary, a, sha256_of(site.leaf_der("a.example.test")))
+        assert verdict == "match" and statement is not None
+        # In debt: a query that would start a probe gets 429 with Retry-After ...
+        refused = await send_raw(
+            notary.port, f"GET /target/b.example.test+{site.port} HTTP/1.0\r\n\r\n".encode()
+        )
+        assert refused.status == 429 and int(refused.headers[b"retry-after"]) >= 300
+        assert b"log" in refused.body
+        # ... while what is cached still answers, with the statement kept.
+        assert (await get(notary, f"/target/a.example.test+{site.port}"))[0] == 200
+        again = await ask(notary, a, sha256_of(site.leaf_der("a.example.test")))
+        assert again[0] == "match" and again[1] is not None
+        assert again[1].signature == statement.signature
+        # No new statement is signed for it: c (observed, never signed) is
+        # answered without one, b (never observed) unprobed.
+        assert await ask(notary, c, sha256_of(site.leaf_der("c.example.test"))) == (
+            "unknown", None
+        )
+        assert await ask(notary, b) == ("unknown", None)
+        # Another prefix has its own budget.
+        abuse = notary.running.abuse
+        assert abuse is not None and abuse.log_wait_s(b"\x7f\x00\x01", notary.clock()) == 0
+        stats = abuse.statistics()
+        assert stats.probes_refused_log >= 2 and "log_bytes" in stats.tracked
+        metrics = notary.running.metrics
+        assert metrics is not None
+        text = (await metrics.render()).decode()
+        assert value(text, "notary_limits_probes_refused_total", limit="log") >= 2
+        assert value(text, "notary_log_statements_refused_total") == 1
+        # Time pays the debt back.
+        notary.clock.advance(2000)
+        assert (await get(notary, f"/target/b.example.test+{site.port}"))[0] == 200

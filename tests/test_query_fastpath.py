@@ -184,8 +184,11 @@ def test_a_record_signs_each_protocol_once_on_first_use() -> None:
     assert probed.last_probe is not None and probed.last_probe.chain == ()  # no chain kept
     assert record.perspectives_body == record.perspectives_body
     assert signed == ["convergence", "v2", "perspectives"]
-    renewed = record.with_new_v2_statement()
-    assert renewed.v2_statement is not statement and record.v2_statement is statement
+    assert statement is not None
+    due = statement.valid_until - V2Config().renew_before_s
+    renewed, _ = record.v2_statement_at(due)  # a renewal, signed in place
+    assert renewed is not statement and record.v2_statement is renewed
+    assert probed.v2_statement is statement  # the copy keeps its own
     assert signed[-1] == "v2" and len(signed) == 4
 
 

@@ -354,3 +354,20 @@ def test_bytes_in_flight_never_pass_a_bound_by_more_than_one_response(
         for n, key in enumerate(clients):
             mine = sum(len(objects[w]) for c, w, _ in holding if c == n)
             assert held.held_by(key) == mine <= 400 + 300
+
+
+def test_a_charge_goes_into_debt_within_max_debt() -> None:
+    buckets = TokenBuckets(100.0, 1000, max_entries=8, max_debt=5000)
+    buckets.charge(KEY, 0.0, 800)  # within the burst: 200 tokens left
+    assert buckets.wait_s(KEY, 0.0) == 0.0
+    buckets.charge(KEY, 0.0, 3000)  # 2,800 in debt: 28 s until one token again
+    assert buckets.wait_s(KEY, 0.0) == pytest.approx(28.01)
+    assert buckets.take(KEY, 10.0) == pytest.approx(18.01)  # refused, not reset (rule 4)
+    # At most a burst (rule 4) and max_debt more in debt: the rest is forgiven.
+    buckets.charge(KEY, 0.0, 10**9)
+    assert buckets.wait_s(KEY, 0.0) == pytest.approx(60.01)
+    assert buckets.wait_s(KEY, 60.01) == 0.0 and buckets.take(KEY, 60.02) == 0.0
+    # Without max_debt, a charge still never looks like a clock gone back.
+    plain = TokenBuckets(100.0, 1000, max_entries=8)
+    plain.charge(KEY, 0.0, 10**9)
+    assert plain.wait_s(KEY, 0.0) == pytest.approx(10.01)

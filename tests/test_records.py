@@ -21,10 +21,12 @@ from notary.model.policy import AddressPolicy
 from notary.model.targets import Target
 from notary.outbound.probe import Prober, open_prober
 from notary.outbound.writer import open_storage
+from notary.protocol import v2
 from notary.service.records import Records, RecordSigner
 from notary.service.stored_targets import StoredTargets
 from notary.state import crypto
 from notary.state.cache import LRUCache
+from notary.state.feed import Change
 from tests.support.observations import store_section
 from tests.support.tls_targets import (
     LOCALHOST,
@@ -47,10 +49,11 @@ def convergence_key():  # one RSA key for the module: making one is slow
 
 @asynccontextmanager
 async def records_and_prober(
-    tmp_path: Path, **prober_settings: object
+    tmp_path: Path, signer: RecordSigner | None = None, **prober_settings: object
 ) -> AsyncIterator[tuple[Records, Prober]]:
     """Records over a real store in ``tmp_path`` and a prober allowed to
-    reach loopback only, knowing NAME_A and NAME_B."""
+    reach loopback only, knowing NAME_A and NAME_B (``signer``: the
+    records', by default one of Convergence answers only)."""
     settings: dict = {
         "policy": AddressPolicy.from_cidrs(["127.0.0.0/8"]),
         "timeout_s": 10.0,
@@ -59,7 +62,7 @@ async def records_and_prober(
         "clock": lambda: NOW,
     }
     settings.update(prober_settings)
-    signer = RecordSigner(
+    signer = signer or RecordSigner(
         crypto.ConvergenceSigner(convergence_key()), None, None, V2Config(), lambda: NOW
     )
     async with (
@@ -307,3 +310,61 @@ async def test_records_refresh_nothing_before_they_are_entered(tmp_path: Path) -
         with pytest.raises(RuntimeError, match="before it was entered"):
             await unopened.refresh(Target(NAME_A, 443))
     assert p.statistics().started == 0
+
+
+class ListLog:
+    """A statement log that keeps the entries it is given."""
+
+    origin = "notary.test/v2/log"
+
+    def __init__(self) -> None:
+        self.entries: list[bytes] = []
+
+    def promise(self, signed_at: int) -> dict[str, object]:
+        return v2.log_promise(self.origin, signed_at=signed_at, max_merge_delay_s=60)
+
+    def submit(self, signed: v2.SignedStatement) -> None:
+        self.entries.append(signed.entry)
+
+
+async def test_another_workers_change_keeps_the_statement_for_the_record_loaded_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change another worker committed drops the cached record; with a
+    log, its statement is kept aside (bounded) and served by the record
+    loaded again while it stands, rather than a new one logged per worker
+    and change."""
+    from notary.service import records as records_module
+
+    monkeypatch.setattr(records_module, "MAX_CARRIED_STATEMENTS", 1)
+    log = ListLog()
+    signer = RecordSigner(
+        crypto.ConvergenceSigner(convergence_key()), None,
+        crypto.Ed25519Signer(crypto.generate_ed25519_key()), V2Config(), lambda: NOW, log=log,
+    )
+    async with (
+        open_tls_target([NAME_A, NAME_B]) as server,
+        records_and_prober(tmp_path, signer) as (records, _p),
+    ):
+        a, b = server.target(NAME_A), server.target(NAME_B)
+        record_a, record_b = await records.refresh(a), await records.refresh(b)
+        statement = record_a.v2_statement
+        assert statement is not None and record_b.v2_statement is not None
+        assert len(log.entries) == 2
+        storage = records._storage
+        with trio.fail_after(5):
+            while storage.statistics().committed < 2:  # noqa: ASYNC110 (a counter)
+                await trio.sleep(0.01)
+        for target, record in ((b, record_b), (a, record_a)):
+            assert record.latest_sha256 is not None
+            await records.apply_change(Change(1, target, record.latest_sha256, False, "worker 2"))
+            assert records._cache.peek(target.key) is None
+        assert records.statistics().carried == 1  # the bound: b's was dropped for a's
+        loaded = await records.lookup(a)
+        assert loaded is not None and loaded is not record_a
+        assert loaded.v2_statement is statement and loaded.stands(int(NOW))
+        assert records.statistics().carried == 0
+        assert len(log.entries) == 2
+        reloaded_b = await records.lookup(b)
+        assert reloaded_b is not None and reloaded_b.v2_statement is not None
+        assert len(log.entries) == 3  # nothing kept for b: its first statement again

@@ -30,7 +30,10 @@ Rules this module keeps:
 4. **A clock that goes back** (wall-clock steps) leaves buckets that seem to
    be full only in the future; a bucket more than ``burst`` tokens in debt
    (full again more than two bursts' worth of seconds ahead: impossible
-   otherwise) is treated as full.
+   otherwise) is treated as full. A table made with ``max_debt`` lets
+   :meth:`TokenBuckets.charge` put a bucket that many tokens more in debt
+   (what is charged beyond is forgiven), and takes only a bucket deeper
+   than that for a clock that went back.
 5. **Client keys**: a client is limited by the prefix of its address: the /24
    of an IPv4 address, the /56 of an IPv6 address (what one subscriber
    usually gets); an IPv4-mapped IPv6 address (``::ffff:a.b.c.d``, from a
@@ -141,16 +144,22 @@ class TokenBuckets:
     positive. ``take`` never raises.
     """
 
-    __slots__ = ("_burst", "_due", "_interval_s", "_max_entries", "_origin", "_window_s",
-                 "evicted", "refused", "sweeps")
+    __slots__ = ("_burst", "_due", "_horizon_s", "_interval_s", "_max_entries", "_origin",
+                 "_window_s", "evicted", "refused", "sweeps")
 
-    def __init__(self, rate_per_s: float, burst: float, *, max_entries: int) -> None:
-        if not rate_per_s > 0 or not burst >= 1 or max_entries < 1:
-            raise ValueError("rate_per_s must be > 0, burst >= 1, max_entries >= 1")
+    def __init__(
+        self, rate_per_s: float, burst: float, *, max_entries: int, max_debt: float = 0.0
+    ) -> None:
+        if not rate_per_s > 0 or not burst >= 1 or max_entries < 1 or max_debt < 0:
+            raise ValueError("rate_per_s must be > 0, burst >= 1, max_entries >= 1, "
+                             "max_debt >= 0")
         #: Seconds per token, and the seconds a full burst is worth.
         self._interval_s = 1.0 / rate_per_s
         self._burst = float(burst)
         self._window_s = burst / rate_per_s
+        #: How far ahead a bucket may be full again (rule 4): two bursts'
+        #: worth of seconds, and ``max_debt`` tokens' more.
+        self._horizon_s = 2 * self._window_s + max_debt / rate_per_s
         self._max_entries = max_entries
         #: key -> when its bucket is full again (GCRA's "theoretical arrival
         #: time"), in seconds after ``_origin`` (see ``WAIT_EPSILON_S``); a
@@ -202,7 +211,7 @@ class TokenBuckets:
         return 0.0
 
     def _refuse(self, key: Hashable, due: float, now: float, cost: float, wait: float) -> float:
-        if due - now > 2 * self._window_s:  # rule 4: the clock went back
+        if due - now > self._horizon_s:  # rule 4: the clock went back
             del self._due[key]
             return self._take(key, now, cost)
         self.refused += 1
@@ -215,11 +224,25 @@ class TokenBuckets:
         if due is not None:
             self._due[key] = due - self._interval_s * (cost if cost < self._burst else self._burst)
 
+    def charge(self, key: Hashable, now: float, cost: float) -> None:
+        """Charge ``cost`` tokens (any amount) for ``key`` at ``now`` into
+        debt if need be, never deeper than ``max_debt`` tokens (rule 4):
+        what something already done cost, paid for by later admissions."""
+        now = self._local(now)
+        due = self._due.get(key)
+        if due is None:
+            if len(self._due) >= self._max_entries:
+                self._sweep(now)
+            due = now
+        elif due < now or due - now > self._horizon_s:  # full, or rule 4
+            due = now
+        self._due[key] = min(due + self._interval_s * cost, now + self._horizon_s)
+
     def wait_s(self, key: Hashable, now: float, cost: float = 1.0) -> float:
         """What ``take`` would return now, charging nothing either way."""
         now = self._local(now)
         due = self._due.get(key, now)
-        start = due if now < due <= now + 2 * self._window_s else now  # full, or rule 4
+        start = due if now < due <= now + self._horizon_s else now  # full, or rule 4
         end = start + self._interval_s * (cost if cost < self._burst else self._burst)
         wait = end - now - self._window_s
         return wait if wait > WAIT_EPSILON_S else 0.0

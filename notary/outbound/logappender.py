@@ -58,10 +58,11 @@ class LogBacklogged(ProtocolError):
 @dataclass(slots=True)
 class LogStatistics:
     """What the metrics read (``notary_log_*``): statements appended by
-    this worker, its batches and failed batches, the log's size as it last
-    knew it, statements waiting now."""
+    this worker and the bytes of their entries, its batches and failed
+    batches, the log's size as it last knew it, statements waiting now."""
 
     appended: int = 0
+    appended_bytes: int = 0
     batches: int = 0
     failed_batches: int = 0
     size: int = 0
@@ -227,5 +228,6 @@ class LogAppender:
             self.head = appended.head
             statistics = self._counts
             statistics.appended += len(batch)
+            statistics.appended_bytes += sum(len(signed.entry) for signed in batch)
             statistics.batches += 1
             statistics.size = appended.head.size

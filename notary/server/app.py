@@ -679,7 +679,9 @@ def build_components(
         signers=signers,
         record_signer=RecordSigner(
             signer, perspectives_signer, v2_signer, config.v2, clock, config.verify.backends,
-            log=statement_log,
+            log=statement_log, fresh_for_s=config.answers.fresh_for_s,
+            statements_per_target_per_hour=config.log.statements_per_target_per_hour,
+            max_tracked=config.limits.max_tracked,
         ),
         v2_signer=v2_signer, v2_key_document=v2_key_document,
         bundle_path=bundle_path, bundle_bytes=bundle_bytes,

@@ -350,6 +350,16 @@ METRICS: tuple[MetricSpec, ...] = (
              "beside a probe), by outcome.", ("outcome",), tuple(o.value for o in DaneOutcome)),
     _counter("notary_log_appended", "log", "appended", "Statements this worker appended to the "
              "notary's transparency log."),
+    _counter("notary_log_appended_bytes", "log", "appended_bytes", "Bytes of the entries this "
+             "worker appended to the log (kept for good: README \"What the notary keeps\")."),
+    _counter("notary_log_statements_deferred", "records", lambda r: {
+        "target": r.deferred_target, "client": r.deferred_client,
+    }, "Changes of a target's v2 statement not signed (so not logged) when asked for, the "
+       "statement signed before served instead, by the budget that was spent: the target's "
+       "([log] statements_per_target_per_hour) or the asking client's "
+       "([limits] log_bytes_per_s_per_prefix).", ("budget",), ("target", "client")),
+    _counter("notary_log_statements_refused", "records", "refused_client", "First v2 statements "
+             "of a target not signed for a client over its log budget (answered without one)."),
     _counter("notary_log_batches", "log", "batches",
              "Batches appended to the log (each with its signed checkpoint)."),
     _counter("notary_log_failed_batches", "log", "failed_batches",
@@ -432,10 +442,10 @@ METRICS: tuple[MetricSpec, ...] = (
              "429: the client prefix over queries_per_s_per_prefix."),
     _counter("notary_limits_probes_refused", "abuse", lambda a: {
         "client": a.probes_refused_client, "target": a.probes_refused_target,
-        "destination": a.probes_refused_destination,
-    }, "On-demand probes refused, by the limit that refused them (client: 429; target, "
-       "destination: answered as a failed probe).", ("limit",),
-       ("client", "target", "destination")),
+        "destination": a.probes_refused_destination, "log": a.probes_refused_log,
+    }, "On-demand probes refused, by the limit that refused them (client, log: 429, the "
+       "client's probe or log budget; target, destination: answered as a failed probe).",
+       ("limit",), ("client", "target", "destination", "log")),
     _gauge("notary_limits_tracked_entries", "livesum", "abuse", "tracked", "Entries in each rate "
            "table (each at most [limits] max_tracked per worker).", ("table",)),
     _gauge("notary_scheduler_targets", "livemax", "scheduler", "targets_known",

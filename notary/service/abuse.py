@@ -35,7 +35,17 @@ Rules this module keeps:
    name resolved and the address policy passed, before connecting): keyed
    by the resolved address, so five names of one address share one budget.
    Refused: :class:`ProbeThrottled`, no connection made.
-6. **Bounded**: each rate table holds at most ``max_tracked`` entries
+6. **Log bytes**: the bytes of the log entries of the v2 statements a
+   client prefix's queries make the notary sign are charged to its bucket
+   (``log_bytes_per_s_per_prefix``, ``log_burst_bytes``) after they were
+   signed, into debt (:meth:`AbuseControls.charge_log`; a statement is
+   signed for it only while not in debt, but renewals, so the debt is one
+   entry at most, and the bucket keeps up to a burst and
+   ``MAX_LOG_DEBT_BYTES`` of it: ratelimit rule 4); a client in
+   debt (:meth:`AbuseControls.log_wait_s`) is refused a probe as by rule 4
+   (:class:`~notary.model.ratelimit.RateLimited`, 429), and the query
+   service signs no new statement for it meanwhile.
+7. **Bounded**: each rate table holds at most ``max_tracked`` entries
    (:class:`~notary.model.ratelimit.TokenBuckets` rule 3); the connection tables
    hold one entry per address and prefix with an open connection.
 """
@@ -60,13 +70,18 @@ __all__ = ["AbuseControls", "AbuseStatistics", "ProbeThrottled"]
 
 #: Seconds per minute (``probes_per_minute_per_target``).
 MINUTE_S = 60.0
+#: How far a client's log bucket may go into debt (rule 6): one statement's
+#: entry at most (a log entry holds at most 65,535 bytes), so one charged
+#: while the bucket was not empty is never forgiven.
+MAX_LOG_DEBT_BYTES = 0xFFFF
 
 
 @dataclass(frozen=True, slots=True)
 class AbuseStatistics:
     """A snapshot: connections refused per address and per prefix (HTTP and
     relay together); queries refused; probes refused by client, target and
-    destination; entries in each rate table."""
+    destination; entries in each rate table; probes refused for the
+    client's log budget."""
 
     connections_refused_address: int
     connections_refused_prefix: int
@@ -75,6 +90,7 @@ class AbuseStatistics:
     probes_refused_target: int
     probes_refused_destination: int
     tracked: dict[str, int]
+    probes_refused_log: int = 0
 
 
 def _buckets(rate_per_s: float, burst: float, max_entries: int) -> TokenBuckets | None:
@@ -109,6 +125,14 @@ class AbuseControls:
         self.destination_probes = _buckets(
             limits.probes_per_s_per_destination_prefix, limits.destination_probe_burst, tracked
         )
+        #: Rule 6; None when ``log_bytes_per_s_per_prefix`` is 0.
+        self.log_bytes = (
+            TokenBuckets(
+                limits.log_bytes_per_s_per_prefix, limits.log_burst_bytes, max_entries=tracked,
+                max_debt=MAX_LOG_DEBT_BYTES,
+            ) if limits.log_bytes_per_s_per_prefix > 0 else None
+        )
+        self._refused_log = 0
         self._refused_target = 0
         self._refused_destination = 0
         self._refused_client = 0
@@ -120,6 +144,7 @@ class AbuseControls:
         return cls(LimitsConfig(
             queries_per_s_per_prefix=0, probes_per_s_per_prefix=0,
             probes_per_minute_per_target=0, probes_per_s_per_destination_prefix=0,
+            log_bytes_per_s_per_prefix=0,
         ))
 
     @property
@@ -161,6 +186,12 @@ class AbuseControls:
                 raise RateLimited(
                     "too many probes asked for; retry later", retry_after_s=retry_after_s(wait)
                 )
+        wait = self.log_wait_s(client, now)
+        if wait:
+            self._refused_log += 1
+            raise RateLimited(
+                "too many log entries caused; retry later", retry_after_s=retry_after_s(wait)
+            )
         targets = self.target_probes
         if targets is not None and targets.wait_s(target_key, now):
             self._refused_target += 1
@@ -169,6 +200,21 @@ class AbuseControls:
             targets.take(target_key, now)
         if mine is not None:
             mine.take(client, now)
+
+    def log_wait_s(self, client: bytes | None, now: float) -> float:
+        """Rule 6: 0.0 when the client prefix ``client`` (None: unlimited)
+        may cause a log entry now, else the seconds until it may."""
+        buckets = self.log_bytes
+        if client is None or buckets is None:
+            return 0.0
+        return buckets.wait_s(client, now)
+
+    def charge_log(self, client: bytes | None, now: float, size: int) -> None:
+        """Rule 6: charge ``size`` bytes of log entries to ``client`` (None:
+        unlimited), into debt if need be."""
+        buckets = self.log_bytes
+        if client is not None and buckets is not None and size:
+            buckets.charge(client, now, float(size))
 
     def refund_probe(self, target_key: str) -> None:
         """Give the target back the probe ``admit_probe`` charged it: it was
@@ -194,6 +240,7 @@ class AbuseControls:
         tables = {
             "queries": self.queries, "client_probes": self.client_probes,
             "target_probes": self.target_probes, "destination_probes": self.destination_probes,
+            "log_bytes": self.log_bytes,
         }
         return AbuseStatistics(
             connections_refused_address=(
@@ -207,4 +254,5 @@ class AbuseControls:
             probes_refused_target=self._refused_target,
             probes_refused_destination=self._refused_destination,
             tracked={name: len(table) for name, table in tables.items() if table is not None},
+            probes_refused_log=self._refused_log,
         )

@@ -75,6 +75,17 @@ Invariants
    from observations (404 without), and such a record registers nothing
    (rule 8). Perspectives
    answers, a history without a verdict, are the same under every backend.
+11. A v2 result's statement is the record's (``TargetRecord.v2_statement_at``;
+   with a log, not signed again for every change: ``notary.service.records``).
+   The bytes of the log entry of a statement signed for a limited client's
+   query are charged to its log budget (``AbuseControls.charge_log``); a
+   client over it is refused probes (invariant 6: 429), no change is signed
+   for it (the statement kept is served) and a target with no statement yet
+   is answered without one (``unknown``). A match or mismatch is given only
+   with a statement that backs it (V5): one signed for what the record
+   knows, or differing by sightings within their lag, or whose own
+   observations (its DANE evidence, where DANE decides) give the same
+   verdict; otherwise ``unknown``.
 """
 
 from __future__ import annotations
@@ -104,7 +115,7 @@ from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
 from notary.protocol.convergence import Decision
 from notary.service.abuse import AbuseControls
-from notary.service.records import Records, TargetRecord
+from notary.service.records import Records, StatementRefused, TargetRecord
 from notary.service.scheduler import RescanScheduler
 from notary.state.cache import LRUCache
 from notary.state.crypto import Ed25519Signer
@@ -744,7 +755,7 @@ class QueryService:
         for index, query in enumerate(request.targets):
             # A cache hit that needs no probe is answered here; only the rest
             # get a task (store read, probe) of their own.
-            results[index] = self._v2_result_at_once(query, now)
+            results[index] = self._v2_result_at_once(query, now, client)
             if results[index] is None:
                 waiting.append((index, query))
 
@@ -764,7 +775,9 @@ class QueryService:
         )
         return Answer(200, body, v2.CONTENT_TYPE)
 
-    def _v2_result_at_once(self, query: v2.TargetQuery, now: int) -> v2.QueryResult | None:
+    def _v2_result_at_once(
+        self, query: v2.TargetQuery, now: int, client: bytes | None
+    ) -> v2.QueryResult | None:
         """The query's result when the cache answers it without a probe
         (counted for the scheduler), else None."""
         target = query.target
@@ -789,8 +802,7 @@ class QueryService:
         if record.timeline.observations:  # invariant 8: answered from an observation
             self._storage.note_asked(target, key)
             self._rescans.note_query(target, key)
-        record = self._renewed(record, now)
-        return v2.QueryResult(target, verdict, record.v2_statement)
+        return self._v2_stated_result(query, record, verdict, now, client)
 
     def _v2_dane_verdict(
         self, record: TargetRecord, query: v2.TargetQuery, now: int, *, final: bool = False
@@ -853,7 +865,6 @@ class QueryService:
                     await self.failure_deadline(probed)
         if record is None:
             return v2.QueryResult(target, failure or v2.VERDICT_UNKNOWN)
-        record = self._renewed(record, now)
         if self._dane:
             verdict = self._v2_dane_verdict(record, query, int(self._clock()), final=True)
             assert verdict is not None
@@ -865,19 +876,50 @@ class QueryService:
             )
         if failure is not None and verdict == v2.VERDICT_UNKNOWN:
             verdict = failure
-        return v2.QueryResult(target, verdict, record.v2_statement)
+        return self._v2_stated_result(query, record, verdict, now, client)
 
-    def _renewed(self, record: TargetRecord, now: int) -> TargetRecord:
-        """``record`` with a statement that will not expire soon (re-signed,
-        and cached, when it would)."""
-        signed = record.v2_statement
-        if signed is None or not v2.statement_due(
-            signed, now=now, renew_before_s=self._v2.renew_before_s
+    def _v2_stated_result(
+        self, query: v2.TargetQuery, record: TargetRecord, verdict: str, now: int,
+        client: bytes | None,
+    ) -> v2.QueryResult:
+        """The result of ``verdict`` on ``record``, with the statement to
+        answer with (invariant 11): signed now when the record's signer
+        says so, its log entry charged to the client prefix ``client``; a
+        match or mismatch its statement does not back is ``unknown``; with
+        no statement signed for the client (over its log budget), none."""
+        wait = self._abuse.log_wait_s(client, now)
+        try:
+            statement, cost = record.v2_statement_at(now, may_sign=not wait)
+        except StatementRefused:
+            if verdict == v2.VERDICT_MATCH or verdict == v2.VERDICT_MISMATCH:
+                verdict = v2.VERDICT_UNKNOWN
+            return v2.QueryResult(query.target, verdict)
+        if cost:
+            self._abuse.charge_log(client, now, cost)
+        if (verdict == v2.VERDICT_MATCH or verdict == v2.VERDICT_MISMATCH) and not record.stands(
+            now
         ):
-            return record
-        record = record.with_new_v2_statement()
-        self._cache.put(record.timeline.target.key, record, record.size)
-        return record
+            verdict = self._stated_verdict(query, record, verdict, now)
+        return v2.QueryResult(query.target, verdict, statement)
+
+    def _stated_verdict(
+        self, query: v2.TargetQuery, record: TargetRecord, verdict: str, now: int
+    ) -> str:
+        """``verdict`` (a match or mismatch judged on ``record``) when the
+        statement kept, signed for what the record knew before, backs it
+        (V5): its DANE evidence is alike and DANE decides, or what it says
+        gives the same verdict; else ``unknown``."""
+        stated, _ = record.stated
+        if self._dane:
+            if not record.dane_as_stated():
+                return v2.VERDICT_UNKNOWN
+            if self._dane_decides(record, now):
+                return verdict
+        if stated is None or v2.verdict_of(
+            stated, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+        ) != verdict:
+            return v2.VERDICT_UNKNOWN
+        return verdict
 
     async def record_of(self, target: Target, client: bytes | None = None) -> TargetRecord | None:
         """What is known of ``target`` for the web page: its cached or

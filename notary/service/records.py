@@ -20,6 +20,34 @@ The record it returns says what the probe saw (``last_probe``,
 ``last_probe_changed``): callers tell the rescan scheduler themselves, so
 data goes one way (the scheduler calls ``refresh``, never the reverse).
 
+With a log (README, "The notary's log"; issue 30 item 5), every v2
+statement signed is appended for good, so ``RecordSigner`` signs one again
+only when needed (``RecordSigner.serve_statement``), keeping the one signed
+last, carried from record to record of a target, until then:
+
+1. a target's first statement (none kept), and a renewal (it expires within
+   ``[v2] renew_before_s``), are always signed;
+2. one that differs from the target's observations by sightings only (the
+   same certificates and first sightings, later last sightings and other
+   addresses: ``v2.sightings_deadline``) stands while each sighting it
+   leaves out is more recent than ``SIGHTINGS_LAG_SHARE`` of ``[answers]
+   fresh_for_s``: until then it gives every verdict a new one would, so a
+   stable target probed often costs no entry per probe (a DANE verdict
+   made again with the same outcome, records and judged certificate is a
+   sighting too);
+3. any other change (a new certificate, one dropped, a new DANE outcome)
+   and a sightings change past its lag is signed when the target's budget
+   allows (``[log] statements_per_target_per_hour``, a token bucket per
+   target of that many tokens an hour and as many at most, in a table of
+   ``[limits] max_tracked``), and when the client whose query needs it is
+   not over its log budget (``may_sign``); otherwise the statement signed
+   last is served, and the query service judges verdicts by what it says
+   (V5: ``TargetRecord.stands``, ``TargetRecord.stated``).
+
+Another worker's change drops the cached record (``apply_change``); its
+statement is kept aside (``MAX_CARRIED_STATEMENTS``, ``MAX_CARRIED_BYTES``)
+for the record loaded again, so workers follow these rules too.
+
 Resource handling: ``Records`` is an async context manager that owns a
 nursery in which every refresh runs, never in a caller's task: a caller that
 stops waiting (its own deadline) does not stop the refresh, whose probe is
@@ -37,6 +65,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
@@ -54,6 +84,7 @@ from notary.errors import (
 )
 from notary.model.dane import DaneVerdict, DnssecStatus, TlsaLookup, deciding_backend
 from notary.model.observations import ProbeResult, Timeline, TimelineLimits
+from notary.model.ratelimit import TokenBuckets
 from notary.model.targets import Target
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
@@ -68,8 +99,8 @@ from notary.state.crypto import ConvergenceSigner, Ed25519Signer, PerspectivesSi
 from notary.state.feed import Change
 
 __all__ = [
-    "BACKGROUND_REFRESHES_PER_PROBE_SLOT", "RecordSigner", "Records", "RecordsStatistics",
-    "TargetRecord",
+    "BACKGROUND_REFRESHES_PER_PROBE_SLOT", "SIGHTINGS_LAG_SHARE", "RecordSigner", "Records",
+    "RecordsStatistics", "StatementRefused", "TargetRecord",
 ]
 
 log = logging.getLogger(__name__)
@@ -100,6 +131,28 @@ LOGGED_STATEMENT_BYTES = 2304
 #: per TLSA record (twice its data, as hex).
 DANE_EVIDENCE_BYTES = 256
 DANE_EVIDENCE_BYTES_PER_RECORD = 16
+#: What a record carrying a statement signed for an earlier timeline keeps
+#: of that timeline, per observation (``v2.stated_timeline``: hashes and
+#: times, sharing the hashes' bytes with the certificates).
+STATED_BYTES_PER_OBSERVATION = 256
+
+#: Rule 2 of the module docstring: a statement that differs from the
+#: target's observations by sightings only stands while each sighting it
+#: leaves out is within this share of ``[answers] fresh_for_s`` (a quarter
+#: of a day at the default: a stable target probed often costs about four
+#: entries a day, each verdict the same as a new statement's).
+SIGHTINGS_LAG_SHARE = 0.25
+#: Statements of records another worker's change dropped, kept for the
+#: record loaded again: at most this many, and bytes.
+MAX_CARRIED_STATEMENTS = 4096
+MAX_CARRIED_BYTES = 8 * 1024 * 1024
+#: Seconds per hour (``statements_per_target_per_hour``).
+HOUR_S = 3600.0
+
+
+class StatementRefused(Exception):
+    """A first statement for a target was needed and its client may not
+    sign one now (over its log budget): the caller answers without one."""
 
 
 class RecordSigner:
@@ -109,7 +162,9 @@ class RecordSigner:
     Error handling: a signer's exception propagates (a broken key is a bug
     the first query shows, not something to answer around)."""
 
-    __slots__ = ("_backends", "_clock", "_convergence", "_log", "_perspectives", "_v2", "_v2_config")
+    __slots__ = ("_backends", "_budget", "_clock", "_convergence", "_lag_s", "_log",
+                 "_perspectives", "_v2", "_v2_config", "deferred_client", "deferred_target",
+                 "logged_bytes", "refused_client", "statements_signed")
 
     def __init__(
         self,
@@ -120,6 +175,10 @@ class RecordSigner:
         clock: Callable[[], float],
         backends: tuple[str, ...] = ("perspective",),
         log: StatementLog | None = None,
+        *,
+        fresh_for_s: int = 86400,
+        statements_per_target_per_hour: float = 0.0,
+        max_tracked: int = 16384,
     ) -> None:
         self._convergence = convergence_signer
         #: The transparency log every v2 statement goes to (None: none kept).
@@ -131,6 +190,27 @@ class RecordSigner:
         #: ``[verify] backends``: with DANE among them, statements say which
         #: backend decided, with the DANE evidence (rule S6).
         self._backends = backends
+        #: Rule 2: how far behind a statement's sightings may be.
+        self._lag_s = int(fresh_for_s * SIGHTINGS_LAG_SHARE)
+        #: Rule 3: statements per target (None: no budget).
+        per_hour = statements_per_target_per_hour
+        self._budget = (
+            TokenBuckets(per_hour / HOUR_S, max(1.0, per_hour), max_entries=max_tracked)
+            if per_hour > 0 else None
+        )
+        #: v2 statements signed, and the bytes of their log entries.
+        self.statements_signed = 0
+        self.logged_bytes = 0
+        #: Statements not signed again (rule 3): for the target's budget,
+        #: for the client's; first statements refused for the client's.
+        self.deferred_target = 0
+        self.deferred_client = 0
+        self.refused_client = 0
+
+    @property
+    def budget_entries(self) -> int:
+        """Targets in the budget's table."""
+        return len(self._budget) if self._budget is not None else 0
 
     @property
     def logs(self) -> bool:
@@ -177,6 +257,71 @@ class RecordSigner:
             statement_log.submit(signed)
         return signed
 
+    def serve_statement(
+        self, record: TargetRecord, now: int, *, may_sign: bool = True
+    ) -> tuple[v2.SignedStatement | None, int]:
+        """The v2 statement ``record`` answers with at ``now`` (None: v2 is
+        not served), signed now when the rules of the module docstring say
+        so, and the bytes of the log entry signing it appended (0: none
+        signed, or no log). ``may_sign`` False: the client asking is over
+        its log budget: a change is not signed (rule 3), a first statement
+        raises ``StatementRefused``; a renewal is signed whatever it says.
+
+        Error handling: ``StatementRefused``; the log's ``LogBacklogged``
+        (503) from ``submit``."""
+        statement = record._v2_statement
+        if statement is None:
+            return None, 0
+        if statement is _UNSIGNED:
+            if self._v2 is None:
+                record._v2_statement = None
+                return None, 0
+            if not may_sign and self.logs:
+                self.refused_client += 1
+                raise StatementRefused("the client is over its log budget")
+            return self._sign(record)
+        if v2.statement_due(statement, now=now, renew_before_s=self._v2_config.renew_before_s):
+            return self._sign(record)
+        if record._v2_stated is record.timeline and record._v2_dane is record.dane:
+            return statement, 0
+        if not self.logs:
+            return self._sign(record)  # not logged: signed for every change, as ever
+        if record.stands(now):
+            return statement, 0
+        if not may_sign:
+            self.deferred_client += 1
+            return statement, 0
+        budget = self._budget
+        if budget is not None and budget.take(record.timeline.target.key, now):
+            self.deferred_target += 1
+            return statement, 0
+        return self._sign(record)
+
+    def _sign(self, record: TargetRecord) -> tuple[v2.SignedStatement, int]:
+        """Sign ``record``'s statement now and keep it on the record."""
+        signed = self.v2_statement(record.timeline, record.dane)
+        assert signed is not None
+        record._v2_statement = signed
+        record._v2_stated = record.timeline
+        record._v2_dane = record.dane
+        record._v2_stands_until = None
+        self.statements_signed += 1
+        cost = len(signed.entry) if self.logs else 0
+        self.logged_bytes += cost
+        return signed, cost
+
+    def stands_until(self, record: TargetRecord) -> float:
+        """Until when ``record``'s statement, signed for another timeline or
+        DANE verdict, gives the verdicts a new one would (rule 2; -inf: it
+        does not)."""
+        if _dane_substance(record._v2_dane) != _dane_substance(record.dane):
+            return -math.inf
+        deadline = v2.sightings_deadline(record._v2_stated, record.timeline, self._lag_s)
+        return -math.inf if deadline is None else deadline
+
+    def now(self) -> int:
+        return int(self._clock())
+
 
 class StatementLog(Protocol):
     """Where signed v2 statements go to be logged
@@ -209,6 +354,9 @@ class TargetRecord:
         "_http_responses",
         "_perspectives_body",
         "_signer",
+        "_v2_dane",
+        "_v2_stands_until",
+        "_v2_stated",
         "_v2_statement",
         "dane",
         "last_probe",
@@ -219,7 +367,8 @@ class TargetRecord:
     )
 
     def __init__(
-        self, timeline: Timeline, signer: RecordSigner, latest_sha256: bytes | None = None
+        self, timeline: Timeline, signer: RecordSigner, latest_sha256: bytes | None = None,
+        carried: TargetRecord | None = None,
     ) -> None:
         self.timeline = timeline
         #: SHA-256 of the certificate the latest probe saw (None: not probed
@@ -241,12 +390,40 @@ class TargetRecord:
         self._http_responses: tuple[bytes, bytes, bytes, bytes] = _UNSIGNED
         self._perspectives_body: bytes | None = _UNSIGNED
         self._v2_statement: v2.SignedStatement | None = _UNSIGNED
+        #: What the statement was signed for: the timeline (this record's
+        #: own, or what a statement of an earlier one says:
+        #: ``v2.stated_timeline``) and the DANE verdict; and, when they are
+        #: not this record's, until when the statement stands for it (None:
+        #: not worked out yet).
+        self._v2_stated: Timeline | None = None
+        self._v2_dane: DaneVerdict | None = None
+        self._v2_stands_until: float | None = None
         observations = timeline.observations
         self.size = (
             sum(len(o.certificate.der) + SIGNED_BYTES_PER_RUN * len(o.runs) for o in observations)
             + SIGNED_BYTES_PER_OBSERVATION * len(observations)
             + SIGNED_BYTES_BASE + 3 * len(timeline.target.host) + RECORD_OVERHEAD_BYTES
             + (LOGGED_STATEMENT_BYTES if signer.logs else 0)
+        )
+        if carried is not None and signer.logs:
+            self._carry(carried)
+
+    def _carry(self, earlier: TargetRecord | _Carried) -> None:
+        """Keep the statement ``earlier`` (a record of the same target, or
+        what was kept of one) was answering with, to serve until the
+        signer's rules say to sign again."""
+        statement = earlier._v2_statement
+        if statement is _UNSIGNED or statement is None:
+            return
+        stated = earlier._v2_stated
+        if isinstance(earlier, TargetRecord) and stated is earlier.timeline:
+            stated = v2.stated_timeline(earlier.timeline)
+        assert stated is not None
+        self._v2_statement = statement
+        self._v2_stated = stated
+        self._v2_dane = earlier._v2_dane
+        self.size += (
+            STATED_BYTES_PER_OBSERVATION * len(stated.observations) + _dane_bytes(self._v2_dane)
         )
 
     @property
@@ -282,11 +459,40 @@ class TargetRecord:
 
     @property
     def v2_statement(self) -> v2.SignedStatement | None:
-        """The v2 statement (None: v2 is not served)."""
-        statement = self._v2_statement
-        if statement is _UNSIGNED:
-            statement = self._v2_statement = self._signer.v2_statement(self.timeline, self.dane)
-        return statement
+        """The v2 statement to answer with now (None: v2 is not served):
+        ``v2_statement_at`` with the signer's clock, for nobody's query."""
+        return self._signer.serve_statement(self, self._signer.now())[0]
+
+    def v2_statement_at(
+        self, now: int, *, may_sign: bool = True
+    ) -> tuple[v2.SignedStatement | None, int]:
+        """The v2 statement to answer with at ``now`` and the log bytes
+        signing it cost (``RecordSigner.serve_statement``, which see)."""
+        return self._signer.serve_statement(self, now, may_sign=may_sign)
+
+    def stands(self, now: int) -> bool:
+        """Whether the statement kept (signed) gives at ``now`` every
+        verdict one signed for this record would: it was signed for it, or
+        differs by sightings within their lag (rule 2). Otherwise verdicts
+        are judged by what it says (``stated``)."""
+        if self._v2_stated is self.timeline and self._v2_dane is self.dane:
+            return True
+        until = self._v2_stands_until
+        if until is None:
+            until = self._v2_stands_until = self._signer.stands_until(self)
+        return now < until
+
+    def dane_as_stated(self) -> bool:
+        """Whether the statement kept carries evidence of a DANE verdict
+        alike to this record's (but when it was checked)."""
+        return _dane_substance(self._v2_dane) == _dane_substance(self.dane)
+
+    @property
+    def stated(self) -> tuple[Timeline | None, DaneVerdict | None]:
+        """What the statement kept says: the observations (as
+        ``v2.stated_timeline``, or this record's timeline) and the DANE
+        verdict it carries evidence of; ``(None, None)`` before one is signed."""
+        return self._v2_stated, self._v2_dane
 
     def signed_bytes(self) -> int:
         """Bytes of the answers made so far (what ``size`` estimates)."""
@@ -319,9 +525,7 @@ class TargetRecord:
         made.last_probe = replace(result, chain=()) if result.chain else result
         made.last_probe_changed = changed
         if dane is not None:
-            made.dane = dane
-            made._v2_statement = _UNSIGNED
-            made.size = self.size - _dane_bytes(self.dane) + _dane_bytes(dane)
+            made._judged(dane)
         return made
 
     def with_dane(self, dane: DaneVerdict) -> TargetRecord:
@@ -329,16 +533,50 @@ class TargetRecord:
         (a DNSSEC failure: ``DaneChecker.failed``); its v2 statement, which
         carries the evidence, is signed again on use."""
         made = self._copy()
-        made.dane = dane
-        made._v2_statement = _UNSIGNED
-        made.size = self.size - _dane_bytes(self.dane) + _dane_bytes(dane)
+        made._judged(dane)
         return made
 
-    def with_new_v2_statement(self) -> TargetRecord:
-        """This record with its v2 statement signed again now (renewal)."""
-        made = self._copy()
-        made._v2_statement = self._signer.v2_statement(self.timeline, self.dane)
-        return made
+    def _judged(self, dane: DaneVerdict) -> None:
+        """Take ``dane`` as this (new, copied) record's DANE verdict."""
+        earlier = self.dane
+        self.dane = dane
+        self._v2_stands_until = None
+        self.size += _dane_bytes(dane) - _dane_bytes(earlier)
+        if self._v2_dane is not None and self._v2_dane is earlier:
+            # The statement kept carries the evidence of the verdict
+            # before until signed again: counted apart from now on.
+            self.size += _dane_bytes(self._v2_dane)
+
+
+class _Carried:
+    """What ``Records`` keeps of a dropped record for the one loaded again:
+    its statement and what that says (``TargetRecord._carry``)."""
+
+    __slots__ = ("_v2_dane", "_v2_stated", "_v2_statement", "size")
+
+    def __init__(self, record: TargetRecord) -> None:
+        self._v2_statement = record._v2_statement
+        stated = record._v2_stated
+        if stated is record.timeline:
+            stated = v2.stated_timeline(record.timeline)
+        self._v2_stated = stated
+        self._v2_dane = record._v2_dane
+        statement = record._v2_statement
+        entry = len(statement.entry) if isinstance(statement, v2.SignedStatement) else 0
+        observations = len(stated.observations) if stated is not None else 0
+        self.size = (
+            2 * entry + LOGGED_STATEMENT_BYTES + STATED_BYTES_PER_OBSERVATION * observations
+            + _dane_bytes(record._v2_dane)
+        )
+
+
+def _dane_substance(dane: DaneVerdict | None) -> tuple | None:
+    """What a statement says of ``dane`` but when it was checked: two
+    verdicts alike in this give the same answers (rule 2)."""
+    if dane is None:
+        return None
+    matched = dane.matched.record if dane.matched is not None else None
+    return (dane.outcome, dane.lookup.status, dane.lookup.records, dane.leaf_sha256, matched)
 
 
 def _dane_bytes(dane: DaneVerdict | None) -> int:
@@ -356,11 +594,22 @@ def _dane_bytes(dane: DaneVerdict | None) -> int:
 class RecordsStatistics:
     """``refreshes``: refreshes started; ``coalesced``: ``refresh`` calls
     that joined the refresh already running for their target; ``running``:
-    refreshes running now."""
+    refreshes running now. The v2 statements (``RecordSigner``): signed,
+    the bytes of their log entries, not signed again for the target's
+    budget and for the client's, first ones refused for the client's;
+    targets in the budget's table; statements kept aside for records
+    dropped (``carried``)."""
 
     refreshes: int
     coalesced: int
     running: int
+    statements_signed: int = 0
+    logged_bytes: int = 0
+    deferred_target: int = 0
+    deferred_client: int = 0
+    refused_client: int = 0
+    budget_entries: int = 0
+    carried: int = 0
 
 
 @dataclass(slots=True)
@@ -409,6 +658,11 @@ class Records:
         self._refreshes: dict[Target, _Refresh] = {}
         self._started = 0
         self._coalesced = 0
+        #: Statements of records another worker's change dropped, by target
+        #: key, oldest first, for the record loaded again (bounded:
+        #: ``MAX_CARRIED_STATEMENTS``, ``MAX_CARRIED_BYTES``).
+        self._carried: OrderedDict[str, _Carried] = OrderedDict()
+        self._carried_bytes = 0
 
     async def __aenter__(self) -> Records:
         if self._nursery is not None:
@@ -421,12 +675,21 @@ class Records:
         self._nursery.cancel_scope.cancel()
         return await self._exit_stack.__aexit__(*exc_info)
 
-    def make(self, timeline: Timeline) -> TargetRecord:
-        """A record of ``timeline``; nothing is signed yet."""
-        return TargetRecord(timeline, self._signer)
+    def make(self, timeline: Timeline, earlier: TargetRecord | None = None) -> TargetRecord:
+        """A record of ``timeline``; nothing is signed yet. With a log, the
+        v2 statement of ``earlier`` (the target's record before) is kept
+        for it until the signer's rules say to sign again."""
+        return TargetRecord(timeline, self._signer, carried=earlier)
 
     def statistics(self) -> RecordsStatistics:
-        return RecordsStatistics(self._started, self._coalesced, len(self._refreshes))
+        signer = self._signer
+        return RecordsStatistics(
+            self._started, self._coalesced, len(self._refreshes),
+            statements_signed=signer.statements_signed, logged_bytes=signer.logged_bytes,
+            deferred_target=signer.deferred_target, deferred_client=signer.deferred_client,
+            refused_client=signer.refused_client, budget_entries=signer.budget_entries,
+            carried=len(self._carried),
+        )
 
     async def lookup(self, target: Target, *, strict: bool = False) -> TargetRecord | None:
         """The cached or stored record of ``target`` (None: never observed).
@@ -456,6 +719,10 @@ class Records:
         if cached is not None:
             return cached
         record = self.make(timeline)
+        carried = self._carried.pop(target.key, None)
+        if carried is not None:
+            self._carried_bytes -= carried.size
+            record._carry(carried)
         self._cache.put(target.key, record, record.size)
         return record
 
@@ -603,7 +870,7 @@ class Records:
             previous = record.latest_sha256 or (newest.certificate.sha256 if newest else None)
         new_certificate = previous != result.leaf.sha256
         if record is None or timeline != old:
-            record = self.make(timeline)
+            record = self.make(timeline, record)
         record = record.with_probe(result, new_certificate and previous is not None, dane)
         self._cache.put(target.key, record, record.size)
         self._stored.add(target.key)
@@ -619,14 +886,38 @@ class Records:
         watches. Store read errors are logged (``lookup``)."""
         key = change.target.key
         if change.origin != self._storage.origin:
+            self._keep_statement(key)
             self._cache.invalidate(key)
             self._stored.add(key)
         hub = self._watch_hub
         if change.changed and hub is not None and hub.watched(key):
             record = await self.lookup(change.target)
             statement = record.v2_statement if record is not None else None
-            if statement is not None:
+            # Over the target's budget the statement kept says nothing new.
+            if statement is not None and record is not None and record.stands(
+                self._signer.now()
+            ):
                 hub.publish(change.target, statement.entry)
+
+    def _keep_statement(self, key: str) -> None:
+        """Keep aside the statement of ``key``'s cached record, about to be
+        dropped, for the record loaded again (with a log only)."""
+        if not self._signer.logs:
+            return
+        record = self._cache.peek(key)
+        if record is None or not isinstance(record._v2_statement, v2.SignedStatement):
+            return
+        carried = _Carried(record)
+        previous = self._carried.pop(key, None)
+        if previous is not None:
+            self._carried_bytes -= previous.size
+        self._carried[key] = carried
+        self._carried_bytes += carried.size
+        while self._carried and (
+            len(self._carried) > MAX_CARRIED_STATEMENTS or self._carried_bytes > MAX_CARRIED_BYTES
+        ):
+            _, dropped = self._carried.popitem(last=False)
+            self._carried_bytes -= dropped.size
 
     def forget_everything(self) -> None:
         """The feed went on without this process (pruned unread): every
@@ -636,6 +927,8 @@ class Records:
         log.warning("change feed: fell behind its pruned end; cache dropped, "
                     "stored-targets filter off")
         self._cache.clear()
+        self._carried.clear()
+        self._carried_bytes = 0
         self._stored.switch_off()
 
     def _merged_in_memory(
@@ -645,4 +938,4 @@ class Records:
         old = cached.timeline if cached is not None else Timeline(result.target)
         merged = old.merged(result, self._merge_window_s, self._timeline_limits)
         changed = cached is not None and cached.latest_sha256 not in (None, result.leaf.sha256)
-        return self.make(merged).with_probe(result, changed, dane)
+        return self.make(merged, cached).with_probe(result, changed, dane)

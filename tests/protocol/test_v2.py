@@ -1066,3 +1066,83 @@ def test_load_ed25519_key_errors(tmp_path):
         crypto.load_ed25519_private_key(ec_key)
     with pytest.raises(UsageError):
         crypto.Ed25519Signer(ec.generate_private_key(ec.SECP256R1()))
+
+
+# -- a statement signed earlier: when it still gives every verdict (issue 30, item 5) -----
+
+
+LAG = DAY // 4
+
+
+@st.composite
+def sightings_changes(draw):
+    """A timeline and a later one of the same target: either the same
+    certificates and first sightings with later last sightings and other
+    addresses, or (sometimes) a change beyond sightings."""
+    count = draw(st.integers(1, 3))
+    chosen = draw(st.permutations(range(3)))[:count]
+    stated = []
+    current = []
+    for index in chosen:
+        first = NOW - draw(st.integers(0, 3 * DAY))
+        last = first + draw(st.integers(0, DAY))
+        later = last + draw(st.sampled_from([0, 0, 1, 600, DAY // 2, 2 * DAY]))
+        stated.append(observation(certs()[index], first, last))
+        current.append(observation(certs()[index], first, later, ("198.51.100.7",)))
+    kind = draw(st.sampled_from(["sightings", "sightings", "new", "first_seen", "dropped"]))
+    if kind == "new" and count < 3:
+        spare = next(i for i in range(3) if i not in chosen)
+        current.append(observation(certs()[spare], NOW, NOW))
+    elif kind == "first_seen":
+        moved = current[0]
+        current[0] = observation(moved.certificate, moved.first_seen - 1, moved.last_seen)
+    elif kind == "dropped" and count > 1:
+        current.pop()
+    else:
+        kind = "sightings"
+    return timeline_of(EXAMPLE, *stated), timeline_of(EXAMPLE, *current), kind
+
+
+@settings(max_examples=500, deadline=None)
+@given(sightings_changes(), st.data())
+def test_a_statement_within_its_sightings_lag_gives_every_verdict(change, data):
+    stated, current, kind = change
+    deadline = v2.sightings_deadline(v2.stated_timeline(stated), current, LAG)
+    if kind != "sightings":
+        assert deadline is None
+        return
+    assert deadline is not None
+    # The times where verdicts may turn: each sighting, a lag or a day after it.
+    edges = sorted({
+        o.last_seen + shift for t in (stated, current) for o in t.observations
+        for shift in (0, LAG - 1, LAG, DAY - 1, DAY)
+    })
+    now = data.draw(st.sampled_from(edges)) + data.draw(st.integers(-2, 2))
+    for sha256 in [c.sha256 for c in certs()] + [None]:
+        for fresh_for_s in (LAG, DAY, 4 * DAY):
+            if now < deadline:
+                assert verdict_of(stated, sha256, None, now=now, fresh_for_s=fresh_for_s) == (
+                    verdict_of(current, sha256, None, now=now, fresh_for_s=fresh_for_s)
+                )
+
+
+def test_sightings_deadline_examples() -> None:
+    a, b, _ = certs()
+    stated = timeline_of(EXAMPLE, observation(a, NOW - 100, NOW - 50), observation(b, 0, 10))
+    # Only addresses differ: the statement stands for good.
+    moved = timeline_of(EXAMPLE, observation(a, NOW - 100, NOW - 50, ("203.0.113.9",)),
+                        observation(b, 0, 10))
+    assert v2.sightings_deadline(stated, moved, LAG) == float("inf")
+    # A later sighting of a: until a's stated one is LAG old.
+    later = timeline_of(EXAMPLE, observation(a, NOW - 100, NOW), observation(b, 0, 10))
+    assert v2.sightings_deadline(stated, later, LAG) == NOW - 50 + LAG
+    # b seen again (now the newest): until b's old sighting is LAG old, long past.
+    again = timeline_of(EXAMPLE, observation(a, NOW - 100, NOW - 50), observation(b, 0, NOW))
+    assert v2.sightings_deadline(stated, again, LAG) == 10 + LAG
+    # The stated form keeps hashes and times, not DER, runs or addresses.
+    kept = v2.stated_timeline(later)
+    assert [o.certificate.der for o in kept.observations] == [b"", b""]
+    assert [o.certificate.sha256 for o in kept.observations] == [a.sha256, b.sha256]
+    assert [(o.first_seen, o.last_seen, o.addresses) for o in kept.observations] == [
+        (NOW - 100, NOW, ()), (0, 10, ()),
+    ]

@@ -95,11 +95,12 @@ from notary.protocol.v2.statements import (
     answer_item,
     log_promise,
     sign_statement,
+    stated_timeline,
     statement,
     statement_bytes,
     statement_due,
 )
-from notary.protocol.v2.verdicts import decide, verdict_of
+from notary.protocol.v2.verdicts import decide, sightings_deadline, verdict_of
 from notary.protocol.v2.verification import (
     VerificationError,
     VerifiedResult,
@@ -169,7 +170,9 @@ __all__ = [
     "parse_query_request",
     "parse_statement_entry",
     "publish_key",
+    "sightings_deadline",
     "sign_statement",
+    "stated_timeline",
     "statement",
     "statement_bytes",
     "statement_due",

@@ -4,10 +4,10 @@ rules S1 and S3), built and signed when the target's observations change."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from notary.model.observations import Timeline
+from notary.model.observations import Observation, Timeline
 from notary.protocol.v2.canonical import canonical_json
 from notary.protocol.v2.constants import BASE64_RE, MAX_STATEMENT_OBSERVATIONS, STATEMENT_TYPE
 
@@ -50,6 +50,17 @@ def statement(
     if log is not None:
         made["log"] = dict(log)
     return made
+
+
+def stated_timeline(timeline: Timeline) -> Timeline:
+    """What a statement of ``timeline`` says, as a timeline: its first
+    ``MAX_STATEMENT_OBSERVATIONS`` observations with their certificates'
+    hashes and their times, without DER, runs or addresses (what a verdict
+    reads, small enough to keep beside a statement signed earlier)."""
+    return Timeline(timeline.target, tuple(
+        Observation(replace(o.certificate, der=b""), o.first_seen, o.last_seen)
+        for o in timeline.observations[:MAX_STATEMENT_OBSERVATIONS]
+    ))
 
 
 def log_promise(origin: str, *, signed_at: int, max_merge_delay_s: int) -> dict[str, Any]:

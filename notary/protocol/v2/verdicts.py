@@ -1,7 +1,10 @@
-"""Verdicts for the submitted hashes, and whether an entry can be answered
-without a probe (docs/v2.md, rules V1-V5)."""
+"""Verdicts for the submitted hashes, whether an entry can be answered
+without a probe (docs/v2.md, rules V1-V5), and how long a statement signed
+earlier still gives every verdict a new one would (``sightings_deadline``)."""
 
 from __future__ import annotations
+
+import math
 
 from notary.model.observations import Observation, Timeline
 from notary.protocol.convergence import Decision
@@ -72,3 +75,35 @@ def decide(
     if newest.is_fresh(now, reprobe_after_s):
         return Decision.ANSWER
     return Decision.PROBE
+
+
+def sightings_deadline(stated: Timeline, current: Timeline, lag_s: int) -> float | None:
+    """Until when a statement of the observations ``stated`` gives, for any
+    submitted hashes, the verdict (``verdict_of``) a statement of
+    ``current`` would, with ``fresh_for_s`` at least ``lag_s``: None when
+    the two differ by more than sightings (a certificate added or dropped
+    among the first ``MAX_STATEMENT_OBSERVATIONS``, a ``first_seen`` moved,
+    a ``last_seen`` gone back); else the earliest ``last_seen + lag_s`` in
+    ``stated`` of the observations whose ``last_seen`` moved (``math.inf``
+    when none did: only addresses differ, which no verdict reads).
+
+    Why: before then each moved observation is fresh in both (its stated
+    ``last_seen`` is within ``lag_s``) and each other one is the same in
+    both, so the fresh sets are equal; the stated newest is at least as
+    recent as a moved one, so fresh, and so is the current newest: in both,
+    a hash matches exactly when a fresh observation has it (V1), and V2 and
+    V3 read only the fresh set."""
+    before = {o.certificate.sha256: o for o in stated.observations[:MAX_STATEMENT_OBSERVATIONS]}
+    now_seen = current.observations[:MAX_STATEMENT_OBSERVATIONS]
+    if len(now_seen) != len(before):
+        return None
+    deadline = math.inf
+    for observation in now_seen:
+        earlier = before.get(observation.certificate.sha256)
+        if earlier is None or earlier.first_seen != observation.first_seen:
+            return None
+        if earlier.last_seen != observation.last_seen:
+            if earlier.last_seen > observation.last_seen:
+                return None
+            deadline = min(deadline, earlier.last_seen + lag_s)
+    return deadline
