@@ -357,6 +357,44 @@ def test_a_full_log_queue_refuses_new_statements_with_503(tmp_path: Path) -> Non
     assert appender.pending == 2
 
 
+async def test_a_statement_too_large_to_log_is_refused_and_the_log_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A statement whose entry is longer than a log entry may be (a tile
+    bundle's 16-bit length: with DANE evidence of many large TLSA records)
+    is refused when submitted (503, not served, nothing promised), rather
+    than failing its batch and ending the appender."""
+    from notary.outbound.logappender import LogAppender, LogBacklogged
+    from notary.state import crypto
+
+    signer = crypto.Ed25519Signer(crypto.generate_ed25519_key())
+    appender = LogAppender(
+        tmp_path / "db", origin=ORIGIN, signer=signer, interval_s=0.05,
+        max_merge_delay_s=30, max_pending=10,
+    )
+
+    def signed(pad: int) -> v2.SignedStatement:
+        made = {"type": v2.STATEMENT_TYPE, "target": "h.example.test:443", "pad": "x" * pad,
+                "signed_at": 1000, "valid_until": 2000, "log": appender.promise(1000)}
+        return v2.sign_statement(made, signer.sign)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(appender.run)
+        largest = signed(0xFFFF - len(signed(0).entry))
+        assert len(largest.entry) == tlog.MAX_ENTRY_BYTES
+        with pytest.raises(LogBacklogged) as refused:
+            appender.submit(signed(0x10000 - len(signed(0).entry)))
+        assert refused.value.status == 503 and "too large" in refused.value.message
+        appender.submit(largest)
+        with trio.fail_after(10):
+            while appender.statistics().appended < 1:  # noqa: ASYNC110 (a counter)
+                await trio.sleep(0.02)
+        stats = appender.statistics()
+        assert (stats.refused_too_large, stats.failed_batches, stats.pending) == (1, 0, 0)
+        assert await appender.read_entries(0, 1) == [largest.entry]
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize(("note", "origin", "key"), [
     ("not a note", ORIGIN, bytes(32)),
     ("x\n\n\u2014 a b\n", "bad origin", bytes(32)),  # a name no key can have

@@ -15,7 +15,10 @@ still queued (up to ``STOP_FLUSH_S``) before closing.
 
 Error handling and bounds: the queue holds at most ``[log] max_pending``
 statements; ``submit`` beyond that raises ``LogBacklogged`` (a 503: the
-statement is not served, so no promise is made that cannot be kept). A
+statement is not served, so no promise is made that cannot be kept), and
+so does a statement whose entry is longer than a log entry may be
+(``tlog.MAX_ENTRY_BYTES``, 65,535 bytes: a tile bundle's length field),
+which would otherwise fail its whole batch, and the appender with it. A
 batch that fails (``StoreError``: the disk, a lock held past the busy
 timeout) is kept and retried with back-off, logged and counted; a
 ``LogCorrupted`` store stops appending for good (logged, counted: the
@@ -59,7 +62,8 @@ class LogBacklogged(ProtocolError):
 class LogStatistics:
     """What the metrics read (``notary_log_*``): statements appended by
     this worker and the bytes of their entries, its batches and failed
-    batches, the log's size as it last knew it, statements waiting now."""
+    batches, the log's size as it last knew it, statements waiting now,
+    statements refused as too large to log."""
 
     appended: int = 0
     appended_bytes: int = 0
@@ -67,6 +71,7 @@ class LogStatistics:
     failed_batches: int = 0
     size: int = 0
     pending: int = 0
+    refused_too_large: int = 0
 
 
 class LogAppender:
@@ -111,7 +116,11 @@ class LogAppender:
 
     def submit(self, signed: v2.SignedStatement) -> None:
         """Queue a statement just signed with a promise. Raises
-        ``LogBacklogged`` when ``max_pending`` are queued already."""
+        ``LogBacklogged`` when ``max_pending`` are queued already, or when
+        its entry is longer than the log takes (then it is not served)."""
+        if len(signed.entry) > tlog.MAX_ENTRY_BYTES:
+            self._counts.refused_too_large += 1  # counted, not logged: it recurs per query
+            raise LogBacklogged("this statement is too large for the notary's log")
         if len(self._queue) >= self._max_pending:
             raise LogBacklogged("the notary's log is catching up: try again shortly")
         self._queue.append(signed)

@@ -360,6 +360,8 @@ METRICS: tuple[MetricSpec, ...] = (
        "([limits] log_bytes_per_s_per_prefix).", ("budget",), ("target", "client")),
     _counter("notary_log_statements_refused", "records", "refused_client", "First v2 statements "
              "of a target not signed for a client over its log budget (answered without one)."),
+    _counter("notary_log_refused_too_large", "log", "refused_too_large", "Statements not "
+             "served because their entry is longer than a log entry may be (65,535 bytes)."),
     _counter("notary_log_batches", "log", "batches",
              "Batches appended to the log (each with its signed checkpoint)."),
     _counter("notary_log_failed_batches", "log", "failed_batches",

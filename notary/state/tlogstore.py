@@ -105,7 +105,7 @@ def check_batch(entries: Sequence[bytes]) -> None:
     1 to ``MAX_BATCH`` entries of at most 65,535 bytes (a tile bundle's)."""
     if not 0 < len(entries) <= MAX_BATCH:
         raise ValueError(f"a batch holds 1 to {MAX_BATCH} entries")
-    if any(len(entry) > 0xFFFF for entry in entries):
+    if any(len(entry) > tlog.MAX_ENTRY_BYTES for entry in entries):
         raise ValueError("a log entry holds at most 65535 bytes")
 
 
