@@ -739,7 +739,7 @@ def build_services(
         records=records, cache=c.cache, storage=storage,
         fresh_for_s=config.answers.fresh_for_s, reprobe_after_s=config.answers.reprobe_after_s,
         query_timeout_s=config.answers.query_timeout_s, clock=c.clock,
-        perspectives="perspectives" in c.signers, v2_signer=c.v2_signer, v2_config=config.v2,
+        perspectives="perspectives" in c.signers, v2_signer=c.v2_signer,
         abuse=c.abuse, scheduler=scheduler, failure_delay_s=config.failure_delay_s,
         backends=config.verify.backends,
     )

@@ -98,7 +98,6 @@ from dataclasses import dataclass
 
 import trio
 
-from notary.config import V2Config
 from notary.errors import (
     ProbeConnectFailed,
     ProbeError,
@@ -298,7 +297,6 @@ class QueryService:
         clock: Callable[[], float],
         perspectives: bool = False,
         v2_signer: Ed25519Signer | None = None,
-        v2_config: V2Config | None = None,
         abuse: AbuseControls | None = None,
         scheduler: RescanScheduler | None = None,
         failure_delay_s: float = 0.0,
@@ -313,7 +311,6 @@ class QueryService:
         self._clock = clock
         self._perspectives = perspectives
         self._v2_signer = v2_signer
-        self._v2 = v2_config or V2Config()
         #: The limits of invariant 6 (a null object when there are none).
         self._abuse = abuse if abuse is not None else AbuseControls.unlimited()
         #: The query bucket of invariant 6, read on the fast path.
