@@ -578,7 +578,9 @@ async def test_connections_that_never_read_hold_one_shared_response(
     """Slow readers over real connections: the bytes held are counted (the
     shared bundle once) until the connections end, then released."""
     async with open_v2_notary(tmp_path, {}, log=LOG) as notary:
-        await fill_log(notary, 256, pad=8000)  # a full bundle of ~2 MB
+        # A full bundle of ~5 MB: more than a socket's send buffer grows to
+        # (tcp_wmem's default maximum is 4 MiB), so every send waits.
+        await fill_log(notary, 256, pad=20_000)
         pages = notary.running.log_pages
         assert pages is not None
         readers = []
@@ -595,7 +597,7 @@ async def test_connections_that_never_read_hold_one_shared_response(
             assert stats.shared_entries == 1
             # One object, however many connections hold it.
             assert stats.in_flight.held_bytes == stats.shared_bytes
-            assert stats.in_flight.held_bytes > 2_000_000
+            assert stats.in_flight.held_bytes > 5_000_000
         finally:
             for stream, _ in readers:
                 stream.transport_stream.socket.close()  # type: ignore[attr-defined]
