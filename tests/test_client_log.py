@@ -191,3 +191,29 @@ def test_the_book_keeps_one_file_per_log_and_key(tmp_path: Path) -> None:
         assert "damaged" in str(exc)
     else:
         raise AssertionError("a damaged checkpoint was accepted")
+
+
+def test_evidence_is_never_written_through_a_planted_symlink(tmp_path: Path) -> None:
+    """The evidence folder's name is predictable (the time): a symlink
+    planted at it is not followed, a folder of its own is made instead."""
+    import time
+
+    book = CheckpointBook(tmp_path / "checkpoints")
+    key = crypto.generate_ed25519_key()
+    raw = crypto.ed25519_public_raw(key)
+    older, newer = (
+        tlog.sign_note(tlog.format_checkpoint(tlog.Checkpoint(ORIGIN, size, bytes(32))),
+                       ORIGIN, key.sign, raw)
+        for size in (3, 4)
+    )
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "checkpoints").mkdir()
+    stem = notary_log_key(ORIGIN, raw)
+    now = int(time.time())
+    for moment in range(now - 1, now + 10):
+        (tmp_path / "checkpoints" / f"{stem}.equivocation-{moment}").symlink_to(victim)
+    folder = book.keep_evidence(ORIGIN, raw, older, newer)
+    assert list(victim.iterdir()) == []
+    assert folder.is_dir() and not folder.is_symlink()
+    assert sorted(p.read_text() for p in folder.iterdir()) == sorted([older, newer])

@@ -610,3 +610,30 @@ async def test_a_watch_proves_each_chunk_part_of_the_signed_tree(tmp_path: Path)
         assert not await logmonitor._prefix_proven(fetcher, forged, checkpoint, problems)
         assert problems.count == 1 and "not those of the signed tree" in problems.kept[0].detail
     assert logmonitor.WATCH_CHUNK_ENTRIES % tlog.TILE_WIDTH == 0
+
+
+# -- files: nothing planted beside the state is written through (issue 30, item 9) ---------
+
+
+async def test_watch_does_not_write_through_a_planted_symlink(tmp_path: Path, capsys) -> None:
+    """Someone who can write in the state's directory plants symlinks at the
+    temporary names a watch once used (``.NAME.PID.tmp``): the watch writes
+    its state into a file of its own, never into what the links point to."""
+    import os
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    state = shared / "state.json"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    for name in (f".state.json.{os.getpid()}.tmp", ".state.json.tmp", f".state.json.{os.getpid()}"):
+        (shared / name).symlink_to(victim)
+    async with open_logged_world(tmp_path) as (_site, notary):
+        path = str(write_bundle(tmp_path / "log.notary", log_bundle(notary)))
+        status, _out, err = await run_cli(
+            capsys, "log", "watch", path, "--domain", DOMAIN, "--once", "--state", str(state)
+        )
+    assert status == 0, err
+    assert victim.read_text() == "precious\n"
+    assert not state.is_symlink() and json.loads(state.read_text())["type"] == "notary.log-monitor"
+    assert (state.stat().st_mode & 0o077) == 0

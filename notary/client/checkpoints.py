@@ -10,8 +10,10 @@ has shown this client two histories: both signed checkpoints are kept
 (``<name>.equivocation-<unix time>/``, ``older.checkpoint`` and
 ``newer.checkpoint``) as evidence anyone can check with the notary's key.
 
-Resource handling: files are written whole (a temporary file renamed over
-the old one), so a crash leaves the old checkpoint or the new one. Error
+Resource handling: files are written whole (a new file, created
+exclusively under an unpredictable name, renamed over the old one), so a
+crash leaves the old checkpoint or the new one, and nothing planted in the
+directory is written through; an evidence folder is always a new one. Error
 handling: an unreadable or corrupt stored checkpoint is ``UsageError``
 naming the file (the user's own directory is damaged: the client says so
 rather than trusting a notary afresh).
@@ -34,6 +36,8 @@ __all__ = ["CheckpointBook", "StoredCheckpoint", "default_checkpoint_dir", "nota
 
 #: A stored checkpoint, at most (a signed note with a few signatures).
 MAX_CHECKPOINT_BYTES = 16 * 1024
+#: Names tried for a folder of evidence (``-2``, ``-3``... when taken).
+MAX_EVIDENCE_FOLDERS = 100
 
 
 def default_checkpoint_dir() -> Path:
@@ -88,11 +92,28 @@ class CheckpointBook:
         """Keep two signed checkpoints that no consistency proof reconciles;
         return the directory holding them."""
         stem = notary_log_key(origin, public_raw)
-        folder = self.directory / f"{stem}.equivocation-{int(time.time())}"
-        folder.mkdir(parents=True, exist_ok=True)
+        base = f"{stem}.equivocation-{int(time.time())}"
+        folder = self._new_folder(base)
         self._write(folder / "older.checkpoint", older)
         self._write(folder / "newer.checkpoint", newer)
         return folder
+
+    def _new_folder(self, base: str) -> Path:
+        """A new folder ``base`` (or ``base-N``, the first free name) made
+        here, mode 0700: a name already taken, by a symlink too, is never
+        used (nothing is written through a link planted at it)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for number in range(1, MAX_EVIDENCE_FOLDERS + 1):
+                folder = self.directory / (base if number == 1 else f"{base}-{number}")
+                try:
+                    folder.mkdir(mode=0o700)
+                except FileExistsError:
+                    continue
+                return folder
+        except OSError as exc:
+            raise UsageError(f"cannot write in {self.directory}: {exc.strerror}") from None
+        raise UsageError(f"{self.directory} has {MAX_EVIDENCE_FOLDERS} folders named {base}*")
 
     def _write(self, path: Path, text: str) -> None:
         try:

@@ -71,6 +71,7 @@ from notary.protocol.v2.logaudit import (
 )
 from notary.protocol.v2.parsing import ParsedStatement
 from notary.protocol.v2.verification import VerificationError
+from notary.state import crypto
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
@@ -101,6 +102,8 @@ WATCH_CHUNK_ENTRIES = 64 * 1024
 MAX_PROBLEMS_KEPT = 100
 #: The largest state file read.
 MAX_STATE_BYTES = 1024 * 1024
+#: Names tried for a set of evidence files (``-2``, ``-3``... when taken).
+MAX_EVIDENCE_NAMES = 100
 STATE_TYPE = "notary.log-monitor"
 STATE_VERSION = 1
 
@@ -481,8 +484,9 @@ def _read_state(path: Path, public_raw: bytes) -> _State | None:
 
 def _write_state(path: Path, bundle: Bundle, public_raw: bytes, note: str,
                  edge: tlog.CompactRange) -> None:
-    """Replace ``path`` with the new state, atomically (a file beside it,
-    then renamed). ``UsageError`` when it cannot be written."""
+    """Replace ``path`` with the new state, atomically (a new file beside
+    it, created exclusively under an unpredictable name, then renamed).
+    ``UsageError`` when it cannot be written."""
     document = {
         "type": STATE_TYPE,
         "version": STATE_VERSION,
@@ -491,34 +495,42 @@ def _write_state(path: Path, bundle: Bundle, public_raw: bytes, note: str,
         "checkpoint": note,
         "edge": [_b64(digest) for _level, _index, digest in edge.subtrees()],
     }
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-        os.replace(temporary, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
         raise UsageError(f"cannot write the state file {path}: {exc.strerror}") from None
+    # A new file of its own (mkstemp: O_EXCL, an unpredictable name, mode
+    # 0600) renamed over the old one: nothing planted in the directory is
+    # written through, and a crash leaves the old state or the new one.
+    crypto.write_new_file(
+        path, (json.dumps(document, indent=1) + "\n").encode("utf-8"), mode=0o600, force=True
+    )
 
 
 def _save_evidence(state_path: Path, old_note: str, new_note: str,
                    proof: bytes | None) -> tuple[Path, ...]:
     """Write the two checkpoints (and the proof served, if any) as new files
-    beside the state file; their paths. Files that cannot be written are
-    left out (the checkpoints are printed too)."""
+    beside the state file; their paths. Each file is created exclusively
+    (a name taken, even by a symlink, is never written through: the next
+    free ``-N`` name is used); files that cannot be written are left out
+    (the checkpoints are printed too)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = f"{state_path.stem}.equivocation-{stamp}"
-    written = []
     contents = [("old.checkpoint", old_note.encode("utf-8")),
                 ("new.checkpoint", new_note.encode("utf-8"))]
     if proof is not None:
         contents.append(("consistency-proof", proof))
-    for suffix, data in contents:
-        path = state_path.with_name(f"{base}.{suffix}")
+    with contextlib.suppress(OSError):
+        state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for attempt in range(1, MAX_EVIDENCE_NAMES + 1):
+        base = f"{state_path.stem}.equivocation-{stamp}" + (f"-{attempt}" if attempt > 1 else "")
+        paths = [state_path.with_name(f"{base}.{suffix}") for suffix, _data in contents]
+        if not any(os.path.lexists(path) for path in paths):
+            break
+    written = []
+    for path, (_suffix, data) in zip(paths, contents, strict=True):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with path.open("xb") as file:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(descriptor, "wb") as file:
                 file.write(data)
         except OSError:
             continue
