@@ -217,3 +217,102 @@ def test_evidence_is_never_written_through_a_planted_symlink(tmp_path: Path) -> 
     assert list(victim.iterdir()) == []
     assert folder.is_dir() and not folder.is_symlink()
     assert sorted(p.read_text() for p in folder.iterdir()) == sorted([older, newer])
+
+
+# -- the memory keeps only what was verified, bounded in bytes (issue 30, item 10) ------
+
+
+async def logged_answer(notary: NotaryUnderTest, name: str, port: int) -> v2.ParsedAnswer:
+    body = json.dumps({"targets": [{"host": name, "port": port}]}).encode()
+    answer = await send_raw(notary.port, (
+        f"POST /v2/query HTTP/1.0\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body)
+    return v2.parse_answer_document(answer.body)
+
+
+def with_checkpoint(parsed: v2.ParsedAnswer, note: str) -> v2.ParsedAnswer:
+    """``parsed`` with its statement's inclusion checkpoint replaced."""
+    (statement,) = parsed.statements
+    assert statement.inclusion is not None
+    inclusion = replace(statement.inclusion, checkpoint=note)
+    return replace(parsed, statements=(replace(statement, inclusion=inclusion),))
+
+
+async def test_only_the_verified_checkpoint_is_kept(tmp_path: Path) -> None:
+    """A notary adds to its checkpoint a signature line by a key nobody
+    knows, of 4-byte characters (ignored, as signed notes require): what
+    the client keeps is the checkpoint and the notary's own signature, and
+    every later check reads it back."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from notary.client.logcheck import check_log
+
+    book = CheckpointBook(tmp_path / "checkpoints")
+    key_path = tmp_path / "v2.key"
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        bundle = bundle_of(notary, key_path)
+        raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+        await sequenced(notary, SITE, site.port)
+        parsed = await logged_answer(notary, SITE, site.port)
+        (statement,) = parsed.statements
+        assert statement.inclusion is not None
+        note = statement.inclusion.checkpoint
+        stranger = "\U0001f600" * 4100  # 4,100 characters, 16,400 bytes
+        padded = note + f"\N{EM DASH} {stranger} {base64.b64encode(bytes(70)).decode()}\n"
+        keys = {statement.key_id: Ed25519PublicKey.from_public_bytes(raw)}
+        words = await check_log(
+            bundle, None, static_resolver({}), with_checkpoint(parsed, padded), keys, book
+        )
+        assert words is not None and words.startswith("logged at")
+        (stored,) = (tmp_path / "checkpoints").glob("*.checkpoint")
+        assert stored.read_text() == note and stranger not in stored.read_text()
+        kept = book.last(ORIGIN, raw)
+        assert kept is not None and kept.note == note
+        answer = await ask(site, bundle, book)
+    assert answer.verdict is Verdict.SUCCESS, answer.detail
+    assert "consistent with size" in answer.detail
+
+
+async def test_an_unreadable_memory_is_that_notarys_row_with_a_clear_reason(
+    tmp_path: Path,
+) -> None:
+    book = CheckpointBook(tmp_path / "checkpoints")
+    key_path = tmp_path / "v2.key"
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        bundle = bundle_of(notary, key_path)
+        await sequenced(notary, SITE, site.port)
+        assert (await ask(site, bundle, book)).verdict is Verdict.SUCCESS
+        (stored,) = (tmp_path / "checkpoints").glob("*.checkpoint")
+        stored.write_bytes(b"\xf0\x9f\x98\x80" * 5000)  # 20 kB
+        too_large = await ask(site, bundle, book)
+        stored.write_bytes(b"\xff not a checkpoint\n")
+        damaged = await ask(site, bundle, book)
+        stored.unlink()
+        stored.mkdir()
+        unreadable = await ask(site, bundle, book)
+    for answer in (too_large, damaged, unreadable):
+        assert answer.verdict is Verdict.CONNECTIVITY_FAILURE
+        assert answer.detail.startswith("log: the checkpoint this client kept of its log is "
+                                        "unreadable ("), answer.detail
+        assert "unexpected" not in answer.detail and "remove" in answer.detail
+    assert "larger than 8192 bytes" in too_large.detail
+
+
+def test_an_inclusion_checkpoint_is_bounded_in_bytes() -> None:
+    """The parser's bound is in bytes, as the memory's is: 2,100 characters
+    of 4 bytes are refused."""
+    from notary.protocol.v2 import parsing
+
+    note = "o\n1\n" + base64.b64encode(bytes(32)).decode() + "\n\n\N{EM DASH} " + (
+        "\U0001f600" * 2100) + " AAAAAAAA\n"
+    assert len(note) < v2.MAX_CHECKPOINT_BYTES < len(note.encode())
+    try:
+        parsing._parse_inclusion("answer", {"checkpoint": note, "index": 0, "proof": []})
+    except client.PeerError as exc:
+        assert "longer than 8192 bytes" in str(exc)
+    else:
+        raise AssertionError("a checkpoint of more than 8192 bytes was accepted")

@@ -6,8 +6,9 @@ client before; a log that forked or shrank is that notary's failure, both
 signed checkpoints kept as evidence (``notary.client.checkpoints``).
 
 Error handling: ``LogFailed`` carries the verdict (``FAILURE`` for a log
-that does not hold, ``CONNECTIVITY_FAILURE`` when a proof cannot be had)
-and a short detail for the notary's row.
+that does not hold, ``CONNECTIVITY_FAILURE`` when a proof cannot be had
+or the client's own memory of the log cannot be read or written) and a
+short detail for the notary's row.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import time
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from notary.client.checkpoints import CheckpointBook
+from notary.client.checkpoints import CheckpointBook, CheckpointUnreadable
 from notary.client.reach import NotaryFailed, exchange, http_request
+from notary.errors import UsageError
 from notary.outbound.dialer import Resolver
 from notary.protocol import tlog, v2
 from notary.protocol.bundle import Bundle
@@ -64,11 +66,32 @@ async def check_log(
     words = f"logged at {logged.index} of {logged.checkpoint.size}"
     if checkpoints is None:
         return words
-    origin = statement.log.origin
+    try:
+        return words + await _hold_consistent(
+            bundle, relay, resolver, checkpoints, statement.log.origin, public_raw, logged
+        )
+    except CheckpointUnreadable as exc:
+        raise LogFailed(
+            f"the checkpoint this client kept of its log is unreadable ({exc.reason}): "
+            f"remove {exc.path}", Verdict.CONNECTIVITY_FAILURE,
+        ) from None
+    except UsageError as exc:  # the client's own directory cannot be written
+        raise LogFailed(str(exc), Verdict.CONNECTIVITY_FAILURE) from None
+
+
+async def _hold_consistent(
+    bundle: Bundle, relay: Bundle | None, resolver: Resolver, checkpoints: CheckpointBook,
+    origin: str, public_raw: bytes, logged: v2.LoggedStatement,
+) -> str:
+    """Hold the checkpoint of ``logged`` consistent with the one kept for
+    the log (and keep the larger); the words to add to the row.
+    ``LogFailed`` for a log that forked or shrank; the book's
+    ``UsageError`` propagates."""
+    assert logged.checkpoint is not None and logged.note is not None
     stored = checkpoints.last(origin, public_raw)
     if stored is None:
         checkpoints.remember(origin, public_raw, logged.note)
-        return words
+        return ""
     seen, shown = stored.checkpoint, logged.checkpoint
     older, newer = (stored.note, logged.note) if seen.size <= shown.size else (
         logged.note, stored.note
@@ -97,7 +120,7 @@ async def check_log(
         )
     if shown.size > seen.size:
         checkpoints.remember(origin, public_raw, logged.note)
-    return words + f", consistent with size {seen.size} seen before"
+    return f", consistent with size {seen.size} seen before"
 
 
 async def consistency_proof(

@@ -20,6 +20,7 @@ from notary.protocol.tlog import (
     ed25519_key_id,
     ed25519_verifier,
     ed25519_verifiers,
+    known_signatures_only,
     open_note,
     parse_verifier_key,
     sign_note,
@@ -92,6 +93,20 @@ def test_two_signatures_known_and_unknown() -> None:
         open_note(note, {})
     with pytest.raises(NoteError, match="known key"):
         open_note(note, ed25519_verifiers([SPEC_VKEY]))
+
+
+def test_known_signatures_only_keeps_what_was_verified() -> None:
+    """What a client keeps of a note: the text and the lines of the keys it
+    knows (each verified), never a line nobody checked."""
+    note = TEXT + "\n" + ENOCH_SIG + PETER_SIG + PETER_SIG
+    assert known_signatures_only(note, PETER) == (TEXT, TEXT + "\n" + PETER_SIG + PETER_SIG)
+    assert known_signatures_only(note.encode("utf-8"), BOTH) == (TEXT, note)
+    kept = known_signatures_only(note, PETER)[1]
+    assert open_note(kept, PETER) == (TEXT, ["PeterNeumann"])
+    with pytest.raises(NoteError, match="known key"):
+        known_signatures_only(TEXT + "\n" + ENOCH_SIG, PETER)
+    with pytest.raises(NoteError, match="invalid signature"):
+        known_signatures_only(PETER_NOTE.replace("problem,", "problem;"), PETER)
 
 
 def test_a_changed_text_or_signature_fails() -> None:

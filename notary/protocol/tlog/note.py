@@ -223,6 +223,30 @@ def open_note(
     signature by a known key does not verify, or if no known key signed.
     Whatever a ``verify`` raises propagates.
     """
+    text, verified, _known = _open_note(note, verifiers)
+    return text, verified
+
+
+def known_signatures_only(
+    note: str | bytes, verifiers: Mapping[tuple[str, bytes], Verify]
+) -> tuple[str, str]:
+    """The text of a signed note, and the note reduced to what
+    :func:`open_note` verifies: the text, the empty line, and the signature
+    lines of known keys (each verified), in note order; the lines of other
+    keys, which nothing checked, are left out. What a client keeps of a
+    note it verified.
+
+    Raises :class:`NoteError` as :func:`open_note`.
+    """
+    text, _verified, known = _open_note(note, verifiers)
+    return text, text + "\n" + "".join(line + "\n" for line in known)
+
+
+def _open_note(
+    note: str | bytes, verifiers: Mapping[tuple[str, bytes], Verify]
+) -> tuple[str, list[str], list[str]]:
+    """:func:`open_note`'s work: the text, the names of the known keys that
+    signed (each once), and the signature lines of known keys (each)."""
     if isinstance(note, bytes | bytearray):
         if len(note) > MAX_NOTE_BYTES:
             raise NoteError(f"note is larger than {MAX_NOTE_BYTES} bytes")
@@ -251,6 +275,7 @@ def open_note(
         raise NoteError(f"note has more than {MAX_NOTE_SIGNATURES} signatures")
     message = text.encode("utf-8")
     verified: list[str] = []
+    known: list[str] = []
     for line in lines:
         name, key_id, signature = _parse_signature_line(line)
         verify = verifiers.get((name, key_id))
@@ -258,11 +283,12 @@ def open_note(
             continue
         if not verify(message, signature):
             raise NoteError(f"invalid signature by known key {_short(name)}")
+        known.append(line)
         if name not in verified:
             verified.append(name)
     if not verified:
         raise NoteError("note is not signed by a known key")
-    return text, verified
+    return text, verified, known
 
 
 def _parse_signature_line(line: str) -> tuple[str, bytes, bytes]:

@@ -65,6 +65,7 @@ from notary.protocol.v2.keys import (
 from notary.protocol.v2.logproof import (
     LoggedStatement,
     inclusion_item,
+    open_checkpoint_note,
     verify_checkpoint,
     verify_logged,
 )
@@ -72,6 +73,7 @@ from notary.protocol.v2.parsing import (
     MAX_ADDRESSES,
     MAX_ANSWER_BYTES,
     MAX_ANSWER_RESULTS,
+    MAX_CHECKPOINT_BYTES,
     ParsedAnswer,
     ParsedDane,
     ParsedInclusion,
@@ -123,6 +125,7 @@ __all__ = [
     "MAX_ANSWER_BYTES",
     "MAX_ANSWER_RESULTS",
     "MAX_CANONICAL_DEPTH",
+    "MAX_CHECKPOINT_BYTES",
     "MAX_KEY_DOCUMENT_BYTES",
     "MAX_NONCE_CHARS",
     "MAX_PUBLISHED_KEYS",
@@ -165,6 +168,7 @@ __all__ = [
     "key_document",
     "key_id_of",
     "log_promise",
+    "open_checkpoint_note",
     "parse_answer_document",
     "parse_key_document",
     "parse_query_request",

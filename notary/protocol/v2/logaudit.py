@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from notary.errors import ProtocolError
 from notary.protocol import strictjson, tlog
 from notary.protocol.v2.keys import key_id_of
-from notary.protocol.v2.logproof import verify_checkpoint
+from notary.protocol.v2.logproof import open_checkpoint_note
 from notary.protocol.v2.parsing import ParsedStatement, parse_statement_entry
 from notary.protocol.v2.verification import VerificationError, verify_signature
 
@@ -79,7 +79,8 @@ def log_origin(note: str) -> str:
 def open_log_checkpoint(
     note: bytes | str, public_raw: bytes, *, origin: str | None = None
 ) -> tuple[tlog.Checkpoint, str]:
-    """The checkpoint of a served note and the note's text, checked: the
+    """The checkpoint of a served note and the note as verified (its text
+    and the v2 key's signature lines: what a client keeps), checked: the
     note is strict UTF-8, signed by the v2 key ``public_raw`` under the key
     name that is the log's origin (``origin`` when the caller knows it,
     else the note's first line), and its checkpoint names that origin.
@@ -98,7 +99,7 @@ def open_log_checkpoint(
         raise VerificationError(
             f"the checkpoint is of another log ({claimed[:80]!r}, not {origin!r})"
         )
-    return verify_checkpoint(note, claimed, public_raw), note
+    return open_checkpoint_note(note, claimed, public_raw)
 
 
 def check_log_entry(

@@ -19,7 +19,13 @@ from notary.protocol.v2.canonical import canonical_json
 from notary.protocol.v2.parsing import ParsedStatement
 from notary.protocol.v2.verification import VerificationError
 
-__all__ = ["LoggedStatement", "inclusion_item", "verify_checkpoint", "verify_logged"]
+__all__ = [
+    "LoggedStatement",
+    "inclusion_item",
+    "open_checkpoint_note",
+    "verify_checkpoint",
+    "verify_logged",
+]
 
 _ENTRY_START = b'{"signature":'
 
@@ -41,9 +47,10 @@ def inclusion_item(entry: bytes, *, index: int, proof: Sequence[bytes], checkpoi
 
 @dataclass(frozen=True, slots=True)
 class LoggedStatement:
-    """What a verified statement's log member came to: the checkpoint (and
-    its signed note) whose tree includes it, or None while the promise
-    stands (``merge_by`` not passed)."""
+    """What a verified statement's log member came to: the checkpoint whose
+    tree includes it and its signed note as verified (the checkpoint and
+    the key's own signature lines: what a client may keep), or None while
+    the promise stands (``merge_by`` not passed)."""
 
     checkpoint: tlog.Checkpoint | None
     note: str | None
@@ -74,7 +81,7 @@ def verify_logged(
                 f"by {promise.merge_by}"
             )
         return LoggedStatement(None, None, None)
-    checkpoint = verify_checkpoint(inclusion.checkpoint, promise.origin, public_raw)
+    checkpoint, note = open_checkpoint_note(inclusion.checkpoint, promise.origin, public_raw)
     try:
         tlog.verify_inclusion(
             tlog.leaf_hash(statement.entry_bytes), inclusion.index, checkpoint.size,
@@ -82,19 +89,31 @@ def verify_logged(
         )
     except tlog.ProofError as exc:
         raise VerificationError(f"the inclusion proof fails: {exc}") from None
-    return LoggedStatement(checkpoint, inclusion.checkpoint, inclusion.index)
+    return LoggedStatement(checkpoint, note, inclusion.index)
 
 
 def verify_checkpoint(note: str, origin: str, public_raw: bytes) -> tlog.Checkpoint:
     """The checkpoint of the signed note ``note``, signed by ``public_raw``
     under the key name ``origin`` and naming ``origin``.
     ``VerificationError`` otherwise."""
+    return open_checkpoint_note(note, origin, public_raw)[0]
+
+
+def open_checkpoint_note(
+    note: str | bytes, origin: str, public_raw: bytes
+) -> tuple[tlog.Checkpoint, str]:
+    """:func:`verify_checkpoint`, and the note reduced to what was verified:
+    the checkpoint text and the signature lines of ``public_raw`` under
+    ``origin`` (other signature lines, cosignatures or anything else, are
+    left out: nothing checked them). ``VerificationError`` as
+    :func:`verify_checkpoint`."""
     try:
         key = (origin, tlog.ed25519_key_id(origin, public_raw))
-        text, _ = tlog.open_note(note, {key: tlog.ed25519_verifier(public_raw)})
+        verifiers = {key: tlog.ed25519_verifier(public_raw)}
+        text, kept = tlog.known_signatures_only(note, verifiers)
         checkpoint = tlog.parse_checkpoint(text)
     except tlog.TlogError as exc:
         raise VerificationError(f"bad checkpoint: {exc}") from None
     if checkpoint.origin != origin:
         raise VerificationError("the checkpoint is of another log")
-    return checkpoint
+    return checkpoint, kept

@@ -58,8 +58,10 @@ _LOGGED_ENTRY_KEYS = _STATEMENT_ENTRY_KEYS | {"inclusion"}
 _INCLUSION_KEYS = frozenset({"checkpoint", "index", "proof"})
 #: Hashes in an inclusion proof, at most (a tree of 2**63 leaves needs 63).
 MAX_PROOF_HASHES = 63
-#: A checkpoint's signed note, at most (C2SP signed-note's own bound).
-MAX_CHECKPOINT_CHARS = 8192
+#: A checkpoint's signed note in an ``inclusion``, at most, in UTF-8 bytes
+#: (what a client keeps of it, ``notary.client.checkpoints``, is bounded by
+#: the same constant).
+MAX_CHECKPOINT_BYTES = 8192
 _VERIFICATION_KEYS = frozenset({"backend", "dane"})
 _DANE_KEYS = frozenset({"outcome", "dnssec", "checked_at", "sha256", "tlsa", "matched"})
 #: The DNSSEC status each DANE outcome comes from (``notary.model.dane.verdict``).
@@ -291,8 +293,12 @@ def _parse_log_promise(where: str, value: object) -> ParsedLogPromise:
 def _parse_inclusion(where: str, value: object) -> ParsedInclusion:
     inclusion = _object(value, _INCLUSION_KEYS, where)
     checkpoint = _str_field(inclusion, "checkpoint", where)
-    if len(checkpoint) > MAX_CHECKPOINT_CHARS:
-        raise _bad_answer(f"{where}.checkpoint is too long")
+    # A character is at least one byte: the cheap check first.
+    if (
+        len(checkpoint) > MAX_CHECKPOINT_BYTES
+        or len(checkpoint.encode("utf-8", "surrogatepass")) > MAX_CHECKPOINT_BYTES
+    ):
+        raise _bad_answer(f"{where}.checkpoint is longer than {MAX_CHECKPOINT_BYTES} bytes")
     index = _int_field(inclusion, "index", where)
     if index < 0:
         raise _bad_answer(f"{where}.index must not be negative")
