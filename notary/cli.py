@@ -4,7 +4,8 @@ Exit status: 0 success, 1 runtime failure (store, network), 2 usage error;
 `notary check`: 0 verified, 1 rejected by the vote (and nothing else),
 2 usage error, 3 inconclusive, 4 site unreachable, 5 the check itself failed;
 `notary log`: 0 consistent, 1 the log is inconsistent, 2 usage error,
-3 equivocation, 4 the log could not be read, 5 the command itself failed.
+3 equivocation, 4 the log could not be read, 5 the command itself failed,
+7 verify checked only the first --max-entries entries (no problem in them).
 Every error is one line on stderr, never a traceback.
 """
 
@@ -200,6 +201,10 @@ def _add_log(commands: argparse._SubParsersAction) -> None:
     verify.add_argument("bundle", type=Path, metavar="FILE.notary")
     verify.add_argument("--timeout", type=float, default=10.0, metavar="S",
                         help="deadline of each request to the notary (default 10)")
+    verify.add_argument("--max-problems", type=int, default=100, metavar="N",
+                        help="stop reading after N problems (default 100)")
+    verify.add_argument("--max-entries", type=int, default=100_000_000, metavar="N",
+                        help="read at most the first N entries (default 100000000; 0: all)")
     watch = log_commands.add_parser(
         "watch", help="monitor a notary's log for a domain's entries and for equivocation"
     )
@@ -213,6 +218,8 @@ def _add_log(commands: argparse._SubParsersAction) -> None:
     watch.add_argument("--once", action="store_true", help="poll once, then exit")
     watch.add_argument("--timeout", type=float, default=10.0, metavar="S",
                        help="deadline of each request to the notary (default 10)")
+    watch.add_argument("--max-problems", type=int, default=100, metavar="N",
+                       help="stop reading after N problems (default 100)")
 
 
 def _add_perspectives_entry(commands: argparse._SubParsersAction) -> None:
@@ -545,9 +552,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 #: Exit status of `notary log`: 0 consistent, 1 the log is inconsistent,
 #: 2 usage error, 3 equivocation (watch), 4 the log could not be read,
-#: 5 the command itself failed.
+#: 5 the command itself failed, 7 incomplete (verify read only the first
+#: --max-entries entries and found no problem in them).
 EXIT_LOG_OK, EXIT_LOG_INCONSISTENT, EXIT_LOG_EQUIVOCATION = 0, 1, 3
-EXIT_LOG_UNREACHABLE, EXIT_LOG_FAILED = 4, 5
+EXIT_LOG_UNREACHABLE, EXIT_LOG_FAILED, EXIT_LOG_INCOMPLETE = 4, 5, 7
+#: Most problems --max-problems may ask for (each is kept and printed).
+MAX_LOG_PROBLEMS = 100_000
+#: ``notary log verify`` says how far it got this often (stderr).
+LOG_PROGRESS_INTERVAL_S = 10.0
 
 
 def cmd_log(args: argparse.Namespace) -> int:
@@ -558,6 +570,8 @@ def cmd_log(args: argparse.Namespace) -> int:
 
     try:
         _check_timeout(args.timeout)
+        if not 1 <= args.max_problems <= MAX_LOG_PROBLEMS:
+            raise UsageError(f"--max-problems must be between 1 and {MAX_LOG_PROBLEMS}")
         (bundle,) = client.load_bundles([args.bundle], None)
         if args.log_command == "verify":
             return _log_verify(bundle, args)
@@ -573,6 +587,8 @@ def cmd_log(args: argparse.Namespace) -> int:
             print(f"problem: {problem.line()}")
         if exc.count > len(exc.problems):
             print(f"... and {exc.count - len(exc.problems)} more problems")
+        if exc.stopped:
+            print(f"stopped after {exc.count} problems (--max-problems): the rest was not read")
         return EXIT_LOG_INCONSISTENT
     except logmonitor.Equivocation as exc:
         print(f"EQUIVOCATION: {client.one_line(exc.reason, None)}")
@@ -595,7 +611,25 @@ def cmd_log(args: argparse.Namespace) -> int:
 def _log_verify(bundle: Any, args: argparse.Namespace) -> int:
     from notary.client import logmonitor
 
-    report = trio.run(lambda: logmonitor.verify_log(bundle, timeout_s=args.timeout))
+    if args.max_entries < 0:
+        raise UsageError("--max-entries must be 0 (all) or more")
+    last_said = [0.0]
+
+    def progress(checked: int, size: int, limit: int) -> None:
+        now = time.monotonic()
+        if checked == 0:
+            last_said[0] = now
+            if limit < size:
+                print(f"notary: its checkpoint claims {size} entries, more than --max-entries: "
+                      f"only the first {limit} are read", file=sys.stderr, flush=True)
+        elif now - last_said[0] >= LOG_PROGRESS_INTERVAL_S and checked < limit:
+            last_said[0] = now
+            print(f"notary: {checked} of {limit} entries checked", file=sys.stderr, flush=True)
+
+    report = trio.run(lambda: logmonitor.verify_log(
+        bundle, timeout_s=args.timeout, max_problems=args.max_problems,
+        max_entries=args.max_entries, on_progress=progress,
+    ))
     print(_cell(f"notary:  {report.notary} ({report.host})"))
     print(_cell(f"log:     {report.origin}"))
     if report.size is not None and report.root is not None:
@@ -606,11 +640,19 @@ def _log_verify(bundle: Any, args: argparse.Namespace) -> int:
         print(f"problem: {problem.line()}")
     if report.problem_count > len(report.problems):
         print(f"... and {report.problem_count - len(report.problems)} more problems")
-    if report.consistent:
-        print("consistent: every entry is signed, the tiles and the root match the checkpoint")
-        return EXIT_LOG_OK
-    print(f"INCONSISTENT: {report.problem_count} problems")
-    return EXIT_LOG_INCONSISTENT
+    if report.stopped:
+        print(f"stopped after {report.problem_count} problems (--max-problems): "
+              "the rest of the log was not read")
+    if not report.consistent:
+        print(f"INCONSISTENT: {report.problem_count} problems")
+        return EXIT_LOG_INCONSISTENT
+    if report.entries_limit is not None:
+        print(f"INCOMPLETE: the first {report.entries_limit} of {report.size} entries are "
+              "consistent and proven the start of the signed tree; the rest was not read "
+              "(--max-entries)")
+        return EXIT_LOG_INCOMPLETE
+    print("consistent: every entry is signed, the tiles and the root match the checkpoint")
+    return EXIT_LOG_OK
 
 
 def _log_watch(bundle: Any, args: argparse.Namespace) -> int:
@@ -643,13 +685,13 @@ def _log_watch(bundle: Any, args: argparse.Namespace) -> int:
     if args.once:
         show_poll(trio.run(lambda: logmonitor.poll_log(
             bundle, domain=domain, state_path=state_path, on_entry=show_entry,
-            timeout_s=args.timeout,
+            timeout_s=args.timeout, max_problems=args.max_problems,
         )))
         return EXIT_LOG_OK
     trio.run(lambda: logmonitor.watch_log(
         bundle, domain=domain, state_path=state_path, on_entry=show_entry,
         on_poll=show_poll, on_unreachable=show_unreachable, interval_s=args.interval,
-        timeout_s=args.timeout,
+        timeout_s=args.timeout, max_problems=args.max_problems,
     ))
     return EXIT_LOG_OK
 

@@ -433,10 +433,13 @@ HANG = b"hang"
 
 
 @asynccontextmanager
-async def open_fake_log(routes: dict[str, bytes]) -> AsyncIterator[Bundle]:
-    """A TLS server on 127.0.0.1 answering ``GET /v2/log/<path>`` with the
-    raw bytes ``routes`` gives (``HANG``: never answers; otherwise 404);
-    the bundle pinning it."""
+async def open_fake_log(
+    routes: dict[str, bytes] | Callable[[str], bytes | None],
+) -> AsyncIterator[Bundle]:
+    """A TLS server on 127.0.0.1 answering ``GET /v2/log/<path>`` (the
+    query string included) with the raw bytes ``routes`` gives, a dict or
+    a function of the path (``HANG``: never answers; None or not in the
+    dict: 404); the bundle pinning it."""
     ca = trustme.CA()
     leaf = ca.issue_cert(LOOPBACK)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -453,7 +456,7 @@ async def open_fake_log(routes: dict[str, bytes]) -> AsyncIterator[Bundle]:
                     return
                 request += chunk
             path = request.split(b" ")[1].decode().removeprefix("/v2/log/")
-            answer = routes.get(path)
+            answer = routes(path) if callable(routes) else routes.get(path)
             if answer is HANG:
                 await trio.sleep_forever()
             if answer is None:
@@ -637,3 +640,144 @@ async def test_watch_does_not_write_through_a_planted_symlink(tmp_path: Path, ca
     assert victim.read_text() == "precious\n"
     assert not state.is_symlink() and json.loads(state.read_text())["type"] == "notary.log-monitor"
     assert (state.stat().st_mode & 0o077) == 0
+
+
+# -- a log with problems is reported, not read to its claimed end (issue 30, item 8) ------
+
+
+def junk_log(path: str) -> bytes | None:
+    """A log claiming 2**40 entries, each entry bundle full of junk."""
+    if path == "checkpoint":
+        return ok(fake_checkpoint(1 << 40))
+    if path.startswith("tile/entries/"):
+        return ok(tlog.encode_entry_bundle([b"junk"] * tlog.TILE_WIDTH))
+    return None
+
+
+async def test_verify_stops_at_max_problems_and_prints_them(capsys, tmp_path: Path) -> None:
+    async with open_fake_log(junk_log) as bundle:
+        path = str(write_bundle(tmp_path / "junk.notary", bundle))
+        with trio.fail_after(30):
+            few, few_out, few_err = await run_cli(
+                capsys, "log", "verify", path, "--max-problems", "3"
+            )
+            assert few == 1, few_err  # (before the option existed: 2, not a hang)
+            status, out, err = await run_cli(capsys, "log", "verify", path, "--timeout", "5")
+            bad, _out, bad_err = await run_cli(capsys, "log", "verify", path, "--max-problems", "0")
+    assert status == 1, err
+    assert f"size:    {1 << 40}" in out
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == 100
+    assert problems[0] == "problem: malformed entry at index 0: not strict UTF-8 JSON"
+    assert "stopped after 100 problems (--max-problems)" in out
+    assert "INCONSISTENT: 100 problems" in out
+    assert f"claims {1 << 40} entries, more than --max-entries" in err
+    assert few_out.count("problem: ") == 3 and "stopped after 3 problems" in few_out
+    assert bad == 2 and "--max-problems must be between 1 and" in bad_err
+
+
+async def test_watch_reports_a_log_with_problems_not_an_unreachable_one(
+    capsys, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.json"
+    async with open_fake_log(junk_log) as bundle:
+        path = str(write_bundle(tmp_path / "junk.notary", bundle))
+        with trio.fail_after(30):
+            status, out, err = await run_cli(
+                capsys, "log", "watch", path, "--domain", DOMAIN, "--once",
+                "--state", str(state), "--max-problems", "10",
+            )
+    assert status == 1, err
+    assert "cannot read" not in err and "INCONSISTENT" in out
+    assert out.count("problem: malformed entry at index") == 10
+    assert "stopped after 10 problems" in out
+    assert not state.exists()
+
+
+def signed_entries(count: int, origin: str = ORIGIN) -> list[bytes]:
+    """``count`` statement entries signed by FAKE_KEY, promising ``origin``."""
+    signer = crypto.Ed25519Signer(FAKE_KEY)
+    key_id = public_key_of(signer.public_raw)[1]
+    return [
+        v2.sign_statement({
+            "type": v2.STATEMENT_TYPE, "target": f"site{i}.{DOMAIN}:443", "observations": [],
+            "signed_at": 100 + i, "valid_until": 10**9, "key_id": key_id,
+            "log": {"origin": origin, "merge_by": 130 + i},
+        }, signer.sign).entry
+        for i in range(count)
+    ]
+
+
+def fake_sign(size: int, root: bytes) -> str:
+    return fake_checkpoint(size, root).decode()
+
+
+class StoreLog:
+    """A log served from a LogStore as the notary serves it (checkpoint,
+    tiles, entry bundles, consistency proofs), with ``proofs`` to alter
+    the proofs it serves."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self.proofs: Callable[[bytes], bytes] = lambda body: body
+
+    def __call__(self, path: str) -> bytes | None:
+        head = self.store.head()
+        if head is None:
+            return None
+        if path == "checkpoint":
+            return ok(head.checkpoint.encode())
+        if path.startswith("proof/consistency?"):
+            query = dict(part.split("=") for part in path.partition("?")[2].split("&"))
+            proof = self.store.consistency_proof(int(query["old"]), int(query["new"]))
+            return ok(self.proofs(b"".join(base64.b64encode(node) + b"\n" for node in proof)))
+        level, index, width = tlog.parse_tile_path(path)
+        if level is None:
+            first = index * tlog.TILE_WIDTH
+            if first + width > head.size:
+                return None
+            return ok(tlog.encode_entry_bundle(self.store.entries(first, first + width)))
+        hashes = self.store.tile(level, index)
+        if hashes is None or len(hashes) < width * tlog.HASH_SIZE:
+            return None
+        return ok(hashes[: width * tlog.HASH_SIZE])
+
+
+def flip_a_bit(body: bytes) -> bytes:
+    """The proof with one bit of its first hash flipped (still base64)."""
+    first = bytearray(base64.b64decode(body[:44]))
+    first[0] ^= 1
+    return base64.b64encode(bytes(first)) + body[44:]
+
+
+async def test_verify_reads_at_most_max_entries_and_proves_them_the_start(
+    capsys, tmp_path: Path
+) -> None:
+    progress: list[tuple[int, int, int]] = []
+    with LogStore(tmp_path / "fake.db") as store:
+        store.append(signed_entries(600), fake_sign)
+        log = StoreLog(store)
+        async with open_fake_log(log) as bundle:
+            path = str(write_bundle(tmp_path / "fake.notary", bundle))
+            report = await logmonitor.verify_log(
+                bundle, timeout_s=5, max_entries=300,
+                on_progress=lambda *step: progress.append(step),
+            )
+            status, out, err = await run_cli(capsys, "log", "verify", path, "--max-entries", "300")
+            whole, whole_out, _err = await run_cli(
+                capsys, "log", "verify", path, "--max-entries", "0"
+            )
+            log.proofs = flip_a_bit
+            faulty = await logmonitor.verify_log(bundle, timeout_s=5, max_entries=300)
+            bad, _out, bad_err = await run_cli(capsys, "log", "verify", path, "--max-entries", "-1")
+    assert report.consistent and not report.complete and report.entries_limit == 256
+    assert report.entries_checked == 256 and report.tiles_checked == 1
+    assert report.computed_root is None
+    assert progress == [(0, 600, 256), (256, 600, 256)]
+    assert status == 7, err
+    assert "claims 600 entries, more than --max-entries: only the first 256 are read" in err
+    assert "INCOMPLETE: the first 256 of 600 entries are consistent" in out
+    assert whole == 0 and "checked: 600 entries" in whole_out
+    assert [p.kind for p in faulty.problems] == ["faulty consistency proof"]
+    assert "the first 256 entries are not proven the start" in faulty.problems[0].detail
+    assert bad == 2 and "--max-entries" in bad_err

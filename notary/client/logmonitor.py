@@ -75,7 +75,8 @@ from notary.state import crypto
 
 __all__ = [
     "DEFAULT_INTERVAL_S",
-    "MAX_PROBLEMS_KEPT",
+    "DEFAULT_MAX_ENTRIES",
+    "DEFAULT_MAX_PROBLEMS",
     "Equivocation",
     "LogInconsistent",
     "LogProblem",
@@ -98,8 +99,13 @@ DEFAULT_INTERVAL_S = 60.0
 #: consistency proof) and reports their matches: a multiple of the tile
 #: width; it bounds the matches held unreported.
 WATCH_CHUNK_ENTRIES = 64 * 1024
-#: Problems a report keeps (and prints); more are only counted.
-MAX_PROBLEMS_KEPT = 100
+#: Problems after which a check stops reading (``--max-problems``): a
+#: hostile log of junk is reported at once, not read to its claimed end.
+DEFAULT_MAX_PROBLEMS = 100
+#: Entries ``notary log verify`` reads at most (``--max-entries``; 0: no
+#: bound): a checkpoint claiming more is checked as far as that, the
+#: entries read proven the start of its tree, the rest reported unread.
+DEFAULT_MAX_ENTRIES = 100_000_000
 #: The largest state file read.
 MAX_STATE_BYTES = 1024 * 1024
 #: Names tried for a set of evidence files (``-2``, ``-3``... when taken).
@@ -113,6 +119,7 @@ ROOT_MISMATCH = "root mismatch"
 TILE_MISMATCH = "tile mismatch"
 MISSING = "missing"
 MALFORMED_BUNDLE = "malformed entry bundle"
+FAULTY_PROOF = "faulty consistency proof"
 
 
 # -- results ----------------------------------------------------------------------
@@ -123,8 +130,8 @@ class LogProblem:
     """One thing a log gets wrong: its ``kind`` (``bad signature``,
     ``malformed entry``, ``wrong origin``, ``root mismatch``, ``tile
     mismatch``, ``missing``, ``malformed entry bundle``, ``bad checkpoint
-    signature``), the entry ``index`` it is about (None: the whole log),
-    and one line of ``detail``."""
+    signature``, ``faulty consistency proof``), the entry ``index`` it is
+    about (None: the whole log), and one line of ``detail``."""
 
     kind: str
     index: int | None
@@ -137,22 +144,33 @@ class LogProblem:
 
 @dataclass
 class _Problems:
-    """The first :data:`MAX_PROBLEMS_KEPT` problems, and how many there were."""
+    """The problems found, up to ``limit``: a check stops reading once it
+    is :attr:`full` (the problems kept are bounded by ``limit``)."""
 
+    limit: int = DEFAULT_MAX_PROBLEMS
     kept: list[LogProblem] = field(default_factory=list)
     count: int = 0
 
     def add(self, kind: str, index: int | None, detail: str) -> None:
         self.count += 1
-        if len(self.kept) < MAX_PROBLEMS_KEPT:
+        if len(self.kept) < self.limit:
             self.kept.append(LogProblem(kind, index, detail))
+
+    @property
+    def full(self) -> bool:
+        """Whether ``limit`` problems were found: stop reading."""
+        return self.count >= self.limit
 
 
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
     """What :func:`verify_log` found. ``size`` and ``root`` are the signed
     checkpoint's (None when it did not verify), ``computed_root`` the root
-    of the entries served (None unless all of them were read)."""
+    of the entries served (None unless all of them were read).
+    ``stopped``: the check stopped at ``max_problems`` problems, the rest
+    of the log unread; ``entries_limit``: the checkpoint claims more
+    entries than ``max_entries``, and only this many (the first) were read
+    (None: all of them)."""
 
     notary: str
     host: str
@@ -164,10 +182,19 @@ class VerifyReport:
     tiles_checked: int
     problems: tuple[LogProblem, ...]
     problem_count: int
+    stopped: bool = False
+    entries_limit: int | None = None
 
     @property
     def consistent(self) -> bool:
+        """No problem in what was checked (:attr:`complete` says whether
+        that is the whole log)."""
         return self.problem_count == 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether every entry the checkpoint covers was checked."""
+        return self.entries_limit is None and not self.stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,12 +225,17 @@ class PollResult:
 
 class LogInconsistent(NotaryError):
     """The log the notary serves contradicts its signed checkpoint (entries,
-    signatures, root), or the checkpoint does not verify."""
+    signatures, root), or the checkpoint does not verify. ``stopped``: the
+    check stopped at its ``max_problems``."""
 
-    def __init__(self, message: str, problems: tuple[LogProblem, ...] = (), count: int = 0):
+    def __init__(
+        self, message: str, problems: tuple[LogProblem, ...] = (), count: int = 0,
+        stopped: bool = False,
+    ) -> None:
         super().__init__(message)
         self.problems = problems
         self.count = count or len(problems)
+        self.stopped = stopped
 
 
 class Equivocation(NotaryError):
@@ -260,14 +292,24 @@ def _decode_key(bundle: Bundle, text: str) -> bytes:
 
 async def verify_log(
     bundle: Bundle, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-    resolver: Resolver = system_resolver,
+    resolver: Resolver = system_resolver, max_problems: int = DEFAULT_MAX_PROBLEMS,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    on_progress: Callable[[int, int, int], None] | None = None,
 ) -> VerifyReport:
     """Read and check the whole log of ``bundle``'s notary (see the module
-    docstring). Raises ``UsageError`` for a bundle without v2 key and
-    :class:`LogUnreachable` when the log cannot be read; every defect of the
-    log is a problem of the report."""
+    docstring), stopping at ``max_problems`` problems, and reading at most
+    ``max_entries`` entries (0: no bound; rounded down to whole entry
+    bundles): the first ones, then proven the start of the signed tree by
+    a consistency proof. ``on_progress(checked, size, limit)`` is called
+    once the checkpoint is verified (``checked`` 0) and after each entry
+    bundle: entries checked, the checkpoint's size, and how many will be
+    read.
+
+    Raises ``UsageError`` for a bundle without v2 key and
+    :class:`LogUnreachable` when the log cannot be read; every defect of
+    the log is a problem of the report."""
     bundle_v2_key(bundle)  # a usage error before any connection
-    problems = _Problems()
+    problems = _Problems(max_problems)
     async with LogFetcher(bundle, timeout_s=timeout_s, resolver=resolver) as fetcher:
         host = await fetcher.connect()
         public_raw = bundle_v2_key(bundle, host)
@@ -283,19 +325,34 @@ async def verify_log(
                 bundle.name, host.host, origin, None, None, None, 0, 0,
                 tuple(problems.kept), problems.count,
             )
-        replay = LogReplay(checkpoint.size, expect_tiles=True)
-        audit = _Audit(fetcher, checkpoint, public_raw, problems)
-        complete = await audit.read_entries(replay, on_entry=None)
-        computed = replay.root() if complete else None
+        size = checkpoint.size
+        limit = size
+        if max_entries and size > max_entries:
+            limit = max(tlog.TILE_WIDTH, max_entries - max_entries % tlog.TILE_WIDTH)
+        if on_progress is not None:
+            on_progress(0, size, limit)
+        replay = LogReplay(size, expect_tiles=True)
+        audit = _Audit(fetcher, checkpoint, public_raw, problems, on_progress=on_progress,
+                       limit=limit)
+        complete = await audit.read_entries(replay, on_entry=None, until=limit)
+        computed = replay.root() if complete and limit == size else None
         if computed is not None and computed != checkpoint.root:
             problems.add(ROOT_MISMATCH, None, (
                 f"the entries hash to {_b64(computed)}, the checkpoint signs "
                 f"{_b64(checkpoint.root)}"
             ))
+        elif complete and limit < size and not problems.count:
+            fault = await _consistency(fetcher, limit, size, replay.root(), checkpoint.root)
+            if fault is not None:
+                problems.add(FAULTY_PROOF, None, (
+                    f"the first {limit} entries are not proven the start of the signed "
+                    f"tree: {fault.reason}"
+                ))
     return VerifyReport(
         bundle.name, host.host, checkpoint.origin, checkpoint.size, checkpoint.root,
         computed, audit.entries_checked, audit.tiles_checked, tuple(problems.kept),
-        problems.count,
+        problems.count, stopped=problems.full and replay.next_index < limit,
+        entries_limit=limit if limit < size else None,
     )
 
 
@@ -315,12 +372,15 @@ class _Audit:
 
     def __init__(
         self, fetcher: LogFetcher, checkpoint: tlog.Checkpoint, public_raw: bytes,
-        problems: _Problems,
+        problems: _Problems, *, on_progress: Callable[[int, int, int], None] | None = None,
+        limit: int | None = None,
     ) -> None:
         self._fetcher = fetcher
         self._checkpoint = checkpoint
         self._public_key, self._key_id = public_key_of(public_raw)
         self._problems = problems
+        self._on_progress = on_progress
+        self._limit = checkpoint.size if limit is None else limit
         self.entries_checked = 0
         self.tiles_checked = 0
 
@@ -333,7 +393,8 @@ class _Audit:
         multiple of the tile width, or the checkpoint's size: the default),
         checking each (and each tile it completes); ``on_entry`` gets each
         entry that checks. False when an entry bundle is missing or
-        malformed, so the tree cannot be recomputed."""
+        malformed, so the tree cannot be recomputed, or when the problems
+        are :attr:`_Problems.full` (the check stops there)."""
         size = self._checkpoint.size
         end = size if until is None else min(until, size)
         first_bundle = replay.next_index // tlog.TILE_WIDTH
@@ -364,6 +425,10 @@ class _Audit:
                 self._check_entry(index, entry, on_entry)
                 for tile in replay.add(entry):
                     await self._check_tile(tile.level, tile.index, tile.width, tile.hashes)
+                if self._problems.full:
+                    return False
+            if self._on_progress is not None:
+                self._on_progress(self.entries_checked, size, self._limit)
         return True
 
     def _check_entry(
@@ -559,6 +624,7 @@ def normalise_domain(text: str) -> str:
 async def poll_log(
     bundle: Bundle, *, domain: str, state_path: Path, on_entry: Callable[[LoggedEntry], None],
     timeout_s: float = DEFAULT_TIMEOUT_S, resolver: Resolver = system_resolver,
+    max_problems: int = DEFAULT_MAX_PROBLEMS,
 ) -> PollResult:
     """One round of ``notary log watch`` (see the module docstring):
     ``on_entry`` gets each new, verified entry whose target host is
@@ -566,6 +632,8 @@ async def poll_log(
     to it are proven part of the signed tree (every ``WATCH_CHUNK_ENTRIES``
     entries, and at the end); the
     state file then keeps the new checkpoint (not when anything failed).
+    A chunk with problems ends the poll before any proof is asked for, and
+    reading stops at ``max_problems`` problems.
 
     Error handling: ``UsageError`` (bundle, state file),
     :class:`LogUnreachable`, :class:`LogInconsistent`,
@@ -596,7 +664,7 @@ async def poll_log(
                 return PollResult(checkpoint.origin, old_size, old_size, 0, 0)
         edge = state.edge if state is not None else tlog.CompactRange()
         replay = LogReplay(checkpoint.size, start=edge)
-        problems = _Problems()
+        problems = _Problems(max_problems)
         audit = _Audit(fetcher, checkpoint, public_raw, problems)
         matched = 0
         # Matching entries are held until the entries read so far are proven
@@ -615,17 +683,21 @@ async def poll_log(
             until = (replay.next_index // WATCH_CHUNK_ENTRIES + 1) * WATCH_CHUNK_ENTRIES
             if not await audit.read_entries(replay, on_entry=keep, until=until):
                 break
-            proven = await _prefix_proven(fetcher, replay, checkpoint, problems)
-            if problems.count or not proven:
+            # A chunk with problems is reported as such: no proof is asked
+            # for it (a log of junk is not "unreachable" for want of one);
+            # the last chunk's root needs no request.
+            if problems.count and not replay.complete:
+                break
+            if not await _prefix_proven(fetcher, replay, checkpoint, problems) or problems.count:
                 break
             matched += len(held)
             for entry in held:
                 on_entry(entry)
             held.clear()
-        if problems.count:
+        if problems.count or not replay.complete:
             raise LogInconsistent(
                 f"the log of {bundle.name} is inconsistent ({problems.count} problems)",
-                tuple(problems.kept), problems.count,
+                tuple(problems.kept), problems.count, stopped=problems.full,
             )
     _write_state(state_path, bundle, public_raw, note, replay.edge)
     return PollResult(
@@ -648,19 +720,43 @@ async def _prefix_proven(
             f"the entries hash to {_b64(root)}, the checkpoint signs {_b64(checkpoint.root)}"
         ))
         return False
-    path = f"proof/consistency?old={size}&new={checkpoint.size}"
+    fault = await _consistency(fetcher, size, checkpoint.size, root, checkpoint.root)
+    if fault is not None:
+        problems.add(ROOT_MISMATCH, None, (
+            f"the first {size} entries are not those of the signed tree ({fault.reason})"
+        ))
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Fault:
+    """A consistency proof that does not verify, or is not served: why
+    (``reason``, one line) and the body served (None: none)."""
+
+    reason: str
+    body: bytes | None
+
+
+async def _consistency(
+    fetcher: LogFetcher, old_size: int, new_size: int, old_root: bytes, new_root: bytes
+) -> _Fault | None:
+    """Ask for ``proof/consistency?old=&new=`` and verify it between the two
+    roots: None when it does; a :class:`_Fault` when it does not, is
+    malformed or is not served (404: both sizes are within a signed tree,
+    so the notary owes it). Other statuses are :class:`LogUnreachable`."""
+    path = f"proof/consistency?old={old_size}&new={new_size}"
     response = await fetcher.get(path, max_bytes=MAX_PROOF_BODY_BYTES)
+    if response.status == 404:
+        return _Fault(f"{path} is not served (HTTP 404)", None)
     if response.status != 200:
         raise LogUnreachable(f"{fetcher.host_name}: HTTP {response.status} for {path}")
     try:
         proof = parse_consistency_proof(response.body)
-        tlog.verify_consistency(size, checkpoint.size, root, checkpoint.root, proof)
+        tlog.verify_consistency(old_size, new_size, old_root, new_root, proof)
     except tlog.ProofError as exc:
-        problems.add(ROOT_MISMATCH, None, (
-            f"the first {size} entries are not those of the signed tree ({exc})"
-        ))
-        return False
-    return True
+        return _Fault(f"{path} does not verify: {exc}", response.body)
+    return None
 
 
 async def _check_extends(
@@ -700,7 +796,7 @@ async def watch_log(
     bundle: Bundle, *, domain: str, state_path: Path, on_entry: Callable[[LoggedEntry], None],
     on_poll: Callable[[PollResult], None], on_unreachable: Callable[[LogUnreachable], None],
     interval_s: float = DEFAULT_INTERVAL_S, timeout_s: float = DEFAULT_TIMEOUT_S,
-    resolver: Resolver = system_resolver,
+    resolver: Resolver = system_resolver, max_problems: int = DEFAULT_MAX_PROBLEMS,
 ) -> None:
     """:func:`poll_log` every ``interval_s`` until cancelled; a poll that
     cannot read the log goes to ``on_unreachable`` and the watch goes on.
@@ -710,7 +806,7 @@ async def watch_log(
         try:
             result = await poll_log(
                 bundle, domain=domain, state_path=state_path, on_entry=on_entry,
-                timeout_s=timeout_s, resolver=resolver,
+                timeout_s=timeout_s, resolver=resolver, max_problems=max_problems,
             )
         except LogUnreachable as exc:
             on_unreachable(exc)
