@@ -5,7 +5,9 @@ Exit status: 0 success, 1 runtime failure (store, network), 2 usage error;
 2 usage error, 3 inconclusive, 4 site unreachable, 5 the check itself failed;
 `notary log`: 0 consistent, 1 the log is inconsistent, 2 usage error,
 3 equivocation, 4 the log could not be read, 5 the command itself failed,
-7 verify checked only the first --max-entries entries (no problem in them).
+6 a faulty consistency proof (watch: the entries show the checkpoints
+consistent), 7 verify checked only the first --max-entries entries (no
+problem in them).
 Every error is one line on stderr, never a traceback.
 """
 
@@ -552,10 +554,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 #: Exit status of `notary log`: 0 consistent, 1 the log is inconsistent,
 #: 2 usage error, 3 equivocation (watch), 4 the log could not be read,
-#: 5 the command itself failed, 7 incomplete (verify read only the first
-#: --max-entries entries and found no problem in them).
+#: 5 the command itself failed, 6 a faulty consistency proof (watch: the
+#: proof fails but the entries show the checkpoints consistent), 7
+#: incomplete (verify read only the first --max-entries entries and found
+#: no problem in them).
 EXIT_LOG_OK, EXIT_LOG_INCONSISTENT, EXIT_LOG_EQUIVOCATION = 0, 1, 3
-EXIT_LOG_UNREACHABLE, EXIT_LOG_FAILED, EXIT_LOG_INCOMPLETE = 4, 5, 7
+EXIT_LOG_UNREACHABLE, EXIT_LOG_FAILED, EXIT_LOG_FAULTY_PROOF, EXIT_LOG_INCOMPLETE = 4, 5, 6, 7
 #: Most problems --max-problems may ask for (each is kept and printed).
 MAX_LOG_PROBLEMS = 100_000
 #: ``notary log verify`` says how far it got this often (stderr).
@@ -590,6 +594,10 @@ def cmd_log(args: argparse.Namespace) -> int:
         if exc.stopped:
             print(f"stopped after {exc.count} problems (--max-problems): the rest was not read")
         return EXIT_LOG_INCONSISTENT
+    except logmonitor.FaultyProof as exc:
+        print(f"FAULTY PROOF: {client.one_line(str(exc), None)}", flush=True)
+        print("no equivocation: nothing saved as evidence; the state keeps the old checkpoint")
+        return EXIT_LOG_FAULTY_PROOF
     except logmonitor.Equivocation as exc:
         print(f"EQUIVOCATION: {client.one_line(exc.reason, None)}")
         print("checkpoint kept before:")

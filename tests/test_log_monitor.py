@@ -604,14 +604,17 @@ async def test_a_watch_proves_each_chunk_part_of_the_signed_tree(tmp_path: Path)
         honest = LogReplay(700)
         for entry in entries[:512]:
             honest.add(entry)
-        problems = logmonitor._Problems()
-        assert await logmonitor._prefix_proven(fetcher, honest, checkpoint, problems)
-        assert problems.count == 0
+        def prove(replay: LogReplay):
+            return logmonitor._consistency(
+                fetcher, replay.next_index, 700, replay.root(), checkpoint.root
+            )
+
+        assert await prove(honest) is None
         forged = LogReplay(700)
         for entry in [b"forged", *entries[1:512]]:
             forged.add(entry)
-        assert not await logmonitor._prefix_proven(fetcher, forged, checkpoint, problems)
-        assert problems.count == 1 and "not those of the signed tree" in problems.kept[0].detail
+        fault = await prove(forged)
+        assert fault is not None and "does not verify" in fault.reason
     assert logmonitor.WATCH_CHUNK_ENTRIES % tlog.TILE_WIDTH == 0
 
 
@@ -719,7 +722,8 @@ class StoreLog:
 
     def __init__(self, store: LogStore) -> None:
         self.store = store
-        self.proofs: Callable[[bytes], bytes] = lambda body: body
+        #: The proof served for an honest one (None: HTTP 404).
+        self.proofs: Callable[[bytes], bytes | None] = lambda body: body
 
     def __call__(self, path: str) -> bytes | None:
         head = self.store.head()
@@ -730,7 +734,8 @@ class StoreLog:
         if path.startswith("proof/consistency?"):
             query = dict(part.split("=") for part in path.partition("?")[2].split("&"))
             proof = self.store.consistency_proof(int(query["old"]), int(query["new"]))
-            return ok(self.proofs(b"".join(base64.b64encode(node) + b"\n" for node in proof)))
+            served = self.proofs(b"".join(base64.b64encode(node) + b"\n" for node in proof))
+            return ok(served) if served is not None else None
         level, index, width = tlog.parse_tile_path(path)
         if level is None:
             first = index * tlog.TILE_WIDTH
@@ -781,3 +786,76 @@ async def test_verify_reads_at_most_max_entries_and_proves_them_the_start(
     assert [p.kind for p in faulty.problems] == ["faulty consistency proof"]
     assert "the first 256 entries are not proven the start" in faulty.problems[0].detail
     assert bad == 2 and "--max-entries" in bad_err
+
+
+# -- a faulty proof is settled from the entries before anyone is accused (item 7) ----------
+
+
+async def test_watch_settles_a_failed_proof_from_the_entries(capsys, tmp_path: Path) -> None:
+    """A proof with one bit flipped between two checkpoints that are in fact
+    consistent is a faulty answer (exit 6, no evidence, the old state
+    kept); a tree the entries do not extend from the kept one is
+    equivocation (exit 3, evidence)."""
+    state = tmp_path / "state.json"
+    entries = signed_entries(320)
+    with LogStore(tmp_path / "fake.db") as store:
+        store.append(entries[:300], fake_sign)
+        log = StoreLog(store)
+        async with open_fake_log(log) as bundle:
+            path = str(write_bundle(tmp_path / "fake.notary", bundle))
+            watch = ("log", "watch", path, "--domain", DOMAIN, "--once", "--state", str(state))
+            status, out, err = await run_cli(capsys, *watch)
+            assert status == 0, err
+            kept = state.read_text()
+            store.append(entries[300:310], fake_sign)
+            log.proofs = flip_a_bit
+            status, out, err = await run_cli(capsys, *watch)
+            assert status == 6, (out, err)
+            assert "FAULTY PROOF: faulty consistency proof: proof/consistency?old=300&new=310 " \
+                   "does not verify" in out
+            assert "no equivocation" in out and "EQUIVOCATION" not in out
+            assert entry_lines(out) == [] and state.read_text() == kept
+            log.proofs = lambda body: None  # not served at all: the same
+            missing, out, _err = await run_cli(capsys, *watch)
+            assert missing == 6 and "is not served (HTTP 404)" in out
+            assert evidence_files(tmp_path) == []
+            log.proofs = lambda body: body
+            status, out, _err = await run_cli(capsys, *watch)
+            assert status == 0 and len(entry_lines(out)) == 10
+        # Another history of 320 entries, signed by the same key: its first
+        # 310 are not the kept tree's, whatever proof comes with it.
+        with LogStore(tmp_path / "fork.db") as fork:
+            fork.append([entries[1], entries[0], *entries[2:]], fake_sign)
+            forked = StoreLog(fork)
+            forked.proofs = flip_a_bit
+            async with open_fake_log(forked) as bundle:
+                path = str(write_bundle(tmp_path / "fake.notary", bundle))
+                watch = ("log", "watch", path, "--domain", DOMAIN, "--once", "--state", str(state))
+                status, out, _err = await run_cli(capsys, *watch)
+    assert status == 3
+    assert "EQUIVOCATION: no consistency from 310 to 320 entries: " in out
+    assert "the entries it serves from 310 on do not lead from the kept root" in out
+    evidence = sorted(p.name.rsplit(".", 1)[-1] for p in evidence_files(tmp_path))
+    assert evidence == ["checkpoint", "checkpoint", "consistency-proof"]
+
+
+async def test_a_failed_chunk_proof_is_settled_too(capsys, tmp_path: Path, monkeypatch) -> None:
+    """The proof that the entries read so far begin the signed tree fails,
+    but all the entries hash to the signed root: a faulty proof, and no
+    entry is reported (none was proven when it would have been)."""
+    monkeypatch.setattr(logmonitor, "WATCH_CHUNK_ENTRIES", tlog.TILE_WIDTH)
+    state = tmp_path / "state.json"
+    with LogStore(tmp_path / "fake.db") as store:
+        store.append(signed_entries(600), fake_sign)
+        log = StoreLog(store)
+        log.proofs = flip_a_bit
+        async with open_fake_log(log) as bundle:
+            path = str(write_bundle(tmp_path / "fake.notary", bundle))
+            watch = ("log", "watch", path, "--domain", DOMAIN, "--once", "--state", str(state))
+            status, out, err = await run_cli(capsys, *watch)
+            assert status == 6, (out, err)
+            assert "proof/consistency?old=256&new=600 does not verify" in out
+            assert entry_lines(out) == [] and not state.exists()
+            log.proofs = lambda body: body
+            status, out, _err = await run_cli(capsys, *watch)
+    assert status == 0 and len(entry_lines(out)) == 600

@@ -11,30 +11,34 @@ the checks themselves are :mod:`notary.protocol.v2.logaudit`'s.
   memory: one entry bundle and one tile per tile level at a time), checks
   every entry (a statement entry signed by the bundle's v2 key, promising
   this log), every hash tile of the tree against the entries, and the
-  recomputed root against the checkpoint's.
+  recomputed root against the checkpoint's. It stops at ``max_problems``
+  problems, and reads at most ``max_entries`` (the first ones, then
+  proven the start of the signed tree).
 * :func:`poll_log` is one round of a monitor: it compares the newest
   checkpoint with the one kept in a state file (one per notary), checks
-  that the new tree extends the old one (``proof/consistency``), reads and
-  checks the new entries against the new root, gives those about a domain
-  to the caller, and keeps the new checkpoint. :func:`watch_log` polls
-  until cancelled.
+  that the new tree extends the old one (``proof/consistency``; a proof
+  that fails is settled from the entries), reads and checks the new
+  entries against the new root, gives those about a domain to the caller,
+  and keeps the new checkpoint. :func:`watch_log` polls until cancelled.
 
 What the notary is trusted for: nothing but its v2 key (the bundle's
 ``v2_key``) and its TLS pin; every size, hash and entry it serves is
 checked against checkpoints that key signed.
 
 Resource handling: each call opens and closes its own connection; the
-state file is replaced atomically (written beside it, then renamed);
-evidence files are new files beside it.
+state file is replaced atomically (a new file beside it, created
+exclusively under an unpredictable name, then renamed); evidence files are
+new files beside it, created exclusively.
 
 Error handling: a bundle without a v2 key, an unreadable or damaged state
 file are ``UsageError``; a log that cannot be read (no host answers,
 timeouts, HTTP errors other than a 404 for something a signed checkpoint
 covers, oversized responses) is :class:`LogUnreachable`; what a checked
 log gets wrong is a :class:`LogProblem` in :class:`VerifyReport` (verify)
-or :class:`LogInconsistent` (watch); two signed checkpoints no
-consistency proof reconciles are :class:`Equivocation`, with the evidence
-saved.
+or :class:`LogInconsistent` (watch); a consistency proof that fails is
+settled from the entries: a faulty answer (:class:`FaultyProof`) when
+they show the checkpoints consistent, else two signed checkpoints of
+different histories, :class:`Equivocation`, with the evidence saved.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ __all__ = [
     "DEFAULT_MAX_ENTRIES",
     "DEFAULT_MAX_PROBLEMS",
     "Equivocation",
+    "FaultyProof",
     "LogInconsistent",
     "LogProblem",
     "LogUnreachable",
@@ -239,11 +244,11 @@ class LogInconsistent(NotaryError):
 
 
 class Equivocation(NotaryError):
-    """Two checkpoints signed by the notary's key that no consistency proof
-    reconciles (a smaller tree, a same-size tree with another root, or a
-    proof that fails): the notary shows different histories. ``old_note``
-    and ``new_note`` are the signed checkpoints; ``evidence`` the files
-    they were saved to."""
+    """Two checkpoints signed by the notary's key that are not of one
+    history: a smaller tree, a same-size tree with another root, or a
+    larger tree that neither a consistency proof nor the entries it serves
+    show to extend the kept one. ``old_note`` and ``new_note`` are the
+    signed checkpoints; ``evidence`` the files they were saved to."""
 
     def __init__(
         self, reason: str, old_note: str, new_note: str, evidence: tuple[Path, ...]
@@ -253,6 +258,23 @@ class Equivocation(NotaryError):
         self.old_note = old_note
         self.new_note = new_note
         self.evidence = evidence
+
+
+class FaultyProof(NotaryError):
+    """A consistency proof the notary served does not verify (or it serves
+    none), yet the entries it serves, hashed onto the kept tree's right
+    edge, give its signed root: its checkpoints are consistent, the proof
+    is a faulty answer, not equivocation. Nothing is saved as evidence and
+    the state keeps the old checkpoint. ``reason``: what was wrong with
+    the proof."""
+
+    def __init__(self, reason: str, old_size: int, new_size: int) -> None:
+        super().__init__(
+            f"faulty consistency proof: {reason}; the entries it serves from {old_size} to "
+            f"{new_size} lead from the kept root to the signed one, so its checkpoints are "
+            "consistent (a faulty answer, not equivocation)"
+        )
+        self.reason = reason
 
 
 # -- the bundle's key ---------------------------------------------------------------
@@ -635,8 +657,13 @@ async def poll_log(
     A chunk with problems ends the poll before any proof is asked for, and
     reading stops at ``max_problems`` problems.
 
+    A consistency proof that fails is settled from the entries before
+    anyone is accused: consistent, it is :class:`FaultyProof`; a kept
+    tree the entries do not extend to the signed root is
+    :class:`Equivocation`.
+
     Error handling: ``UsageError`` (bundle, state file),
-    :class:`LogUnreachable`, :class:`LogInconsistent`,
+    :class:`LogUnreachable`, :class:`LogInconsistent`, :class:`FaultyProof`,
     :class:`Equivocation` (its evidence saved beside the state file).
     """
     bundle_v2_key(bundle)
@@ -658,8 +685,9 @@ async def poll_log(
             )
         except VerificationError as exc:
             raise LogInconsistent(f"{BAD_CHECKPOINT}: {exc}") from None
+        fault: _Fault | None = None
         if state is not None:
-            await _check_extends(fetcher, state, checkpoint, note, state_path)
+            fault = await _check_extends(fetcher, state, checkpoint, note, state_path)
             if checkpoint.size == old_size:
                 return PollResult(checkpoint.origin, old_size, old_size, 0, 0)
         edge = state.edge if state is not None else tlog.CompactRange()
@@ -671,9 +699,17 @@ async def poll_log(
         # part of the signed tree, then reported: nothing unverified is
         # printed, and at most a chunk's matches are held.
         held: list[LoggedEntry] = []
+        # A consistency proof that failed: from the kept tree (``fault``) or
+        # of the entries read so far (``chunk_fault``). Nobody is accused on
+        # a proof alone: the entries settle it. They are all read (no more
+        # proofs asked, nothing reported) and their root, grown from the
+        # kept tree's right edge, compared with the signed one.
+        chunk_fault: _Fault | None = None
 
         def keep(index: int, parsed: ParsedStatement) -> None:
-            if matches_domain(parsed.target.host, domain):
+            if fault is None and chunk_fault is None and matches_domain(
+                parsed.target.host, domain
+            ):
                 newest = max(parsed.observations, key=lambda o: o.last_seen, default=None)
                 held.append(LoggedEntry(
                     index, parsed.target, newest.sha256 if newest else None, parsed.signed_at
@@ -683,50 +719,56 @@ async def poll_log(
             until = (replay.next_index // WATCH_CHUNK_ENTRIES + 1) * WATCH_CHUNK_ENTRIES
             if not await audit.read_entries(replay, on_entry=keep, until=until):
                 break
+            if fault is not None or chunk_fault is not None or replay.complete:
+                continue
             # A chunk with problems is reported as such: no proof is asked
-            # for it (a log of junk is not "unreachable" for want of one);
-            # the last chunk's root needs no request.
-            if problems.count and not replay.complete:
+            # for it (a log of junk is not "unreachable" for want of one).
+            if problems.count:
                 break
-            if not await _prefix_proven(fetcher, replay, checkpoint, problems) or problems.count:
-                break
-            matched += len(held)
-            for entry in held:
-                on_entry(entry)
+            chunk_fault = await _consistency(
+                fetcher, replay.next_index, checkpoint.size, replay.root(), checkpoint.root
+            )
+            if chunk_fault is None:
+                matched += len(held)
+                for entry in held:
+                    on_entry(entry)
             held.clear()
+        unsettled = fault or chunk_fault
+        if replay.complete:
+            computed = replay.root()
+            if computed != checkpoint.root:
+                if fault is not None and state is not None:
+                    raise _equivocation(state, note, state_path, (
+                        f"no consistency from {old_size} to {checkpoint.size} entries: "
+                        f"{fault.reason}, and the entries it serves from {old_size} on do not "
+                        "lead from the kept root to the new one"
+                    ), fault.body)
+                problems.add(ROOT_MISMATCH, None, (
+                    f"the entries hash to {_b64(computed)}, the checkpoint signs "
+                    f"{_b64(checkpoint.root)}"
+                ))
+            elif unsettled is not None and not problems.count:
+                raise FaultyProof(unsettled.reason, old_size, checkpoint.size)
+            elif unsettled is not None:
+                problems.add(FAULTY_PROOF, None, (
+                    f"{unsettled.reason} (its entries show the checkpoints consistent)"
+                ))
+        elif unsettled is not None:
+            problems.add(FAULTY_PROOF, None, (
+                f"{unsettled.reason} (not settled: its entries could not all be read)"
+            ))
         if problems.count or not replay.complete:
             raise LogInconsistent(
                 f"the log of {bundle.name} is inconsistent ({problems.count} problems)",
                 tuple(problems.kept), problems.count, stopped=problems.full,
             )
+        matched += len(held)
+        for entry in held:
+            on_entry(entry)
     _write_state(state_path, bundle, public_raw, note, replay.edge)
     return PollResult(
         checkpoint.origin, old_size, checkpoint.size, audit.entries_checked, matched
     )
-
-
-async def _prefix_proven(
-    fetcher: LogFetcher, replay: LogReplay, checkpoint: tlog.Checkpoint, problems: _Problems
-) -> bool:
-    """Whether the entries ``replay`` holds are the first ones of the tree
-    the checkpoint signs: its root itself once all are read, else a
-    consistency proof from their root (computed here) to the signed one.
-    A failure is added to ``problems``."""
-    size, root = replay.next_index, replay.root()
-    if size == checkpoint.size:
-        if root == checkpoint.root:
-            return True
-        problems.add(ROOT_MISMATCH, None, (
-            f"the entries hash to {_b64(root)}, the checkpoint signs {_b64(checkpoint.root)}"
-        ))
-        return False
-    fault = await _consistency(fetcher, size, checkpoint.size, root, checkpoint.root)
-    if fault is not None:
-        problems.add(ROOT_MISMATCH, None, (
-            f"the first {size} entries are not those of the signed tree ({fault.reason})"
-        ))
-        return False
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -759,37 +801,36 @@ async def _consistency(
     return None
 
 
+def _equivocation(
+    state: _State, note: str, state_path: Path, reason: str, proof: bytes | None = None
+) -> Equivocation:
+    """:class:`Equivocation` between the kept checkpoint and ``note``, its
+    evidence saved beside the state file."""
+    evidence = _save_evidence(state_path, state.note, note, proof)
+    return Equivocation(reason, state.note, note, evidence)
+
+
 async def _check_extends(
     fetcher: LogFetcher, state: _State, checkpoint: tlog.Checkpoint, note: str, state_path: Path
-) -> None:
-    """Raise :class:`Equivocation` unless the new checkpoint's tree extends
-    the kept one's: not smaller, the same root at the same size, and a
-    consistency proof from the notary that verifies between the two."""
+) -> _Fault | None:
+    """Raise :class:`Equivocation` when the new checkpoint's tree cannot
+    extend the kept one's: it is smaller, or of the same size with another
+    root (two signed checkpoints say so, nothing else needed). Otherwise
+    check the notary's consistency proof between the two: None when it
+    verifies (or there is nothing to prove), the :class:`_Fault` when it
+    does not or is not served, for the caller to settle from the entries."""
     old = state.checkpoint
-
-    def equivocation(reason: str, proof: bytes | None = None) -> Equivocation:
-        evidence = _save_evidence(state_path, state.note, note, proof)
-        return Equivocation(reason, state.note, note, evidence)
-
     if checkpoint.size < old.size:
-        raise equivocation(f"the log shrank from {old.size} to {checkpoint.size} entries")
+        raise _equivocation(
+            state, note, state_path, f"the log shrank from {old.size} to {checkpoint.size} entries"
+        )
     if checkpoint.size == old.size:
         if checkpoint.root != old.root:
-            raise equivocation(f"two different trees of {old.size} entries")
-        return
+            raise _equivocation(state, note, state_path, f"two different trees of {old.size} entries")
+        return None
     if old.size == 0:
-        return  # every tree extends the empty one
-    path = f"proof/consistency?old={old.size}&new={checkpoint.size}"
-    response = await fetcher.get(path, max_bytes=MAX_PROOF_BODY_BYTES)
-    if response.status != 200:
-        raise LogUnreachable(f"{fetcher.host_name}: HTTP {response.status} for {path}")
-    try:
-        proof = parse_consistency_proof(response.body)
-        tlog.verify_consistency(old.size, checkpoint.size, old.root, checkpoint.root, proof)
-    except tlog.ProofError as exc:
-        raise equivocation(
-            f"no consistency from {old.size} to {checkpoint.size} entries ({exc})", response.body
-        ) from None
+        return None  # every tree extends the empty one
+    return await _consistency(fetcher, old.size, checkpoint.size, old.root, checkpoint.root)
 
 
 async def watch_log(
@@ -800,8 +841,8 @@ async def watch_log(
 ) -> None:
     """:func:`poll_log` every ``interval_s`` until cancelled; a poll that
     cannot read the log goes to ``on_unreachable`` and the watch goes on.
-    :class:`LogInconsistent`, :class:`Equivocation` and ``UsageError`` end
-    it (they propagate)."""
+    :class:`LogInconsistent`, :class:`FaultyProof`, :class:`Equivocation`
+    and ``UsageError`` end it (they propagate)."""
     while True:
         try:
             result = await poll_log(
