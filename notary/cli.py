@@ -35,7 +35,7 @@ from notary import __version__
 from notary.config import Config, StoreConfig, load_config, parse_endpoint
 from notary.errors import BadTarget, ConfigError, NotaryError, ProtocolError, StoreError, UsageError
 from notary.model.targets import Target, make_target
-from notary.protocol.bundle import make_bundle, parse_bundle, parse_host_spec
+from notary.protocol.bundle import BundleLog, make_bundle, parse_bundle, parse_host_spec
 from notary.protocol.convergence import format_fingerprint, parse_fingerprint
 from notary.protocol.voting import Outcome, Threshold
 from notary.state import crypto
@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_watch(commands)
     _add_log(commands)
     _add_perspectives_entry(commands)
+    _add_keys(commands)
     _add_dev_init(commands)
     return parser
 
@@ -97,6 +98,13 @@ def _add_bundle(commands: argparse._SubParsersAction) -> None:
     )
     bundle.add_argument("--v2-key", type=Path, metavar="KEY",
                         help="the hosts' v2 Ed25519 key file: its public key goes in the bundle")
+    bundle.add_argument("--config", type=Path, metavar="FILE",
+                        help="the notary's configuration: its [v2] key (unless --v2-key) and "
+                             "its [log] (origin, witnesses) go in the bundle")
+    bundle.add_argument("--log-origin", metavar="ORIGIN",
+                        help="pin the notary's log ([log] origin) in the bundle (needs the v2 key)")
+    bundle.add_argument("--log-witness", action="append", default=[], metavar="VKEY",
+                        help="a witness the log asks to cosign (its cosigner vkey; repeatable)")
     bundle.add_argument("--out", type=Path)
     bundle.add_argument("--force", action="store_true")
     bundle_commands = bundle.add_subparsers(dest="bundle_command", parser_class=_Parser)
@@ -233,6 +241,13 @@ def _add_perspectives_entry(commands: argparse._SubParsersAction) -> None:
                        help="where clients reach the Perspectives port")
 
 
+def _add_keys(commands: argparse._SubParsersAction) -> None:
+    keys = commands.add_parser(
+        "keys", help="the notary's public keys: v2, its log's verifier key, its witness key"
+    )
+    keys.add_argument("--config", type=Path, required=True)
+
+
 def _add_dev_init(commands: argparse._SubParsersAction) -> None:
     dev = commands.add_parser("dev-init", help="make a local key, certificate, db, bundle, config")
     dev.add_argument("--dir", type=Path, default=Path("var"))
@@ -354,14 +369,45 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read certificate {pem_path}: {exc}") from None
         hosts.append(parse_host_spec(match.group(1), pem))
-    if args.v2_key is not None:
-        public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(args.v2_key))
+    config = load_config(args.config) if args.config is not None else None
+    v2_key_file = args.v2_key if args.v2_key is not None else (
+        config.v2.key_file if config is not None else None
+    )
+    public = None
+    if v2_key_file is not None:
+        public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(v2_key_file))
         v2_key = base64.b64encode(public).decode("ascii")
         hosts = [dataclasses.replace(host, v2_key=v2_key) for host in hosts]
-    bundle = make_bundle(name=args.name, location=args.location, hosts=hosts, region=args.region)
+    bundle = make_bundle(
+        name=args.name, location=args.location, hosts=hosts, region=args.region,
+        log=_bundle_log(args, config, public),
+    )
     crypto.write_new_file(args.out, bundle.to_json(), mode=0o644, force=args.force)
     print(f"wrote {args.out}")
     return 0
+
+
+def _bundle_log(
+    args: argparse.Namespace, config: Config | None, public: bytes | None
+) -> BundleLog | None:
+    """The bundle's ``log`` member: the config's ``[log]`` (when enabled),
+    ``--log-origin`` and ``--log-witness`` overriding it; None without
+    either."""
+    log = config.log if config is not None else None
+    origin = args.log_origin or (log.origin if log is not None and log.enabled else None)
+    if origin is None:
+        if args.log_witness:
+            raise UsageError("--log-witness needs --log-origin (or --config with [log] enabled)")
+        return None
+    if public is None:
+        raise UsageError(
+            "a bundle that pins the log needs the v2 key that signs it "
+            "(--v2-key, or --config with [v2] key_file)"
+        )
+    witnesses = args.log_witness or (
+        [w.key for w in log.witnesses] if log is not None and log.enabled else []
+    )
+    return BundleLog.of(origin, public, tuple(witnesses))
 
 
 def _bundle_show(path: Path) -> int:
@@ -379,6 +425,13 @@ def _bundle_show(path: Path) -> int:
         print(f"  sha1:   {host.sha1_pin}")
         if host.v2_key is not None:
             print(f"  v2 key: {host.v2_key}")
+    if bundle.log is None:
+        print("log:      not pinned (no log member)")
+    else:
+        print(_cell(f"log:      {bundle.log.origin}"))
+        print(_cell(f"  key:    {bundle.log.key}"))
+        for witness in bundle.log.witnesses:
+            print(_cell(f"  witness: {witness}"))
     return 0
 
 
@@ -951,6 +1004,36 @@ def cmd_perspectives_entry(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- keys -----------------------------------------------------------------------
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """The public keys a notary's clients and peers check it with: its v2
+    key, its log's origin and verifier key (what its bundle pins) with the
+    witnesses it asks, and its witness cosigner key. One ``name: value``
+    line each."""
+    from notary.protocol import tlog
+
+    config = load_config(args.config)
+    if config.v2.key_file is None:
+        raise UsageError("the config has no [v2] key_file: no v2 key, log or witness key")
+    public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(config.v2.key_file))
+    print(f"v2 key:      {crypto.ed25519_key_id(public)} {base64.b64encode(public).decode()}")
+    log = config.log.bundle_log(public)
+    if log is None:
+        print("log:         off")
+    else:
+        print(f"log:         {log.origin}")
+        print(f"log key:     {log.key}")
+        for witness in log.witnesses:
+            print(f"log witness: {witness}")
+    if config.witness.enabled:
+        print(f"witness key: {tlog.cosigner_key(config.witness.name, public)}")
+    else:
+        print("witness:     off")
+    return 0
+
+
 # -- dev-init -------------------------------------------------------------------
 
 
@@ -977,6 +1060,7 @@ _COMMANDS = {
     "dev-init": cmd_dev_init,
     "check": cmd_check,
     "perspectives-entry": cmd_perspectives_entry,
+    "keys": cmd_keys,
     "watch": cmd_watch,
     "log": cmd_log,
 }

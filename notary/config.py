@@ -41,6 +41,7 @@ from notary.model.observations import TimelineLimits
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import Exemptions
 from notary.protocol import tlog
+from notary.protocol.bundle import BundleLog
 from notary.protocol.http import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
@@ -436,6 +437,14 @@ class LogConfig:
         return replace(
             self, statements_per_target_per_hour=self.statements_per_target_per_hour / workers
         )
+
+    def bundle_log(self, v2_public_raw: bytes) -> BundleLog | None:
+        """What the notary's bundle pins of this log (its ``log`` member):
+        the origin, the verifier key of the v2 key ``v2_public_raw`` under
+        that name, and the witnesses' cosigner keys; None when it is off."""
+        if not self.enabled:
+            return None
+        return BundleLog.of(self.origin, v2_public_raw, tuple(w.key for w in self.witnesses))
 
 
 @dataclass(frozen=True, slots=True)

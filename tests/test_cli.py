@@ -254,6 +254,94 @@ def test_bundle_with_the_v2_key(
                                 capsys).lower()
 
 
+def test_bundle_pins_the_log_from_the_config_or_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    """`notary bundle --config` puts the notary's log in the bundle: its
+    origin, the verifier key of the v2 key under it, and the witnesses of
+    ``[log] witnesses`` (issue 30, item 11)."""
+    from notary.protocol import tlog
+
+    v2_key = tmp_path / "v2.key"
+    crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
+    raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(v2_key))
+    witness = tlog.cosigner_key("w.example.test/witness", bytes(range(1, 33)))
+    config = write_config(tmp_path, *keypair, extra=(
+        f'[v2]\nkey_file = "{v2_key}"\n[log]\nenabled = true\n'
+        'origin = "notary.example.test/v2/log"\n'
+        f'witnesses = [{{ url = "https://w.example.test/v2/witness", key = "{witness}", '
+        f'pin = "{"AB" * 20}" }}]\n'
+    ))
+    host = f"notary.example.test:443:80:{keypair[1]}"
+    made = tmp_path / "log.notary"
+    status, _out, err = run(["bundle", "--name", "L", "--location", LOCATION, "--host", host,
+                             "--config", str(config), "--out", str(made)], capsys)
+    assert (status, err) == (0, "")
+    bundle = parse_bundle(made.read_bytes())
+    assert bundle.hosts[0].v2_key_raw == raw
+    assert bundle.log is not None and bundle.log.origin == "notary.example.test/v2/log"
+    assert bundle.log.key == tlog.verifier_key("notary.example.test/v2/log", raw)
+    assert bundle.log.witnesses == (witness,)
+    status, out, _err = run(["bundle", "show", str(made)], capsys)
+    assert f"log:      notary.example.test/v2/log\n  key:    {bundle.log.key}\n" in out
+    assert f"  witness: {witness}" in out
+    # Flags without a config; none: no log member, the bundle as before.
+    flagged = tmp_path / "flags.notary"
+    assert run(["bundle", "--name", "L", "--location", LOCATION, "--host", host,
+                "--v2-key", str(v2_key), "--log-origin", "other.example.test/log",
+                "--out", str(flagged)], capsys)[0] == 0
+    pinned = parse_bundle(flagged.read_bytes()).log
+    assert pinned is not None and pinned.origin == "other.example.test/log"
+    assert pinned.witnesses == ()
+    plain = tmp_path / "plain.notary"
+    assert run(["bundle", "--name", "L", "--location", LOCATION, "--host", host,
+                "--v2-key", str(v2_key), "--out", str(plain)], capsys)[0] == 0
+    assert "log" not in json.loads(plain.read_bytes())
+    assert "not pinned" in run(["bundle", "show", str(plain)], capsys)[1]
+    for argv, message in (
+        (["--log-origin", "o.example.test/log"], "needs the v2 key"),
+        (["--log-witness", witness], "--log-witness needs --log-origin"),
+        (["--v2-key", str(v2_key), "--log-origin", "has space"], "log origin"),
+    ):
+        assert message in usage_error(["bundle", "--name", "L", "--location", LOCATION,
+                                       "--host", host, *argv, "--out", str(tmp_path / "x")],
+                                      capsys)
+
+
+def test_keys_shows_the_log_and_witness_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
+) -> None:
+    from notary.protocol import tlog
+
+    v2_key = tmp_path / "v2.key"
+    crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
+    raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(v2_key))
+    witness = tlog.cosigner_key("w.example.test/witness", bytes(range(1, 33)))
+    log_vkey = tlog.verifier_key("other.example.test/v2/log", bytes(range(2, 34)))
+    config = write_config(tmp_path, *keypair, extra=(
+        f'[v2]\nkey_file = "{v2_key}"\n[log]\nenabled = true\n'
+        'origin = "notary.example.test/v2/log"\n'
+        f'witnesses = [{{ url = "https://w.example.test/v2/witness", key = "{witness}", '
+        f'pin = "{"AB" * 20}" }}]\n'
+        f'[witness]\nenabled = true\nname = "notary.example.test/witness"\n'
+        f'logs = ["{log_vkey}"]\n'
+    ))
+    status, out, err = run(["keys", "--config", str(config)], capsys)
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [
+        f"v2 key:      {crypto.ed25519_key_id(raw)} {base64.b64encode(raw).decode()}",
+        "log:         notary.example.test/v2/log",
+        f"log key:     {tlog.verifier_key('notary.example.test/v2/log', raw)}",
+        f"log witness: {witness}",
+        f"witness key: {tlog.cosigner_key('notary.example.test/witness', raw)}",
+    ]
+    bare = write_config(tmp_path, *keypair, extra=f'[v2]\nkey_file = "{v2_key}"\n')
+    out = run(["keys", "--config", str(bare)], capsys)[1]
+    assert "log:         off" in out and "witness:     off" in out
+    none = write_config(tmp_path, *keypair)
+    assert "no [v2] key_file" in usage_error(["keys", "--config", str(none)], capsys)
+
+
 def test_bundle_create_then_show(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], keypair: tuple[Path, Path]
 ) -> None:
@@ -854,8 +942,11 @@ def test_dev_init_twice_keeps_the_key(tmp_path: Path, capsys: pytest.CaptureFixt
     assert relay.listen == (Endpoint("127.0.0.1", bundle.hosts[0].http_port),)
     assert (relay.destinations, relay.bundles) == ("bundles", (directory / "local.notary",))
     assert relay.dial_port == 4242
-    # The v2 statements go to a log named after the notary's address.
+    # The v2 statements go to a log named after the notary's address, and
+    # the bundle pins it (origin and key: the v2 key under that name).
     assert config.log.enabled and config.log.origin == "127.0.0.1:8443/v2/log"
+    assert bundle.log is not None and bundle.log.origin == config.log.origin
+    assert bundle.log.public_raw == bundle.hosts[0].v2_key_raw
     with Store(config.server.db_file, create=False) as store:
         assert store.schema_version() == SCHEMA_VERSION
     status, out, _ = run(["serve", "--config", str(directory / "notary.toml"),

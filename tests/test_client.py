@@ -574,6 +574,19 @@ def test_a_bundle_with_other_pins_does_not_replace_a_stored_one(tmp_path: Path) 
                         hosts=[BundleHost("127.0.0.9", 8443, 8080, new_pem)])
     result = store_bundle(directory, moved.to_json())
     assert result.previous is not None and not result.pins_changed
+    # The log a bundle pins (issue 30, item 11) is a pin too: another
+    # origin or key needs --replace.
+    from notary.protocol.bundle import BundleLog
+
+    def logged(origin: str) -> bytes:
+        return make_bundle(name="Lab", location="https://127.0.0.1/x.notary",
+                           hosts=[BundleHost("127.0.0.9", 8443, 8080, new_pem)],
+                           log=BundleLog.of(origin, bytes(range(32)))).to_json()
+
+    assert store_bundle(directory, logged("lab/log"), replace=True).pins_changed
+    with pytest.raises(PinsChanged, match="log lab/log"):
+        store_bundle(directory, logged("another/log"))
+    assert not store_bundle(directory, logged("lab/log")).pins_changed
 
 
 def test_names_with_one_file_name_keep_their_own_files(tmp_path: Path) -> None:

@@ -57,6 +57,32 @@ async def test_index_shows_identity_figures_and_offers(tmp_path: Path) -> None:
         assert "method not allowed" in refused
 
 
+async def test_index_shows_the_log_and_witness_keys(tmp_path: Path) -> None:
+    """What clients check the log with (its bundle pins it) and the
+    notary's own witness key are on its page (issue 30, item 11)."""
+    from notary.protocol import tlog
+    from notary.state import crypto
+
+    witness = tlog.cosigner_key("w.example.test/witness", bytes(range(1, 33)))
+    other_log = tlog.verifier_key("other.test/log", bytes(range(2, 34)))
+    async with open_web_notary(tmp_path, {}, log={
+        "enabled": True, "origin": "notary.test/v2/log",
+        "witnesses": [{"url": "https://127.0.0.1:1/v2/witness", "key": witness,
+                       "pin": "AB" * 20}],
+    }, witness={"enabled": True, "name": "notary.test/witness", "logs": [other_log]}) as notary:
+        html = assert_page(await get(notary.port, "/"), 200)
+    raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(tmp_path / "v2.key"))
+    assert "<h3>Transparency log</h3>" in html
+    assert "<code>notary.test/v2/log</code>" in html
+    assert tlog.verifier_key("notary.test/v2/log", raw) in html
+    assert witness in html
+    assert tlog.cosigner_key("notary.test/witness", raw) in html
+    (tmp_path / "plain").mkdir()
+    async with open_web_notary(tmp_path / "plain", {}) as notary:
+        plain = assert_page(await get(notary.port, "/"), 200)
+    assert "Transparency log" not in plain and "As a witness" not in plain
+
+
 async def test_bundle_download_and_static_assets(tmp_path: Path) -> None:
     async with open_web_notary(tmp_path, {}) as notary:
         response = await get(notary.port, "/test.notary")

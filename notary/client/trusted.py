@@ -12,8 +12,8 @@ of a fetch, nor by a notary with a similar name:
    bundle it serves pins its certificate: anyone on the path could serve
    such a bundle. A local file is trusted as it is (``pin`` is refused).
 2. A bundle replaces a stored bundle of the same name only when their pins
-   (:func:`bundle_pins`: each host's certificate SHA-1 and v2 key) are the
-   same, or with ``replace``; :class:`PinsChanged` says which pins would
+   (:func:`bundle_pins`: each host's certificate SHA-1 and v2 key, the
+   log's origin and key) are the same, or with ``replace``; :class:`PinsChanged` says which pins would
    change, and :class:`StoreResult` which did.
 3. A file that holds another notary is never overwritten: a bundle whose
    file name (the slug of its name) is taken gets the first free
@@ -80,9 +80,12 @@ class StoredBundle:
 
 def bundle_pins(bundle: Bundle) -> frozenset[str]:
     """What ``bundle`` makes the client trust: each host's certificate pin
-    (SHA-1, ``AA:BB:...``) and v2 key (``v2 key <base64>``)."""
+    (SHA-1, ``AA:BB:...``), v2 key (``v2 key <base64>``) and the log's
+    verifier key (``log <vkey>``, which names its origin)."""
     pins = {host.sha1_pin for host in bundle.hosts}
     pins |= {f"v2 key {host.v2_key}" for host in bundle.hosts if host.v2_key is not None}
+    if bundle.log is not None:
+        pins.add(f"log {bundle.log.key}")
     return frozenset(pins)
 
 

@@ -10,6 +10,7 @@ import base64
 from collections.abc import Callable
 from pathlib import Path
 
+from notary.config import load_config
 from notary.errors import UsageError
 from notary.protocol.bundle import BundleHost, make_bundle
 from notary.state import crypto
@@ -121,20 +122,6 @@ def ensure_dev_notary(
         say(f"made {v2_key}")
     with Store(directory / "notary.db"):
         pass
-    bundle_path = directory / "local.notary"
-    cert_pem = cert_path.read_text("ascii")
-    v2_public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(v2_key))
-    bundle = make_bundle(
-        name="Local notary (make run)",
-        location=f"https://{DEV_HOST}:{api_port}/local.notary",
-        hosts=[BundleHost(
-            DEV_HOST, api_port, DEV_RELAY_PORT, cert_pem,
-            v2_key=base64.b64encode(v2_public).decode("ascii"),
-        )],
-    )
-    if not bundle_path.exists() or bundle_path.read_bytes() != bundle.to_json():
-        crypto.write_new_file(bundle_path, bundle.to_json(), mode=0o644, force=True)
-        say(f"made {bundle_path}")
     config_path = directory / "notary.toml"
     if _config_is_missing_or_outdated(config_path):
         config_path.write_text(
@@ -148,6 +135,23 @@ def ensure_dev_notary(
             )
         )
         say(f"made {config_path}")
+    bundle_path = directory / "local.notary"
+    cert_pem = cert_path.read_text("ascii")
+    v2_public = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(v2_key))
+    bundle = make_bundle(
+        name="Local notary (make run)",
+        location=f"https://{DEV_HOST}:{api_port}/local.notary",
+        hosts=[BundleHost(
+            DEV_HOST, api_port, DEV_RELAY_PORT, cert_pem,
+            v2_key=base64.b64encode(v2_public).decode("ascii"),
+        )],
+        # The log the config keeps (its origin, the v2 key, its witnesses),
+        # pinned for clients.
+        log=load_config(config_path).log.bundle_log(v2_public),
+    )
+    if not bundle_path.exists() or bundle_path.read_bytes() != bundle.to_json():
+        crypto.write_new_file(bundle_path, bundle.to_json(), mode=0o644, force=True)
+        say(f"made {bundle_path}")
     pin = bundle.hosts[0].sha1_pin
     base = f"https://{DEV_HOST}:{api_port}"
     say(

@@ -3,6 +3,22 @@
 A bundle publishes a logical notary: its name (the clients' identity key), the
 HTTPS address of the bundle itself, an optional region, and every physical
 host with the certificate clients pin.
+
+Two optional extensions, which the 2011 readers ignore (they read only the
+members they know): each host's ``v2_key``, and the notary's transparency
+``log`` (:class:`BundleLog`, README "The client's trusted notaries"):
+
+    "log": {"origin": "notary.example.org/v2/log",
+            "key": "notary.example.org/v2/log+1a2b3c4d+AQ...",
+            "witnesses": ["notary2.example.org/witness+5e6f7a8b+BA..."]}
+
+``origin`` names the log (its checkpoints' first line and key name),
+``key`` is the C2SP signed-note verifier key (type 0x01) its checkpoints
+are signed with, named ``origin`` (it is the notary's v2 key: a host's
+``v2_key``, when given, must be it), and ``witnesses`` (optional, at most
+:data:`MAX_BUNDLE_WITNESSES`) the cosigner vkeys (type 0x04) of the
+witnesses the operator asks to cosign its checkpoints. A bundle without
+``log`` is written byte for byte as before.
 """
 
 from __future__ import annotations
@@ -21,12 +37,15 @@ from cryptography.hazmat.primitives import serialization
 
 from notary.errors import BadTarget, UsageError
 from notary.model.targets import normalise_host
+from notary.protocol import tlog
 from notary.protocol.convergence import format_fingerprint
 
 BUNDLE_VERSION = 1
 MAX_BUNDLE_BYTES = 1024 * 1024
 MAX_HOSTS = 64
 MAX_NAME_CHARS = 200
+#: Witnesses a bundle's ``log`` lists, at most.
+MAX_BUNDLE_WITNESSES = 32
 CONTENT_TYPE = b"application/octet-stream"
 #: File name suffix of bundle files.
 BUNDLE_SUFFIX = ".notary"
@@ -66,12 +85,42 @@ class BundleHost:
 
 
 @dataclass(frozen=True, slots=True)
+class BundleLog:
+    """The notary's transparency log, as its bundle pins it (an extension
+    legacy clients ignore; see the module docstring): its ``origin``, the
+    verifier ``key`` (vkey, type 0x01, named ``origin``) that signs its
+    checkpoints, and the cosigner vkeys of the ``witnesses`` it asks."""
+
+    origin: str
+    key: str
+    witnesses: tuple[str, ...] = ()
+
+    @property
+    def public_raw(self) -> bytes:
+        """The raw Ed25519 public key of :attr:`key`."""
+        return tlog.parse_verifier_key(self.key)[2]
+
+    @staticmethod
+    def of(origin: str, public_raw: bytes, witnesses: tuple[str, ...] = ()) -> BundleLog:
+        """The member for log ``origin`` signed by ``public_raw`` (the
+        notary's v2 key). ``BundleError`` for an origin that cannot be a
+        key name."""
+        try:
+            key = tlog.verifier_key(origin, public_raw)
+        except tlog.NoteError as exc:
+            raise BundleError(f"log origin {origin!r}: {exc}") from None
+        return BundleLog(origin, key, tuple(witnesses))
+
+
+@dataclass(frozen=True, slots=True)
 class Bundle:
     name: str
     bundle_location: str
     hosts: tuple[BundleHost, ...]
     region: str | None = None
     version: int = BUNDLE_VERSION
+    #: Optional (an extension legacy clients ignore): the notary's log.
+    log: BundleLog | None = None
 
     def to_json(self) -> bytes:
         """The file's bytes, keys in the order the original tool wrote them."""
@@ -83,6 +132,11 @@ class Bundle:
         }
         if self.region is not None:
             document["region"] = self.region
+        if self.log is not None:
+            log: dict[str, object] = {"origin": self.log.origin, "key": self.log.key}
+            if self.log.witnesses:
+                log["witnesses"] = list(self.log.witnesses)
+            document["log"] = log
         return json.dumps(document).encode("utf-8")
 
 
@@ -99,10 +153,13 @@ def _host_document(host: BundleHost) -> dict[str, object]:
 
 
 def make_bundle(
-    *, name: str, location: str, hosts: list[BundleHost], region: str | None = None
+    *, name: str, location: str, hosts: list[BundleHost], region: str | None = None,
+    log: BundleLog | None = None,
 ) -> Bundle:
     """Build and validate a bundle; ``BundleError`` names the first problem."""
-    bundle = Bundle(name=name, bundle_location=location, hosts=tuple(hosts), region=region)
+    bundle = Bundle(
+        name=name, bundle_location=location, hosts=tuple(hosts), region=region, log=log
+    )
     validate(bundle)
     return bundle
 
@@ -128,6 +185,38 @@ def validate(bundle: Bundle) -> None:
         raise BundleError(f"a bundle has at most {MAX_HOSTS} hosts")
     for host in bundle.hosts:
         _validate_host(host)
+    if bundle.log is not None:
+        _validate_log(bundle.log, bundle.hosts)
+
+
+def _validate_log(log: BundleLog, hosts: tuple[BundleHost, ...]) -> None:
+    """The ``log`` member: an origin, its verifier key (type 0x01, named
+    the origin, the hosts' v2 key when they carry one), distinct witness
+    cosigner keys (type 0x04)."""
+    if not isinstance(log, BundleLog):
+        raise BundleError("log must be an object")
+    if not isinstance(log.origin, str) or not tlog.is_valid_key_name(log.origin):
+        raise BundleError("log origin must be a key name (no space, '+' or control character)")
+    if len(log.origin) > MAX_NAME_CHARS:
+        raise BundleError(f"log origin longer than {MAX_NAME_CHARS} characters")
+    try:
+        name, _key_id, public_raw = tlog.parse_verifier_key(log.key)
+    except tlog.NoteError as exc:
+        raise BundleError(f"log key must be the log's verifier key (vkey): {exc}") from None
+    if name != log.origin:
+        raise BundleError("log key must be named after the log's origin")
+    v2_keys = {host.v2_key_raw for host in hosts if host.v2_key is not None}
+    if v2_keys and v2_keys != {public_raw}:
+        raise BundleError("log key must be the hosts' v2_key (the v2 key signs the log)")
+    if not isinstance(log.witnesses, tuple) or len(log.witnesses) > MAX_BUNDLE_WITNESSES:
+        raise BundleError(f"log witnesses must be a list of at most {MAX_BUNDLE_WITNESSES} keys")
+    for witness in log.witnesses:
+        try:
+            tlog.parse_cosigner_key(witness)
+        except tlog.NoteError as exc:
+            raise BundleError(f"log witness {str(witness)[:80]!r}: {exc}") from None
+    if len(set(log.witnesses)) != len(log.witnesses):
+        raise BundleError("log witnesses must not repeat a key")
 
 
 def _validate_location(location: object) -> None:
@@ -210,9 +299,23 @@ def parse_bundle(data: bytes) -> Bundle:
         hosts=tuple(hosts),
         region=document.get("region"),
         version=document["version"],
+        log=_parse_log(document["log"]) if document.get("log") is not None else None,
     )
     validate(bundle)
     return bundle
+
+
+def _parse_log(raw: object) -> BundleLog:
+    """The ``log`` member as a :class:`BundleLog` (validated with the rest)."""
+    if not isinstance(raw, dict):
+        raise BundleError("log must be an object")
+    for key in ("origin", "key"):
+        if key not in raw:
+            raise BundleError(f"log is missing {key!r}")
+    witnesses = raw.get("witnesses", [])
+    if not isinstance(witnesses, list):
+        raise BundleError(f"log witnesses must be a list of at most {MAX_BUNDLE_WITNESSES} keys")
+    return BundleLog(raw["origin"], raw["key"], tuple(witnesses))
 
 
 def parse_host_spec(spec: str, certificate_pem: str) -> BundleHost:

@@ -821,6 +821,7 @@ def _profile(c: Components) -> NotaryProfile:
     return notary_profile(
         c.config, bundle_bytes=c.bundle_bytes, bundle_path=c.bundle_path,
         v2_key_id=c.v2_signer.key_id if c.v2_signer is not None else None,
+        v2_public_raw=c.v2_signer.public_raw if c.v2_signer is not None else None,
         relay_mode=str(c.relay.mode) if sockets["relay"] else None,
         figures_interval_s=FIGURES_INTERVAL_S if v2 else 0,
         api_ports=[bound_endpoint(s).port for s in sockets["api"]],

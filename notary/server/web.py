@@ -44,6 +44,7 @@ from notary.errors import BadTarget, StoreError
 from notary.model.ratelimit import RateLimited
 from notary.model.targets import Target, make_target, parse_convergence_target
 from notary.protocol import bundle as bundle_format
+from notary.protocol import tlog
 from notary.protocol.http import Request
 from notary.service.figures import LiveFigures
 from notary.service.query import Answer, QueryService
@@ -77,10 +78,12 @@ def notary_profile(
     figures_interval_s: float,
     api_ports: Sequence[int] = (),
     perspectives_ports: Sequence[int] = (),
+    v2_public_raw: bytes | None = None,
 ) -> NotaryProfile:
-    """Who the notary is (its bundle: name, region, hosts and pins) and what
-    it offers (from ``config``; the ports it is bound to when given, else
-    the configured ones), for ``/``."""
+    """Who the notary is (its bundle: name, region, hosts and pins; its
+    log's and witness's keys, made from ``config`` and the v2 public key
+    ``v2_public_raw``) and what it offers (from ``config``; the ports it is
+    bound to when given, else the configured ones), for ``/``."""
     name: str = "Certificate notary (no bundle served)"
     region: str | None = None
     hosts: tuple[NotaryHost, ...] = ()
@@ -118,7 +121,14 @@ def notary_profile(
         ("Targets probed", "public addresses only" if not config.server.allow_targets
          else "public addresses and " + ", ".join(config.server.allow_targets)),
     )
+    log = config.log.bundle_log(v2_public_raw) if v2_public_raw is not None else None
+    witness = config.witness
     return NotaryProfile(
+        log_origin=log.origin if log is not None else None,
+        log_key=log.key if log is not None else None,
+        log_witnesses=log.witnesses if log is not None else (),
+        witness_key=tlog.cosigner_key(witness.name, v2_public_raw)
+        if witness.enabled and v2_public_raw is not None else None,
         name=name,
         version=__version__,
         region=region,

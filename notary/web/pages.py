@@ -90,7 +90,10 @@ class NotaryProfile:
     """Who the notary is and what it offers, for ``/``. ``offers`` and
     ``policies``: (what, detail) pairs; ``bundle_href``: None when no
     bundle is served; ``figures_interval_s``: 0 when there are no live
-    figures (no WebSocket)."""
+    figures (no WebSocket). ``log_origin`` and ``log_key``: its
+    transparency log's origin and verifier key (signed-note vkey; None: no
+    log), ``log_witnesses`` the cosigner keys of the witnesses it asks;
+    ``witness_key``: its own cosigner key as a witness (None: not one)."""
 
     name: str
     version: str
@@ -102,6 +105,10 @@ class NotaryProfile:
     relay: str = "off"
     policies: tuple[tuple[str, str], ...] = ()
     figures_interval_s: float = 0.0
+    log_origin: str | None = None
+    log_key: str | None = None
+    log_witnesses: tuple[str, ...] = ()
+    witness_key: str | None = None
 
 
 def site_path(target: Target) -> str:
@@ -218,7 +225,7 @@ def index_page(
     keys_html = (
         f'<h3>Ed25519 signing keys (v2)</h3><ul class="keys">{keys}</ul>'
         '<p><a href="/v2/key">The keys with their validity (JSON)</a></p>' if keys else ""
-    )
+    ) + _log_keys(profile)
     bundle = (
         f'<p><a class="button" href="{esc(profile.bundle_href)}" download>'
         "Download the bundle</a> <span class=\"hint\">(<code>"
@@ -254,6 +261,33 @@ def index_page(
     )
     data = {"figures-interval": f"{profile.figures_interval_s:g}"} if live else {}
     return _page(f"{profile.name} — notary", body, assets=assets, page="index", data=data)
+
+
+def _log_keys(profile: NotaryProfile) -> str:
+    """The transparency log's origin and verifier key, the witnesses it
+    asks, and the notary's own witness key: what a client checks the log
+    and its cosignatures with (its bundle pins the log's)."""
+    html = ""
+    if profile.log_origin is not None and profile.log_key is not None:
+        witnesses = "".join(
+            f'<li><code class="fingerprint">{esc(w)}</code></li>' for w in profile.log_witnesses
+        )
+        html += (
+            '<h3>Transparency log</h3><dl class="pairs">'
+            f"<dt>Origin</dt><dd><code>{esc(profile.log_origin)}</code></dd>"
+            "<dt>Verifier key (signed-note vkey of its checkpoints)</dt>"
+            f'<dd><code class="fingerprint">{esc(profile.log_key)}</code></dd>'
+            "<dt>Witnesses it asks to cosign</dt><dd>"
+            + (f'<ul class="keys">{witnesses}</ul>' if witnesses else "none") + "</dd></dl>"
+            '<p><a href="/v2/log/checkpoint">Its newest checkpoint</a></p>'
+        )
+    if profile.witness_key is not None:
+        html += (
+            '<h3>As a witness</h3><dl class="pairs">'
+            "<dt>Cosigner key (vkey of its cosignatures)</dt>"
+            f'<dd><code class="fingerprint">{esc(profile.witness_key)}</code></dd></dl>'
+        )
+    return html
 
 
 def site_page(

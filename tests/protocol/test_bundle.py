@@ -394,3 +394,71 @@ def test_bad_v2_key_is_refused(other_pem: str, bad: object) -> None:
             name="Bad v2", location="https://notary.example.test/v2.notary",
             hosts=[BundleHost("notary.example.test", 443, 80, other_pem, v2_key=bad)],
         )
+
+
+# -- the optional log extension (issue 30, item 11) -----------------------------------
+
+
+def _log_member(raw_key: bytes, origin: str = "notary.example.test/v2/log") -> dict[str, Any]:
+    from notary.protocol import tlog
+
+    witness = tlog.cosigner_key("w.example.test/witness", bytes(range(1, 33)))
+    return {"origin": origin, "key": tlog.verifier_key(origin, raw_key), "witnesses": [witness]}
+
+
+def test_a_log_member_round_trips_and_legacy_bundles_stay_byte_for_byte(
+    raw: bytes, document: dict[str, Any], other_pem: str
+) -> None:
+    from notary.protocol.bundle import BundleLog
+
+    legacy = parse_bundle(raw)
+    assert legacy.log is None and legacy.to_json() == raw  # the 2011 bundle, unchanged
+    key = bytes(range(32))
+    member = _log_member(key)
+    document["log"] = member
+    bundle = parse_doc(document)
+    assert bundle.log == BundleLog(member["origin"], member["key"], tuple(member["witnesses"]))
+    assert bundle.log.public_raw == key
+    assert json.loads(bundle.to_json())["log"] == member
+    assert list(json.loads(bundle.to_json()))[-1] == "log"
+    assert parse_bundle(bundle.to_json()) == bundle
+    # What a 2011 reader sees of it: the members it knows, as before.
+    legacy_view = json.loads(bundle.to_json())
+    legacy_view.pop("log")
+    assert parse_doc(legacy_view) == legacy
+    made = make_bundle(
+        name="With log", location="https://notary.example.test/l.notary",
+        hosts=[BundleHost("notary.example.test", 443, 80, other_pem,
+                          v2_key=base64.b64encode(key).decode())],
+        log=BundleLog.of("notary.example.test/v2/log", key),
+    )
+    assert "witnesses" not in json.loads(made.to_json())["log"]
+    assert parse_bundle(made.to_json()) == made
+    document["log"] = None
+    assert parse_doc(document).log is None
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda log: "not an object", "log must be an object"),
+    (lambda log: {k: v for k, v in log.items() if k != "key"}, "log is missing 'key'"),
+    (lambda log: {**log, "origin": "has space"}, "log origin must be a key name"),
+    (lambda log: {**log, "origin": "other.example.test/log"}, "named after the log's origin"),
+    (lambda log: {**log, "key": "junk"}, "log key must be the log's verifier key"),
+    (lambda log: {**log, "key": log["witnesses"][0]}, "log key must be the log's verifier key"),
+    (lambda log: {**log, "witnesses": "w"}, "log witnesses must be a list"),
+    (lambda log: {**log, "witnesses": [log["key"]]}, "log witness"),
+    (lambda log: {**log, "witnesses": log["witnesses"] * 2}, "must not repeat"),
+    (lambda log: {**log, "witnesses": log["witnesses"] * 33}, "at most 32"),
+])
+def test_a_bad_log_member_is_refused(document: dict[str, Any], change, message: str) -> None:
+    document["log"] = change(_log_member(bytes(range(32))))
+    assert message in bundle_error(document)
+
+
+def test_the_log_key_must_be_the_hosts_v2_key(document: dict[str, Any]) -> None:
+    document["log"] = _log_member(bytes(range(32)))
+    for host in document["hosts"]:
+        host["v2_key"] = base64.b64encode(bytes(range(32))).decode()
+    assert parse_doc(document).log is not None
+    document["hosts"][1]["v2_key"] = base64.b64encode(bytes(32)).decode()
+    assert "log key must be the hosts' v2_key" in bundle_error(document)
