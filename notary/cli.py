@@ -692,7 +692,9 @@ def _log_verify(bundle: Any, args: argparse.Namespace) -> int:
         max_entries=args.max_entries, on_progress=progress,
     ))
     print(_cell(f"notary:  {report.notary} ({report.host})"))
-    print(_cell(f"log:     {report.origin}"))
+    pinned = ("pinned by the bundle" if report.pinned
+              else "not pinned: the bundle has no log member; the checkpoint's own origin")
+    print(_cell(f"log:     {report.origin} ({pinned})"))
     if report.size is not None and report.root is not None:
         print(f"size:    {report.size}")
         print(f"root:    {base64.b64encode(report.root).decode('ascii')}")
@@ -738,6 +740,10 @@ def _log_watch(bundle: Any, args: argparse.Namespace) -> int:
                  if result.new_size != result.old_size else f"{result.new_size} entries")
         print(_cell(f"# {result.origin}: {grown}, {result.entries_checked} new entries "
                     f"verified, {result.matched} for {domain}"), flush=True)
+
+    if bundle.log is None:
+        print(_cell(f"# {bundle.name}: its bundle pins no log (no log member): the origin is "
+                    "the one this watch saw first"), flush=True)
 
     def show_unreachable(exc: logmonitor.LogUnreachable) -> None:
         print(f"notary: cannot read the log (trying again in {args.interval:g} s): "

@@ -316,3 +316,62 @@ def test_an_inclusion_checkpoint_is_bounded_in_bytes() -> None:
         assert "longer than 8192 bytes" in str(exc)
     else:
         raise AssertionError("a checkpoint of more than 8192 bytes was accepted")
+
+
+# -- the bundle pins the log (issue 30, item 11) ------------------------------------------
+
+
+def pinning(bundle: Bundle, origin: str, public_raw: bytes, *, v2_key: bool = True) -> Bundle:
+    """``bundle`` with a log member for ``origin`` signed by ``public_raw``
+    (and its hosts' v2 keys dropped unless ``v2_key``)."""
+    from notary.protocol.bundle import BundleLog
+
+    hosts = bundle.hosts if v2_key else tuple(replace(h, v2_key=None) for h in bundle.hosts)
+    return make_bundle(
+        name=bundle.name, location=bundle.bundle_location, hosts=list(hosts),
+        log=BundleLog.of(origin, public_raw),
+    )
+
+
+async def test_check_holds_the_notary_to_the_log_its_bundle_pins(tmp_path: Path) -> None:
+    """A statement promising another log than the bundle pins (the same key
+    signing both), a checkpoint signed by another key than the bundle's
+    log key, a statement promising no log at all: each is that notary's
+    failure. A bundle without the member keeps to the statement's own
+    promise, and the row says so."""
+    key_path = tmp_path / "v2.key"
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path, {SITE: [site.host]}, log=LOG
+    ) as notary:
+        bundle = bundle_of(notary, key_path)
+        raw = crypto.ed25519_public_raw(crypto.load_ed25519_private_key(key_path))
+        await sequenced(notary, SITE, site.port)
+        unpinned = await ask(site, bundle, CheckpointBook(tmp_path / "a"))
+        pinned = await ask(site, pinning(bundle, ORIGIN, raw), CheckpointBook(tmp_path / "b"))
+        elsewhere = await ask(
+            site, pinning(bundle, "elsewhere.test/v2/log", raw), CheckpointBook(tmp_path / "c")
+        )
+        stranger = crypto.ed25519_public_raw(crypto.generate_ed25519_key())
+        other_key = await ask(
+            site, pinning(bundle, ORIGIN, stranger, v2_key=False), CheckpointBook(tmp_path / "d")
+        )
+    (tmp_path / "nolog").mkdir()
+    async with open_tls_target(names=[SITE]) as site, open_v2_notary(
+        tmp_path / "nolog", {SITE: [site.host]}
+    ) as notary:
+        bundle = bundle_of(notary, tmp_path / "nolog" / "v2.key")
+        raw = crypto.ed25519_public_raw(
+            crypto.load_ed25519_private_key(tmp_path / "nolog" / "v2.key"))
+        unlogged = await ask(site, pinning(bundle, ORIGIN, raw), CheckpointBook(tmp_path / "e"))
+    assert unpinned.verdict is Verdict.SUCCESS
+    assert "logged at" in unpinned.detail and "(its bundle pins no log)" in unpinned.detail
+    assert pinned.verdict is Verdict.SUCCESS, pinned.detail
+    assert "logged at" in pinned.detail and "pins no log" not in pinned.detail
+    assert elsewhere.verdict is Verdict.FAILURE
+    assert elsewhere.detail == (
+        f"log: the statement promises log '{ORIGIN}'; its bundle pins 'elsewhere.test/v2/log'"
+    )
+    assert other_key.verdict is Verdict.FAILURE
+    assert "not signed by a known key with the key its bundle pins" in other_key.detail
+    assert unlogged.verdict is Verdict.FAILURE
+    assert unlogged.detail == f"log: the statement promises no log; its bundle pins '{ORIGIN}'"

@@ -859,3 +859,64 @@ async def test_a_failed_chunk_proof_is_settled_too(capsys, tmp_path: Path, monke
             log.proofs = lambda body: body
             status, out, _err = await run_cli(capsys, *watch)
     assert status == 0 and len(entry_lines(out)) == 600
+
+
+# -- the bundle pins the log: origin and key (issue 30, item 11) ----------------------------
+
+
+def pinned_bundle(notary: NotaryUnderTest, origin: str = ORIGIN) -> Bundle:
+    """``log_bundle`` with a log member: ``origin``, the notary's v2 key."""
+    from notary.protocol.bundle import BundleLog
+
+    bundle = log_bundle(notary)
+    return make_bundle(name=bundle.name, location=bundle.bundle_location,
+                       hosts=list(bundle.hosts), log=BundleLog.of(origin, public_raw(notary)))
+
+
+async def test_verify_and_watch_hold_the_log_to_the_origin_the_bundle_pins(
+    tmp_path: Path, capsys
+) -> None:
+    """A log under another origin than its bundle pins, though signed by the
+    same key, is that notary's problem; a watch's state kept for another
+    origin is a usage error. A bundle without the member says so."""
+    state = tmp_path / "state.json"
+    async with open_logged_world(tmp_path) as (_site, notary):
+        right = str(write_bundle(tmp_path / "right.notary", pinned_bundle(notary)))
+        wrong = str(write_bundle(tmp_path / "wrong.notary",
+                                 pinned_bundle(notary, "elsewhere.test/v2/log")))
+        plain = str(write_bundle(tmp_path / "plain.notary", log_bundle(notary)))
+        wrong_status, wrong_out, _err = await run_cli(capsys, "log", "verify", wrong)
+        status, out, err = await run_cli(capsys, "log", "verify", right)
+        plain_status, plain_out, _err = await run_cli(capsys, "log", "verify", plain)
+        watch = ("--domain", DOMAIN, "--once", "--state", str(state))
+        watch_wrong, watch_wrong_out, _err = await run_cli(capsys, "log", "watch", wrong, *watch)
+        assert not state.exists()
+        watch_plain, watch_plain_out, _err = await run_cli(capsys, "log", "watch", plain, *watch)
+        watch_right, watch_right_out, _err = await run_cli(capsys, "log", "watch", right, *watch)
+        kept_elsewhere, _out, kept_err = await run_cli(capsys, "log", "watch", wrong, *watch)
+    assert wrong_status == 1
+    assert ("problem: wrong log: the checkpoint names log 'notary.test/v2/log'; the bundle pins "
+            "'elsewhere.test/v2/log'") in wrong_out
+    assert status == 0, err
+    assert f"log:     {ORIGIN} (pinned by the bundle)" in out and "consistent" in out
+    assert plain_status == 0 and "(not pinned: the bundle has no log member" in plain_out
+    assert watch_wrong == 1 and "problem: wrong log" in watch_wrong_out
+    assert watch_plain == 0 and "its bundle pins no log" in watch_plain_out
+    assert watch_right == 0 and "pins no log" not in watch_right_out
+    assert kept_elsewhere == 2
+    assert f"was kept for log '{ORIGIN}', the bundle pins 'elsewhere.test/v2/log'" in kept_err
+
+
+async def test_a_bundle_with_a_log_member_and_no_v2_key_is_enough(tmp_path: Path) -> None:
+    """The log member's key is the v2 key: a bundle pinning the log but no
+    host key can be verified with."""
+    async with open_logged_world(tmp_path) as (_site, notary):
+        bundle = pinned_bundle(notary)
+        keyless = make_bundle(
+            name=bundle.name, location=bundle.bundle_location,
+            hosts=[BundleHost(h.host, h.ssl_port, h.http_port, h.certificate_pem)
+                   for h in bundle.hosts],
+            log=bundle.log,
+        )
+        report = await logmonitor.verify_log(keyless, timeout_s=10)
+    assert report.consistent and report.pinned and report.entries_checked == 4

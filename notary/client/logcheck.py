@@ -49,27 +49,48 @@ async def check_log(
     """Check the log member of the (verified) answer's statement: its
     inclusion proof or its promise (rule S7) and, with ``checkpoints``,
     the consistency of the notary's log with the checkpoint it showed this
-    client before. Returns the words for the notary's row (None: the
-    notary keeps no log). ``LogFailed`` when the log does not hold."""
+    client before. When ``bundle`` pins the log (its ``log`` member), the
+    statement must promise that log, and its checkpoint must be signed by
+    the key the bundle pins; a bundle without it keeps to the statement's
+    own promise and key, and the row says so. Returns the words for the
+    notary's row (None: the notary keeps no log and its bundle pins none).
+    ``LogFailed`` when the log does not hold."""
     wanted = parsed.results[0].statement_signature if parsed.results else None
     statement = next((s for s in parsed.statements if s.signature == wanted), None)
-    if statement is None or statement.log is None:
+    if statement is None:
         return None
-    public_raw = keys[statement.key_id].public_bytes_raw()
+    pinned = bundle.log
+    promise = statement.log
+    if promise is None:
+        if pinned is None:
+            return None
+        raise LogFailed(f"the statement promises no log; its bundle pins {pinned.origin!r}")
+    if pinned is not None and promise.origin != pinned.origin:
+        raise LogFailed(
+            f"the statement promises log {promise.origin[:80]!r}; its bundle pins "
+            f"{pinned.origin!r}"
+        )
+    # The key its checkpoints are signed with: the bundle's, else the one
+    # that signed the statement (its v2 key).
+    public_raw = (
+        pinned.public_raw if pinned is not None else keys[statement.key_id].public_bytes_raw()
+    )
+    unpinned = "" if pinned is not None else " (its bundle pins no log)"
     try:
         logged = v2.verify_logged(statement, public_raw, now=int(time.time()))
     except v2.VerificationError as exc:
-        raise LogFailed(str(exc)) from None
+        pinned_key = " with the key its bundle pins" if pinned is not None else ""
+        raise LogFailed(f"{exc}{pinned_key}") from None
     assert logged is not None
     if logged.checkpoint is None or logged.note is None:
-        return f"log: promised by {statement.log.merge_by}"
+        return f"log: promised by {promise.merge_by}{unpinned}"
     words = f"logged at {logged.index} of {logged.checkpoint.size}"
     if checkpoints is None:
-        return words
+        return words + unpinned
     try:
         return words + await _hold_consistent(
-            bundle, relay, resolver, checkpoints, statement.log.origin, public_raw, logged
-        )
+            bundle, relay, resolver, checkpoints, promise.origin, public_raw, logged
+        ) + unpinned
     except CheckpointUnreadable as exc:
         raise LogFailed(
             f"the checkpoint this client kept of its log is unreadable ({exc.reason}): "

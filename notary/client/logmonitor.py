@@ -22,8 +22,13 @@ the checks themselves are :mod:`notary.protocol.v2.logaudit`'s.
   and keeps the new checkpoint. :func:`watch_log` polls until cancelled.
 
 What the notary is trusted for: nothing but its v2 key (the bundle's
-``v2_key``) and its TLS pin; every size, hash and entry it serves is
-checked against checkpoints that key signed.
+``v2_key``, or its ``log`` member's key) and its TLS pin; every size, hash
+and entry it serves is checked against checkpoints that key signed. A
+bundle with a ``log`` member pins the log's origin too: a checkpoint of
+another origin is that notary's problem (``wrong log``), and a watch's
+state kept for another origin a usage error. Without the member, the
+origin is the checkpoint's own (verify) or the first one a watch saw, as
+:attr:`VerifyReport.pinned` and :attr:`PollResult.pinned` say.
 
 Resource handling: each call opens and closes its own connection; the
 state file is replaced atomically (a new file beside it, created
@@ -69,6 +74,7 @@ from notary.protocol.v2.logaudit import (
     LogEntryError,
     LogReplay,
     check_log_entry,
+    log_origin,
     open_log_checkpoint,
     parse_consistency_proof,
     public_key_of,
@@ -125,6 +131,7 @@ TILE_MISMATCH = "tile mismatch"
 MISSING = "missing"
 MALFORMED_BUNDLE = "malformed entry bundle"
 FAULTY_PROOF = "faulty consistency proof"
+WRONG_LOG = "wrong log"
 
 
 # -- results ----------------------------------------------------------------------
@@ -135,8 +142,9 @@ class LogProblem:
     """One thing a log gets wrong: its ``kind`` (``bad signature``,
     ``malformed entry``, ``wrong origin``, ``root mismatch``, ``tile
     mismatch``, ``missing``, ``malformed entry bundle``, ``bad checkpoint
-    signature``, ``faulty consistency proof``), the entry ``index`` it is
-    about (None: the whole log), and one line of ``detail``."""
+    signature``, ``faulty consistency proof``, ``wrong log``), the entry
+    ``index`` it is about (None: the whole log), and one line of
+    ``detail``."""
 
     kind: str
     index: int | None
@@ -175,7 +183,8 @@ class VerifyReport:
     ``stopped``: the check stopped at ``max_problems`` problems, the rest
     of the log unread; ``entries_limit``: the checkpoint claims more
     entries than ``max_entries``, and only this many (the first) were read
-    (None: all of them)."""
+    (None: all of them); ``pinned``: the bundle pins the log (origin and
+    key: its ``log`` member), else the origin is the checkpoint's own."""
 
     notary: str
     host: str
@@ -189,6 +198,7 @@ class VerifyReport:
     problem_count: int
     stopped: bool = False
     entries_limit: int | None = None
+    pinned: bool = False
 
     @property
     def consistent(self) -> bool:
@@ -217,8 +227,9 @@ class LoggedEntry:
 @dataclass(frozen=True, slots=True)
 class PollResult:
     """One poll: the log's size before and now (``old_size`` 0 on a first
-    run), the entries checked, those about the domain, and whether the
-    notary serves a log at all yet (``empty``)."""
+    run), the entries checked, those about the domain, whether the
+    notary serves a log at all yet (``empty``), and whether its bundle
+    pins the log (``pinned``; else the origin is the first one seen)."""
 
     origin: str
     old_size: int
@@ -226,6 +237,7 @@ class PollResult:
     entries_checked: int
     matched: int
     empty: bool = False
+    pinned: bool = False
 
 
 class LogInconsistent(NotaryError):
@@ -281,12 +293,16 @@ class FaultyProof(NotaryError):
 
 
 def bundle_v2_key(bundle: Bundle, host: BundleHost | None = None) -> bytes:
-    """The v2 key that signs the log of ``bundle``'s notary: ``host``'s
-    ``v2_key`` if it has one, else the one key the bundle's hosts carry.
+    """The v2 key that signs the log of ``bundle``'s notary: its ``log``
+    member's key if it has one (which the hosts' ``v2_key``, if any, must
+    be: ``notary.protocol.bundle`` checks it), else ``host``'s ``v2_key``
+    if it has one, else the one key the bundle's hosts carry.
 
-    Error handling: ``UsageError`` for a bundle without ``v2_key``, or
-    with several and no ``host`` that carries one.
+    Error handling: ``UsageError`` for a bundle without ``v2_key`` nor
+    ``log``, or with several v2 keys and no ``host`` that carries one.
     """
+    if bundle.log is not None:
+        return bundle.log.public_raw
     if host is not None and host.v2_key is not None:
         return _decode_key(bundle, host.v2_key)
     keys = {h.v2_key for h in bundle.hosts if h.v2_key is not None}
@@ -298,6 +314,35 @@ def bundle_v2_key(bundle: Bundle, host: BundleHost | None = None) -> bytes:
     if len(keys) > 1:
         raise UsageError(f"bundle {bundle.name!r} names several v2 keys")
     return _decode_key(bundle, keys.pop())
+
+
+def _open_checkpoint(
+    bundle: Bundle, body: bytes | str, public_raw: bytes, *, origin: str | None = None
+) -> tuple[tlog.Checkpoint, str]:
+    """The served checkpoint, verified with ``public_raw``, of the log the
+    bundle pins (its ``log`` member's origin) or else of ``origin`` (a
+    watch's kept one; None: the checkpoint's own). Raises
+    :class:`_Refused` with the kind of problem."""
+    pinned = bundle.log.origin if bundle.log is not None else None
+    claimed = log_origin(body.decode("utf-8", "replace") if isinstance(body, bytes) else body)
+    if pinned is not None and claimed != pinned:
+        raise _Refused(WRONG_LOG, (
+            f"the checkpoint names log {one_line(claimed, 80)!r}; the bundle pins "
+            f"{one_line(pinned, 80)!r}"
+        ))
+    try:
+        return open_log_checkpoint(body, public_raw, origin=pinned or origin)
+    except VerificationError as exc:
+        raise _Refused(BAD_CHECKPOINT, str(exc)) from None
+
+
+class _Refused(Exception):
+    """A served checkpoint that is refused: the ``kind`` of problem, and why."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
 
 
 def _decode_key(bundle: Bundle, text: str) -> bytes:
@@ -339,13 +384,13 @@ async def verify_log(
         if body is None:
             raise LogUnreachable(f"{bundle.name}: it serves no checkpoint (its log is empty)")
         try:
-            checkpoint, _note = open_log_checkpoint(body, public_raw)
-        except VerificationError as exc:
-            problems.add(BAD_CHECKPOINT, None, str(exc))
+            checkpoint, _note = _open_checkpoint(bundle, body, public_raw)
+        except _Refused as refused:
+            problems.add(refused.kind, None, refused.detail)
             origin = one_line(body[:200].decode("utf-8", "replace").split("\n", 1)[0], 80)
             return VerifyReport(
                 bundle.name, host.host, origin, None, None, None, 0, 0,
-                tuple(problems.kept), problems.count,
+                tuple(problems.kept), problems.count, pinned=bundle.log is not None,
             )
         size = checkpoint.size
         limit = size
@@ -374,7 +419,7 @@ async def verify_log(
         bundle.name, host.host, checkpoint.origin, checkpoint.size, checkpoint.root,
         computed, audit.entries_checked, audit.tiles_checked, tuple(problems.kept),
         problems.count, stopped=problems.full and replay.next_index < limit,
-        entries_limit=limit if limit < size else None,
+        entries_limit=limit if limit < size else None, pinned=bundle.log is not None,
     )
 
 
@@ -525,10 +570,11 @@ class _State:
     edge: tlog.CompactRange
 
 
-def _read_state(path: Path, public_raw: bytes) -> _State | None:
+def _read_state(path: Path, public_raw: bytes, origin: str | None = None) -> _State | None:
     """The state kept in ``path`` (None: no file yet), checked: the key it
-    was kept for is ``public_raw``, the checkpoint verifies with it, and
-    the edge's root is the checkpoint's. ``UsageError`` otherwise."""
+    was kept for is ``public_raw``, the checkpoint verifies with it and is
+    of log ``origin`` (the one the bundle pins; None: any), and the edge's
+    root is the checkpoint's. ``UsageError`` otherwise."""
     try:
         with path.open("rb") as file:
             data = file.read(MAX_STATE_BYTES + 1)
@@ -559,6 +605,11 @@ def _read_state(path: Path, public_raw: bytes) -> _State | None:
         checkpoint, note = open_log_checkpoint(note, public_raw)
     except VerificationError:
         raise UsageError(damaged) from None
+    if origin is not None and checkpoint.origin != origin:
+        raise UsageError(
+            f"the state file {path} was kept for log {one_line(checkpoint.origin, 80)!r}, "
+            f"the bundle pins {one_line(origin, 80)!r} (remove the file to start again)"
+        )
     subtrees = iter(edge_hashes)
     try:
         edge = tlog.CompactRange.from_tree(checkpoint.size, lambda _level, _index: next(subtrees))
@@ -669,7 +720,8 @@ async def poll_log(
     bundle_v2_key(bundle)
     async with LogFetcher(bundle, timeout_s=timeout_s, resolver=resolver) as fetcher:
         public_raw = bundle_v2_key(bundle, await fetcher.connect())
-        state = _read_state(state_path, public_raw)
+        pinned = bundle.log is not None
+        state = _read_state(state_path, public_raw, bundle.log.origin if bundle.log else None)
         old_size = state.checkpoint.size if state is not None else 0
         body = await _checkpoint_body(fetcher)
         if body is None:
@@ -678,18 +730,22 @@ async def poll_log(
                     f"{bundle.name}: it serves no checkpoint, though it signed one of "
                     f"{old_size} entries"
                 )
-            return PollResult("", 0, 0, 0, 0, empty=True)
+            return PollResult("", 0, 0, 0, 0, empty=True, pinned=pinned)
         try:
-            checkpoint, note = open_log_checkpoint(
-                body, public_raw, origin=state.checkpoint.origin if state is not None else None
+            checkpoint, note = _open_checkpoint(
+                bundle, body, public_raw,
+                origin=state.checkpoint.origin if state is not None else None,
             )
-        except VerificationError as exc:
-            raise LogInconsistent(f"{BAD_CHECKPOINT}: {exc}") from None
+        except _Refused as refused:
+            raise LogInconsistent(
+                f"the checkpoint {bundle.name} serves is refused",
+                (LogProblem(refused.kind, None, refused.detail),),
+            ) from None
         fault: _Fault | None = None
         if state is not None:
             fault = await _check_extends(fetcher, state, checkpoint, note, state_path)
             if checkpoint.size == old_size:
-                return PollResult(checkpoint.origin, old_size, old_size, 0, 0)
+                return PollResult(checkpoint.origin, old_size, old_size, 0, 0, pinned=pinned)
         edge = state.edge if state is not None else tlog.CompactRange()
         replay = LogReplay(checkpoint.size, start=edge)
         problems = _Problems(max_problems)
@@ -767,7 +823,8 @@ async def poll_log(
             on_entry(entry)
     _write_state(state_path, bundle, public_raw, note, replay.edge)
     return PollResult(
-        checkpoint.origin, old_size, checkpoint.size, audit.entries_checked, matched
+        checkpoint.origin, old_size, checkpoint.size, audit.entries_checked, matched,
+        pinned=pinned,
     )
 
 
