@@ -920,3 +920,28 @@ async def test_a_bundle_with_a_log_member_and_no_v2_key_is_enough(tmp_path: Path
         )
         report = await logmonitor.verify_log(keyless, timeout_s=10)
     assert report.consistent and report.pinned and report.entries_checked == 4
+
+
+async def test_an_unsettled_proof_is_reported_even_past_max_problems(
+    capsys, tmp_path: Path
+) -> None:
+    """A failed proof whose entries cannot all be read (here: junk, past
+    --max-problems) is not settled: the log's problems, the unsettled
+    proof shown among them, not equivocation."""
+    state = tmp_path / "state.json"
+    with LogStore(tmp_path / "fake.db") as store:
+        store.append(signed_entries(10), fake_sign)
+        log = StoreLog(store)
+        async with open_fake_log(log) as bundle:
+            path = str(write_bundle(tmp_path / "fake.notary", bundle))
+            watch = ("log", "watch", path, "--domain", DOMAIN, "--once", "--state", str(state),
+                     "--max-problems", "2")
+            assert (await run_cli(capsys, *watch))[0] == 0
+            store.append([b"junk"] * 5, fake_sign)
+            log.proofs = flip_a_bit
+            status, out, _err = await run_cli(capsys, *watch)
+    assert status == 1
+    assert out.count("problem: malformed entry") == 2
+    assert ("problem: faulty consistency proof: proof/consistency?old=10&new=15 does not "
+            "verify") in out and "(not settled: its entries could not all be read)" in out
+    assert "EQUIVOCATION" not in out and evidence_files(tmp_path) == []

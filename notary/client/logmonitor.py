@@ -164,9 +164,12 @@ class _Problems:
     kept: list[LogProblem] = field(default_factory=list)
     count: int = 0
 
-    def add(self, kind: str, index: int | None, detail: str) -> None:
+    def add(self, kind: str, index: int | None, detail: str, *, last: bool = False) -> None:
+        """Count a problem, and keep it while fewer than ``limit`` are kept
+        (``last``: the one conclusion added after reading stopped, kept in
+        any case)."""
         self.count += 1
-        if len(self.kept) < self.limit:
+        if len(self.kept) < self.limit or last:
             self.kept.append(LogProblem(kind, index, detail))
 
     @property
@@ -407,7 +410,7 @@ async def verify_log(
             problems.add(ROOT_MISMATCH, None, (
                 f"the entries hash to {_b64(computed)}, the checkpoint signs "
                 f"{_b64(checkpoint.root)}"
-            ))
+            ), last=True)
         elif complete and limit < size and not problems.count:
             fault = await _consistency(fetcher, limit, size, replay.root(), checkpoint.root)
             if fault is not None:
@@ -802,17 +805,17 @@ async def poll_log(
                 problems.add(ROOT_MISMATCH, None, (
                     f"the entries hash to {_b64(computed)}, the checkpoint signs "
                     f"{_b64(checkpoint.root)}"
-                ))
+                ), last=True)
             elif unsettled is not None and not problems.count:
                 raise FaultyProof(unsettled.reason, old_size, checkpoint.size)
             elif unsettled is not None:
                 problems.add(FAULTY_PROOF, None, (
                     f"{unsettled.reason} (its entries show the checkpoints consistent)"
-                ))
+                ), last=True)
         elif unsettled is not None:
             problems.add(FAULTY_PROOF, None, (
                 f"{unsettled.reason} (not settled: its entries could not all be read)"
-            ))
+            ), last=True)
         if problems.count or not replay.complete:
             raise LogInconsistent(
                 f"the log of {bundle.name} is inconsistent ({problems.count} problems)",
