@@ -6,6 +6,7 @@ the same key), and against a hostile log server on loopback."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import sqlite3
 import ssl
@@ -20,7 +21,7 @@ import trustme
 
 from notary.cli import main
 from notary.client import logmonitor
-from notary.client.logfetch import LogFetcher, LogUnreachable
+from notary.client.logfetch import MAX_RETRIES, LogFetcher, LogUnreachable
 from notary.errors import UsageError
 from notary.protocol import tlog, v2
 from notary.protocol.bundle import Bundle, BundleHost, make_bundle
@@ -506,6 +507,50 @@ async def test_a_hostile_server_is_a_clear_error(routes, expected) -> None:
     async with open_fake_log(routes) as bundle:
         with pytest.raises(LogUnreachable, match=expected):
             await logmonitor.verify_log(bundle, timeout_s=0.5)
+
+
+BUSY = b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 30\r\nContent-Length: 0\r\n\r\n"
+
+
+async def test_a_busy_notary_is_asked_again_after_its_retry_after(autojump_clock) -> None:
+    """Each ``/v2/log/`` request costs a query token (issue 30, item 6): a
+    limited client reading a whole log gets 429s with ``Retry-After``, which
+    the fetcher waits out instead of calling the log unreachable."""
+    asked: list[float] = []
+
+    def route(path: str) -> bytes | None:
+        asked.append(trio.current_time())
+        return BUSY if len(asked) <= 2 else ok(b"body")
+
+    async with open_fake_log(route) as bundle, LogFetcher(bundle, timeout_s=5) as fetcher:
+        response = await fetcher.get("checkpoint", max_bytes=100)
+    assert (response.status, response.body) == (200, b"body")
+    assert [later - earlier >= 30 for earlier, later in itertools.pairwise(asked)] == [True] * 2
+
+
+async def test_a_notary_busy_for_ever_is_answered_busy(autojump_clock) -> None:
+    answered: list[str] = []
+
+    def route(path: str) -> bytes:
+        answered.append(path)
+        return BUSY
+
+    async with open_fake_log(route) as bundle, LogFetcher(bundle, timeout_s=5) as fetcher:
+        response = await fetcher.get("checkpoint", max_bytes=100)
+    assert response.status == 429
+    assert len(answered) == MAX_RETRIES + 1
+
+
+async def test_interim_answers_are_skipped_on_a_kept_alive_connection() -> None:
+    """A 100 Continue before each answer: each request gets its own answer
+    (the interim one ended the first, and the second got the first's)."""
+    def route(path: str) -> bytes:
+        body = path.encode()
+        return b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(body), body)
+
+    async with open_fake_log(route) as bundle, LogFetcher(bundle, timeout_s=5) as fetcher:
+        assert (await fetcher.get("checkpoint", max_bytes=100)).body == b"checkpoint"
 
 
 async def test_a_lying_size_and_malformed_bundles_are_problems() -> None:

@@ -18,7 +18,11 @@ head) are read per response.
 Error handling: every failure to get a complete response (no host
 connects, wrong pin, timeout, connection lost, a malformed or oversized
 response) is :class:`LogUnreachable` with a one-line reason; a response
-with any status is returned (the caller decides what 404 means).
+with any status is returned (the caller decides what 404 means), but for
+interim answers (1xx), which are skipped, and a notary's ``429``/``503``
+with ``Retry-After`` (its per-client budget, or the bytes it holds for
+slow readers: README, "Limits"), which is asked again after that wait,
+at most :data:`MAX_RETRY_AFTER_S` each and :data:`MAX_RETRIES` times.
 """
 
 from __future__ import annotations
@@ -43,6 +47,12 @@ LOG_PATH = "/v2/log/"
 #: The most bytes of a response's status line and headers read.
 MAX_HEAD_BYTES = 16 * 1024
 _CHUNK_BYTES = 64 * 1024
+#: A request refused for now (429, 503 with ``Retry-After``) is made again
+#: at most this many times, waiting at most this long each time.
+MAX_RETRIES = 10
+MAX_RETRY_AFTER_S = 60
+#: Statuses a notary answers with ``Retry-After`` when it is busy.
+_BUSY = (429, 503)
 
 
 class LogUnreachable(NotaryError):
@@ -55,20 +65,34 @@ class LogUnreachable(NotaryError):
 class LogResponse:
     status: int
     body: bytes
+    #: ``Retry-After`` in whole seconds (None: absent or not a number).
+    retry_after_s: int | None = None
 
 
 class _Parts:
-    """httptools callbacks: the body, and whether the message ended."""
+    """httptools callbacks: the body, and whether the message ended; an
+    interim answer (1xx but 101, which httptools raises) is skipped."""
 
     def __init__(self) -> None:
+        self.parser: httptools.HttpResponseParser | None = None
         self.body = bytearray()
         self.headers_done = False
         self.complete = False
         self.close = False
+        self.retry_after: bytes | None = None
+
+    def on_message_begin(self) -> None:
+        self.body.clear()
+        self.headers_done = False
+        self.close = False
+        self.retry_after = None
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"connection" and b"close" in value.lower():
+        name = name.lower()
+        if name == b"connection" and b"close" in value.lower():
             self.close = True
+        elif name == b"retry-after":
+            self.retry_after = bytes(value)
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
@@ -77,7 +101,9 @@ class _Parts:
         self.body += body
 
     def on_message_complete(self) -> None:
-        self.complete = True
+        assert self.parser is not None
+        if not 100 <= self.parser.get_status_code() < 200:
+            self.complete = True
 
 
 class LogFetcher:
@@ -133,6 +159,16 @@ class LogFetcher:
         ``max_bytes``). A connection the notary closed since the last
         response is replaced once. Raises :class:`LogUnreachable`."""
         url = LOG_PATH + path
+        for _ in range(MAX_RETRIES):
+            response = await self._get(url, max_bytes)
+            wait = response.retry_after_s
+            if response.status not in _BUSY or wait is None:
+                return response
+            await trio.sleep(min(wait, MAX_RETRY_AFTER_S))
+        return await self._get(url, max_bytes)
+
+    async def _get(self, url: str, max_bytes: int) -> LogResponse:
+        """One ``GET`` of ``url`` (``get`` without the waits when busy)."""
         try:
             with trio.fail_after(self._timeout_s):
                 reused = self._stream is not None
@@ -186,7 +222,7 @@ class LogFetcher:
             raise LogUnreachable(f"{self._bundle.name}: {failed.detail}") from None
         request = f"GET {url} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode("ascii")
         parts = _Parts()
-        parser = httptools.HttpResponseParser(parts)
+        parser = parts.parser = httptools.HttpResponseParser(parts)
         received = 0
         self.requests += 1
         try:
@@ -221,7 +257,12 @@ class LogFetcher:
         # (httptools' should_keep_alive() is reset once a message completes.)
         if parts.close or parser.get_http_version() != "1.1":
             await self.aclose()
-        return LogResponse(parser.get_status_code(), bytes(parts.body))
+        retry_after = parts.retry_after
+        return LogResponse(
+            parser.get_status_code(), bytes(parts.body),
+            int(retry_after) if retry_after is not None and retry_after.isdigit()
+            and len(retry_after) < 10 else None,
+        )
 
     def _failed(self, reason: str) -> LogUnreachable:
         return LogUnreachable(f"{self.host_name}: {reason}")
