@@ -119,7 +119,12 @@ async def _hold_consistent(
     )
     small, large = (seen, shown) if seen.size <= shown.size else (shown, seen)
     if small.size == large.size:
-        consistent = small.root == large.root
+        if small.root != large.root:  # two signed trees of one size: proof enough
+            evidence = checkpoints.keep_evidence(origin, public_raw, older, newer)
+            raise LogFailed(
+                f"equivocating: two checkpoints of size {small.size} with other roots "
+                f"(both kept in {evidence})"
+            )
     else:
         proof = await consistency_proof(bundle, relay, resolver, small.size, large.size)
         if proof is None:  # it signed a larger log than it now has
@@ -130,15 +135,15 @@ async def _hold_consistent(
             )
         try:
             tlog.verify_consistency(small.size, large.size, small.root, large.root, proof)
-            consistent = True
         except tlog.ProofError:
-            consistent = False
-    if not consistent:
-        evidence = checkpoints.keep_evidence(origin, public_raw, older, newer)
-        raise LogFailed(
-            f"equivocating: checkpoints of sizes {small.size} and {large.size} that no "
-            f"consistency proof reconciles (both kept in {evidence})"
-        )
+            # A faulty proof or a forked log: only the entries tell, which
+            # a check does not download (``notary log watch`` does).
+            evidence = checkpoints.keep_evidence(origin, public_raw, older, newer)
+            raise LogFailed(
+                f"its consistency proof from size {small.size} to {large.size} does not "
+                f"verify: a faulty answer or a forked log (both checkpoints kept in "
+                f"{evidence}; `notary log watch` settles which from the entries)"
+            ) from None
     if shown.size > seen.size:
         checkpoints.remember(origin, public_raw, logged.note)
     return f", consistent with size {seen.size} seen before"
