@@ -176,6 +176,31 @@ def test_a_large_rrset_is_cut_but_keeps_the_record_that_matched() -> None:
     assert stated.tlsa == others[:MAX_STATEMENT_TLSA] and stated.matched is None
 
 
+def test_large_records_are_cut_to_a_loggable_size_keeping_the_one_that_matched() -> None:
+    """Sixteen records of whole certificates (matching type 0) made a
+    statement whose log entry passed 65,535 bytes: the log refused it, and
+    every v2 answer for the site was 503 (issue 30). The evidence keeps the
+    first records within ``MAX_STATEMENT_TLSA_CHARS``, and the matched one."""
+    from notary.protocol.v2.evidence import MAX_STATEMENT_TLSA, MAX_STATEMENT_TLSA_CHARS
+
+    big = tuple(Tlsa(3, 0, 0, bytes([i]) * 4000) for i in range(MAX_STATEMENT_TLSA))
+    dane = judged(DnssecStatus.SECURE, (*big, dane_ee(CHAIN[0])))
+    assert dane.outcome.value == "match"
+    statement = signed(verification("dane", dane))
+    assert len(statement.entry) < 65_535
+    stated = v2.verify_statement(entry_of(statement), KEYS, now=NOW).verification.dane
+    assert stated.matched_record == dane_ee(CHAIN[0]) and stated.matched == len(stated.tlsa) - 1
+    kept = stated.tlsa[:-1]
+    assert kept == big[:len(kept)] and 1 <= len(kept) < MAX_STATEMENT_TLSA
+    assert sum(len(str(record)) for record in stated.tlsa) <= MAX_STATEMENT_TLSA_CHARS
+    # A mismatch: the first records within the bound.
+    missed = judged(DnssecStatus.SECURE, big)
+    stated = v2.verify_statement(entry_of(signed(verification("dane", missed))), KEYS,
+                                 now=NOW).verification.dane
+    assert stated.tlsa == big[:len(stated.tlsa)] and stated.matched is None
+    assert sum(len(str(record)) for record in stated.tlsa) <= MAX_STATEMENT_TLSA_CHARS
+
+
 @pytest.mark.parametrize(("backend", "made", "outcome", "dnssec", "records"), [
     ("dane", mismatch_verdict, "mismatch", "secure", 1),
     ("perspective", lambda: judged(DnssecStatus.SECURE_DENIAL), "no-tlsa", "secure-denial", 0),

@@ -47,6 +47,7 @@ from notary.protocol.v2.evidence import (
     DANE_OUTCOMES,
     DNSSEC_STATUSES,
     MAX_STATEMENT_TLSA,
+    MAX_STATEMENT_TLSA_CHARS,
 )
 from notary.protocol.v2.keys import (
     ED25519_PUBLIC_KEY_BYTES,
@@ -132,6 +133,7 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "MAX_STATEMENT_OBSERVATIONS",
     "MAX_STATEMENT_TLSA",
+    "MAX_STATEMENT_TLSA_CHARS",
     "SHA1_BYTES",
     "SHA256_BYTES",
     "STATEMENT_TYPE",

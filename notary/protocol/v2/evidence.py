@@ -39,8 +39,12 @@ DANE_OUTCOMES = frozenset(
     {"match", "mismatch", "no-tlsa", "insecure", "bogus", "resolver-failure"}
 )
 DNSSEC_STATUSES = frozenset({"secure", "secure-denial", "insecure", "bogus", "resolver-failure"})
-#: Most TLSA records a statement carries (an RRset larger than this is cut).
+#: Most TLSA records a statement carries (an RRset larger than this is cut),
+#: and most characters of them: a statement's log entry is at most 65,535
+#: bytes (S7), and a site's records (full certificates, matching type 0)
+#: could fill that and make its statements unloggable.
 MAX_STATEMENT_TLSA = 16
+MAX_STATEMENT_TLSA_CHARS = 16 * 1024
 
 
 def verification(backend: str, dane: DaneVerdict | None) -> dict[str, Any]:
@@ -66,14 +70,28 @@ def _dane(dane: DaneVerdict) -> dict[str, Any]:
 
 def _stated_records(dane: DaneVerdict) -> tuple[list[Tlsa], int | None]:
     """The records a statement carries and the index among them of the one
-    that matched. An RRset past ``MAX_STATEMENT_TLSA`` is cut, but the
-    matched record always stays (a client refuses a DANE match it cannot
-    see); a record with no data has no presentation form to state."""
-    records = [record for record in dane.lookup.records if record.data]
-    found = dane.matched
-    if found is None:
-        return records[:MAX_STATEMENT_TLSA], None
-    index = records.index(found.record)
-    if index >= MAX_STATEMENT_TLSA:
-        records, index = [*records[:MAX_STATEMENT_TLSA - 1], found.record], MAX_STATEMENT_TLSA - 1
-    return records[:MAX_STATEMENT_TLSA], index
+    that matched: the first ones, as long as they are at most
+    ``MAX_STATEMENT_TLSA`` records and ``MAX_STATEMENT_TLSA_CHARS``
+    characters, but the matched record always stays (a client refuses a
+    DANE match it cannot see), in its place or last; a record with no data
+    has no presentation form to state."""
+    matched = dane.matched.record if dane.matched is not None else None
+    room = MAX_STATEMENT_TLSA - (matched is not None)
+    chars = MAX_STATEMENT_TLSA_CHARS - (len(str(matched)) if matched is not None else 0)
+    stated: list[Tlsa] = []
+    index = None
+    for record in dane.lookup.records:
+        if not record.data:
+            continue
+        if index is None and record == matched:
+            index = len(stated)
+            stated.append(record)
+            continue
+        size = len(str(record))
+        if room and size <= chars:
+            stated.append(record)
+            room -= 1
+            chars -= size
+        else:
+            room = 0  # the first ones: none after a record left out
+    return stated, index
