@@ -288,3 +288,18 @@ def test_cross_site_requests_are_recognised(
     origin: bytes | None, host: bytes | None, fetch_site: bytes | None, cross: bool
 ) -> None:
     assert headers.is_cross_site(origin, host, fetch_site) is cross
+
+
+@pytest.mark.parametrize(("host", "named"), [
+    ("127.0.0.21", "an IP address: no TLSA records, nothing looked up"),
+    ("::1", "an IP address: no TLSA records, nothing looked up"),
+    ("www.example.test", "_443._tcp.www.example.test"),
+])
+def test_the_verification_section_names_what_dane_looked_up(host: str, named: str) -> None:
+    """An IP literal has no TLSA records and none is looked up (issue 30,
+    item 16): the page said ``_443._tcp.127.0.0.21``."""
+    from notary.model.dane import DaneOutcome, DaneVerdict, DnssecStatus, TlsaLookup
+
+    dane = DaneVerdict(DaneOutcome.INSECURE, TlsaLookup(DnssecStatus.INSECURE, checked_at=1))
+    section = pages.verification_section(Target(host, 443), "perspective", dane)
+    assert f"DANE ({named}, checked" in section

@@ -363,8 +363,12 @@ def verification_section(target: Target, backend: str | None, dane: DaneVerdict 
             "</li>"
             for index, record in enumerate(dane.lookup.records)
         )
+        looked_up = (
+            "an IP address: no TLSA records, nothing looked up" if target.is_ip_literal
+            else f"_{target.port}._tcp.{target.host}"
+        )
         evidence = (
-            f"<p>DANE ({esc(f'_{target.port}._tcp.{target.host}')}, checked "
+            f"<p>DANE ({esc(looked_up)}, checked "
             f"{esc(when(dane.lookup.checked_at))}): {esc(dane.outcome.value)}: "
             f"{esc(DANE_OUTCOMES[dane.outcome.value])}.</p>"
             + (f'<ul class="tlsa">{records}</ul>' if records else "")
