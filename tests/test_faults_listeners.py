@@ -356,20 +356,8 @@ SURFACES: dict[str, tuple[ClientFault, ...]] = {
     "websocket": client_faults(listener=False),
     "witness": client_faults(listener=False, http=True),
 }
-#: Cases that find a bug not fixed yet (the fix removes them).
-KNOWN_BUGS = {
-    ("websocket-upgrade", fault): "ConnectionClosed escapes WebSocketService.serve in a group"
-    for fault in (
-        ClientFault.RESET_MID_ANSWER, ClientFault.HALF_CLOSE_AFTER_REQUEST,
-        ClientFault.NEVER_READS,
-    )
-}
 MATRIX = [
-    pytest.param(
-        surface, fault, id=f"{surface}-{fault.value}",
-        marks=[pytest.mark.xfail(reason=KNOWN_BUGS[surface, fault])]
-        if (surface, fault) in KNOWN_BUGS else [],
-    )
+    pytest.param(surface, fault, id=f"{surface}-{fault.value}")
     for surface, faults in SURFACES.items() for fault in faults
 ]
 

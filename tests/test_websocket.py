@@ -225,3 +225,24 @@ async def test_figures_without_a_source_are_refused() -> None:
     async with open_client(Server(WebSocketLimits())) as ws:
         error = await ask(ws, {"type": "figures", "id": 1})
         assert error["type"] == "error" and error["status"] == 404
+
+
+@pytest.mark.parametrize("early", [b"", b"\x81\x85"], ids=["closed", "half-a-frame-then-closed"])
+async def test_a_peer_gone_before_the_101_ends_its_connection_quietly(early: bytes) -> None:
+    """A client that closes after its upgrade request (with or without
+    frames sent before the 101) made ``ConnectionClosed`` escape ``serve``
+    inside an exception group: the listener logged it as a failed handler
+    (and before 7ed39a5 the notary ended)."""
+    server = Server(WebSocketLimits())
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    await client_stream.send_all(
+        b"GET /v2/ws HTTP/1.1\r\nHost: notary.test\r\nConnection: Upgrade\r\n"
+        b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n" + early
+    )
+    await client_stream.aclose()
+    reader = RequestReader()
+    [request] = reader.feed(await server_stream.receive_some(4096))
+    with trio.fail_after(5):
+        await server.service.serve(server_stream, request, reader.leftover, peer="192.0.2.1")
+    assert server.service.connections == 0

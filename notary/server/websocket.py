@@ -85,6 +85,13 @@ CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY = 1000, 1001, 1008
 FIGURES_INTERVAL_S = 5.0
 
 
+#: What ends a connection because its peer broke the protocol or the
+#: transport (ended silently: nothing to answer, nothing to log).
+_PEER_GONE = (
+    trio_websocket.ConnectionClosed, trio_websocket.HandshakeError,
+    trio.BrokenResourceError, trio.ClosedResourceError,
+)
+
 #: The limits of rule 1 and 2 are the ``[websocket]`` config section.
 WebSocketLimits = WebSocketConfig
 
@@ -244,33 +251,43 @@ class WebSocketService:
                 return
             self._by_address[peer] += 1
             try:
-                async with trio.open_nursery() as nursery:
-                    replay = _ReplayStream(stream, handshake_bytes(request) + leftover)
-                    ws_request = await trio_websocket.wrap_server_stream(
-                        nursery, replay, message_queue_size=1,
-                        max_message_size=limits.max_message_bytes,
-                    )
-                    ws = await ws_request.accept()
-                    answer_query = self._answer_query
-                    if client is not None:
-                        answer_query = partial(answer_query, client=client)
-                    await _serve(
-                        ws, nursery, answer_query, self.hub, limits, self._max_batch,
-                        self._rejected_queries, self.figures,
-                    )
-                    nursery.cancel_scope.cancel()
+                await self._run(stream, request, leftover, client)
             finally:
                 self._by_address[peer] -= 1
                 if not self._by_address[peer]:
                     del self._by_address[peer]
-        except (
-            trio_websocket.ConnectionClosed, trio_websocket.HandshakeError,
-            trio.BrokenResourceError, trio.ClosedResourceError,
-        ):
+        except _PEER_GONE:
             pass
         finally:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
+
+    async def _run(
+        self, stream: trio.abc.Stream, request: Request, leftover: bytes, client: bytes | None
+    ) -> None:
+        """The handshake and the messages of one accepted connection. The
+        peer going away (before the 101 too: a reset, a half-close, frames
+        sent before it) ends it quietly: out of the connection's nursery
+        its errors come in an exception group."""
+        limits = self._limits
+        try:
+            async with trio.open_nursery() as nursery:
+                replay = _ReplayStream(stream, handshake_bytes(request) + leftover)
+                ws_request = await trio_websocket.wrap_server_stream(
+                    nursery, replay, message_queue_size=1,
+                    max_message_size=limits.max_message_bytes,
+                )
+                ws = await ws_request.accept()
+                answer_query = self._answer_query
+                if client is not None:
+                    answer_query = partial(answer_query, client=client)
+                await _serve(
+                    ws, nursery, answer_query, self.hub, limits, self._max_batch,
+                    self._rejected_queries, self.figures,
+                )
+                nursery.cancel_scope.cancel()
+        except* _PEER_GONE:
+            pass
 
 
 async def _serve(
