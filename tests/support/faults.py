@@ -1,11 +1,19 @@
 """Socket-level faults for tests: what one peer can do to a TCP connection,
 as data plus a few functions, on loopback only.
 
-:class:`ClientFault`: the test is the *client* of one of the notary's
-listeners (a :class:`Surface`: a port, TLS or not, one valid request).
-:func:`apply` does the fault once; :func:`client_faults` says which faults
-apply to a kind of surface. A test is then a parametrisation over surfaces
-and faults (the enum values read well as test ids).
+Two sides, two tables:
+
+* :class:`ClientFault`: the test is the *client* of one of the notary's
+  listeners (a :class:`Surface`: a port, TLS or not, one valid request).
+  :func:`apply` does the fault once; :func:`client_faults` says which
+  faults apply to a kind of surface. A test is then a parametrisation over
+  surfaces and faults (the enum values read well as test ids).
+* :class:`ServerFault`: the test is the *server* an outbound client of the
+  notary talks to (a prober target, a witness, a DNS resolver over TCP, a
+  database). :func:`open_faulty_server` runs a loopback server that does
+  the fault to every connection; what a healthy server would answer is
+  the caller's :data:`Respond` function, so one server serves TLS
+  targets, HTTPS witnesses and DNS over TCP alike.
 
 Waits are Trio's: on the autojump clock a drip of one byte a second or a
 stall of a minute costs no real time (loopback I/O between tasks of one
@@ -25,7 +33,8 @@ import os
 import socket
 import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import trio
@@ -34,12 +43,18 @@ from tests.support.notaries import client_context
 
 __all__ = [
     "DRIP_INTERVAL_S",
+    "INTERIM_ANSWERS",
     "ClientFault",
+    "FaultyServer",
     "Injected",
+    "Respond",
+    "ServerFault",
     "Surface",
     "apply",
     "client_faults",
     "client_hello",
+    "http_respond",
+    "open_faulty_server",
     "reset",
     "websocket_frame",
     "whole_http_answer",
@@ -378,3 +393,211 @@ def websocket_frame(payload: bytes, opcode: int = 0x1) -> bytes:
         header = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, length)
     masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
     return header + mask + masked
+
+
+# -- the test as a server ------------------------------------------------------------
+
+
+class ServerFault(enum.Enum):
+    """What a server does to the client connecting to it (test ids)."""
+
+    #: RST at once.
+    RESET_ON_ACCEPT = "reset-on-accept"
+    #: TLS: the ClientHello read, half the server's first flight, RST;
+    #: without TLS: the first bytes of the request read, RST.
+    RESET_MID_HANDSHAKE = "reset-mid-handshake"
+    #: The request read, half the answer sent, RST.
+    RESET_MID_ANSWER = "reset-mid-answer"
+    #: The request read, ``shutdown(SHUT_WR)`` instead of an answer.
+    HALF_CLOSE_BEFORE_ANSWER = "half-close-before-answer"
+    #: Nothing read, ever (TLS: after the handshake); the connection held.
+    NEVER_READS = "never-reads"
+    #: The request read, only an interim answer, then a clean close.
+    ANSWER_100 = "answer-100"
+    ANSWER_101 = "answer-101"
+    ANSWER_103 = "answer-103"
+    #: The request read, the answer one byte a second (TLS: a record per
+    #: byte, so the client sees progress), then a clean close.
+    DRIP = "drip"
+    #: The request read, nothing answered; the connection held.
+    STALL = "stall"
+
+
+#: What the ``ANSWER_1xx`` faults send (an interim answer and nothing else).
+INTERIM_ANSWERS = {
+    ServerFault.ANSWER_100: b"HTTP/1.1 100 Continue\r\n\r\n",
+    ServerFault.ANSWER_101: (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    ),
+    ServerFault.ANSWER_103: b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n",
+}
+
+#: The answer a healthy server would give to the request received so far
+#: (its plaintext, under TLS), or None while the request is incomplete.
+Respond = Callable[[bytes], "bytes | None"]
+
+
+def http_respond(answer: bytes) -> Respond:
+    """``answer`` to any HTTP request, once its head and its
+    ``Content-Length`` body are in."""
+
+    def respond(request: bytes) -> bytes | None:
+        head, found, body = request.partition(b"\r\n\r\n")
+        if not found:
+            return None
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return answer if len(body) >= length else None
+
+    return respond
+
+
+class _ServerTls:
+    """The server side of TLS over memory BIOs: the fault decides what
+    bytes reach the socket, and when."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self.handshaken = False
+
+    def feed(self, data: bytes) -> tuple[bytes, bytes]:
+        """Take ``data`` from the client: (bytes for the client, plaintext)."""
+        if data:
+            self._incoming.write(data)
+        else:
+            self._incoming.write_eof()
+        plain = b""
+        with contextlib.suppress(ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            if not self.handshaken:
+                self._tls.do_handshake()
+                self.handshaken = True
+            while chunk := self._tls.read(_RECEIVE_BYTES):
+                plain += chunk
+        return self._outgoing.read(), plain
+
+    def encrypt(self, data: bytes) -> bytes:
+        self._tls.write(data)
+        return self._outgoing.read()
+
+
+@dataclass(slots=True)
+class FaultyServer:
+    """A running :func:`open_faulty_server`: its port, and the connections
+    it accepted (``wait_accepted``)."""
+
+    fault: ServerFault | None
+    host: str = LOCALHOST
+    port: int = 0
+    accepted: int = 0
+    _changed: trio.Event = field(default_factory=trio.Event)
+
+    async def wait_accepted(self, count: int) -> None:
+        while self.accepted < count:
+            await self._changed.wait()
+
+    def _accept(self) -> None:
+        self.accepted += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+
+@asynccontextmanager
+async def open_faulty_server(
+    fault: ServerFault | None, respond: Respond, *, tls: ssl.SSLContext | None = None,
+    drip_interval_s: float = DRIP_INTERVAL_S,
+) -> AsyncIterator[FaultyServer]:
+    """A server on 127.0.0.1 (port 0) doing ``fault`` to every connection
+    (None: none, the healthy server of a control case), until the block
+    exits (every connection is closed then). ``respond``: what a healthy
+    server answers; ``tls``: terminate TLS with this context first (else
+    the bytes are the protocol's own: for a prober target, ``respond``
+    gives the server's TLS flight)."""
+    server = FaultyServer(fault)
+    listeners = await trio.open_tcp_listeners(0, host=LOCALHOST)
+    server.port = listeners[0].socket.getsockname()[1]
+
+    async def handle(stream: trio.SocketStream) -> None:
+        server._accept()
+        try:
+            await _serve_fault(fault, stream, respond, tls, drip_interval_s)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError):
+            pass
+        finally:
+            stream.socket.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        try:
+            yield server
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _serve_fault(
+    fault: ServerFault | None, stream: trio.SocketStream, respond: Respond,
+    context: ssl.SSLContext | None, drip_interval_s: float,
+) -> None:
+    sock = stream.socket
+    if fault is ServerFault.RESET_ON_ACCEPT:
+        reset(sock)
+        return
+    if fault is ServerFault.NEVER_READS and context is None:
+        await trio.sleep_forever()
+    tls = _ServerTls(context) if context is not None else None
+    if fault is ServerFault.RESET_MID_HANDSHAKE:
+        data = await stream.receive_some(_RECEIVE_BYTES)
+        if tls is not None:
+            flight, _ = tls.feed(data)
+            await stream.send_all(flight[: len(flight) // 2])
+        await trio.sleep(SETTLE_S)
+        reset(sock)
+        return
+    request = b""
+    while True:
+        data = await stream.receive_some(_RECEIVE_BYTES)
+        if tls is not None:
+            out, data_plain = tls.feed(data)
+            if out:
+                await stream.send_all(out)
+            if not data:
+                return
+            if fault is ServerFault.NEVER_READS and tls.handshaken:
+                await trio.sleep_forever()
+            data = data_plain
+        elif not data:
+            return
+        request += data
+        answer = respond(request)
+        if answer is not None:
+            break
+    if fault is ServerFault.STALL:
+        await trio.sleep_forever()
+    if fault is ServerFault.HALF_CLOSE_BEFORE_ANSWER:
+        sock.shutdown(socket.SHUT_WR)
+        while await stream.receive_some(_RECEIVE_BYTES):
+            pass
+        return
+    if fault in INTERIM_ANSWERS:
+        answer = INTERIM_ANSWERS[fault]
+    if fault is ServerFault.DRIP:
+        for byte in answer:
+            await stream.send_all(tls.encrypt(bytes([byte])) if tls is not None else bytes([byte]))
+            await trio.sleep(drip_interval_s)
+        return
+    wire = tls.encrypt(answer) if tls is not None else answer
+    if fault is ServerFault.RESET_MID_ANSWER:
+        await stream.send_all(wire[: max(1, len(wire) // 2)])
+        await trio.sleep(SETTLE_S)
+        reset(sock)
+        return
+    await stream.send_all(wire)
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+    with trio.move_on_after(PEER_PATIENCE_S):
+        while await stream.receive_some(_RECEIVE_BYTES):
+            pass
