@@ -11,6 +11,12 @@ does each fault of ``ServerFault`` that applies to every connection.
   1xx, drip and stall included. The task logs a warning and asks again
   (it connects again), the log keeps appending and serving its
   checkpoint (without a cosignature), cache hits are answered.
+* DANE lookups: a resolver silent over UDP, or truncating its UDP answer
+  (the TC bit) so the lookup falls back to TCP, to a TCP server doing
+  each fault. Every lookup is a resolver failure within ``[dns]
+  timeout_s`` (a healthy TCP answer after the TC bit is read, to show the
+  fallback is taken); the same through a running notary, which keeps
+  answering.
 
 Nothing is logged at ERROR in any of them. On Trio's autojump clock:
 stalls, drips and deadlines cost no real time (where the notary works in
@@ -24,7 +30,8 @@ Covered elsewhere and not repeated: the prober alone against a silent,
 garbage or truncating target (tests/test_probe.py); more misbehaving
 targets end to end (test_hostile_targets.py); a witness that is
 unreachable or answers 1xx after a complete exchange
-(test_log_witnesses.py).
+(test_log_witnesses.py); DANE outcomes against a real unbound
+(test_dane_dns.py).
 """
 
 from __future__ import annotations
@@ -37,12 +44,21 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import dns.flags
+import dns.message
+import dns.rcode
 import pytest
 import trio
 import trio.testing
 import trustme
 
+from notary.config import Endpoint
+from notary.errors import ProbeResolveFailed
+from notary.model.dane import DnssecStatus
+from notary.model.targets import Target
+from notary.outbound.tlsa import lookup_tlsa, resolver_through
 from notary.protocol import tlog
+from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
 from tests.support.faults import (
     Respond,
@@ -198,4 +214,131 @@ async def test_a_faulty_witness_is_asked_again_and_holds_nothing_back(
     assert cached.status == 200
     warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("log: witness")]
     assert len(warned) >= 2
+    assert errors(caplog) == []
+
+
+# -- DANE lookups --------------------------------------------------------------------
+
+DNS_TIMEOUT_S = 2.0
+TLSA_TARGET = Target("www.example.test", 443)
+
+
+def dns_answer(query_wire: bytes) -> bytes:
+    """A validating resolver's answer: NOERROR, no records, AD set."""
+    query = dns.message.from_wire(query_wire)
+    answer = dns.message.make_response(query)
+    answer.flags |= dns.flags.AD
+    return answer.to_wire()
+
+
+def dns_over_tcp(request: bytes) -> bytes | None:
+    """``Respond`` for DNS over TCP (two-byte length before each message)."""
+    if len(request) < 2 or len(request) < 2 + int.from_bytes(request[:2], "big"):
+        return None
+    wire = dns_answer(request[2:2 + int.from_bytes(request[:2], "big")])
+    return len(wire).to_bytes(2, "big") + wire
+
+
+async def serve_udp(sock: trio.socket.SocketType, *, truncate: bool) -> None:
+    """A resolver's UDP side: silent, or every answer truncated (TC)."""
+    while True:
+        query, peer = await sock.recvfrom(4096)
+        if truncate:
+            answer = dns.message.make_response(dns.message.from_wire(query))
+            answer.flags |= dns.flags.TC
+            await sock.sendto(answer.to_wire(), peer)
+
+
+@asynccontextmanager
+async def open_resolver(fault: ServerFault | None, *, truncate: bool) -> AsyncIterator[int]:
+    """A resolver on 127.0.0.1: UDP silent (``truncate`` False) or
+    truncating, its TCP side doing ``fault`` (None: answering); its port."""
+    async with open_faulty_server(fault, dns_over_tcp) as tcp:
+        udp = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+        with udp:
+            await udp.bind((LOCALHOST, tcp.port))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: serve_udp(udp, truncate=truncate))
+                yield tcp.port
+                nursery.cancel_scope.cancel()
+
+
+#: The TCP faults of a resolver (a DNS answer has no 1xx).
+DNS_FAULTS = [fault for fault in ServerFault if not fault.value.startswith("answer-")]
+DNS_CASES = [pytest.param(None, False, id="udp-silence")] + [
+    pytest.param(fault, True, id=f"tc-then-tcp-{fault.value}") for fault in DNS_FAULTS
+]
+
+
+@pytest.mark.parametrize(("fault", "truncate"), DNS_CASES)
+async def test_a_faulty_resolver_is_a_resolver_failure_in_time(
+    fault: ServerFault | None, truncate: bool, autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_resolver(fault, truncate=truncate) as port:
+        started = trio.current_time()
+        lookups = []
+        async with trio.open_nursery() as nursery:
+
+            async def look_up() -> None:
+                lookups.append(await lookup_tlsa(TLSA_TARGET, (LOCALHOST, port), DNS_TIMEOUT_S))
+
+            for _ in range(3):
+                nursery.start_soon(look_up)
+        elapsed = trio.current_time() - started
+        resolve = resolver_through([(LOCALHOST, port)], DNS_TIMEOUT_S)
+        with pytest.raises(ProbeResolveFailed):
+            await resolve("www.example.test", 443)
+    assert [lookup.status for lookup in lookups] == [DnssecStatus.RESOLVER_FAILURE] * 3
+    assert elapsed <= DNS_TIMEOUT_S + 0.01
+
+
+async def test_a_truncated_answer_is_asked_again_over_tcp(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The control of the cases above: the TC bit does take the lookup to
+    the TCP side."""
+    async with open_resolver(None, truncate=True) as port:
+        lookup = await lookup_tlsa(TLSA_TARGET, (LOCALHOST, port), DNS_TIMEOUT_S)
+    assert lookup.status is DnssecStatus.SECURE_DENIAL
+
+
+@pytest.mark.parametrize(("fault", "truncate"), [
+    pytest.param(None, False, id="udp-silence"),
+    pytest.param(ServerFault.DRIP, True, id="tc-then-tcp-drip"),
+    pytest.param(ServerFault.RESET_MID_ANSWER, True, id="tc-then-tcp-reset-mid-answer"),
+])
+async def test_a_notary_whose_resolver_fails_keeps_answering(
+    tmp_path: Path, fault: ServerFault | None, truncate: bool,
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Under ``["dane", "perspective"]`` with the faulty resolver as ``[dns]
+    resolvers`` (names resolved statically): every query is answered, and
+    a cached one at once."""
+    async with open_resolver(fault, truncate=truncate) as port, open_tls_target(
+        names=[SITE, OTHER, FRESH]
+    ) as site:
+        names = {name: [site.host] for name in (SITE, OTHER, FRESH)}
+        async with open_settled_notary(
+            tmp_path, names=names, verify={"backends": ("dane", "perspective")},
+            dns={"resolvers": (Endpoint(LOCALHOST, port),), "timeout_s": DNS_TIMEOUT_S},
+            answers={"failures_at_deadline": False, "query_timeout_s": 10.0},
+            rescan={"enabled": False}, admin={"listen": (), "metrics_interval_s": 3600.0},
+        ) as notary:
+            leaf = format_fingerprint(hashlib.sha1(site.leaf_der(SITE)).digest())
+            first = await legacy_query(notary.port, f"{SITE}+{site.port}", leaf)
+            answers = []
+            async with trio.open_nursery() as nursery:
+
+                async def ask(name: str) -> None:
+                    answers.append(await legacy_query(notary.port, f"{name}+{site.port}", None))
+
+                for name in (OTHER, FRESH):
+                    nursery.start_soon(ask, name)
+                started = trio.current_time()
+                again = await legacy_query(notary.port, f"{SITE}+{site.port}", leaf)
+                cached_in = trio.current_time() - started
+            after = await legacy_query(notary.port, f"{SITE}+{site.port}", leaf)
+    assert first.status == again.status == after.status
+    assert cached_in < 0.01
+    assert len(answers) == 2
     assert errors(caplog) == []
