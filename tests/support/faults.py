@@ -14,6 +14,8 @@ Two sides, two tables:
   the fault to every connection; what a healthy server would answer is
   the caller's :data:`Respond` function, so one server serves TLS
   targets, HTTPS witnesses and DNS over TCP alike.
+  :func:`open_faulty_proxy` sits in front of a real server (PostgreSQL)
+  and can pass, stall, drip or reset its connections at any moment.
 
 Waits are Trio's: on the autojump clock a drip of one byte a second or a
 stall of a minute costs no real time (loopback I/O between tasks of one
@@ -45,8 +47,10 @@ __all__ = [
     "DRIP_INTERVAL_S",
     "INTERIM_ANSWERS",
     "ClientFault",
+    "FaultyProxy",
     "FaultyServer",
     "Injected",
+    "ProxyMode",
     "Respond",
     "ServerFault",
     "Surface",
@@ -54,6 +58,7 @@ __all__ = [
     "client_faults",
     "client_hello",
     "http_respond",
+    "open_faulty_proxy",
     "open_faulty_server",
     "reset",
     "websocket_frame",
@@ -601,3 +606,95 @@ async def _serve_fault(
     with trio.move_on_after(PEER_PATIENCE_S):
         while await stream.receive_some(_RECEIVE_BYTES):
             pass
+
+
+# -- a proxy that goes wrong on demand -----------------------------------------------
+
+
+class ProxyMode(enum.Enum):
+    """What a :class:`FaultyProxy` does to its connections, now."""
+
+    PASS = "pass"  # relay both ways
+    STALL = "stall"  # relay nothing (both ways), hold every connection
+    DRIP = "drip"  # relay to the server; to the client, a byte per interval
+    RESET = "reset"  # RST every connection (new ones at once)
+
+
+@dataclass(slots=True)
+class FaultyProxy:
+    """A running :func:`open_faulty_proxy`; set ``mode`` at any time."""
+
+    upstream: tuple[str, int]
+    drip_interval_s: float
+    port: int = 0
+    accepted: int = 0
+    _mode: ProxyMode = ProxyMode.PASS
+    _changed: trio.Event = field(default_factory=trio.Event)
+    _clients: set[trio.socket.SocketType] = field(default_factory=set)
+
+    @property
+    def mode(self) -> ProxyMode:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: ProxyMode) -> None:
+        self._mode = mode
+        self._changed.set()
+        self._changed = trio.Event()
+        if mode is ProxyMode.RESET:
+            for sock in list(self._clients):
+                reset(sock)
+
+    async def _wait_passing(self) -> None:
+        while self._mode is ProxyMode.STALL:
+            await self._changed.wait()
+
+
+@asynccontextmanager
+async def open_faulty_proxy(
+    upstream: tuple[str, int], *, drip_interval_s: float = DRIP_INTERVAL_S,
+) -> AsyncIterator[FaultyProxy]:
+    """A TCP proxy on 127.0.0.1 (port 0) to ``upstream`` (a loopback
+    address), passing bytes until told otherwise (``FaultyProxy.mode``)."""
+    proxy = FaultyProxy(upstream, drip_interval_s)
+    listeners = await trio.open_tcp_listeners(0, host=LOCALHOST)
+    proxy.port = listeners[0].socket.getsockname()[1]
+
+    async def pipe(source: trio.SocketStream, sink: trio.SocketStream, to_client: bool) -> None:
+        while True:
+            await proxy._wait_passing()
+            data = await source.receive_some(_RECEIVE_BYTES)
+            if not data:
+                await sink.send_eof()
+                return
+            await proxy._wait_passing()
+            if to_client and proxy.mode is ProxyMode.DRIP:
+                for byte in data:
+                    await sink.send_all(bytes([byte]))
+                    await trio.sleep(proxy.drip_interval_s)
+            else:
+                await sink.send_all(data)
+
+    async def handle(client: trio.SocketStream) -> None:
+        proxy.accepted += 1
+        if proxy.mode is ProxyMode.RESET:
+            reset(client.socket)
+            return
+        proxy._clients.add(client.socket)
+        try:
+            server = await trio.open_tcp_stream(*upstream)
+            async with server, trio.open_nursery() as nursery:
+                nursery.start_soon(pipe, client, server, False)
+                nursery.start_soon(pipe, server, client, True)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            proxy._clients.discard(client.socket)
+            client.socket.close()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        try:
+            yield proxy
+        finally:
+            nursery.cancel_scope.cancel()
