@@ -7,9 +7,13 @@ its answers, stalls or resets its connections at any moment.
 
 * Opening each PostgreSQL store (observations, log, witness) against each
   fault fails with ``StoreError`` within the connect timeout.
+* A call on an open store whose server stalls fails with ``StoreError``
+  within the call timeout; the stores that reconnect work again once the
+  server answers.
 * A notary whose PostgreSQL stalls keeps answering cache hits and
-  ``/healthz``, answers a miss within its query deadline, and recovers
-  when the server answers again.
+  ``/healthz``, answers a miss within its query deadline, recovers when
+  the server answers again, and stops within its bounds when it never
+  does.
 
 Real time: the stores run in worker threads, and psycopg's waits are the
 machine's, so the timeouts are lowered for the module (psycopg's connect
@@ -31,8 +35,9 @@ import pytest
 import trio
 
 from notary.errors import StoreError
+from notary.model.targets import Target
 from notary.outbound import writer
-from notary.state import crypto, pgstore, pgtlogstore, witnessstore
+from notary.state import crypto, pgconnection, pgstore, pgtlogstore, witnessstore
 from tests.support.faults import ProxyMode, ServerFault, open_faulty_proxy, open_faulty_server
 from tests.support.notaries import legacy_query, open_notary
 from tests.support.postgres import PostgresServer
@@ -42,6 +47,8 @@ from tests.test_metrics import http_get
 SITE, OTHER = "www.example.test", "other.example.test"
 #: psycopg's least connect timeout.
 CONNECT_TIMEOUT_S = 2
+#: The stores' bound on one call, for this module.
+CALL_TIMEOUT_S = 1.0
 #: What no open or call may take here, whatever the fault: an upper bound
 #: (so that a hang fails the test instead of holding it), not a timing.
 HANG_S = 15.0
@@ -51,8 +58,8 @@ _RSA_KEY = crypto.generate_rsa_key()
 @pytest.fixture(autouse=True)
 def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stores' timeouts, lowered; and one RSA key for every notary."""
-    for module in (pgstore, pgtlogstore, witnessstore):
-        monkeypatch.setattr(module, "CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
+    monkeypatch.setattr(pgconnection, "CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
+    monkeypatch.setattr(pgconnection, "MAX_CALL_S", CALL_TIMEOUT_S)
     monkeypatch.setattr(crypto, "generate_rsa_key", lambda *args, **kwargs: _RSA_KEY)
 
 
@@ -129,10 +136,40 @@ async def test_opening_a_store_on_a_faulty_server_fails(
     )
 
 
+#: A call of each store, and whether the store connects again afterwards.
+CALLS: dict[str, tuple[Callable[[Any], Any], bool]] = {
+    "observations": (lambda store: store.load_timeline(Target(SITE, 443)), True),
+    "log": (lambda store: store.head(), True),
+    "witness": (lambda store: store.held("log.test/origin"), False),  # issue 30, item 4
+}
+
+
+@pytest.mark.parametrize("name", list(STORES))
+async def test_a_call_on_a_stalled_server_fails_in_time(
+    name: str, postgres_server: PostgresServer,
+) -> None:
+    call, reconnects = CALLS[name]
+    database = database_of(postgres_server)
+    async with open_faulty_proxy((LOCALHOST, postgres_server.port)) as proxy:
+        store = await in_thread(partial(STORES[name], dsn(proxy.port, database)))
+        try:
+            await in_thread(partial(call, store))
+            proxy.mode = ProxyMode.STALL
+            try:
+                with pytest.raises(StoreError):
+                    await in_thread(partial(call, store))
+            finally:
+                proxy.mode = ProxyMode.PASS  # a call still waiting gets its answer
+            if reconnects:
+                await in_thread(partial(call, store))
+        finally:
+            store.close()
+
+
 # -- a notary on a stalling PostgreSQL -------------------------------------------------
 
 
-@pytest.mark.parametrize("recovers", [True], ids=["stalls-then-answers"])
+@pytest.mark.parametrize("recovers", [True, False], ids=["stalls-then-answers", "stalls-for-good"])
 async def test_a_notary_whose_postgresql_stalls_keeps_answering(
     tmp_path: Path, recovers: bool, postgres_server: PostgresServer,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,

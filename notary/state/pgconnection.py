@@ -22,9 +22,16 @@ once the server is back; while it is away each call fails with
 ``StoreError``, as quickly as the server refuses a connection, or within
 ``CONNECT_TIMEOUT_S``. A connection lost while a call is in flight fails
 that call with ``StoreError`` (the statement may or may not have run: it
-is never sent twice), and the next call connects again. A server gone
-without closing the socket (a network partition) escapes the check: the
-call then fails only when the kernel gives up on the connection.
+is never sent twice), and the next call connects again.
+
+A server that stops answering without closing the socket (hung, or behind
+a proxy that stalls) would hold a call for ever: ``statement_timeout`` is
+enforced by the server itself. So every call (a read, a statement, a
+transaction, a wait for ``NOTIFY`` beyond its own timeout) has a deadline
+of ``MAX_CALL_S`` on the client's side too, kept by one watchdog thread per
+connection: past it the connection's socket is shut down, the call fails
+with ``StoreError`` and the next one connects again. A network partition
+is bounded the same way.
 
 Error handling: every psycopg error is raised as ``StoreError`` naming the
 database as ``describe_dsn`` does (user, host, port and database), with
@@ -39,8 +46,12 @@ inside ``transaction()`` roll it back and propagate unchanged.
 
 from __future__ import annotations
 
+import os
 import re
 import select
+import socket
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
@@ -54,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CONNECT_TIMEOUT_S",
     "INVALID_DSN",
+    "MAX_CALL_S",
     "MIGRATION_LOCK",
     "PostgresConnection",
     "check_dsn",
@@ -63,6 +75,10 @@ __all__ = [
 
 #: How long opening a connection may take (past it: ``StoreError``).
 CONNECT_TIMEOUT_S = 10
+#: How long one call may wait on the server, whatever the server says its
+#: statement timeout is (twice the stores' longest, 30 s): past it the
+#: connection is cut (see the module docstring).
+MAX_CALL_S = 60.0
 #: At most how many reads of what the server sent an idle connection (an
 #: error, then the end of the stream) tell whether it dropped it.
 IDLE_READS = 4
@@ -154,6 +170,61 @@ def _redacted(text: str, dsn: str) -> str:
     return text
 
 
+class _CallWatchdog:
+    """Shuts a connection's socket down when the call in progress on it
+    outlives its deadline; one thread, started with the first call, ended
+    by ``close``. A store runs one call at a time on its connection."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._deadline: float | None = None
+        self._socket = -1
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @contextmanager
+    def bound(self, db: psycopg.Connection[Any], timeout_s: float) -> Iterator[None]:
+        """Cut ``db`` if the block lasts more than ``timeout_s``: whatever
+        it waits on the server for then fails (psycopg's ``OperationalError``)."""
+        with self._changed:
+            outer = self._deadline  # a call within a transaction keeps its deadline
+            self._deadline = time.monotonic() + timeout_s
+            if outer is not None:
+                self._deadline = min(outer, self._deadline)
+            self._socket = db.pgconn.socket
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="postgres call watchdog", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:  # after this the socket may be closed, its number reused
+                self._deadline = outer
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+
+    def _run(self) -> None:
+        with self._changed:
+            while not self._closed:
+                deadline = self._deadline
+                if deadline is None:
+                    self._changed.wait()
+                    continue
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)
+                    continue
+                self._deadline = None
+                with suppress(OSError), socket.socket(fileno=os.dup(self._socket)) as cut:
+                    cut.shutdown(socket.SHUT_RDWR)
+
+
 class PostgresConnection:
     """See the module docstring. ``dsn``: libpq keywords or a URL; the
     session's settings, applied to every connection made:
@@ -188,11 +259,13 @@ class PostgresConnection:
         #: The channels this connection listens on (LISTENed again on a new one).
         self._listening: set[str] = set()
         self._closed = False
+        self._watchdog = _CallWatchdog()
         self._db: psycopg.Connection[Any] | None = self._connect()
 
     def close(self) -> None:
         """Release the connection; every later call is a ``StoreError``."""
         self._closed = True
+        self._watchdog.close()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -232,7 +305,7 @@ class PostgresConnection:
         connection it is given."""
         db = self._usable()
         try:
-            with db.transaction():
+            with self._watchdog.bound(db, MAX_CALL_S), db.transaction():
                 yield db
         except self._errors as exc:
             raise self._error(exc) from None
@@ -241,7 +314,8 @@ class PostgresConnection:
         """The rows of one statement (autocommit)."""
         db = self._usable()
         try:
-            return db.execute(query, params).fetchall()
+            with self._watchdog.bound(db, MAX_CALL_S):
+                return db.execute(query, params).fetchall()
         except self._errors as exc:
             raise self._error(exc) from None
 
@@ -250,7 +324,8 @@ class PostgresConnection:
         rows it changed."""
         db = self._usable()
         try:
-            return db.execute(query, params).rowcount
+            with self._watchdog.bound(db, MAX_CALL_S):
+                return db.execute(query, params).rowcount
         except self._errors as exc:
             raise self._error(exc) from None
 
@@ -260,10 +335,11 @@ class PostgresConnection:
         again: what was notified in between is missed); whether one came."""
         db = self._usable()
         try:
-            if channel not in self._listening:
-                db.execute(f"LISTEN {channel}")
-                self._listening.add(channel)
-            return any(True for _ in db.notifies(timeout=timeout_s, stop_after=1))
+            with self._watchdog.bound(db, timeout_s + MAX_CALL_S):
+                if channel not in self._listening:
+                    db.execute(f"LISTEN {channel}")
+                    self._listening.add(channel)
+                return any(True for _ in db.notifies(timeout=timeout_s, stop_after=1))
         except self._errors as exc:
             raise self._error(exc) from None
 
