@@ -17,6 +17,9 @@ does each fault of ``ServerFault`` that applies to every connection.
   timeout_s`` (a healthy TCP answer after the TC bit is read, to show the
   fallback is taken); the same through a running notary, which keeps
   answering.
+* The relay's connections to its destinations: a destination doing each
+  fault ends its tunnel within the relay's idle and lifetime bounds, and
+  a healthy destination is tunnelled to meanwhile and after.
 
 Nothing is logged at ERROR in any of them. On Trio's autojump clock:
 stalls, drips and deadlines cost no real time (where the notary works in
@@ -341,4 +344,88 @@ async def test_a_notary_whose_resolver_fails_keeps_answering(
     assert first.status == again.status == after.status
     assert cached_in < 0.01
     assert len(answers) == 2
+    assert errors(caplog) == []
+
+
+# -- the relay's destinations --------------------------------------------------------
+
+RELAY_IDLE_S, RELAY_LIFETIME_S = 20.0, 60.0
+#: What the faulty destination would answer to the tunnelled bytes.
+DESTINATION_ANSWER = b"a notary's answer, " * 8
+#: The faults of a destination (the bytes of a tunnel have no 1xx).
+DESTINATION_FAULTS = [fault for fault in ServerFault if not fault.value.startswith("answer-")]
+
+
+async def echo(stream: trio.SocketStream) -> None:
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        while data := await stream.receive_some(65536):
+            await stream.send_all(data)
+
+
+async def tunnel(relay_port: int, destination: str, data: bytes) -> tuple[bytes, bytes]:
+    """CONNECT through the relay, send ``data`` and the end of it, read
+    until the end: (the relay's answer head, what came through the tunnel)."""
+    stream = await trio.open_tcp_stream(LOCALHOST, relay_port)
+    async with stream:
+        await stream.send_all(f"CONNECT {destination}:4242 HTTP/1.1\r\n\r\n".encode())
+        received = b""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            with trio.move_on_after(1.0):  # a destination that never reads blocks it
+                await stream.send_all(data)
+            await stream.send_eof()
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+    head, _, through = received.partition(b"\r\n\r\n")
+    return head, through
+
+
+@pytest.mark.parametrize("fault", DESTINATION_FAULTS, ids=lambda fault: fault.value)
+async def test_a_faulty_destination_ends_only_its_tunnel(
+    tmp_path: Path, fault: ServerFault, caplog: pytest.LogCaptureFixture,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The relay's own outbound connections: a destination doing each fault
+    (127.0.0.1) ends its tunnel within the relay's bounds, while a healthy
+    one (127.0.0.2, the same port) is tunnelled to meanwhile and after."""
+    async with open_faulty_server(
+        fault, lambda request: DESTINATION_ANSWER if request else None
+    ) as destination:
+        healthy = await trio.open_tcp_listeners(destination.port, host="127.0.0.2")
+        async with trio.open_nursery() as servers:
+            servers.start_soon(trio.serve_listeners, echo, healthy)
+            async with open_notary(
+                tmp_path, relay={
+                    "destinations": "public", "dial_port": destination.port,
+                    "idle_timeout_s": RELAY_IDLE_S, "max_lifetime_s": RELAY_LIFETIME_S,
+                }, rescan={"enabled": False}, admin={"listen": (), "metrics_interval_s": 3600.0},
+            ) as notary:
+                relay = notary.running.relay_handler
+                started = trio.current_time()
+                ended: list[float] = []
+                async with trio.open_nursery() as nursery:
+
+                    async def faulty() -> None:
+                        if fault is ServerFault.NEVER_READS:
+                            # More than the buffers between: the relay's
+                            # send blocks. It ends the tunnel with the
+                            # client's bytes unread: a reset, which may
+                            # destroy its 200 before it is read.
+                            await tunnel(notary.relay_port, "127.0.0.1", b"x" * (4 << 20))
+                        else:
+                            head, _ = await tunnel(notary.relay_port, "127.0.0.1", b"hello")
+                            assert head.split(b" ")[1] == b"200", head
+                        ended.append(trio.current_time() - started)
+
+                    for _ in range(3):
+                        nursery.start_soon(faulty)
+                    await destination.wait_accepted(3)
+                    assert (await tunnel(notary.relay_port, "127.0.0.2", b"ping"))[1] == b"ping"
+                assert (await tunnel(notary.relay_port, "127.0.0.2", b"ping"))[1] == b"ping"
+                with trio.move_on_after(RELAY_IDLE_S):  # each ends on its own after its client
+                    while relay.statistics().connections:  # noqa: ASYNC110 (a counter)
+                        await trio.sleep(0.1)
+                connections = relay.statistics().connections
+            servers.cancel_scope.cancel()
+    assert len(ended) == 3 and max(ended) <= RELAY_LIFETIME_S + 1.0
+    assert connections == 0
     assert errors(caplog) == []
