@@ -63,12 +63,12 @@ from tests.support.notaries import (
     NotaryUnderTest,
     RawResponse,
     client_context,
+    load_each_key_once,
     open_notary,
     parse_response,
     send_raw,
 )
 from tests.support.tls_targets import LOCALHOST, TLSTarget, open_raw_target, open_tls_target
-from tests.test_metrics import value
 
 SITE = "www.example.test"
 #: Each fault this many times in a row, then this many at once.
@@ -94,13 +94,15 @@ WITNESS = {
     "logs": (tlog.verifier_key(ORIGIN, LOG_KEY.public_key().public_bytes_raw()),),
 }
 _RSA_KEY = crypto.generate_rsa_key()
+_PERSPECTIVES_KEY = crypto.private_key_pem(crypto.generate_perspectives_key())
 
 
 @pytest.fixture(autouse=True)
 def one_rsa_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every notary of this module gets the same RSA key (a fifth of a
-    second saved per notary; nothing here depends on the key)."""
+    """Every notary of this module gets the same RSA keys, each parsed once
+    (a fifth of a second saved per notary; nothing here depends on them)."""
     monkeypatch.setattr(crypto, "generate_rsa_key", lambda *args, **kwargs: _RSA_KEY)
+    load_each_key_once(monkeypatch)
 
 
 def add_checkpoint(old: int, size: int) -> bytes:
@@ -219,9 +221,7 @@ async def echo(stream: trio.SocketStream) -> None:
 @asynccontextmanager
 async def open_world(tmp_path: Path) -> AsyncIterator[World]:
     key = tmp_path / "perspectives.key"
-    crypto.write_new_file(
-        key, crypto.private_key_pem(crypto.generate_perspectives_key()), mode=0o600
-    )
+    crypto.write_new_file(key, _PERSPECTIVES_KEY, mode=0o600)
     v2_key = tmp_path / "v2.key"
     crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
     loopback = (Endpoint(LOCALHOST, 0),)
@@ -235,6 +235,9 @@ async def open_world(tmp_path: Path) -> AsyncIterator[World]:
             http=HTTP, websocket=WEBSOCKET,
             answers={"failures_at_deadline": False},
             rescan={"enabled": False},
+            # No background work ticking along with the virtual clock (the
+            # change feed reads the store in a worker thread).
+            store={"feed_interval_ms": 3_600_000},
             admin={"listen": loopback, "metrics_interval_s": 3600.0},
         ) as notary:
             await notary.running.stored.settled.wait()
@@ -317,20 +320,23 @@ async def witness_add(world: World, body: bytes) -> RawResponse:
 
 
 def open_connections(world: World) -> dict[str, float]:
-    """The connections the notary counts as open, by listener: its own
-    metrics, folded and exposed here, in the Trio thread (``/metrics``
-    renders in a worker thread, during which the autojump clock would run
-    on)."""
+    """The connections the notary counts as open, by listener: the gauges
+    of its own metrics, folded and exposed here, in the Trio thread
+    (``/metrics`` renders in a worker thread, during which the autojump
+    clock would run on)."""
     metrics = world.notary.running.metrics
     assert metrics is not None
     metrics.fold()
-    text = metrics.exposition().decode()
-    counts = {
-        listener: value(text, "notary_http_connections", listener=listener)
+    wanted = {
+        f'notary_http_connections{{listener="{listener}"}}': listener
         for listener in ("api", "plain_api", "perspectives", "admin")
     }
-    counts["relay"] = value(text, "notary_relay_connections")
-    counts["websocket"] = value(text, "notary_websocket_connections")
+    wanted |= {"notary_relay_connections": "relay", "notary_websocket_connections": "websocket"}
+    counts = dict.fromkeys(wanted.values(), -1.0)
+    for line in metrics.exposition().decode().splitlines():
+        sample, _, number = line.rpartition(" ")
+        if sample in wanted:
+            counts[wanted[sample]] = float(number)
     return counts
 
 

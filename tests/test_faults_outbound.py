@@ -69,7 +69,12 @@ from tests.support.faults import (
     http_respond,
     open_faulty_server,
 )
-from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary
+from tests.support.notaries import (
+    NotaryUnderTest,
+    legacy_query,
+    load_each_key_once,
+    open_notary,
+)
 from tests.support.tls_targets import LOCALHOST, open_tls_target
 from tests.test_log_serve import get, logged_statement
 from tests.test_log_witnesses import OTHER, SITE, WITNESS_NAME, open_log_notary
@@ -84,9 +89,10 @@ _RSA_KEY = crypto.generate_rsa_key()
 
 @pytest.fixture(autouse=True)
 def one_rsa_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every notary of this module gets the same RSA key (nothing here
-    depends on it; generating one costs a fifth of a second)."""
+    """Every notary of this module gets the same RSA key, parsed once
+    (nothing here depends on it; generating one costs a fifth of a second)."""
     monkeypatch.setattr(crypto, "generate_rsa_key", lambda *args, **kwargs: _RSA_KEY)
+    load_each_key_once(monkeypatch)
 
 
 def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -119,7 +125,9 @@ def tls_flight(context: ssl.SSLContext) -> Respond:
 @asynccontextmanager
 async def open_settled_notary(directory: Path, **settings: object) -> AsyncIterator[NotaryUnderTest]:
     """``open_notary`` once its known-targets filter has loaded (until then
-    a cache miss reads the store in a worker thread)."""
+    a cache miss reads the store in a worker thread), its change feed (read
+    in a worker thread too) not ticking along with the virtual clock."""
+    settings.setdefault("store", {"feed_interval_ms": 3_600_000})
     async with open_notary(directory, **settings) as notary:  # type: ignore[arg-type]
         await notary.running.stored.settled.wait()
         yield notary
@@ -393,7 +401,7 @@ async def test_a_faulty_destination_ends_only_its_tunnel(
         healthy = await trio.open_tcp_listeners(destination.port, host="127.0.0.2")
         async with trio.open_nursery() as servers:
             servers.start_soon(trio.serve_listeners, echo, healthy)
-            async with open_notary(
+            async with open_settled_notary(
                 tmp_path, relay={
                     "destinations": "public", "dial_port": destination.port,
                     "idle_timeout_s": RELAY_IDLE_S, "max_lifetime_s": RELAY_LIFETIME_S,

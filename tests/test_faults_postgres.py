@@ -39,7 +39,7 @@ from notary.model.targets import Target
 from notary.outbound import writer
 from notary.state import crypto, pgconnection, pgstore, pgtlogstore, witnessstore
 from tests.support.faults import ProxyMode, ServerFault, open_faulty_proxy, open_faulty_server
-from tests.support.notaries import legacy_query, open_notary
+from tests.support.notaries import legacy_query, load_each_key_once, open_notary
 from tests.support.postgres import PostgresServer
 from tests.support.tls_targets import LOCALHOST, open_tls_target
 from tests.test_metrics import http_get
@@ -61,6 +61,7 @@ def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pgconnection, "CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
     monkeypatch.setattr(pgconnection, "MAX_CALL_S", CALL_TIMEOUT_S)
     monkeypatch.setattr(crypto, "generate_rsa_key", lambda *args, **kwargs: _RSA_KEY)
+    load_each_key_once(monkeypatch)
 
 
 #: The PostgreSQL stores, by name.

@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import trio
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -43,6 +44,26 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
+
+
+def load_each_key_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``crypto.load_private_key`` parse each PEM once per process: a
+    notary loads its RSA keys four times at start (the TLS context, the
+    signers), each parse checking the key at a few tens of milliseconds,
+    which adds up in modules starting a notary per case with one key."""
+    real = crypto.load_private_key
+    loaded: dict[bytes, object] = _LOADED_KEYS
+
+    def load(path: Path) -> object:
+        data = Path(path).read_bytes()
+        if data not in loaded:
+            loaded[data] = real(path)
+        return loaded[data]
+
+    monkeypatch.setattr(crypto, "load_private_key", load)
+
+
+_LOADED_KEYS: dict[bytes, object] = {}
 
 
 @dataclass
@@ -237,6 +258,7 @@ __all__ = [
     "exchange_over_tls",
     "legacy_query",
     "legacy_request",
+    "load_each_key_once",
     "open_notary",
     "open_v2_notary",
     "send_raw",
