@@ -23,8 +23,9 @@ then a few at once while the node is asked something; then
   repeat at will).
 
 On Trio's autojump clock: drips, stalls and the notary's deadlines cost no
-real time. One notary per case (the cases are independent and a notary
-starts in a few milliseconds; its RSA key is made once for the module).
+real time (the clock jumps after a millisecond of idleness, not at once:
+``WORKER_THREAD_S``). One notary per case (the cases are independent and
+a notary starts in a few milliseconds; its keys are made once).
 
 Covered elsewhere and not repeated: the timing of each deadline
 (tests/test_hostile_slow.py), malformed requests (test_hostile_http.py),
@@ -83,9 +84,11 @@ HTTP = {
 RELAY = {"head_timeout_s": 10.0, "idle_timeout_s": 20.0, "linger_timeout_s": 1.0}
 WEBSOCKET = {"ping_interval_s": 10.0, "ping_timeout_s": 5.0, "idle_timeout_s": 30.0}
 CONNECTIONS_GONE_WITHIN_S = 45.0
-#: Real seconds a worker thread's call may take without the autojump clock
-#: running on meanwhile.
-WORKER_THREAD_S = 0.002
+#: The autojump clock jumps once the run has been idle this long (real
+#: seconds), not at once: the notary works in worker threads (its stores),
+#: and a clock jumping from deadline to deadline meanwhile would both run
+#: its deadlines out and, spinning, starve the thread of the GIL.
+WORKER_THREAD_S = 0.001
 
 ORIGIN = "log.test/faults"
 LOG_KEY = Ed25519PrivateKey.generate()
@@ -95,6 +98,13 @@ WITNESS = {
 }
 _RSA_KEY = crypto.generate_rsa_key()
 _PERSPECTIVES_KEY = crypto.private_key_pem(crypto.generate_perspectives_key())
+
+
+@pytest.fixture
+def autojump_clock(autojump_clock: trio.testing.MockClock) -> trio.testing.MockClock:
+    """pytest-trio's, jumping after ``WORKER_THREAD_S`` of idleness."""
+    autojump_clock.autojump_threshold = WORKER_THREAD_S
+    return autojump_clock
 
 
 @pytest.fixture(autouse=True)
@@ -374,11 +384,6 @@ async def test_a_fault_ends_only_its_own_connection(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     caplog.set_level(logging.ERROR)
-    if surface == "witness":
-        # The witness's store works in a worker thread, during which the
-        # clock would jump from deadline to deadline: it jumps only after
-        # the run has been idle this long (real seconds).
-        autojump_clock.autojump_threshold = WORKER_THREAD_S
     held: list[Injected] = []
     try:
         async with open_world(tmp_path) as world:

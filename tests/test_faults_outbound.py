@@ -22,9 +22,9 @@ does each fault of ``ServerFault`` that applies to every connection.
   a healthy destination is tunnelled to meanwhile and after.
 
 Nothing is logged at ERROR in any of them. On Trio's autojump clock:
-stalls, drips and deadlines cost no real time (where the notary works in
-worker threads, the clock jumps only after it has idled a moment in real
-time: ``WORKER_THREAD_S``).
+stalls, drips and deadlines cost no real time (the notary works in worker
+threads too: the clock jumps only after it has idled a moment in real
+time, ``WORKER_THREAD_S``).
 
 PostgreSQL, the fourth client, runs in worker threads on real time:
 tests/test_faults_postgres.py.
@@ -81,10 +81,19 @@ from tests.test_log_witnesses import OTHER, SITE, WITNESS_NAME, open_log_notary
 
 FRESH = "fresh.example.test"
 PROBE_TIMEOUT_S = 5.0
-#: Real seconds a worker thread's call may take without the autojump clock
-#: running on meanwhile.
-WORKER_THREAD_S = 0.002
+#: The autojump clock jumps once the run has been idle this long (real
+#: seconds), not at once: the notary works in worker threads (its stores),
+#: and a clock jumping from deadline to deadline meanwhile would both run
+#: its deadlines out and, spinning, starve the thread of the GIL.
+WORKER_THREAD_S = 0.001
 _RSA_KEY = crypto.generate_rsa_key()
+
+
+@pytest.fixture
+def autojump_clock(autojump_clock: trio.testing.MockClock) -> trio.testing.MockClock:
+    """pytest-trio's, jumping after ``WORKER_THREAD_S`` of idleness."""
+    autojump_clock.autojump_threshold = WORKER_THREAD_S
+    return autojump_clock
 
 
 @pytest.fixture(autouse=True)
@@ -200,7 +209,6 @@ async def test_a_faulty_witness_is_asked_again_and_holds_nothing_back(
     tmp_path: Path, fault: ServerFault, caplog: pytest.LogCaptureFixture,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    autojump_clock.autojump_threshold = WORKER_THREAD_S  # the log's store: worker threads
     caplog.set_level(logging.WARNING)
     key_path = tmp_path / "a.v2.key"
     crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
