@@ -121,9 +121,10 @@ OPEN_FAULTS = [fault for fault in ServerFault if not fault.value.startswith("ans
 
 @pytest.mark.parametrize("fault", OPEN_FAULTS, ids=lambda fault: fault.value)
 async def test_opening_a_store_on_a_faulty_server_fails(
-    fault: ServerFault, postgres_server: PostgresServer,
+    fault: ServerFault, request: pytest.FixtureRequest,
 ) -> None:
-    if fault is ServerFault.DRIP:
+    if fault is ServerFault.DRIP:  # the real server's answers, dripped
+        postgres_server: PostgresServer = request.getfixturevalue("postgres_server")
         database = database_of(postgres_server)
         async with open_faulty_proxy((LOCALHOST, postgres_server.port)) as proxy:
             proxy.mode = ProxyMode.DRIP
