@@ -405,3 +405,28 @@ async def test_the_check_name_is_configured(tmp_path: Path) -> None:
     ) as notary:
         assert await readyz(notary) == (200, b"ready\n")
     assert fake.asked == [("lab.test.", "SOA")]
+
+
+async def test_a_bug_in_one_targets_dane_check_fails_that_query_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An exception nobody foresaw in a refresh (here the DANE check) ended
+    ``Records`` and the notary with it: it is that target's failed probe,
+    logged with its traceback, and the notary goes on."""
+    from notary.service.dane import DaneChecker
+
+    async def broken(self: DaneChecker, target: Target) -> None:
+        raise RuntimeError("a bug in the DANE check")
+
+    monkeypatch.setattr(DaneChecker, "lookup", broken)
+    async with open_tls_target(names=[NAME, "other.test"]) as site:
+        records = {**site_records(site), **site_records(site, "other.test")}
+        async with open_fake_resolver(zone_answers(records)) as fake, fake_dane_notary(
+            tmp_path, fake
+        ) as notary:
+            for name in (NAME, "other.test"):
+                answer = await ask(notary, site, name, site.leaf_der(name))
+                assert answer.status == 503
+            status, _, _ = await http_get(notary.running.admin[0].port, "/healthz")
+            assert status == 200
+    assert "RuntimeError: a bug in the DANE check" in caplog.text

@@ -731,8 +731,10 @@ class Records:
         saw (``last_probe``). Joins the refresh already running for
         ``target``, if any. Cancelling the caller stops only its wait.
 
-        Error handling: the probe's ``ProbeError`` (a copy per caller);
-        ``RuntimeError`` unless the records are open."""
+        Error handling: the probe's ``ProbeError`` (a copy per caller), a
+        plain ``ProbeError`` for anything else the refresh raised (a bug,
+        logged with its traceback: it ends that refresh, never the
+        records); ``RuntimeError`` unless the records are open."""
         running = self._refreshes.get(target)
         if running is None:
             running = self._start(target)
@@ -782,6 +784,11 @@ class Records:
                 running.record = self._merged_in_memory(result, dane)
         except ProbeError as exc:
             running.error = exc
+        except Exception:
+            # A bug in one target's refresh (its DANE check, say) fails that
+            # refresh only, never the records every query shares.
+            log.exception("refreshing %s failed unexpectedly", target)
+            running.error = ProbeError("refresh failed")
         finally:
             if running.record is None and running.error is None:  # cancelled: closing
                 running.error = ProbeError("notary is shutting down")
