@@ -372,6 +372,7 @@ class QueryService:
         record, status = self._cached_status(key, fingerprint, now)
         if status is None:
             return None
+        assert record is not None  # a status comes with its record
         if client is not None and self._query_buckets is not None:
             wait = self._query_buckets.take(client, now)
             if wait:

@@ -316,7 +316,10 @@ class RecordSigner:
         does not)."""
         if _dane_substance(record._v2_dane) != _dane_substance(record.dane):
             return -math.inf
-        deadline = v2.sightings_deadline(record._v2_stated, record.timeline, self._lag_s)
+        stated = record._v2_stated
+        if stated is None:  # nothing signed yet: nothing stands
+            return -math.inf
+        deadline = v2.sightings_deadline(stated, record.timeline, self._lag_s)
         return -math.inf if deadline is None else deadline
 
     def now(self) -> int:

@@ -71,6 +71,7 @@ __all__ = [
     "check_dsn",
     "describe_dsn",
     "reason",
+    "scalar",
 ]
 
 #: How long opening a connection may take (past it: ``StoreError``).
@@ -110,7 +111,7 @@ def check_dsn(dsn: str) -> None:
         userinfo, at, _ = before_parameters.partition("@")
         if (
             before_parameters.count("@") > 1 or (at and "/" in userinfo)
-            or "@" in (parts.get("host") or "") or "@" in (parts.get("port") or "")
+            or "@" in str(parts.get("host") or "") or "@" in str(parts.get("port") or "")
         ):
             raise ValueError(
                 f"{INVALID_DSN} (a URL percent-encodes '@' and '/' in its user, "
@@ -158,7 +159,7 @@ def _redacted(text: str, dsn: str) -> str:
 
     forms: set[str] = set()
     with suppress(Exception):  # libpq cannot read it: the forms below
-        forms.add(conninfo_to_dict(dsn).get("password") or "")
+        forms.add(str(conninfo_to_dict(dsn).get("password") or ""))
     written = _url_password(dsn)
     if written is not None:
         forms |= {written, unquote(written)}
@@ -168,6 +169,15 @@ def _redacted(text: str, dsn: str) -> str:
     for form in sorted(forms - {""}, key=len, reverse=True):
         text = text.replace(form, "***")
     return text
+
+
+def scalar(db: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()) -> Any:
+    """The first column of the one row ``query`` returns on ``db`` (in a
+    ``transaction()`` block); ``StoreError`` when it returns none."""
+    row = db.execute(query, params).fetchone()
+    if row is None:
+        raise StoreError(f"no row from {query.split()[0]} ...")
+    return row[0]
 
 
 class _CallWatchdog:

@@ -36,7 +36,7 @@ from notary.model.observations import (
 from notary.model.targets import Target
 from notary.state import feed
 from notary.state.claims import Claim
-from notary.state.pgconnection import MIGRATION_LOCK, PostgresConnection
+from notary.state.pgconnection import MIGRATION_LOCK, PostgresConnection, scalar
 from notary.state.store import (
     _LIMIT_NAMES,
     PRUNE_CHUNK_TARGETS,
@@ -202,7 +202,7 @@ class PostgresStore(EngineOperations):
         nodes of a fleet may start at once); return how many steps ran."""
         with self._db.transaction() as db:
             db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-            if db.execute("SELECT to_regclass('settings')").fetchone()[0] is not None:
+            if scalar(db, "SELECT to_regclass('settings')") is not None:
                 return 0
             db.execute(SCHEMA)
             db.execute(
@@ -485,9 +485,7 @@ class PostgresStore(EngineOperations):
 
     def read_feed(self, after: int, limit: int) -> feed.FeedPage:
         with self._db.transaction() as db:
-            pruned = db.execute(
-                "SELECT value FROM settings WHERE name = 'feed_pruned_through'"
-            ).fetchone()[0]
+            pruned = scalar(db, "SELECT value FROM settings WHERE name = 'feed_pruned_through'")
             rows = db.execute(
                 "SELECT seq, host, port, sha256, changed, origin FROM changes "
                 "WHERE seq > %s ORDER BY seq LIMIT %s", (after, limit),
@@ -499,11 +497,11 @@ class PostgresStore(EngineOperations):
 
     def prune_feed(self, max_rows: int) -> int:
         with self._db.transaction() as db:
-            through = db.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0]
+            through = scalar(db, "SELECT coalesce(max(seq), 0) FROM changes")
             through -= max_rows
-            pruned = db.execute(
-                "SELECT value FROM settings WHERE name = 'feed_pruned_through' FOR UPDATE"
-            ).fetchone()[0]
+            pruned = scalar(
+                db, "SELECT value FROM settings WHERE name = 'feed_pruned_through' FOR UPDATE"
+            )
             if through <= pruned:
                 return 0
             deleted = db.execute("DELETE FROM changes WHERE seq <= %s", (through,)).rowcount
@@ -522,7 +520,11 @@ class PostgresStore(EngineOperations):
             ).fetchone()
             if won is not None:
                 return Claim(holder, until)
-            return Claim(*db.execute(_READ_CLAIM, (target.host, target.port)).fetchone())
+            held = db.execute(_READ_CLAIM, (target.host, target.port)).fetchone()
+            # The row the claim met: ON CONFLICT DO UPDATE locks it even when
+            # its WHERE is false, so nobody deleted it since.
+            assert held is not None
+            return Claim(*held)
 
     def read_claim(self, target: Target) -> Claim | None:
         rows = self._db.read(_READ_CLAIM, (target.host, target.port))
