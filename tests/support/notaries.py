@@ -10,6 +10,7 @@ closes, and pins the notary's certificate by SHA-1.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -149,7 +150,14 @@ async def open_notary(
         **sections,
     }
     overrides.setdefault("admin", {"listen": (Endpoint(host, 0),)})
+    # Perspectives' default is 0.0.0.0:8080: every interface, a fixed port
+    # (two test runs at once collided on it).
+    perspectives = overrides.get("perspectives")
+    if isinstance(perspectives, dict) and "listen" not in perspectives:
+        overrides["perspectives"] = {**perspectives, "listen": (Endpoint(host, 0),)}
     config = load_config(None, overrides)
+    if sockets is None:
+        _check_loopback_only(config)
     clock = FakeClock()
     async with trio.open_nursery() as nursery:
         running = await nursery.start(
@@ -166,6 +174,22 @@ async def open_notary(
             yield NotaryUnderTest(running, config, cert, clock)
         finally:
             running.stop()
+
+
+def _check_loopback_only(config: Config) -> None:
+    """Refuse a test notary that would listen beyond loopback (a section
+    left at its production default: every interface, a fixed port)."""
+    listening = {
+        "server.api": config.server.api, "server.plain_api": config.server.plain_api,
+        "relay.listen": config.relay.listen, "admin.listen": config.admin.listen,
+    }
+    if config.perspectives.key_file is not None:
+        listening["perspectives.listen"] = config.perspectives.listen
+    for where, endpoints in listening.items():
+        for endpoint in endpoints:
+            assert ipaddress.ip_address(endpoint.host).is_loopback, (
+                f"a test notary listens on {endpoint} ({where}): tests stay on loopback"
+            )
 
 
 @dataclass(frozen=True)
