@@ -26,6 +26,19 @@ def listening_socket() -> socket.socket:
     return sock
 
 
+def failing_listener(failures: list[OSError]) -> socket.socket:
+    """A listening socket whose ``accept`` raises each of ``failures`` (the
+    last first) before it accepts."""
+
+    class Flaky(socket.socket):
+        def accept(self):  # type: ignore[override]
+            if failures:
+                raise failures.pop()
+            return super().accept()
+
+    return Flaky(fileno=listening_socket().detach())
+
+
 async def test_every_queued_connection_is_taken_in_one_wake_up() -> None:
     listening = listening_socket()
     port = listening.getsockname()[1]
@@ -57,17 +70,9 @@ async def test_every_queued_connection_is_taken_in_one_wake_up() -> None:
 
 
 async def test_capacity_errors_pause_and_retry(monkeypatch: pytest.MonkeyPatch) -> None:
-    listening = listening_socket()
-    port = listening.getsockname()[1]
     failures = [OSError(errno.EMFILE, "Too many open files")]
-
-    class Flaky(socket.socket):
-        def accept(self):  # type: ignore[override]
-            if failures:
-                raise failures.pop()
-            return super().accept()
-
-    flaky = Flaky(fileno=listening.detach())
+    flaky = failing_listener(failures)
+    port = flaky.getsockname()[1]
     monkeypatch.setattr(accept, "CAPACITY_PAUSE_S", 0.01)
     got = trio.Event()
 
@@ -171,17 +176,9 @@ async def test_a_handler_that_raises_ends_its_connection_only(
 
 @pytest.mark.parametrize("code", [errno.ECONNRESET, errno.ENETUNREACH, errno.EHOSTUNREACH])
 async def test_errors_accept_reports_for_one_connection_are_skipped(code: int) -> None:
-    listening = listening_socket()
-    port = listening.getsockname()[1]
     failures = [OSError(code, "gone")]
-
-    class Flaky(socket.socket):
-        def accept(self):  # type: ignore[override]
-            if failures:
-                raise failures.pop()
-            return super().accept()
-
-    flaky = Flaky(fileno=listening.detach())
+    flaky = failing_listener(failures)
+    port = flaky.getsockname()[1]
 
     async def handler(stream: trio.SocketStream) -> None:
         await stream.send_all(b"hello")

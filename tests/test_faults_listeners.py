@@ -52,12 +52,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from notary.config import Endpoint
 from notary.protocol import tlog
 from notary.state import crypto
-from tests.support.faults import (
+from tests.support.faults import (  # noqa: F401 (the clock: a fixture)
     ClientFault,
     Injected,
     Surface,
     apply,
     client_faults,
+    patient_autojump_clock,
     websocket_frame,
 )
 from tests.support.notaries import (
@@ -84,11 +85,6 @@ HTTP = {
 RELAY = {"head_timeout_s": 10.0, "idle_timeout_s": 20.0, "linger_timeout_s": 1.0}
 WEBSOCKET = {"ping_interval_s": 10.0, "ping_timeout_s": 5.0, "idle_timeout_s": 30.0}
 CONNECTIONS_GONE_WITHIN_S = 45.0
-#: The autojump clock jumps once the run has been idle this long (real
-#: seconds), not at once: the notary works in worker threads (its stores),
-#: and a clock jumping from deadline to deadline meanwhile would both run
-#: its deadlines out and, spinning, starve the thread of the GIL.
-WORKER_THREAD_S = 0.001
 
 ORIGIN = "log.test/faults"
 LOG_KEY = Ed25519PrivateKey.generate()
@@ -98,13 +94,6 @@ WITNESS = {
 }
 _RSA_KEY = crypto.generate_rsa_key()
 _PERSPECTIVES_KEY = crypto.private_key_pem(crypto.generate_perspectives_key())
-
-
-@pytest.fixture
-def autojump_clock(autojump_clock: trio.testing.MockClock) -> trio.testing.MockClock:
-    """pytest-trio's, jumping after ``WORKER_THREAD_S`` of idleness."""
-    autojump_clock.autojump_threshold = WORKER_THREAD_S
-    return autojump_clock
 
 
 @pytest.fixture(autouse=True)

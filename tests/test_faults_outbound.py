@@ -63,11 +63,12 @@ from notary.outbound.tlsa import lookup_tlsa, resolver_through
 from notary.protocol import tlog
 from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
-from tests.support.faults import (
+from tests.support.faults import (  # noqa: F401 (the clock: a fixture)
     Respond,
     ServerFault,
     http_respond,
     open_faulty_server,
+    patient_autojump_clock,
 )
 from tests.support.notaries import (
     NotaryUnderTest,
@@ -81,19 +82,7 @@ from tests.test_log_witnesses import OTHER, SITE, WITNESS_NAME, open_log_notary
 
 FRESH = "fresh.example.test"
 PROBE_TIMEOUT_S = 5.0
-#: The autojump clock jumps once the run has been idle this long (real
-#: seconds), not at once: the notary works in worker threads (its stores),
-#: and a clock jumping from deadline to deadline meanwhile would both run
-#: its deadlines out and, spinning, starve the thread of the GIL.
-WORKER_THREAD_S = 0.001
 _RSA_KEY = crypto.generate_rsa_key()
-
-
-@pytest.fixture
-def autojump_clock(autojump_clock: trio.testing.MockClock) -> trio.testing.MockClock:
-    """pytest-trio's, jumping after ``WORKER_THREAD_S`` of idleness."""
-    autojump_clock.autojump_threshold = WORKER_THREAD_S
-    return autojump_clock
 
 
 @pytest.fixture(autouse=True)

@@ -39,9 +39,26 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+import pytest
 import trio
+import trio.testing
 
 from tests.support.notaries import client_context
+
+#: The autojump clock of the fault suites jumps once the run has been idle
+#: this long (real seconds), not at once: the notary works in worker threads
+#: (its stores), and a clock jumping from deadline to deadline meanwhile
+#: would both run its deadlines out and, spinning, starve the thread of the
+#: GIL.
+WORKER_THREAD_S = 0.001
+
+
+@pytest.fixture(name="autojump_clock")
+def patient_autojump_clock(autojump_clock: trio.testing.MockClock) -> trio.testing.MockClock:
+    """pytest-trio's ``autojump_clock``, jumping after ``WORKER_THREAD_S``
+    of idleness: a module that imports this fixture has it for its own."""
+    autojump_clock.autojump_threshold = WORKER_THREAD_S
+    return autojump_clock
 
 __all__ = [
     "DRIP_INTERVAL_S",
