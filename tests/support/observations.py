@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterable
 from functools import cache
 
 import trustme
 
 from notary.config import StoreConfig
-from notary.model.observations import Certificate, ProbeResult
+from notary.model.observations import Certificate, ProbeResult, Timeline
 from notary.model.targets import Target
 
 
@@ -44,3 +45,19 @@ def store_section(**changes: object) -> StoreConfig:
     (no retention) unless ``forget_unasked_after_s`` says otherwise."""
     settings: dict[str, object] = {"forget_unasked_after_s": None, **changes}
     return StoreConfig(**settings)  # type: ignore[arg-type]
+
+
+def sightings_timeline(
+    sightings: Iterable[tuple[str, str, int]],
+    host: str = "www.example.test",
+    port: int = 443,
+) -> Timeline:
+    """The timeline of ``host:port`` after probes that saw, for each
+    ``(cert, address, at)``, the certificate of the name ``cert`` served
+    from ``address`` at ``at`` (Unix seconds): a site served at several
+    addresses, built as the prober's results would build it
+    (``Timeline.merged``), without a network."""
+    timeline = Timeline(Target(host, port))
+    for cert, address, at in sightings:
+        timeline = timeline.merged(probe_result(host, port, cert=cert, address=address, at=at))
+    return timeline
