@@ -120,9 +120,12 @@ RECORD_OVERHEAD_BYTES = 512
 #: four Convergence responses): per certificate observed, per run of one,
 #: and for the rest (signatures, headers; plus the host name's length).
 #: ``tests/test_query_fastpath.py`` checks them against real answers.
-SIGNED_BYTES_PER_OBSERVATION = 1152
+#: The v2 statement's ``consistency`` (docs/v2.md, S8) adds to both: a
+#: current certificate's hash and its addresses once more, and the
+#: member's frame (96 and 64 of the figures below).
+SIGNED_BYTES_PER_OBSERVATION = 1248
 SIGNED_BYTES_PER_RUN = 48
-SIGNED_BYTES_BASE = 3072
+SIGNED_BYTES_BASE = 3136
 #: What a logged statement's inclusion adds to the record (the answer's
 #: entry with its proof and checkpoint: a proof of up to 40 hashes in
 #: base64, a signed note; rule S7).
@@ -162,7 +165,7 @@ class RecordSigner:
     Error handling: a signer's exception propagates (a broken key is a bug
     the first query shows, not something to answer around)."""
 
-    __slots__ = ("_backends", "_budget", "_clock", "_convergence", "_lag_s", "_log",
+    __slots__ = ("_backends", "_budget", "_clock", "_convergence", "_fresh_for_s", "_lag_s", "_log",
                  "_perspectives", "_v2", "_v2_config", "deferred_client", "deferred_target",
                  "logged_bytes", "refused_client", "statements_signed")
 
@@ -192,6 +195,8 @@ class RecordSigner:
         self._backends = backends
         #: Rule 2: how far behind a statement's sightings may be.
         self._lag_s = int(fresh_for_s * SIGHTINGS_LAG_SHARE)
+        #: What the statements' consistency calls current (docs/v2.md, S8).
+        self._fresh_for_s = fresh_for_s
         #: Rule 3: statements per target (None: no budget).
         per_hour = statements_per_target_per_hour
         self._budget = (
@@ -251,6 +256,7 @@ class RecordSigner:
             valid_for_s=self._v2_config.statement_valid_for_s,
             verification=evidence,
             log=statement_log.promise(signed_at) if statement_log is not None else None,
+            fresh_for_s=self._fresh_for_s,
         )
         signed = v2.sign_statement(made, signer.sign)
         if statement_log is not None:

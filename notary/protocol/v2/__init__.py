@@ -1,6 +1,6 @@
 """The v2 signed API: batched queries, Ed25519-signed statements and answers,
 and the key document of ``GET /v2/key``. The wire format and its numbered
-rules (C1-C7, S1-S6, R1-R6, V1-V5) are specified in ``docs/v2.md``.
+rules (C1-C7, S1-S8, R1-R6, V1-V6) are specified in ``docs/v2.md``.
 
 Sans-IO: no Trio, no sockets, no clock reads (``now`` and ``signed_at`` are
 parameters), no key files. Signing is a callable the caller passes in
@@ -9,9 +9,9 @@ parameters), no key files. Signing is a callable the caller passes in
 ``cryptography``'s Ed25519 directly.
 
 Modules, in import order: ``constants`` (names and sizes shared by the
-others), ``canonical`` (C1-C7), ``requests`` (R1-R6), ``verdicts`` (V1-V5),
+others), ``canonical`` (C1-C7), ``requests`` (R1-R6), ``verdicts`` (V1-V6),
 ``evidence`` (S6: the ``verification`` object of a notary running DANE),
-``statements`` (S1, S3), ``documents`` (S2, S5: the server's answer),
+``statements`` (S1, S3, S8), ``documents`` (S2, S5: the server's answer),
 ``parsing`` and ``verification`` (the client's side of an answer), ``keys``
 (S4 and the key document). Import the names from this package.
 
@@ -30,6 +30,9 @@ from notary.protocol.v2.constants import (
     ANSWER_TYPE,
     CONTENT_TYPE,
     ED25519_SIGNATURE_BYTES,
+    MATCHED_BY,
+    MATCHED_BY_SPKI,
+    MAX_CONSISTENCY_ADDRESSES,
     MAX_STATEMENT_OBSERVATIONS,
     SHA1_BYTES,
     SHA256_BYTES,
@@ -87,6 +90,7 @@ from notary.protocol.v2.parsing import (
     parse_statement_entry,
 )
 from notary.protocol.v2.requests import (
+    MAX_ADDRESS_CHARS,
     MAX_NONCE_CHARS,
     QueryRequest,
     TargetQuery,
@@ -96,6 +100,7 @@ from notary.protocol.v2.statements import (
     LogSlot,
     SignedStatement,
     answer_item,
+    consistency_member,
     log_promise,
     sign_statement,
     stated_timeline,
@@ -103,7 +108,7 @@ from notary.protocol.v2.statements import (
     statement_bytes,
     statement_due,
 )
-from notary.protocol.v2.verdicts import decide, sightings_deadline, verdict_of
+from notary.protocol.v2.verdicts import decide, matched_by, sightings_deadline, verdict_of
 from notary.protocol.v2.verification import (
     VerificationError,
     VerifiedResult,
@@ -122,11 +127,15 @@ __all__ = [
     "KEYS_TYPE",
     "KEY_ALGORITHM",
     "KEY_ID_CHARS",
+    "MATCHED_BY",
+    "MATCHED_BY_SPKI",
     "MAX_ADDRESSES",
+    "MAX_ADDRESS_CHARS",
     "MAX_ANSWER_BYTES",
     "MAX_ANSWER_RESULTS",
     "MAX_CANONICAL_DEPTH",
     "MAX_CHECKPOINT_BYTES",
+    "MAX_CONSISTENCY_ADDRESSES",
     "MAX_KEY_DOCUMENT_BYTES",
     "MAX_NONCE_CHARS",
     "MAX_PUBLISHED_KEYS",
@@ -164,12 +173,14 @@ __all__ = [
     "answer_document",
     "answer_item",
     "canonical_json",
+    "consistency_member",
     "decide",
     "envelope",
     "inclusion_item",
     "key_document",
     "key_id_of",
     "log_promise",
+    "matched_by",
     "open_checkpoint_note",
     "parse_answer_document",
     "parse_key_document",

@@ -21,6 +21,15 @@ VERDICTS = frozenset(
 
 #: Most observations in one statement (the newest ones, rule S1).
 MAX_STATEMENT_OBSERVATIONS = 64
+#: Most addresses in a statement's ``consistency`` (the first ones in their
+#: order, rule S8): 64 observations keep up to 8 each, and the statement's
+#: log entry must stay within 65,535 bytes (S7).
+MAX_CONSISTENCY_ADDRESSES = 64
+
+#: A result's ``matched_by`` (rule S2, V6): the match is by the submitted
+#: ``spki_sha256`` alone.
+MATCHED_BY_SPKI = "spki"
+MATCHED_BY = frozenset({MATCHED_BY_SPKI})
 
 ED25519_SIGNATURE_BYTES = 64
 SHA256_BYTES = 32

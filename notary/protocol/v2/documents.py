@@ -12,6 +12,7 @@ from notary.protocol.v2.canonical import canonical_json
 from notary.protocol.v2.constants import (
     ANSWER_TYPE,
     BASE64_RE,
+    MATCHED_BY,
     VERDICT_MATCH,
     VERDICT_MISMATCH,
     VERDICTS,
@@ -21,12 +22,15 @@ from notary.protocol.v2.statements import SignedStatement, answer_item
 
 @dataclass(frozen=True, slots=True)
 class QueryResult:
-    """The answer to one request entry: its verdict and the target's signed
-    statement (None when the notary has no observation to state)."""
+    """The answer to one request entry: its verdict, the target's signed
+    statement (None when the notary has no observation to state) and, for
+    a match by the submitted key alone, ``matched_by`` (``"spki"``, rules
+    S2 and V6: ``v2.matched_by`` gives it; None: left out)."""
 
     target: Target
     verdict: str
     statement: SignedStatement | None = None
+    matched_by: str | None = None
 
 
 def envelope(
@@ -35,7 +39,9 @@ def envelope(
     """The per-request object to sign (rule S2), ``results`` in request order.
 
     Raises ``ValueError`` for a verdict outside :data:`VERDICTS`, a statement
-    of another target, or ``match``/``mismatch`` without a statement.
+    of another target, ``match``/``mismatch`` without a statement, or a
+    ``matched_by`` outside :data:`MATCHED_BY` or on another verdict than
+    ``match``.
     """
     rows = []
     for result in results:
@@ -46,13 +52,16 @@ def envelope(
             raise ValueError("a result's statement must be of its target")
         if signed is None and result.verdict in (VERDICT_MATCH, VERDICT_MISMATCH):
             raise ValueError("match and mismatch need a statement")
-        rows.append(
-            {
-                "target": result.target.key,
-                "verdict": result.verdict,
-                "statement_signature": signed.signature if signed is not None else None,
-            }
-        )
+        row = {
+            "target": result.target.key,
+            "verdict": result.verdict,
+            "statement_signature": signed.signature if signed is not None else None,
+        }
+        if result.matched_by is not None:
+            if result.matched_by not in MATCHED_BY or result.verdict != VERDICT_MATCH:
+                raise ValueError("matched_by is for a match by key")
+            row["matched_by"] = result.matched_by
+        rows.append(row)
     return {
         "type": ANSWER_TYPE,
         "nonce": nonce,

@@ -1,7 +1,7 @@
 """The client side: taking apart an answer document from any notary, without
 verifying it (docs/v2.md, "Parsing an answer"), a statement's
-``verification`` object included (rule S6). Every defect is a
-``ProtocolError`` 502."""
+``verification`` object (rule S6) and ``consistency`` (rule S8) included.
+Every defect is a ``ProtocolError`` 502."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from notary.errors import BadTarget, ProtocolError
+from notary.model.consistency import Consistency, ConsistencyKind, summarise
 from notary.model.dane import Tlsa
 from notary.model.targets import Target, make_target
 from notary.protocol.strictjson import loads
@@ -20,10 +21,13 @@ from notary.protocol.v2.constants import (
     BASE64_RE,
     ED25519_SIGNATURE_BYTES,
     LOWER_HEX_RE,
+    MATCHED_BY,
+    MAX_CONSISTENCY_ADDRESSES,
     MAX_STATEMENT_OBSERVATIONS,
     SHA1_BYTES,
     SHA256_BYTES,
     STATEMENT_TYPE,
+    VERDICT_MATCH,
     VERDICTS,
 )
 from notary.protocol.v2.evidence import (
@@ -43,6 +47,8 @@ MAX_ANSWER_RESULTS = 4096
 _ANSWER_DOCUMENT_KEYS = frozenset({"answer", "signature", "statements"})
 _ENVELOPE_KEYS = frozenset({"type", "nonce", "signed_at", "key_id", "results"})
 _RESULT_KEYS = frozenset({"target", "verdict", "statement_signature"})
+#: A result may also say its match is by key (``matched_by``, rules S2, V6).
+_MATCHED_BY_RESULT_KEYS = _RESULT_KEYS | {"matched_by"}
 _STATEMENT_ENTRY_KEYS = frozenset({"statement", "signature"})
 _STATEMENT_KEYS = frozenset(
     {"type", "target", "observations", "signed_at", "valid_until", "key_id"}
@@ -50,8 +56,11 @@ _STATEMENT_KEYS = frozenset(
 _OBSERVATION_KEYS = frozenset(
     {"sha256", "spki_sha256", "sha1", "first_seen", "last_seen", "addresses"}
 )
-#: A statement may also carry ``verification`` (rule S6) and ``log`` (S7).
-_OPTIONAL_STATEMENT_KEYS = frozenset({"verification", "log"})
+#: A statement may also carry ``verification`` (rule S6), ``log`` (S7) and
+#: ``consistency`` (S8).
+_OPTIONAL_STATEMENT_KEYS = frozenset({"verification", "log", "consistency"})
+_CONSISTENCY_KEYS = frozenset({"kind", "addresses", "current"})
+_CONSISTENCY_KINDS = frozenset(kind.value for kind in ConsistencyKind)
 _LOG_PROMISE_KEYS = frozenset({"origin", "merge_by"})
 #: An entry may also carry its ``inclusion`` in the notary's log (rule S7).
 _LOGGED_ENTRY_KEYS = _STATEMENT_ENTRY_KEYS | {"inclusion"}
@@ -146,6 +155,10 @@ class ParsedStatement:
     #: The statement's log entry: its answer-document entry as signed,
     #: ``{"signature":...,"statement":...}`` in canonical form.
     entry_bytes: bytes = b""
+    #: The consistency of the target's current set (rule S8; None: the
+    #: notary sent none, as notaries before S8 and statements without
+    #: observations). Checked against ``observations``, not yet verified.
+    consistency: Consistency | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +181,13 @@ class ParsedInclusion:
 
 @dataclass(frozen=True, slots=True)
 class ParsedResult:
-    """One result of an envelope, not yet verified."""
+    """One result of an envelope, not yet verified; ``matched_by`` is
+    ``"spki"`` for a match by the submitted key alone (rule V6), else None."""
 
     target: Target
     verdict: str
     statement_signature: str | None
+    matched_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,10 +275,15 @@ def parse_statement_entry(index: int, entry: object) -> ParsedStatement:
     valid_until = _int_field(body, "valid_until", where)
     if valid_until < signed_at:
         raise _bad_answer(f"{where}.valid_until is before signed_at")
+    observations = tuple(
+        _parse_observation(f"{where}.observations[{i}]", row) for i, row in enumerate(rows)
+    )
     return ParsedStatement(
         target=_target_field(body, "target", where),
-        observations=tuple(
-            _parse_observation(f"{where}.observations[{i}]", row) for i, row in enumerate(rows)
+        observations=observations,
+        consistency=(
+            _parse_consistency(f"{where}.consistency", body["consistency"], observations)
+            if "consistency" in body else None
         ),
         signed_at=signed_at,
         valid_until=valid_until,
@@ -326,15 +346,22 @@ def _base64_hash(value: object) -> bytes | None:
 
 def _parse_result(index: int, row: object) -> ParsedResult:
     where = f"answer.results[{index}]"
-    row = _object(row, _RESULT_KEYS, where)
+    by_key = isinstance(row, dict) and "matched_by" in row
+    row = _object(row, _MATCHED_BY_RESULT_KEYS if by_key else _RESULT_KEYS, where)
     verdict = row["verdict"]
     if not isinstance(verdict, str) or verdict not in VERDICTS:
         raise _bad_answer(f"{where}.verdict is not a known verdict")
+    matched_by = None
+    if by_key:
+        matched_by = _name_field(row, "matched_by", MATCHED_BY, where)
+        if verdict != VERDICT_MATCH:
+            raise _bad_answer(f"{where}.matched_by is only for a match")
     signature = row["statement_signature"]
     return ParsedResult(
         _target_field(row, "target", where),
         verdict,
         None if signature is None else _signature_field(row, "statement_signature", where),
+        matched_by,
     )
 
 
@@ -359,6 +386,50 @@ def _parse_observation(where: str, row: object) -> StatementObservation:
         last_seen=last_seen,
         addresses=tuple(addresses),
     )
+
+
+def _parse_consistency(
+    where: str, value: object, observations: tuple[StatementObservation, ...]
+) -> Consistency:
+    """Rule S8: ``{"kind": ..., "addresses": [...], "current": [...]}``,
+    well formed and the one the statement's own observations give: the
+    current set is its first ``len(current)`` observations (they are in
+    ``last_seen`` order, newest first), and ``kind`` and ``addresses`` are
+    what their addresses make of it (``notary.model.consistency.summarise``,
+    the first :data:`MAX_CONSISTENCY_ADDRESSES` addresses)."""
+    value = _object(value, _CONSISTENCY_KEYS, where)
+    kind = _name_field(value, "kind", _CONSISTENCY_KINDS, where)
+    addresses = value["addresses"]
+    if (
+        not isinstance(addresses, list)
+        or len(addresses) > MAX_CONSISTENCY_ADDRESSES
+        or not all(isinstance(a, str) for a in addresses)
+    ):
+        raise _bad_answer(
+            f"{where}.addresses must be an array of at most {MAX_CONSISTENCY_ADDRESSES} strings"
+        )
+    rows = value["current"]
+    if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_STATEMENT_OBSERVATIONS:
+        raise _bad_answer(
+            f"{where}.current must be an array of 1 to {MAX_STATEMENT_OBSERVATIONS} hashes"
+        )
+    current = []
+    for row in rows:
+        if not isinstance(row, str) or len(row) != 2 * SHA256_BYTES or not LOWER_HEX_RE.fullmatch(
+            row
+        ):
+            raise _bad_answer(f"{where}.current must hold {2 * SHA256_BYTES} lower-case hex digits")
+        current.append(bytes.fromhex(row))
+    stated = observations[: len(current)]
+    if [o.sha256 for o in stated] != current:
+        raise _bad_answer(f"{where}.current is not the statement's first observations")
+    expected = summarise((o.sha256, o.addresses) for o in stated)
+    if (
+        kind != expected.kind.value
+        or tuple(addresses) != expected.addresses[:MAX_CONSISTENCY_ADDRESSES]
+    ):
+        raise _bad_answer(f"{where} does not agree with the statement's observations")
+    return Consistency(ConsistencyKind(kind), tuple(addresses), tuple(current))
 
 
 def _parse_verification(where: str, value: object) -> ParsedVerification:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -13,20 +14,38 @@ from notary.protocol.v2.constants import LOWER_HEX_RE, SHA1_BYTES, SHA256_BYTES
 
 #: Longest nonce (rule R5).
 MAX_NONCE_CHARS = 128
+#: Longest ``address`` read (rule R4): the longest text of an IPv6 address,
+#: ``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255``.
+MAX_ADDRESS_CHARS = 45
 
 _REQUEST_KEYS = frozenset({"targets", "nonce"})
-_TARGET_KEYS = frozenset({"host", "port", "sha256", "sha1"})
+_TARGET_KEYS = frozenset({"host", "port", "sha256", "sha1", "spki_sha256", "address"})
 _NONCE_RE = re.compile(r"[\x20-\x7e]+")
 
 
 @dataclass(frozen=True, slots=True)
 class TargetQuery:
-    """One entry of a request: a target and the hashes the client saw (None
-    when not submitted)."""
+    """One entry of a request: a target, the hashes the client saw (None
+    when not submitted: the certificate's SHA-256 and SHA-1, its key's
+    ``spki_sha256``) and the ``address`` the client's own connection to the
+    site reached (normalised IP text, rule R4; None when not sent), which
+    the notary may add to its probe (docs/v2.md, R4)."""
 
     target: Target
     sha256: bytes | None = None
     sha1: bytes | None = None
+    spki_sha256: bytes | None = None
+    address: str | None = None
+
+    @property
+    def submitted(self) -> bool:
+        """Whether any hash was submitted (V1-V3, V6)."""
+        return self.sha256 is not None or self.sha1 is not None or self.spki_sha256 is not None
+
+    @property
+    def key_only(self) -> bool:
+        """Whether ``spki_sha256`` is the only hash submitted (rule V6)."""
+        return self.spki_sha256 is not None and self.sha256 is None and self.sha1 is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +102,9 @@ def _parse_target_query(index: int, entry: object) -> TargetQuery:
     if not isinstance(entry, dict):
         raise ProtocolError(f"{where}: must be an object")
     if not entry.keys() <= _TARGET_KEYS:
-        raise ProtocolError(f"{where}: unknown field (expected host, port, sha256, sha1)")
+        raise ProtocolError(
+            f"{where}: unknown field (expected host, port, sha256, sha1, spki_sha256, address)"
+        )
     if "host" not in entry:
         raise BadTarget(f"{where}.host: missing")
     host = entry["host"]
@@ -100,7 +121,9 @@ def _parse_target_query(index: int, entry: object) -> TargetQuery:
         raise BadTarget(f"{where}.host: {exc.message}") from None
     sha256 = _parse_digest(entry.get("sha256"), SHA256_BYTES, f"{where}.sha256")
     sha1 = _parse_digest(entry.get("sha1"), SHA1_BYTES, f"{where}.sha1")
-    return TargetQuery(target, sha256, sha1)
+    spki_sha256 = _parse_digest(entry.get("spki_sha256"), SHA256_BYTES, f"{where}.spki_sha256")
+    address = _parse_address(entry.get("address"), f"{where}.address")
+    return TargetQuery(target, sha256, sha1, spki_sha256, address)
 
 
 def _parse_digest(value: object, size: int, where: str) -> bytes | None:
@@ -117,3 +140,26 @@ def _parse_digest(value: object, size: int, where: str) -> bytes | None:
         if len(text) == 2 * size and LOWER_HEX_RE.fullmatch(text):
             return bytes.fromhex(text)
     raise ProtocolError(f"{where}: must be {2 * size} hex digits or null")
+
+
+def _parse_address(value: object, where: str) -> str | None:
+    """An IPv4 or IPv6 address as the dialer writes addresses: dotted quad,
+    or compressed lower-case IPv6 (an IPv4-mapped one as its IPv4 address);
+    None for a missing or null field. No brackets, zone id or port; IPv4
+    written with leading zeros is refused (it is octal to some parsers).
+    Raises ``ProtocolError`` 400 otherwise, without echoing the input."""
+    if value is None:
+        return None
+    # ipaddress reads ASCII only; the checks keep odd text out of it.
+    if isinstance(value, str) and 0 < len(value) <= MAX_ADDRESS_CHARS and value.isascii() and (
+        "%" not in value
+    ):
+        try:
+            address = ipaddress.ip_address(value)
+        except ValueError:
+            pass
+        else:
+            if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+                return str(address.ipv4_mapped)
+            return str(address)
+    raise ProtocolError(f"{where}: must be an IPv4 or IPv6 address (no brackets or port) or null")

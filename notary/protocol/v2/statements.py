@@ -1,5 +1,5 @@
 """Signed statements: what the notary observed for one target (docs/v2.md,
-rules S1 and S3), built and signed when the target's observations change."""
+rules S1, S3 and S8), built and signed when the target's observations change."""
 
 from __future__ import annotations
 
@@ -7,27 +7,40 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from notary.model.consistency import Consistency, consistency_of
 from notary.model.observations import Observation, Timeline
 from notary.protocol.v2.canonical import canonical_json
-from notary.protocol.v2.constants import BASE64_RE, MAX_STATEMENT_OBSERVATIONS, STATEMENT_TYPE
+from notary.protocol.v2.constants import (
+    BASE64_RE,
+    MAX_CONSISTENCY_ADDRESSES,
+    MAX_STATEMENT_OBSERVATIONS,
+    STATEMENT_TYPE,
+)
 
 
 def statement(
     timeline: Timeline, *, key_id: str, signed_at: int, valid_for_s: int,
     verification: Mapping[str, Any] | None = None,
     log: Mapping[str, Any] | None = None,
+    fresh_for_s: int | None = None,
 ) -> dict[str, Any]:
     """The statement of ``timeline`` (rule S1), to sign with :func:`sign_statement`;
     ``verification`` (rule S6, ``notary.protocol.v2.evidence``) says which
     backend vouched, on notaries that run DANE (None: left out); ``log``
     (rule S7, ``log_promise``) promises the statement's inclusion in the
-    notary's log, on notaries that keep one (None: left out).
+    notary's log, on notaries that keep one (None: left out). With
+    ``fresh_for_s`` (the notary's ``[answers] fresh_for_s``), a statement
+    with an observation carries the ``consistency`` of the target's current
+    set among the stated observations at ``signed_at`` (rule S8); None:
+    left out, the statement is byte for byte as before S8.
 
-    Raises ``ValueError`` for a negative ``valid_for_s``.
+    Raises ``ValueError`` for a negative ``valid_for_s`` or ``fresh_for_s``.
     """
     if valid_for_s < 0:
         raise ValueError("valid_for_s must not be negative")
-    made = {
+    if fresh_for_s is not None and fresh_for_s < 0:
+        raise ValueError("fresh_for_s must not be negative")
+    made: dict[str, Any] = {
         "type": STATEMENT_TYPE,
         "target": timeline.target.key,
         "observations": [
@@ -49,7 +62,23 @@ def statement(
         made["verification"] = dict(verification)
     if log is not None:
         made["log"] = dict(log)
+    if fresh_for_s is not None:
+        stated = Timeline(timeline.target, timeline.observations[:MAX_STATEMENT_OBSERVATIONS])
+        consistency = consistency_of(stated, now=signed_at, fresh_for_s=fresh_for_s)
+        if consistency is not None:
+            made["consistency"] = consistency_member(consistency)
     return made
+
+
+def consistency_member(consistency: Consistency) -> dict[str, Any]:
+    """A statement's ``consistency`` member (rule S8): the kind, the first
+    :data:`MAX_CONSISTENCY_ADDRESSES` addresses in their order, and the
+    current set's SHA-256s in lower-case hex."""
+    return {
+        "kind": consistency.kind.value,
+        "addresses": list(consistency.addresses[:MAX_CONSISTENCY_ADDRESSES]),
+        "current": [sha256.hex() for sha256 in consistency.current],
+    }
 
 
 def stated_timeline(timeline: Timeline) -> Timeline:

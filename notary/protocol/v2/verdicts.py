@@ -1,6 +1,7 @@
 """Verdicts for the submitted hashes, whether an entry can be answered
-without a probe (docs/v2.md, rules V1-V5), and how long a statement signed
-earlier still gives every verdict a new one would (``sightings_deadline``)."""
+without a probe (docs/v2.md, rules V1-V6), whether a match is by key alone
+(``matched_by``, V6), and how long a statement signed earlier still gives
+every verdict a new one would (``sightings_deadline``)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,27 @@ import math
 from notary.model.observations import Observation, Timeline
 from notary.protocol.convergence import Decision
 from notary.protocol.v2.constants import (
+    MATCHED_BY_SPKI,
     MAX_STATEMENT_OBSERVATIONS,
     VERDICT_MATCH,
     VERDICT_MISMATCH,
     VERDICT_UNKNOWN,
 )
+from notary.protocol.v2.requests import TargetQuery
 
 
-def _matches(observation: Observation, sha256: bytes | None, sha1: bytes | None) -> bool:
+def _matches(
+    observation: Observation,
+    sha256: bytes | None,
+    sha1: bytes | None,
+    spki_sha256: bytes | None = None,
+) -> bool:
     """True when the observed certificate has every submitted hash."""
     certificate = observation.certificate
-    return (sha256 is None or certificate.sha256 == sha256) and (
-        sha1 is None or certificate.sha1 == sha1
+    return (
+        (sha256 is None or certificate.sha256 == sha256)
+        and (sha1 is None or certificate.sha1 == sha1)
+        and (spki_sha256 is None or certificate.spki_sha256 == spki_sha256)
     )
 
 
@@ -31,23 +41,34 @@ def verdict_of(
     *,
     now: int,
     fresh_for_s: int,
+    spki_sha256: bytes | None = None,
 ) -> str:
     """``match``, ``mismatch`` or ``unknown`` for the submitted hashes
-    (docs/v2.md, rules V1-V5). ``unreachable`` and ``refused`` are for the
-    caller to give when a probe failed or was refused."""
-    if sha256 is None and sha1 is None:
+    (docs/v2.md, rules V1-V6): a match is a certificate of the current set
+    (the newest observation's, or one seen within ``fresh_for_s``) with
+    every submitted hash, ``spki_sha256`` included (V6). ``unreachable``
+    and ``refused`` are for the caller to give when a probe failed or was
+    refused."""
+    if sha256 is None and sha1 is None and spki_sha256 is None:
         return VERDICT_UNKNOWN
     observations = (
         timeline.observations[:MAX_STATEMENT_OBSERVATIONS] if timeline is not None else ()
     )
     if not observations:
         return VERDICT_UNKNOWN
-    if _matches(observations[0], sha256, sha1):
+    if _matches(observations[0], sha256, sha1, spki_sha256):
         return VERDICT_MATCH
     fresh = [o for o in observations if o.is_fresh(now, fresh_for_s)]
-    if any(_matches(o, sha256, sha1) for o in fresh):
+    if any(_matches(o, sha256, sha1, spki_sha256) for o in fresh):
         return VERDICT_MATCH
     return VERDICT_MISMATCH if fresh else VERDICT_UNKNOWN
+
+
+def matched_by(query: TargetQuery, verdict: str) -> str | None:
+    """The result's ``matched_by`` (rules S2, V6): ``"spki"`` for a
+    ``match`` of an entry that submitted ``spki_sha256`` alone, else None
+    (the member is left out)."""
+    return MATCHED_BY_SPKI if verdict == VERDICT_MATCH and query.key_only else None
 
 
 def decide(
@@ -58,17 +79,19 @@ def decide(
     now: int,
     fresh_for_s: int,
     reprobe_after_s: int,
+    spki_sha256: bytes | None = None,
 ) -> Decision:
     """Whether a v2 entry can be answered now or needs a probe first
     (docs/v2.md, "Answer now or probe"), with the rules of
-    :func:`notary.protocol.convergence.decide`."""
+    :func:`notary.protocol.convergence.decide`; ``spki_sha256`` is a
+    submitted hash like the others (V6)."""
     newest = timeline.newest if timeline is not None else None
     if timeline is None or newest is None:
         return Decision.PROBE
-    if sha256 is None and sha1 is None:
+    if sha256 is None and sha1 is None and spki_sha256 is None:
         return Decision.ANSWER if newest.is_fresh(now, fresh_for_s) else Decision.PROBE
     if any(
-        _matches(o, sha256, sha1) and o.is_fresh(now, fresh_for_s)
+        _matches(o, sha256, sha1, spki_sha256) and o.is_fresh(now, fresh_for_s)
         for o in timeline.observations[:MAX_STATEMENT_OBSERVATIONS]
     ):
         return Decision.ANSWER

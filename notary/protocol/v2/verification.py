@@ -1,6 +1,6 @@
 """The client side: verifying a parsed answer, or a pushed statement, against
 trusted keys (docs/v2.md, "Verifying an answer"; rule S6 for a match the
-DANE backend decided)."""
+DANE backend decided, V6 for a match by key)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from notary.errors import ProtocolError
+from notary.model.consistency import Consistency
 from notary.model.targets import Target
 from notary.protocol.v2.constants import ED25519_SIGNATURE_BYTES, VERDICT_MATCH, VERDICT_MISMATCH
 from notary.protocol.v2.parsing import (
@@ -41,13 +42,18 @@ class VerifiedResult:
     when the notary sent none (``unknown``, ``unreachable``, ``refused``
     without history). ``verification`` is the statement's rule S6 object
     (which backend decided, the DANE evidence); None without a statement or
-    when the notary sent none (it verifies by network perspective alone)."""
+    when the notary sent none (it verifies by network perspective alone).
+    ``consistency`` is the statement's rule S8 summary of the target's
+    current set (None without a statement, or from a notary that sends
+    none); ``matched_by`` is ``"spki"`` for a match by key alone (V6)."""
 
     target: Target
     verdict: str
     observations: tuple[StatementObservation, ...]
     valid_until: int | None
     verification: ParsedVerification | None = None
+    consistency: Consistency | None = None
+    matched_by: str | None = None
 
 
 def verify_signature(public_key: Ed25519PublicKey, data: bytes, signature_b64: str) -> bool:
@@ -81,8 +87,10 @@ def verify_answer(
     ``nonce`` is the one sent (None when the request had none);
     ``max_answer_age_s``, when given, bounds ``|now - signed_at|``; with
     ``queries`` (the request sent) the results must answer exactly those
-    targets in order and each ``match`` must be backed by a stated
-    observation with the submitted hashes. A ``match`` whose statement says
+    targets in order, each ``match`` must be backed by a stated
+    observation with the submitted hashes (``spki_sha256`` included), and
+    a match says ``matched_by`` exactly when its entry submitted
+    ``spki_sha256`` alone (V6). A ``match`` whose statement says
     the DANE backend decided (rule S6) must carry DANE's ``match`` on that
     certificate (on one of the stated ones without ``queries``). Statements
     no result names are ignored.
@@ -147,10 +155,15 @@ def _verify_result(
         assert stated is not None  # match without statement refused above
         backing = stated.observations
         if query is not None:
+            if (result.matched_by is not None) != query.key_only:
+                raise VerificationError(
+                    f"match for {result.target} does not say whether it is by key alone"
+                )
             backing = tuple(
                 o for o in stated.observations
                 if (query.sha256 is None or o.sha256 == query.sha256)
                 and (query.sha1 is None or o.sha1 == query.sha1)
+                and (query.spki_sha256 is None or o.spki_sha256 == query.spki_sha256)
             )
             if not backing:
                 raise VerificationError(f"match for {result.target} not backed by its statement")
@@ -163,6 +176,8 @@ def _verify_result(
         observations=stated.observations if stated is not None else (),
         valid_until=stated.valid_until if stated is not None else None,
         verification=stated.verification if stated is not None else None,
+        consistency=stated.consistency if stated is not None else None,
+        matched_by=result.matched_by,
     )
 
 
