@@ -42,7 +42,7 @@ from notary.state import crypto
 from notary.state.store import database_file_mode
 
 if TYPE_CHECKING:
-    from notary.client.check import CheckReport
+    from notary.client.check import CheckReport, NotaryAnswer
 
 log = logging.getLogger("notary")
 
@@ -814,6 +814,13 @@ def report_table(report: CheckReport, now: float) -> str:
 
 
 def report_json(report: CheckReport) -> str:
+    """The ``--json`` output of `notary check`: the vote, and per notary its
+    row's fields; for a v2 answer also the signed ``consistency`` of the
+    site's current set (docs/v2.md, S8; null when the notary sent none)
+    and the per-address detail of its statement: ``certificates`` (each
+    certificate it stated, with the addresses that served it and whether
+    it is current) and ``addresses`` (each address with the certificates it
+    served); both empty for a Convergence answer."""
     tally = report.tally
     return json.dumps({
         "target": report.target.key,
@@ -830,10 +837,42 @@ def report_json(report: CheckReport) -> str:
                 "name": a.notary, "host": a.host, "verdict": a.verdict.value,
                 "status": a.status, "detail": a.detail, "via": a.via,
                 "backend": a.backend, "newest_seen": a.newest_seen, "seen_since": a.seen_since,
+                **_served_json(a),
             }
             for a in report.answers
         ],
     }, indent=2)
+
+
+def _served_json(answer: NotaryAnswer) -> dict[str, Any]:
+    """``consistency``, ``certificates`` and ``addresses`` of one notary's
+    answer in ``report_json``."""
+    consistency = answer.consistency
+    current = set(consistency.current) if consistency is not None else set()
+    served_by: dict[str, list[str]] = {}
+    for observation in answer.observations:
+        for address in observation.addresses:
+            served_by.setdefault(address, []).append(observation.sha256.hex())
+    return {
+        "consistency": None if consistency is None else {
+            "kind": consistency.kind.value,
+            "certificates": consistency.certificates,
+            "addresses": list(consistency.addresses),
+            "current": [sha256.hex() for sha256 in consistency.current],
+        },
+        "certificates": [
+            {
+                "sha256": o.sha256.hex(), "sha1": format_fingerprint(o.sha1),
+                "spki_sha256": o.spki_sha256.hex(), "first_seen": o.first_seen,
+                "last_seen": o.last_seen, "addresses": list(o.addresses),
+                "current": o.sha256 in current if consistency is not None else None,
+            }
+            for o in answer.observations
+        ],
+        "addresses": [
+            {"address": address, "sha256": served_by[address]} for address in sorted(served_by)
+        ],
+    }
 
 
 # -- db -------------------------------------------------------------------------

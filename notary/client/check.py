@@ -5,7 +5,9 @@ and vote (PROTOCOLS.md 1.7; the voting rules are in
 An I/O edge (Trio). What it does, and how it differs from the 2011 add-on:
 
 1. The site's certificate is fetched here (SNI for names, TLS 1.2/1.3, under
-   the deadline), unless the caller gives a fingerprint.
+   the deadline), unless the caller gives a fingerprint; with v2, the
+   address that connection reached goes with the question (docs/v2.md, R4:
+   the notary may add it to its probe when its own resolution gave it).
 2. Up to ``quorum`` notaries with distinct names are asked, concurrently
    (the add-on asked one after another), each under its own deadline. All
    hosts of a notary are dialled in parallel and the first to connect is
@@ -28,6 +30,13 @@ An I/O edge (Trio). What it does, and how it differs from the 2011 add-on:
    its own deadline (``timeout_s``), which a notary dripping bytes cannot
    extend. Host names go on the wire as A-labels (IDNA), IPv6 literals in
    brackets.
+6. A notary vouches when the certificate is in its *current set* (every
+   certificate it saw at any of the site's addresses within its freshness
+   window): a site serving several certificates at once is vouched for in
+   each of them. A v2 answer's signed ``consistency`` (docs/v2.md, S8) says
+   whether the site is split or rotating; the row says so ("split site: 3
+   certificates at 4 addresses") and :class:`NotaryAnswer` keeps it, with
+   the statement's observations (which addresses served which certificate).
 
 Resource handling: every connection is opened and closed within the call
 that needs it; :func:`check` owns a nursery for the concurrent queries.
@@ -70,6 +79,7 @@ from notary.client.reach import (
     wire_host,
 )
 from notary.errors import NotaryError, PeerError, ProbeError, ProtocolError, UsageError
+from notary.model.consistency import Consistency, ConsistencyKind
 from notary.model.policy import ANY_ADDRESS
 from notary.model.targets import Target, format_convergence_target
 from notary.outbound.dialer import Resolver, dial, system_resolver
@@ -83,11 +93,14 @@ __all__ = [
     "MAX_RESPONSE_BYTES",
     "CheckReport",
     "NotaryAnswer",
+    "SiteCertificate",
     "SiteUnreachable",
     "backend_text",
     "check",
+    "consistency_text",
     "default_notary_dir",
     "fetch_certificate",
+    "fetch_site",
     "load_bundles",
     "one_line",
 ]
@@ -120,7 +133,12 @@ class NotaryAnswer:
     notary's signed v2 statement says (``"dane"`` or ``"perspective"``;
     None for a legacy answer or a v2 result without a statement). For v2
     answers ``detail`` describes the backend and its DANE evidence
-    (:func:`backend_text`)."""
+    (:func:`backend_text`) and, for a site serving several certificates at
+    once, its consistency (:func:`consistency_text`). ``consistency``: the
+    signed summary of the site's current set (docs/v2.md, S8; None for a
+    legacy answer, or a notary that sends none); ``observations``: what the
+    notary's verified statement says it saw, each certificate with the
+    addresses that served it (empty for a legacy answer)."""
 
     notary: str
     verdict: Verdict
@@ -131,6 +149,17 @@ class NotaryAnswer:
     newest_seen: int | None = None
     seen_since: int | None = None
     backend: str | None = None
+    consistency: Consistency | None = None
+    observations: tuple[v2.StatementObservation, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SiteCertificate:
+    """The site's leaf certificate as this client fetched it (``der``) and
+    the address its connection reached (normalised IP text)."""
+
+    der: bytes
+    address: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +212,20 @@ async def fetch_certificate(
 
     Error handling: ``SiteUnreachable`` with a short reason.
     """
+    return (await fetch_site(target, timeout_s=timeout_s, resolver=resolver)).der
+
+
+async def fetch_site(
+    target: Target, *, timeout_s: float, resolver: Resolver = system_resolver
+) -> SiteCertificate:
+    """The DER leaf certificate ``target`` serves to us now, and the address
+    our connection reached.
+
+    Error handling: ``SiteUnreachable`` with a short reason.
+    """
     try:
         with trio.fail_after(timeout_s):
-            tcp, _address = await dial(
+            tcp, address = await dial(
                 target.host, target.port, policy=ANY_ADDRESS, resolver=resolver
             )
             name = None if target.is_ip_literal else target.host
@@ -203,7 +243,7 @@ async def fetch_certificate(
         raise SiteUnreachable(f"{target}: TLS handshake failed ({exc})") from None
     if not der:
         raise SiteUnreachable(f"{target}: no certificate presented")
-    return der
+    return SiteCertificate(der, address)
 
 
 def _pick(
@@ -244,12 +284,16 @@ async def check(
     ``use_v2``, through the signed v2 API (Ed25519, nonce, freshness), the
     statements' log inclusion checked (docs/v2.md, rule S7) and, with
     ``checkpoints``, each notary's log held consistent with the checkpoint
-    it showed before (``notary.client.checkpoints``)."""
+    it showed before (``notary.client.checkpoints``). With ``use_v2`` and
+    no ``fingerprint``, each question carries the address the client's own
+    connection to the site reached (docs/v2.md, R4)."""
     if not bundles:
         raise UsageError("no notaries: give --notary FILE.notary or fetch bundles first")
+    address = None
     if fingerprint is None:
-        der = await fetch_certificate(target, timeout_s=timeout_s, resolver=resolver)
-        fingerprint = hashlib.sha1(der).digest()
+        site = await fetch_site(target, timeout_s=timeout_s, resolver=resolver)
+        fingerprint = hashlib.sha1(site.der).digest()
+        address = site.address
     asked, relays = _pick(bundles, quorum, relay, rng or random.Random())
     if not asked:
         raise UsageError("the only notary given is the relay: give more notaries or --bounce off")
@@ -260,7 +304,7 @@ async def check(
         try:
             with trio.fail_after(timeout_s):
                 answer = await _ask(
-                    bundle, target, fingerprint, through, resolver, use_v2, checkpoints
+                    bundle, target, fingerprint, through, resolver, use_v2, checkpoints, address
                 )
         except trio.TooSlowError:
             answer = NotaryAnswer(
@@ -317,11 +361,14 @@ async def _ask(
     resolver: Resolver,
     use_v2: bool = False,
     checkpoints: CheckpointBook | None = None,
+    address: str | None = None,
 ) -> NotaryAnswer:
     via = relay.name if relay is not None else None
     try:
         if use_v2:
-            return await _ask_v2(bundle, target, fingerprint, relay, resolver, checkpoints)
+            return await _ask_v2(
+                bundle, target, fingerprint, relay, resolver, checkpoints, address
+            )
         form = f"fingerprint={convergence.format_fingerprint(fingerprint)}"
         response, host = await exchange(bundle, relay, resolver, lambda host: http_request(
             "POST", f"/target/{format_convergence_target(target)}", host,
@@ -359,18 +406,22 @@ async def _v2_keys(
 
 async def _ask_v2(
     bundle: Bundle, target: Target, fingerprint: bytes, relay: Bundle | None, resolver: Resolver,
-    checkpoints: CheckpointBook | None = None,
+    checkpoints: CheckpointBook | None = None, address: str | None = None,
 ) -> NotaryAnswer:
     """The v2 API: the notary's keys over the pinned connection, then a
     signed, nonce-bound answer, verified (signatures, freshness, nonce, the
-    statement's log inclusion and the log's consistency)."""
+    statement's log inclusion and the log's consistency). ``address``: the
+    one our connection to the site reached, sent with the question (None:
+    not sent, the fingerprint was given)."""
     via = relay.name if relay is not None else None
     keys, host = await _v2_keys(bundle, relay, resolver)
     nonce = secrets.token_hex(16)
-    document = json.dumps({
-        "targets": [{"host": target.host, "port": target.port, "sha1": fingerprint.hex()}],
-        "nonce": nonce,
-    }).encode("ascii")
+    entry: dict[str, object] = {
+        "host": target.host, "port": target.port, "sha1": fingerprint.hex()
+    }
+    if address is not None:
+        entry["address"] = address
+    document = json.dumps({"targets": [entry], "nonce": nonce}).encode("ascii")
     one_host = replace(bundle, hosts=(host,))  # the host whose keys we hold
     response, host = await exchange(one_host, relay, resolver, lambda h: http_request(
         "POST", "/v2/query", h, document, b"application/json"
@@ -380,7 +431,7 @@ async def _ask_v2(
             bundle.name, Verdict.CONNECTIVITY_FAILURE, host=host.host, status=response.status,
             detail=f"HTTP {response.status}", via=via,
         )
-    query = v2.TargetQuery(target, sha1=fingerprint)
+    query = v2.TargetQuery(target, sha1=fingerprint, address=address)
     try:
         parsed = v2.parse_answer_document(response.body)
         (result,) = v2.verify_answer(
@@ -407,6 +458,9 @@ async def _ask_v2(
         words.append(backend_text(
             verification, now=int(time.time()), asked=[o.sha256 for o in matching]
         ))
+    served = consistency_text(result.consistency)
+    if served:
+        words.append(served)
     if log_words:
         words.append(log_words)
     return NotaryAnswer(
@@ -415,6 +469,26 @@ async def _ask_v2(
         newest_seen=max((o.last_seen for o in result.observations), default=None),
         seen_since=min((o.first_seen for o in matching), default=None),
         backend=backend,
+        consistency=result.consistency,
+        observations=result.observations,
+    )
+
+
+def consistency_text(consistency: Consistency | None) -> str:
+    """A site serving several certificates at once, in a few words for the
+    row of a notary (docs/v2.md, S8): ``split site: 3 certificates at 4
+    addresses`` (each address serves one of them), ``rotating site: 2
+    certificates at 1 address`` (an address serves several, per connection
+    or while a new certificate spreads); "" for a stable site or none
+    stated. The addresses counted are those the statement lists (at most
+    ``v2.MAX_CONSISTENCY_ADDRESSES``)."""
+    if consistency is None or consistency.kind is ConsistencyKind.STABLE:
+        return ""
+    certificates, addresses = consistency.certificates, len(consistency.addresses)
+    return (
+        f"{consistency.kind.value} site: {certificates} certificate"
+        f"{'' if certificates == 1 else 's'} at {addresses} address"
+        f"{'' if addresses == 1 else 'es'}"
     )
 
 
