@@ -6,7 +6,9 @@ One notary, one local TLS site with three certificates in its history:
 ``/`` shows live figures over the WebSocket, ``/site/...`` draws three
 lanes and five runs, "check now" (pressed from the keyboard) makes a fourth
 lane appear, an XSS attempt through a target name stays text, and no page
-breaks its Content-Security-Policy. Screenshots go to ``$NOTARY_TEST_ARTIFACTS``
+breaks its Content-Security-Policy. A site served from three loopback
+addresses with a certificate each shows its split badge and its lanes'
+addresses, wide and on a phone. Screenshots go to ``$NOTARY_TEST_ARTIFACTS``
 (default ``tests/artifacts/``).
 
 Network safety: the browser only connects to 127.0.0.1, and its resolver
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -24,7 +27,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.support.tls_targets import TLSTarget, open_tls_target
+from tests.support.tls_targets import TLSTarget, open_tls_target, static_resolver
 from tests.support.web import SEEDED_RUNS, SITE, open_web_notary, seed_three_certificates
 
 try:
@@ -192,3 +195,85 @@ async def test_pages_in_headless_chromium(tmp_path: Path) -> None:
     assert report.dialogs == []
     assert report.csp_violations == []
     assert report.page_errors == []
+
+
+@dataclass
+class SplitReport:
+    badge: str = ""
+    badge_visible: bool = False
+    lanes: int = 0
+    current_lanes: int = 0
+    address_lines: list[str] = field(default_factory=list)
+    phone_overflow: bool = True
+    csp_violations: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+
+
+def browse_split(base: str, site_path: str, shots: Path) -> SplitReport:
+    """The page of a split site, wide and on a phone (in a worker thread)."""
+    assert sync_playwright is not None and CHROMIUM is not None
+    report = SplitReport()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            context = browser.new_context(
+                ignore_https_errors=True, viewport={"width": 1100, "height": 900}
+            )
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.on("console", lambda message: report.csp_violations.append(message.text)
+                    if "Content Security Policy" in message.text else None)
+            page.on("pageerror", lambda error: report.page_errors.append(str(error)))
+            page.goto(base + site_path)
+            badge = page.locator("#consistency")
+            report.badge_visible = badge.is_visible()
+            report.badge = badge.inner_text()
+            report.lanes = page.locator("svg.timeline g.lane").count()
+            report.current_lanes = page.locator("svg.timeline g.lane.current").count()
+            report.address_lines = page.locator("svg.timeline text.lane-addresses").evaluate_all(
+                "texts => texts.map(text => text.textContent)"
+            )
+            page.screenshot(path=str(shots / "site-split.png"), full_page=True)
+            phone = context.new_page()
+            phone.set_viewport_size({"width": 390, "height": 844})
+            phone.goto(base + site_path)
+            report.phone_overflow = phone.evaluate(
+                "document.documentElement.scrollWidth > window.innerWidth"
+            )
+            phone.screenshot(path=str(shots / "site-split-phone.png"), full_page=True)
+        finally:
+            browser.close()
+    return report
+
+
+async def test_a_split_site_in_headless_chromium(tmp_path: Path) -> None:
+    """Issue 31: the name moves between three loopback addresses, each with
+    its own certificate; the page shows the split badge and a lane per
+    certificate with its address."""
+    resolver = static_resolver({})
+    async with AsyncExitStack() as stack:
+        first = await stack.enter_async_context(open_tls_target(names=[SITE]))
+        sites = [first]
+        for host in ("127.0.0.2", "127.0.0.3"):
+            sites.append(await stack.enter_async_context(
+                open_tls_target(names=[SITE], host=host, port=first.port)
+            ))
+        notary = await stack.enter_async_context(
+            open_web_notary(tmp_path, {}, resolver=resolver)
+        )
+        for site in sites:
+            resolver.mapping[SITE] = [site.host]
+            await notary.running.records.refresh(first.target(SITE))
+        base = f"https://127.0.0.1:{notary.port}"
+        with trio.fail_after(60):
+            report = await trio.to_thread.run_sync(
+                partial(browse_split, base, f"/site/{SITE}+{first.port}", artifacts_dir())
+            )
+    assert report.badge_visible
+    assert report.badge.startswith("Split site: 3 certificates served at once from 3 addresses")
+    assert (report.lanes, report.current_lanes) == (3, 3)
+    assert sorted(report.address_lines) == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    assert not report.phone_overflow
+    assert report.csp_violations == [] and report.page_errors == []

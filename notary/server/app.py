@@ -769,7 +769,10 @@ def build_services(
         timings=c.timings,
     )
     figures = LiveFigures(metrics.node_totals, min_interval_s=MIN_SAMPLE_INTERVAL_S)
-    web = WebPages(service, _profile(c), figures=figures, live=v2, clock=c.clock)
+    web = WebPages(
+        service, _profile(c), figures=figures, live=v2, clock=c.clock,
+        fresh_for_s=config.answers.fresh_for_s,
+    )
     api = ApiHandler(
         service, web=web, index_text=index_text(config), bundle_path=c.bundle_path,
         bundle_bytes=c.bundle_bytes, perspectives="perspectives" in c.signers,

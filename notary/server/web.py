@@ -172,7 +172,9 @@ class WebPages:
     ``profile``: the identity shown on ``/`` (``notary_profile``);
     ``figures``: the live figures (None: none, and no live updates);
     ``live``: the notary has a WebSocket (watches). ``clock``: Unix seconds,
-    for the chart's right edge.
+    for the chart's right edge. ``fresh_for_s``: ``[answers] fresh_for_s``,
+    what a site page counts as served now (its current set: the badge of a
+    split or rotating site).
 
     Resource handling: borrows the query service and the figures; the
     static assets are read once, when this module is imported."""
@@ -186,8 +188,10 @@ class WebPages:
         live: bool = False,
         clock: Callable[[], float] = time.time,
         assets: StaticAssets | None = None,
+        fresh_for_s: int = 86400,
     ) -> None:
         self._service = service
+        self._fresh_for_s = fresh_for_s
         self.profile = profile
         #: The live figures (None: none).
         self.figures = figures
@@ -288,6 +292,7 @@ class WebPages:
             watch=fields.get("watch") == "1", live=self._live,
             backend=self._service.backend_of(record),
             dane=record.dane if record is not None else None,
+            fresh_for_s=self._fresh_for_s,
         )
         return self._page(200, body)
 

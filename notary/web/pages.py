@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from html import escape
 from urllib.parse import quote
 
+from notary.model.consistency import Consistency, ConsistencyKind, consistency_of
 from notary.model.dane import DaneVerdict
 from notary.model.observations import Observation, Timeline
 from notary.model.targets import Target, format_convergence_target
@@ -33,6 +34,7 @@ __all__ = [
     "NotaryHost",
     "NotaryProfile",
     "check_path",
+    "consistency_badge",
     "error_page",
     "esc",
     "format_figure",
@@ -301,6 +303,7 @@ def site_page(
     live: bool = False,
     backend: str | None = None,
     dane: DaneVerdict | None = None,
+    fresh_for_s: int | None = None,
 ) -> bytes:
     """``/site/<host>+<port>``: the certificate timeline of ``target`` and
     the details of each certificate. ``checked``: a key of
@@ -308,7 +311,10 @@ def site_page(
     live watch starts on; ``live``: the notary has a WebSocket to watch
     with. ``backend``: which backend decides the target's answers, on a
     notary running DANE (None: it does not, nothing is said), with the
-    target's DANE verdict ``dane``."""
+    target's DANE verdict ``dane``. ``fresh_for_s``: the notary's
+    ``[answers] fresh_for_s``, which makes the current set (docs/v2.md, S8):
+    its certificates are marked, and a split or rotating site gets a badge
+    (None: neither)."""
     key = target.key
     notice = CHECK_OUTCOMES.get(checked or "")
     notice_html = f'<p class="notice">{esc(notice)}</p>' if notice else ""
@@ -326,7 +332,7 @@ def site_page(
         f"{watch_html}</div>"
         '<p class="hint" id="live-status" role="status" aria-live="polite"></p>'
         f"{verification_section(target, backend, dane)}"
-        f"{history_section(target, timeline, now=now)}"
+        f"{history_section(target, timeline, now=now, fresh_for_s=fresh_for_s)}"
     )
     data = {"host": target.host, "port": str(target.port)}
     return _page(f"{key} — notary", body, assets=assets, page="site", data=data)
@@ -380,22 +386,66 @@ def verification_section(target: Target, backend: str | None, dane: DaneVerdict 
     )
 
 
-def history_section(target: Target, timeline: Timeline | None, *, now: int) -> str:
+#: What a split or rotating site's badge says, after its name.
+CONSISTENCY_BADGES = {
+    ConsistencyKind.SPLIT: (
+        "Split site", "each address serves its own certificate. This notary vouches for "
+        "each of them: a client that sees any one of them gets a match."
+    ),
+    ConsistencyKind.ROTATING: (
+        "Rotating site", "an address served more than one of them (one per connection, or "
+        "a new certificate spreading across the addresses). This notary vouches for each "
+        "of them: a client that sees any one of them gets a match."
+    ),
+}
+
+
+def consistency_badge(consistency: Consistency | None) -> str:
+    """The badge of a split or rotating site ("" for a stable one, or when
+    the current set is not known): its name, how many certificates at how
+    many addresses, and what the notary's answers mean for it. Text, not
+    colour alone, says which it is."""
+    if consistency is None or consistency.kind not in CONSISTENCY_BADGES:
+        return ""
+    name, meaning = CONSISTENCY_BADGES[consistency.kind]
+    certificates, addresses = consistency.certificates, len(consistency.addresses)
+    served = (
+        f"{certificates} certificate{'s' if certificates != 1 else ''} served at once from "
+        f"{addresses} address{'es' if addresses != 1 else ''}"
+    )
+    return (
+        f'<p class="badge badge-{esc(consistency.kind.value)}" id="consistency" '
+        f'data-kind="{esc(consistency.kind.value)}" data-certificates="{certificates}" '
+        f'data-addresses="{addresses}"><strong class="badge-name">{esc(name)}</strong>: '
+        f"{esc(served)}; {esc(meaning)}</p>"
+    )
+
+
+def history_section(
+    target: Target, timeline: Timeline | None, *, now: int, fresh_for_s: int | None = None
+) -> str:
     """The ``#history`` section of a site page (the part a live update
-    replaces): summary, chart and certificate details."""
+    replaces): the badge of a split or rotating site, summary, chart and
+    certificate details, the current set's certificates marked (with
+    ``fresh_for_s``: see :func:`site_page`)."""
     if timeline is None or not timeline.observations:
         return (
             '<section id="history" aria-labelledby="history-title" data-lanes="0">'
             '<h2 id="history-title">History</h2><p class="empty">Nothing observed yet for '
             f"{esc(target.key)}. Use “Check now” to have the notary look.</p></section>"
         )
+    consistency = (
+        consistency_of(timeline, now=now, fresh_for_s=fresh_for_s)
+        if fresh_for_s is not None else None
+    )
+    current = frozenset(consistency.current) if consistency is not None else frozenset()
     lanes = chart_lanes(timeline)
     start = min(o.first_seen for o in lanes)
     end = max(now, max(o.last_seen for o in lanes))
     pad = max((end - start) // 50, 60)
     chart = timeline_svg(
         timeline, start=start - pad, end=end + pad,
-        label=f"Certificates observed for {target.key} over time",
+        label=f"Certificates observed for {target.key} over time", current=current,
     )
     left_out = ""
     if chart.lanes_left_out or chart.runs_left_out:
@@ -409,20 +459,35 @@ def history_section(target: Target, timeline: Timeline | None, *, now: int) -> s
         f"{chart.runs} run{'s' if chart.runs != 1 else ''} of sightings, from "
         f"{when(start)} to {when(max(o.last_seen for o in lanes))}."
     )
-    items = "".join(_certificate_item(index, observation) for index, observation in
-                    enumerate(lanes))
+    items = "".join(
+        _certificate_item(index, observation, current=(
+            observation.certificate.sha256 in current if consistency is not None else None
+        ))
+        for index, observation in enumerate(lanes)
+    )
+    kind = (
+        f' data-consistency="{esc(consistency.kind.value)}"' if consistency is not None else ""
+    )
+    marked = (
+        " Lanes in bold are the certificates served now (seen within the notary's "
+        "freshness window)." if consistency is not None else ""
+    )
     return (
         f'<section id="history" aria-labelledby="history-title" data-lanes="{chart.lanes}" '
-        f'data-runs="{chart.runs}"><h2 id="history-title">History</h2>'
+        f'data-runs="{chart.runs}"{kind}><h2 id="history-title">History</h2>'
+        f"{consistency_badge(consistency)}"
         f'<p class="summary">{esc(summary)}</p>'
         f'<figure class="chart">{chart.svg}<figcaption class="hint">One lane per certificate '
-        "(oldest on top), one bar per run of sightings; a gap means the site served "
-        "another certificate, or was not observed, meanwhile.</figcaption></figure>"
+        "(oldest on top), labelled with the addresses that served it; one bar per run of "
+        "sightings; a gap means the site served another certificate, or was not observed, "
+        f"meanwhile.{marked}</figcaption></figure>"
         f'{left_out}<h2>Certificates</h2><ol class="certificates">{items}</ol></section>'
     )
 
 
-def _certificate_item(index: int, observation: Observation) -> str:
+def _certificate_item(index: int, observation: Observation, current: bool | None = None) -> str:
+    """A certificate's entry in the list; ``current``: whether it is in the
+    current set (None: not known, nothing said)."""
     certificate = observation.certificate
     details = details_of(certificate)
     runs = "".join(
@@ -431,9 +496,16 @@ def _certificate_item(index: int, observation: Observation) -> str:
     )
     addresses = ", ".join(esc(a) for a in observation.addresses) or "(none recorded)"
     names = ", ".join(esc(n) for n in details.names) or "(none)"
+    tag = ""
+    if current is not None:
+        tag = (
+            ' <span class="tag tag-current">served now</span>' if current
+            else ' <span class="tag">not served now</span>'
+        )
     return (
-        f'<li class="certificate lane-{index % 6}" id="cert-{certificate.sha256.hex()[:16]}">'
-        f"<h3>Certificate #{index + 1}</h3><dl class=\"pairs\">"
+        f'<li class="certificate lane-{index % 6}{" current" if current else ""}" '
+        f'id="cert-{certificate.sha256.hex()[:16]}">'
+        f"<h3>Certificate #{index + 1}{tag}</h3><dl class=\"pairs\">"
         f"<dt>Subject</dt><dd>{esc(details.subject)}</dd>"
         f"<dt>Issuer</dt><dd>{esc(details.issuer)}</dd>"
         f"<dt>Names</dt><dd>{names}</dd>"
