@@ -2,12 +2,21 @@
 
 Pure values and pure functions (no I/O, no clock): the store persists them, the
 cache holds them, the protocol modules serialise them.
+
+One probe of a target handshakes with each of its addresses, some several
+times (README, "Sites that serve several certificates"): each handshake is
+a :class:`ProbeResult`, the probe a :class:`ProbeReport` of them all. A
+target's *current set* (:meth:`Timeline.current`) is every certificate seen
+at any of its addresses within ``fresh_for_s``, and the newest whatever its
+age: what answers vouch for, what a probe's news is judged against
+(:func:`is_change`) and what decides how often a probe samples each address
+(:func:`samples_per_address`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from cryptography import x509
@@ -158,6 +167,78 @@ class ProbeResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeReport:
+    """One probe of ``target``: every handshake that showed a certificate
+    (``results``, at least one; in the order of ``addresses``, then of the
+    handshakes at each), every address probed (``addresses``, in the order
+    probed: the resolver's, then an address hint), the ``failures`` as
+    ``(address, reason)`` (:attr:`ProbeError.reason
+    <notary.errors.ProbeError.reason>`) for the addresses where no handshake
+    showed a certificate, and ``observed_at`` (Unix seconds), the time of
+    the probe, which the prober stamps on each of its results too (one
+    probe is one sighting of each certificate it saw).
+
+    Raises ``ValueError`` without a result, or for a result of another
+    target."""
+
+    target: Target
+    results: tuple[ProbeResult, ...]
+    addresses: tuple[str, ...]
+    failures: tuple[tuple[str, str], ...] = ()
+    observed_at: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.results:
+            raise ValueError("a probe report needs at least one result")
+        if any(result.target != self.target for result in self.results):
+            raise ValueError("a probe report's results are of its target")
+
+    @classmethod
+    def of(cls, result: ProbeResult) -> ProbeReport:
+        """The report of a probe that made the one handshake ``result``."""
+        return cls(result.target, (result,), (result.address,), (), result.observed_at)
+
+    @property
+    def primary(self) -> ProbeResult:
+        """The result that stands for the probe where one is needed (the
+        scheduler's address prefix, DANE's chain): the first handshake at
+        the first address, in the order probed, that showed a certificate."""
+        return self.results[0]
+
+    @property
+    def leaves(self) -> tuple[Certificate, ...]:
+        """The distinct leaf certificates seen, in the order of ``results``."""
+        seen: dict[bytes, Certificate] = {}
+        for result in self.results:
+            seen.setdefault(result.leaf.sha256, result.leaf)
+        return tuple(seen.values())
+
+    @property
+    def served(self) -> Mapping[str, tuple[Certificate, ...]]:
+        """What each address that answered served: its distinct leaves, in
+        the order of its handshakes; the addresses in the order probed."""
+        served: dict[str, dict[bytes, Certificate]] = {}
+        for result in self.results:
+            served.setdefault(result.address, {}).setdefault(result.leaf.sha256, result.leaf)
+        return {address: tuple(leaves.values()) for address, leaves in served.items()}
+
+    @property
+    def sightings(self) -> tuple[ProbeResult, ...]:
+        """The results with one per (address, certificate): what a timeline
+        and the store take in (another handshake showing the same
+        certificate at the same address, at the same time, adds nothing)."""
+        kept: dict[tuple[str, bytes], ProbeResult] = {}
+        for result in self.results:
+            kept.setdefault((result.address, result.leaf.sha256), result)
+        return tuple(kept.values())
+
+    @property
+    def handshakes(self) -> int:
+        """Handshakes that showed a certificate."""
+        return len(self.results)
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """A certificate seen for a target from ``first_seen`` to ``last_seen``,
     in ``runs`` of sightings (Perspectives timespans; empty means one run
@@ -239,6 +320,15 @@ class Timeline:
     def newest(self) -> Observation | None:
         return self.observations[0] if self.observations else None
 
+    def current(self, now: int, fresh_for_s: int) -> tuple[Observation, ...]:
+        """The target's current set at ``now``: every observation seen
+        (at any address) within ``fresh_for_s``, and the newest one whatever
+        its age (the last thing the notary saw is current until it sees
+        something else); newest first."""
+        return tuple(
+            o for i, o in enumerate(self.observations) if i == 0 or o.is_fresh(now, fresh_for_s)
+        )
+
     def bounded(self, limits: TimelineLimits) -> Timeline:
         """This timeline within ``limits`` (see :class:`TimelineLimits`):
         DER larger than the limit dropped (hashes kept), then each
@@ -268,15 +358,26 @@ class Timeline:
 
     def merged(
         self,
-        result: ProbeResult,
+        seen: ProbeResult | ProbeReport,
         merge_window_s: int = DEFAULT_MERGE_WINDOW_S,
         limits: TimelineLimits | None = None,
     ) -> Timeline:
-        """The timeline after ``result``: the seen certificate's ``last_seen``
-        moves forward (never back), its address is remembered and its runs
-        take the sighting (see :func:`add_sighting`), or a new observation
-        starts; then, with ``limits``, :meth:`bounded` by them (what the
-        store keeps of the same sightings)."""
+        """The timeline after ``seen``.
+
+        A result: the seen certificate's ``last_seen`` moves forward (never
+        back), its address is remembered and its runs take the sighting
+        (see :func:`add_sighting`), or a new observation starts; then, with
+        ``limits``, :meth:`bounded` by them (what the store keeps of the
+        same sightings). A report: the fold of its
+        :attr:`~ProbeReport.sightings`, in order, each merged so (the store
+        writes them in that order, one at a time where a limit may bite, so
+        both keep the same)."""
+        if isinstance(seen, ProbeReport):
+            timeline = self
+            for result in seen.sightings:
+                timeline = timeline.merged(result, merge_window_s, limits)
+            return timeline
+        result = seen
         sha256 = result.leaf.sha256
         kept = []
         found = None
@@ -304,3 +405,34 @@ class Timeline:
             )
         timeline = Timeline(self.target, (updated, *kept))
         return timeline if limits is None else timeline.bounded(limits)
+
+
+def samples_per_address(
+    timeline: Timeline | None, now: int, fresh_for_s: int, samples: int
+) -> int:
+    """How many handshakes a probe of the target of ``timeline`` may make
+    with each address at ``now``: ``samples`` (``[probe]
+    samples_per_address``) when more than one certificate was seen within
+    ``fresh_for_s`` (at one address or across addresses), else 1 (a
+    stable target, or one never observed)."""
+    if timeline is None:
+        return 1
+    fresh = 0
+    for observation in timeline.observations:
+        if observation.is_fresh(now, fresh_for_s):
+            fresh += 1
+            if fresh > 1:
+                return max(1, samples)
+    return 1
+
+
+def is_change(before: Timeline, report: ProbeReport, fresh_for_s: int) -> bool:
+    """Whether ``report`` shows something new for a target whose timeline
+    was ``before``: a certificate outside its current set at the probe's
+    time (:meth:`Timeline.current`). A target's first probe is no change;
+    nor is a split site showing the certificates it has been serving, at
+    whichever addresses, nor a probe that saw only some of them."""
+    if not before.observations:
+        return False
+    current = {o.certificate.sha256 for o in before.current(report.observed_at, fresh_for_s)}
+    return any(leaf.sha256 not in current for leaf in report.leaves)
