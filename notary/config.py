@@ -116,12 +116,24 @@ class ServerConfig:
 
 @dataclass(frozen=True, slots=True)
 class ProbeConfig:
-    #: Deadline of one probe: resolve, connect and TLS handshake.
+    #: Deadline of one probe: resolve, then connect and handshake with every
+    #: address (each connection's wait for a slot included).
     timeout_s: float = 10.0
-    #: Probes running at once, across all targets.
+    #: Connections to targets at once, across all probes (each address of a
+    #: probe, each sample, holds one while it connects and handshakes).
     max_concurrent: int = 256
     #: Bytes a target may send before its certificates are in.
     max_handshake_bytes: int = 256 * 1024
+    #: Addresses of a name a probe handshakes with (the policy-allowed
+    #: ones, in the resolver's order; README "Sites that serve several
+    #: certificates").
+    max_addresses: int = 8
+    #: Handshakes with each address at most when the target was seen
+    #: serving more than one certificate within [answers] fresh_for_s.
+    samples_per_address: int = 4
+    #: A client's address hint is probed only when the notary's own
+    #: resolution of the name returned it within this window.
+    address_memory_s: int = 86400
 
     @property
     def scheduled_timeout_s(self) -> float:
@@ -776,7 +788,10 @@ def _coerce(section: str, key: str, annotation: str, value: Any) -> Any:
 
 #: The keys of each section that must be greater than 0.
 _POSITIVE = {
-    "probe": ("timeout_s", "max_concurrent", "max_handshake_bytes"),
+    "probe": (
+        "timeout_s", "max_concurrent", "max_handshake_bytes", "max_addresses",
+        "samples_per_address",
+    ),
     "answers": ("fresh_for_s", "query_timeout_s"),
     "http": tuple(f.name for f in dataclasses.fields(HttpConfig)),
     "limits": (
@@ -821,6 +836,7 @@ def _validate(config: Config) -> None:
                 raise ConfigError(f"[{section}] {key} must be greater than 0")
     if config.answers.reprobe_after_s < 0:
         raise ConfigError("[answers] reprobe_after_s must be 0 or more")
+    _validate_probe(config.probe)
     _validate_limits(config)
     _validate_server_and_node(config)
     _validate_store_cache_v2(config)
@@ -941,6 +957,29 @@ def _validate_check_name(name: str) -> None:
         raise ConfigError(
             f"[dns] validation_check_name {name!r} is not a DNS name"
         ) from None
+
+
+#: Upper bounds of ``[probe]`` keys: one probe's connections are at most
+#: ``max_addresses`` (and a client's address hint) times ``samples_per_address``.
+MAX_PROBE_ADDRESSES = 64
+MAX_SAMPLES_PER_ADDRESS = 16
+
+
+def _validate_probe(probe: ProbeConfig) -> None:
+    if probe.max_addresses > MAX_PROBE_ADDRESSES:
+        raise ConfigError(
+            f"[probe] max_addresses must be at most {MAX_PROBE_ADDRESSES} "
+            "(each address is a connection of every probe)"
+        )
+    if probe.samples_per_address > MAX_SAMPLES_PER_ADDRESS:
+        raise ConfigError(
+            f"[probe] samples_per_address must be at most {MAX_SAMPLES_PER_ADDRESS} "
+            "(each sample is a connection)"
+        )
+    if probe.address_memory_s < 0:
+        raise ConfigError(
+            "[probe] address_memory_s must be 0 (no address hint is ever probed) or more"
+        )
 
 
 def _validate_limits(config: Config) -> None:

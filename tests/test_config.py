@@ -308,6 +308,29 @@ def test_timeouts_must_be_finite(tmp_path: Path, key: str, value: str) -> None:
     assert f"[{section}] {name}" in message
 
 
+def test_the_probe_s_addresses_samples_and_memory(tmp_path: Path) -> None:
+    """Issue 31: how many addresses and samples a probe makes, and how long
+    a resolution makes a client's address hint acceptable."""
+    defaults = ProbeConfig()
+    assert (defaults.max_addresses, defaults.samples_per_address, defaults.address_memory_s) == (
+        8, 4, 86400
+    )
+    config = load_config(server_file(tmp_path, rest=(
+        "[probe]\nmax_addresses = 64\nsamples_per_address = 1\naddress_memory_s = 0\n"
+    )))
+    assert (config.probe.max_addresses, config.probe.samples_per_address) == (64, 1)
+    assert config.probe.address_memory_s == 0  # no hint is ever taken
+    for rest, expected in (
+        ("max_addresses = 65", "[probe] max_addresses must be at most 64"),
+        ("samples_per_address = 17", "[probe] samples_per_address must be at most 16"),
+        ("address_memory_s = -1", "[probe] address_memory_s must be 0"),
+        ("max_addresses = 0", "[probe] max_addresses must be greater than 0"),
+        ("samples_per_address = 0", "[probe] samples_per_address must be greater than 0"),
+        ("max_addresses = 2.5", "[probe] max_addresses must be an integer"),
+    ):
+        assert expected in config_error(tmp_path, rest=f"[probe]\n{rest}\n")
+
+
 def test_reprobe_after_may_be_zero_but_not_negative(tmp_path: Path) -> None:
     assert load_config(server_file(tmp_path, rest="[answers]\nreprobe_after_s = 0\n"))
     message = config_error(tmp_path, rest="[answers]\nreprobe_after_s = -1\n")
