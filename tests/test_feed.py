@@ -1,5 +1,5 @@
 """The change feed in the store (``notary.state.feed``): a row per committed
-observation, in order, ``changed`` judged against the stored history,
+probe of a target, in order, ``changed`` judged against the stored history,
 bounded by pruning that followers can detect."""
 
 from __future__ import annotations
@@ -47,14 +47,18 @@ def test_every_committed_observation_is_in_the_feed_in_order(store: Store) -> No
 
 def test_a_change_is_judged_against_the_stored_history(store: Store) -> None:
     old, new = certificate(HOST), certificate("other.example.test")
+    window = store.merge_window_s
     store.record([probe_result(HOST, at=T0)])  # first sighting: no change
     store.record([probe_result(HOST, at=T0 + 10)])  # same certificate
     store.record([probe_result(HOST, cert="other.example.test", at=T0 + 20)])  # a change
     store.record([probe_result(HOST, at=T0 + 5)])  # a late sighting of the old one
-    store.record([probe_result(HOST, at=T0 + 30)])  # back to the old one: a change
+    store.record([probe_result(HOST, at=T0 + 30)])  # the old one again, within the window
+    store.record([probe_result(HOST, cert="other.example.test", at=T0 + 40)])
+    late = T0 + 41 + window  # the old one back after more than the window: a change
+    store.record([probe_result(HOST, at=late)])
     assert [(sha, changed) for _, sha, changed, _ in changes_after(store)] == [
         (old.sha256, False), (old.sha256, False), (new.sha256, True), (old.sha256, False),
-        (old.sha256, True),
+        (old.sha256, False), (new.sha256, False), (old.sha256, True),
     ]
 
 
@@ -64,10 +68,31 @@ def test_changes_within_one_batch_are_judged_in_observation_order(store: Store) 
         probe_result(HOST, at=T0 + 20),  # back to the first after the second
         probe_result(HOST, cert="other.example.test", at=T0 + 10),
     ])
-    flags = {(sha, changed) for _, sha, changed, _ in changes_after(store, 1)}
-    assert flags == {
-        (certificate("other.example.test").sha256, True), (certificate(HOST).sha256, True)
-    }
+    flags = [(sha, changed) for _, sha, changed, _ in changes_after(store, 1)]
+    assert flags == [
+        (certificate("other.example.test").sha256, True), (certificate(HOST).sha256, False)
+    ]
+
+
+def test_one_probe_of_several_addresses_is_one_change(store: Store) -> None:
+    """A probe's results share its time: one row for the target, a change
+    when one of its certificates is new, none for a split site seen again
+    in another mix of its certificates."""
+    a, b, c = (f"{name}.example.test" for name in ("a", "b", "c"))
+    store.record([
+        probe_result(HOST, cert=a, address="192.0.2.1", at=T0),
+        probe_result(HOST, cert=b, address="192.0.2.2", at=T0),
+    ])
+    store.record([probe_result(HOST, cert=b, address="192.0.2.2", at=T0 + 60)])  # a only missed
+    store.record([
+        probe_result(HOST, cert=a, address="192.0.2.1", at=T0 + 120),
+        probe_result(HOST, cert=b, address="192.0.2.2", at=T0 + 120),
+        probe_result(HOST, cert=c, address="192.0.2.3", at=T0 + 120),
+    ])
+    assert [(sha, changed) for _, sha, changed, _ in changes_after(store)] == [
+        (certificate(a).sha256, False), (certificate(b).sha256, False),
+        (certificate(c).sha256, True),
+    ]
 
 
 def test_a_rolled_back_batch_leaves_no_change(store: Store) -> None:

@@ -89,7 +89,10 @@ class BatchTimings(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StorageStatistics:
-    """``queued``: observations waiting for the writer; ``committed``,
+    """``queued``: probes whose observations wait for the writer (a probe
+    of several addresses is one: ``[store] queue_rows`` bounds them, each
+    at most ``[probe] max_addresses`` (and an address hint) times
+    ``samples_per_address`` rows); ``committed``,
     ``batches``, ``failed_batches`` (attempts that raised), ``producer_waits``
     (``record`` calls that found the queue full): cumulative; ``failing``: the
     batch in hand failed its last attempt and waits to be retried; ``lost``:
@@ -117,7 +120,7 @@ class Storage:
         self,
         reader: Store,
         writer: Store,
-        send: trio.MemorySendChannel[ProbeResult],
+        send: trio.MemorySendChannel[tuple[ProbeResult, ...]],
         *,
         connect: Callable[[], Store],
         forget_unasked_after_s: int | None = None,
@@ -269,13 +272,18 @@ class Storage:
             return
         asked[key] = target
 
-    async def record(self, result: ProbeResult) -> None:
-        """Queue ``result`` for the writer; waits while the queue is full."""
+    async def record(self, *results: ProbeResult) -> None:
+        """Queue ``results`` (one probe's sightings: ``ProbeReport.sightings``)
+        for the writer, as one item: they are committed in one batch, so the
+        change feed has one change of the target for them. Waits while the
+        queue is full."""
+        if not results:
+            return
         try:
-            self._send.send_nowait(result)
+            self._send.send_nowait(results)
         except trio.WouldBlock:
             self._producer_waits += 1
-            await self._send.send(result)
+            await self._send.send(results)
 
     def statistics(self) -> StorageStatistics:
         return StorageStatistics(
@@ -387,35 +395,38 @@ class Storage:
 
     async def _serve_writer(
         self,
-        receive: trio.MemoryReceiveChannel[ProbeResult],
+        receive: trio.MemoryReceiveChannel[tuple[ProbeResult, ...]],
         batch_rows: int,
         batch_interval_s: float,
     ) -> None:
+        """Commit what is queued in batches of about ``batch_rows`` rows
+        (a probe's sightings are never split: a batch may pass the size by
+        less than one probe's), at least every ``batch_interval_s``."""
         async with receive:
             while True:
                 try:
                     first = await receive.receive()
                 except trio.EndOfChannel:
                     break
-                batch = [first]
+                batch = list(first)
                 with trio.move_on_after(batch_interval_s):
                     while len(batch) < batch_rows:
                         # Take what is queued without a scheduler round per
                         # item; wait only when the queue is empty.
                         try:
-                            batch.append(receive.receive_nowait())
+                            batch += receive.receive_nowait()
                             continue
                         except trio.WouldBlock:
                             pass
                         except trio.EndOfChannel:
                             break
                         try:
-                            batch.append(await receive.receive())
+                            batch += await receive.receive()
                         except trio.EndOfChannel:
                             break
                 while len(batch) < batch_rows:  # whatever is ready now, without waiting
                     try:
-                        batch.append(receive.receive_nowait())
+                        batch += receive.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 await self._commit(batch)
@@ -485,7 +496,7 @@ async def open_storage(
     except BaseException:
         writer.close()
         raise
-    send, receive = trio.open_memory_channel[ProbeResult](store.queue_rows)
+    send, receive = trio.open_memory_channel[tuple[ProbeResult, ...]](store.queue_rows)
     storage = Storage(
         reader, writer, send, connect=connect, forget_unasked_after_s=store.forget_unasked_after_s,
         feed_max_rows=store.feed_max_rows, clock=clock, timings=timings,

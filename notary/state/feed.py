@@ -1,14 +1,25 @@
-"""The change feed: every committed observation, in commit order, for the
-processes that share one store (a node's workers) to follow.
+"""The change feed: every committed probe of a target, in commit order, for
+the processes that share one store (a node's workers) to follow.
 
 A row is written by ``Store.record`` in the transaction that commits the
-observation, so a follower never sees a change that was rolled back, and
+observations, so a follower never sees a change that was rolled back, and
 sees each committed one once, in ``seq`` order (``AUTOINCREMENT``: a
-sequence number is never reused, even after pruning). ``changed`` is judged
-against the stored history in that transaction: the target had observations
-and none of its newest certificates (those with the latest last sighting:
-times are whole seconds, so several may share it) is this one; a late
-sighting older than the newest is no change.
+sequence number is never reused, even after pruning). One row stands for
+a target's sightings at one time in a batch: one probe, which may have
+seen several certificates at several addresses (its results share its
+time, ``ProbeReport.observed_at``), is one change of its target.
+
+``changed`` is judged against the stored history in that transaction: the
+target had observations, and a certificate of this probe is outside what it
+was serving: neither among its newest certificates (those with the latest
+last sighting: times are whole seconds, so several may share it) nor seen
+within the store's ``merge_window_s`` before (the sighting starts a new run
+of its history: a certificate new to the target, or back after a longer
+gap). So a site serving several certificates at once (a load balancer, a
+CDN), seen in any mix from probe to probe, makes no change; a rotation
+does. A late sighting older than the newest is no change. The row carries
+the leaf of the first certificate that made the change, else the probe's
+first.
 
 The feed is bounded: ``prune`` keeps the newest ``max_rows`` rows and
 records how far it deleted (``settings.feed_pruned_through``), so a follower
@@ -29,7 +40,7 @@ from dataclasses import dataclass
 from notary.model.observations import ProbeResult
 from notary.model.targets import Target
 
-__all__ = ["MIGRATION", "Change", "FeedPage", "Newest", "position", "prune", "read", "rows", "write"]
+__all__ = ["MIGRATION", "Change", "FeedPage", "Seen", "position", "prune", "read", "rows", "write"]
 
 #: The schema's migration that adds the feed (``notary.state.store.MIGRATIONS``).
 MIGRATION = """
@@ -45,12 +56,11 @@ MIGRATION = """
 """
 
 _INSERT = "INSERT INTO changes (host, port, sha256, changed, origin) VALUES (?, ?, ?, ?, ?)"
-# The newest certificates of each target: those of its latest last sighting.
-_NEWEST = """
-    SELECT o.target_id, o.certificate_id, o.last_seen FROM observations o JOIN (
-        SELECT target_id, max(last_seen) AS latest FROM observations
-        WHERE target_id IN ({marks}) GROUP BY target_id
-    ) n ON o.target_id = n.target_id AND o.last_seen = n.latest
+# Each target's certificates and their last sightings (at most
+# [store] max_certificates_per_target each).
+_SEEN = """
+    SELECT target_id, certificate_id, last_seen FROM observations
+    WHERE target_id IN ({marks})
 """
 _READ = "SELECT seq, host, port, sha256, changed, origin FROM changes WHERE seq > ? ORDER BY seq LIMIT ?"
 _PRUNED_THROUGH = "SELECT value FROM settings WHERE name = 'feed_pruned_through'"
@@ -59,10 +69,11 @@ _POSITION = "SELECT seq FROM sqlite_sequence WHERE name = 'changes'"
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One committed observation: ``target`` was seen with the leaf
-    ``sha256``; ``changed``: the target's newest stored certificate before
-    it was another one; ``origin``: the writer that committed it
-    (``Storage``'s origin: a process's own changes are in its cache already)."""
+    """One committed probe: ``target`` was seen with the leaf ``sha256``
+    (among others, for a probe of several certificates); ``changed``: a
+    certificate outside what the target was serving (module docstring);
+    ``origin``: the writer that committed it (``Storage``'s origin: a
+    process's own changes are in its cache already)."""
 
     seq: int
     target: Target
@@ -87,46 +98,56 @@ class FeedPage:
 def write(
     db: sqlite3.Connection, results: Sequence[ProbeResult],
     pairs: Sequence[tuple[int, int]], new_targets: set[int], origin: str,
+    merge_window_s: int,
 ) -> None:
-    """Add a row per result (``pairs[i]``: the target and certificate ids of
-    ``results[i]``), in the transaction that records them, before their
-    observations are written (the newest stored certificates are read)."""
+    """Add the rows of ``results`` (``pairs[i]``: the target and certificate
+    ids of ``results[i]``), in the transaction that records them, before
+    their observations are written (the stored sightings are read)."""
     known = sorted({t for t, _ in pairs if t not in new_targets})
-    newest: Newest = {}
+    seen: Seen = {}
     for start in range(0, len(known), 500):
         chunk = known[start:start + 500]
         marks = ", ".join("?" * len(chunk))
-        for target_id, certificate_id, last_seen in db.execute(
-            _NEWEST.format(marks=marks), chunk
-        ):
-            newest.setdefault(target_id, (set(), last_seen))[0].add(certificate_id)
-    db.executemany(_INSERT, rows(results, pairs, newest, origin))
+        for target_id, certificate_id, last_seen in db.execute(_SEEN.format(marks=marks), chunk):
+            seen.setdefault(target_id, {})[certificate_id] = last_seen
+    db.executemany(_INSERT, rows(results, pairs, seen, origin, merge_window_s))
 
 
-#: Each target's newest certificates (ids) and their last sighting.
-Newest = dict[int, tuple[set[int], int]]
+#: Each target's stored certificates (ids) and their last sighting.
+Seen = dict[int, dict[int, int]]
 
 
 def rows(
-    results: Sequence[ProbeResult], pairs: Sequence[tuple[int, int]], newest: Newest,
-    origin: str,
+    results: Sequence[ProbeResult], pairs: Sequence[tuple[int, int]], seen: Seen,
+    origin: str, merge_window_s: int,
 ) -> list[tuple[str, int, bytes, int, str]]:
     """The feed rows of ``results`` (``pairs[i]``: the ids of ``results[i]``)
-    given each target's ``newest`` stored certificates, which it updates:
-    (host, port, sha256, changed, origin), in observation order. The rule
-    of both engines."""
-    made = []
+    given each target's ``seen`` stored certificates, which it updates: one
+    (host, port, sha256, changed, origin) per target and time, in
+    observation order. The rule of both engines (module docstring)."""
+    groups: dict[tuple[int, int], list[int]] = {}
     for i in sorted(range(len(results)), key=lambda i: results[i].observed_at):
-        result, (t, c) = results[i], pairs[i]
-        seen = result.observed_at
-        before = newest.get(t)
-        changed = before is not None and seen >= before[1] and c not in before[0]
-        if before is None or seen > before[1]:
-            newest[t] = ({c}, seen)
-        elif seen == before[1]:
-            before[0].add(c)
+        groups.setdefault((pairs[i][0], results[i].observed_at), []).append(i)
+    made = []
+    for (t, at), indices in groups.items():
+        before = seen.get(t)
+        changing = None
+        if before:
+            latest = max(before.values())
+            if at >= latest:
+                for i in indices:
+                    last = before.get(pairs[i][1])
+                    if last is None or (last != latest and last < at - merge_window_s):
+                        changing = i
+                        break
+        after = seen.setdefault(t, {})
+        for i in indices:
+            c = pairs[i][1]
+            after[c] = max(after.get(c, at), at)
+        result = results[indices[0] if changing is None else changing]
         target = result.target
-        made.append((target.host, target.port, result.leaf.sha256, int(changed), origin))
+        made.append((target.host, target.port, result.leaf.sha256, int(changing is not None),
+                     origin))
     return made
 
 

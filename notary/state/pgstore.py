@@ -260,10 +260,9 @@ class PostgresStore(EngineOperations):
         with self._db.transaction() as db:
             target_ids = self._lock_targets(db, results)
             stored = self._timelines(db, target_ids)
-            newest: feed.Newest = {
-                t: ({c for c, o in ids.items() if o.last_seen == timeline.newest.last_seen},
-                    timeline.newest.last_seen)
-                for t, (timeline, ids) in stored.items() if timeline.newest is not None
+            seen: feed.Seen = {
+                t: {c: o.last_seen for c, o in ids.items()}
+                for t, (_, ids) in stored.items() if ids
             }
             certificate_ids = self._certificate_ids(db, results)
             pairs = [(target_ids[r.target], certificate_ids[r.leaf.sha256]) for r in results]
@@ -272,7 +271,7 @@ class PostgresStore(EngineOperations):
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_FEED_LOCK,))
             _insert(db, "changes (host, port, sha256, changed, origin)",
                     ("text", "int", "bytea", "int", "text"),
-                    feed.rows(results, pairs, newest, origin))
+                    feed.rows(results, pairs, seen, origin, self.merge_window_s))
             db.execute(f"NOTIFY {FEED_CHANNEL}")  # delivered at commit
 
     def _lock_targets(self, db: Any, results: Sequence[ProbeResult]) -> dict[Target, int]:
