@@ -55,7 +55,7 @@ async def record_when_probed(node: NodeProber, target: Target, into: list) -> No
     """What ``Records`` does with a probe: a fresh one is written to the store."""
     probed = await node.probe(target)
     if not probed.stored:
-        await node._storage.record(probed.result)
+        await node._storage.record(*probed.report.sightings)
     into.append(probed)
 
 
@@ -72,7 +72,7 @@ async def test_a_target_asked_of_every_worker_at_once_is_probed_once(tmp_path: P
             site.resume()
         assert site.accepted == 1
         assert sorted(p.stored for p in probed) == [False, True, True, True]
-        assert {p.result.leaf.sha256 for p in probed} == {hashlib.sha256(site.leaf_der()).digest()}
+        assert {p.report.primary.leaf.sha256 for p in probed} == {hashlib.sha256(site.leaf_der()).digest()}
         assert sum(node.waited for node in nodes) == 3
 
 

@@ -97,7 +97,7 @@ def test_the_prober_resolves_names_through_the_validating_resolver() -> None:
                             "timeout_s": 10.0,
                             "resolver": resolver_through([stack.resolver], 2.0)}
                 async with open_prober(**with_probe_section(settings)) as prober:
-                    result = await prober.probe(Target(HOST, site.port))
+                    result = (await prober.probe(Target(HOST, site.port))).primary
                     assert result.address == "127.0.0.1"
                     assert result.leaf.der == site.leaf_der(HOST)
                     with pytest.raises(ProbeResolveFailed):

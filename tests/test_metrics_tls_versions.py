@@ -40,7 +40,7 @@ async def test_a_tls10_site_probed_by_the_notary_is_counted(tmp_path: Path) -> N
         open_tls_target(minimum_version=version, maximum_version=version) as site,
         open_notary(tmp_path) as notary,
     ):
-        result = await notary.running.prober.probe(Target(site.host, site.port))
+        result = (await notary.running.prober.probe(Target(site.host, site.port))).primary
         assert result.tls_version == "TLSv1"
         metrics = notary.running.metrics
         assert metrics is not None

@@ -75,8 +75,8 @@ async def test_each_sni_name_gets_its_own_certificate(tls_version):
         open_tls_target([NAME_A, NAME_B], maximum_version=tls_version) as server,
         prober() as p,
     ):
-        a = await p.probe(server.target(NAME_A))
-        b = await p.probe(server.target(NAME_B))
+        a = (await p.probe(server.target(NAME_A))).primary
+        b = (await p.probe(server.target(NAME_B))).primary
     assert server.server_names == [NAME_A, NAME_B]
     assert a.leaf.der != b.leaf.der
     for result, name in ((a, NAME_A), (b, NAME_B)):
@@ -100,7 +100,7 @@ async def test_ip_literal_is_not_resolved_and_sends_no_sni(tls_version):
         open_tls_target([NAME_A], maximum_version=tls_version) as server,
         prober(resolver) as p,
     ):
-        result = await p.probe(server.target())  # 127.0.0.1
+        result = (await p.probe(server.target())).primary  # 127.0.0.1
     assert server.server_names == [None]
     assert resolver.calls == []
     assert result.leaf.der == server.leaf_der(None) != server.leaf_der(NAME_A)
@@ -110,16 +110,16 @@ async def test_ip_literal_is_not_resolved_and_sends_no_sni(tls_version):
 
 async def test_unknown_sni_name_gets_the_default_certificate():
     async with open_tls_target([NAME_A]) as server, prober() as p:
-        result = await p.probe(server.target(NAME_B))
+        result = (await p.probe(server.target(NAME_B))).primary
     assert server.server_names == [NAME_B]
     assert result.leaf.der == server.leaf_der(None)
 
 
 async def test_a_new_probe_sees_a_replaced_certificate():
     async with open_tls_target([NAME_A]) as server, prober() as p:
-        before = await p.probe(server.target(NAME_A))
+        before = (await p.probe(server.target(NAME_A))).primary
         new_der = server.replace_certificate(NAME_A)
-        after = await p.probe(server.target(NAME_A))
+        after = (await p.probe(server.target(NAME_A))).primary
     assert before.leaf.der != after.leaf.der
     assert after.leaf.der == new_der
     assert server.accepted == 2  # no caching in the prober
@@ -145,7 +145,7 @@ async def test_a_site_speaking_one_tls_version_is_observed_with_that_version(
         as server,
         prober() as p,
     ):
-        result = await p.probe(server.target(NAME_A))
+        result = (await p.probe(server.target(NAME_A))).primary
         statistics = p.statistics()
     assert server.server_names == [NAME_A]
     assert result.leaf.der == server.leaf_der(NAME_A)
@@ -160,7 +160,7 @@ async def test_a_certificate_whose_key_cryptography_cannot_load_is_recorded(kind
     odd = odd_certificate(kind)
     intermediate = ssl.PEM_cert_to_DER_cert(trustme.CA().cert_pem.bytes().decode("ascii"))
     async with open_certificate_only_target([odd.der, intermediate]) as server, prober() as p:
-        result = await p.probe(server.target())
+        result = (await p.probe(server.target())).primary
     assert result.leaf.der == odd.der
     assert result.chain == (odd.der, intermediate)
     assert result.leaf.sha1 == hashlib.sha1(odd.der).digest()
@@ -177,7 +177,7 @@ async def test_the_certificate_only_target_serves_like_a_real_server():
     issued = trustme.CA().issue_cert(NAME_A)
     chain = tuple(ssl.PEM_cert_to_DER_cert(p.bytes().decode("ascii")) for p in issued.cert_chain_pems)
     async with open_certificate_only_target(chain) as server, prober() as p:
-        result = await p.probe(server.target(NAME_A))
+        result = (await p.probe(server.target(NAME_A))).primary
     assert result.chain == chain
     assert result.tls_version == "TLSv1.2"
 
@@ -194,7 +194,7 @@ async def test_the_handshake_is_aborted_once_certificates_are_in():
 async def test_ipv4_mapped_answer_is_connected_to_as_ipv4():
     resolver = static_resolver({NAME_A: ["::ffff:127.0.0.1"]})
     async with open_tls_target([NAME_A]) as server, prober(resolver) as p:
-        result = await p.probe(server.target(NAME_A))
+        result = (await p.probe(server.target(NAME_A))).primary
     assert result.address == LOCALHOST
 
 
@@ -224,7 +224,7 @@ async def test_refused_answers_are_dropped_and_an_allowed_one_is_used():
     resolver = static_resolver({NAME_A: ["127.0.0.2", "not-an-address", LOCALHOST]})
     policy = AddressPolicy.from_cidrs(["127.0.0.1/32"])
     async with open_tls_target([NAME_A]) as server, prober(resolver, policy=policy) as p:
-        result = await p.probe(server.target(NAME_A))
+        result = (await p.probe(server.target(NAME_A))).primary
     assert result.address == LOCALHOST
     assert server.accepted == 1
 
@@ -300,7 +300,7 @@ async def test_a_bug_in_a_probe_does_not_break_the_prober(caplog):
             await p.probe(server.target(NAME_B))
         assert type(info.value) is ProbeError
         assert info.value.message == "probe failed"
-        result = await p.probe(server.target(NAME_A))
+        result = (await p.probe(server.target(NAME_A))).primary
         assert result.leaf.der == server.leaf_der(NAME_A)
         assert p.statistics().failures == {"error": 1}
     assert "resolver bug" in caplog.text
@@ -308,20 +308,26 @@ async def test_a_bug_in_a_probe_does_not_break_the_prober(caplog):
 
 async def test_a_leaf_without_intermediates():
     async with open_tls_target([NAME_A], intermediates=0) as server, prober() as p:
-        result = await p.probe(server.target(NAME_A))
+        result = (await p.probe(server.target(NAME_A))).primary
     assert result.chain == (server.leaf_der(NAME_A),)
 
 
-async def test_every_address_is_tried_in_order():
+async def test_every_address_is_probed_and_a_failing_one_is_reported():
     async with open_tls_target([NAME_A]) as server:
         # The first answer goes to a loopback address with nothing on the
         # port (127.0.0.2:<server port> is refused: the server is bound to
         # 127.0.0.1 only), the second works.
         resolver = static_resolver({NAME_A: ["127.0.0.2", LOCALHOST]})
         async with prober(resolver) as p:
-            result = await p.probe(server.target(NAME_A))
-    assert result.address == LOCALHOST
+            report = await p.probe(server.target(NAME_A))
+            statistics = p.statistics()
+    assert report.addresses == ("127.0.0.2", LOCALHOST)
+    assert [r.address for r in report.results] == [LOCALHOST]
+    assert report.failures == (("127.0.0.2", "connect"),)
+    assert report.primary.address == LOCALHOST
     assert server.accepted == 1
+    assert (statistics.succeeded, statistics.failures) == (1, {})
+    assert statistics.address_failures == {"connect": 1}
 
 
 async def test_stalled_target_times_out(autojump_clock):
@@ -367,7 +373,7 @@ async def test_chain_beyond_the_byte_limit_fails(tls_version):
             with pytest.raises(ProbeHandshakeFailed, match="certificate chain too large"):
                 await p.probe(server.target(NAME_A))
         async with prober() as p:  # the default limit is far larger
-            result = await p.probe(server.target(NAME_A))
+            result = (await p.probe(server.target(NAME_A))).primary
     assert len(result.chain) == 13
     assert sum(map(len, result.chain)) > 4096
     assert DEFAULT_MAX_HANDSHAKE_BYTES == 256 * 1024

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from notary.config import V2Config
 from notary.errors import ProtocolError
-from notary.model.observations import Certificate, Observation, Timeline
+from notary.model.observations import Certificate, Observation, ProbeReport, Timeline
 from notary.model.targets import Target
 from notary.protocol import convergence, http, tlog, v2
 from notary.protocol.convergence import Decision
@@ -179,7 +179,7 @@ def test_a_record_signs_each_protocol_once_on_first_use() -> None:
     assert record.http_responses is first and record.convergence_body in first[0]
     assert signed == ["convergence"]
     statement = record.v2_statement
-    probed = record.with_probe(probe_result(TARGET.host), changed=False)
+    probed = record.with_probe(ProbeReport.of(probe_result(TARGET.host)), changed=False)
     assert probed.v2_statement is statement  # copies keep answers
     assert probed.last_probe is not None and probed.last_probe.chain == ()  # no chain kept
     assert record.perspectives_body == record.perspectives_body

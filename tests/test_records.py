@@ -356,8 +356,8 @@ async def test_another_workers_change_keeps_the_statement_for_the_record_loaded_
             while storage.statistics().committed < 2:  # noqa: ASYNC110 (a counter)
                 await trio.sleep(0.01)
         for target, record in ((b, record_b), (a, record_a)):
-            assert record.latest_sha256 is not None
-            await records.apply_change(Change(1, target, record.latest_sha256, False, "worker 2"))
+            assert record.last_probe is not None
+            await records.apply_change(Change(1, target, record.last_probe.leaf.sha256, False, "worker 2"))
             assert records._cache.peek(target.key) is None
         assert records.statistics().carried == 1  # the bound: b's was dropped for a's
         loaded = await records.lookup(a)

@@ -17,6 +17,10 @@ An I/O edge (Trio). Rules this module keeps:
 3. At most ``MAX_ADDRESSES_PER_DIAL`` allowed addresses are tried, in the
    resolver's order, staggered happy-eyeballs style; the first to connect
    wins and the other attempts are cancelled or closed.
+4. A caller that connects to each address itself (the prober, which
+   handshakes with every address of a name) gets the checked addresses
+   from :func:`allowed_addresses` and connects to each with
+   :func:`connect`, which takes an IP literal only: rule 1 holds.
 
 Resource handling: :func:`dial` returns an open stream the caller owns; on
 every failure path the sockets it opened are closed. Timeouts are the
@@ -47,6 +51,7 @@ __all__ = [
     "Resolver",
     "absolute_name",
     "allowed_addresses",
+    "connect",
     "connect_first",
     "dial",
     "dial_first",
@@ -144,10 +149,12 @@ async def resolve(host: str, port: int, resolver: Resolver) -> Sequence[str]:
 
 
 def allowed_addresses(
-    policy: AddressPolicy, candidates: Sequence[str], *, what: str = "host"
+    policy: AddressPolicy, candidates: Sequence[str], *, what: str = "host",
+    limit: int | None = MAX_ADDRESSES_PER_DIAL,
 ) -> list[str]:
-    """The candidates ``policy`` allows, canonical, deduplicated, in order, at
-    most ``MAX_ADDRESSES_PER_DIAL``.
+    """The candidates ``policy`` allows, canonical (an IPv4-mapped IPv6
+    address as its IPv4 address), deduplicated, in order, at most ``limit``
+    (None: all of them).
 
     Error handling: ``ProbeRefused`` naming the first refusal's reason when
     none is allowed (``what`` names the host in the debug log only).
@@ -171,7 +178,7 @@ def allowed_addresses(
         logger.debug("connection to %s refused by policy: %s", what, ", ".join(refusals))
         word = refusals[0] if refusals else "no address"
         raise ProbeRefused(f"address refused by policy: {word}")
-    return allowed[:MAX_ADDRESSES_PER_DIAL]
+    return allowed if limit is None else allowed[:limit]
 
 
 async def dial(
@@ -278,6 +285,15 @@ async def dial_first(
         if failed.failures and all(isinstance(f, ProbeRefused) for f in failed.failures):
             raise ProbeRefused("address refused by policy") from None
         raise ProbeConnectFailed("could not connect") from None
+
+
+async def connect(address: str, port: int) -> trio.SocketStream:
+    """A TCP connection to the IP literal ``address`` (never a name: rule
+    4), which the caller checked against the policy. The caller owns the
+    stream; nothing is left open on failure.
+
+    Error handling: an ``OSError`` becomes ``ProbeConnectFailed``."""
+    return await _open_stream(address, port)
 
 
 async def _open_stream(address: str, port: int) -> trio.SocketStream:

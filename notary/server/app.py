@@ -881,6 +881,7 @@ async def _serve_from(
             clock=c.clock,
             admit_destination=lambda address: c.abuse.admit_destination(address, c.clock()),
             timings=c.timings,
+            address_memory_entries=config.limits.max_tracked,
         ) as prober:
             scheduler = make_scheduler(
                 config, prober, store_observed_age(storage, c.clock) if c.shared_store else None
@@ -894,6 +895,9 @@ async def _serve_from(
                 node_prober=make_node_prober(config, storage, prober, c.clock)
                 if c.shared_store else None,
                 dane=make_dane_checker(config, c.clock),
+                fresh_for_s=config.answers.fresh_for_s,
+                samples_per_address=config.probe.samples_per_address,
+                clock=c.clock,
             ) as records:
                 services = build_services(c, storage, prober, scheduler, records)
                 await _run(

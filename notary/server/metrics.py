@@ -82,7 +82,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from notary import __version__
 from notary.model.dane import DaneOutcome
 from notary.outbound.logappender import LogAppender
-from notary.outbound.probe import Prober
+from notary.outbound.probe import HINT_OUTCOMES, Prober
 from notary.outbound.writer import Storage
 from notary.server.logapi import LogPages
 from notary.server.relay import RelayHandler
@@ -344,8 +344,22 @@ METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_probes", "prober", lambda p: {"success": p.succeeded, **p.failures},
              "Probes ended, by outcome: success or the failure reason.", ("outcome",),
              ("success", *PROBE_FAILURE_REASONS)),
-    _counter("notary_probe_tls_versions", "prober", "tls_versions", "Successful probes, by the "
-             "TLS version the target negotiated.", ("version",), PROBE_TLS_VERSIONS),
+    _counter("notary_probe_tls_versions", "prober", "tls_versions", "Handshakes that showed a "
+             "certificate, by the TLS version the target negotiated.", ("version",),
+             PROBE_TLS_VERSIONS),
+    _counter("notary_probe_connections", "prober", "connections", "Connections made to "
+             "targets: each address of a probe, each sample."),
+    _counter("notary_probe_handshakes", "prober", "handshakes",
+             "Handshakes that showed a certificate."),
+    _counter("notary_probe_address_failures", "prober", "address_failures", "Addresses of "
+             "probes where no handshake showed a certificate, by reason (in probes that saw a "
+             "certificate at another address too).", ("reason",), PROBE_FAILURE_REASONS),
+    _counter("notary_probe_address_hints", "prober", "hints", "Clients' address hints (a v2 "
+             "entry's address), by outcome: added to the probe, present among the addresses "
+             "probed already, or ignored (not from the notary's own resolution lately, or "
+             "refused by the policy).", ("outcome",), HINT_OUTCOMES),
+    _gauge("notary_probe_remembered_addresses", "livesum", "prober", "remembered",
+           "Addresses the prober remembers its resolutions returned (address hints)."),
     _counter("notary_dane_checks", "dane", "checked", "DANE checks made (a TLSA lookup judged "
              "beside a probe), by outcome.", ("outcome",), tuple(o.value for o in DaneOutcome)),
     _counter("notary_log_appended", "log", "appended", "Statements this worker appended to the "
@@ -386,9 +400,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_probes_coalesced", "records", "coalesced", "Probe requests that joined a "
              "probe already running for their target."),
     _gauge("notary_probes_in_flight", "livesum", "prober", "in_flight",
-           "Probes holding a connection slot."),
+           "Probe connections holding a slot ([probe] max_concurrent)."),
     _gauge("notary_probes_queued", "livesum", "prober", "queued",
-           "Probes waiting for a connection slot."),
+           "Probe connections waiting for a slot."),
     _histogram("notary_probe_duration_seconds", PROBE_DURATION_BUCKETS_S, "Time from a probe's "
                "start (queueing for a slot included) to its result.", ("result",),
                ("success", "failure")),

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
 
 from notary import errors
 from notary.errors import ProbeError, StoreError
-from notary.model.observations import Observation, ProbeResult
+from notary.model.observations import ProbeReport, ProbeResult, Timeline
 from notary.model.targets import Target
 from notary.outbound.probe import Prober
 from notary.outbound.writer import Storage
@@ -45,10 +45,12 @@ _ERRORS = {
 
 @dataclass(frozen=True, slots=True)
 class Probed:
-    """What a target served: ``result``; ``stored``: another worker's probe,
-    already in the store (nothing to write again)."""
+    """What a target served: ``report``; ``stored``: another worker's probe,
+    already in the store (nothing to write again; its report is what the
+    store says that probe saw: each certificate at the address it was seen
+    at last, without chains)."""
 
-    result: ProbeResult
+    report: ProbeReport
     stored: bool = False
 
 
@@ -71,12 +73,24 @@ class NodeProber:
         self.waited = 0  # probes another worker made for this one
         self.claims_expired = 0  # waits that ended in a probe here
 
-    async def probe(self, target: Target) -> Probed:
+    async def probe(
+        self, target: Target, *, samples_per_address: int = 1,
+        extra_addresses: Sequence[str] = (),
+    ) -> Probed:
+        """Probe ``target`` once per node (``Prober.probe``'s arguments),
+        or take the probe another worker holding the claim made."""
+
+        async def probe_here() -> Probed:
+            return Probed(await self._prober.probe(
+                target, samples_per_address=samples_per_address,
+                extra_addresses=extra_addresses,
+            ))
+
         try:
             claim = await self._storage.claim_probe(target, self._now_ms(), self._ttl_ms)
         except StoreError as exc:
             log.error("probe claim of %s failed, probing: %s", target, exc)
-            return Probed(await self._prober.probe(target))
+            return await probe_here()
         if claim.holder != self._storage.origin:
             since_s = (claim.until_ms - self._ttl_ms) // 1000
             seen = await self._wait_for_holder(target, since_s)
@@ -86,7 +100,7 @@ class NodeProber:
             self.claims_expired += 1
         failure: str | None = None
         try:
-            return Probed(await self._prober.probe(target))
+            return await probe_here()
         except ProbeError as exc:
             failure = exc.reason
             raise
@@ -100,16 +114,17 @@ class NodeProber:
         except StoreError as exc:
             log.error("could not release the probe claim of %s: %s", target, exc)
 
-    async def _wait_for_holder(self, target: Target, since_s: int) -> ProbeResult | None:
-        """The observation another worker stored at ``since_s`` or later (as
-        a ``ProbeResult``); None when its claim ended without one. Raises
+    async def _wait_for_holder(self, target: Target, since_s: int) -> ProbeReport | None:
+        """The observations another worker stored at ``since_s`` or later (as
+        a ``ProbeReport``); None when its claim ended without one. Raises
         the holder's failure."""
         while True:
             await trio.sleep(self._poll_interval_s)
             try:
-                newest = (await self._storage.load_timeline(target)).newest
+                timeline = await self._storage.load_timeline(target)
+                newest = timeline.newest
                 if newest is not None and newest.last_seen >= since_s:
-                    return _as_result(target, newest)
+                    return _as_report(timeline, since_s)
                 claim = await self._storage.read_claim(target)
             except StoreError as exc:
                 log.error("waiting for another worker's probe of %s failed: %s", target, exc)
@@ -125,6 +140,14 @@ class NodeProber:
         return int(self._clock() * 1000)
 
 
-def _as_result(target: Target, newest: Observation) -> ProbeResult:
-    address = newest.addresses[0] if newest.addresses else ""
-    return ProbeResult(target, newest.certificate, (), address, newest.last_seen)
+def _as_report(timeline: Timeline, since_s: int) -> ProbeReport:
+    """What the store says the probes since ``since_s`` saw: each
+    certificate seen since, at the address it was seen at last (the store
+    keeps no more), newest first."""
+    target = timeline.target
+    results = tuple(
+        ProbeResult(target, o.certificate, (), o.addresses[0] if o.addresses else "", o.last_seen)
+        for o in timeline.observations if o.last_seen >= since_s
+    )
+    addresses = tuple(dict.fromkeys(result.address for result in results))
+    return ProbeReport(target, results, addresses, (), results[0].observed_at)

@@ -25,8 +25,9 @@ Invariants
    first, once, whichever path answers it; a refusal raises ``RateLimited``
    (429), or is the 429 response on the fast path. A probe a query would
    start (not one it joins: ``_probing``) is admitted by the client's and
-   the target's probe budgets; the prober admits every probe by the budget
-   of the address prefix it connects to (after resolution). A throttled query (the
+   the target's probe budgets; the prober admits every connection of a
+   probe (each address, each sample) by the budget of the address prefix
+   it connects to (after resolution). A throttled query (the
    target's or its prefix's budget) is answered from the target's newest
    observation when it is more recent than the target's probe spacing (as
    within ``reprobe_after_s``: 200 or 409), else as a failed probe (a GET
@@ -479,19 +480,23 @@ class QueryService:
             self._note_query(target)
 
     async def probe_for_query(
-        self, target: Target, record: TargetRecord | None, client: bytes | None
+        self, target: Target, record: TargetRecord | None, client: bytes | None,
+        address_hint: str | None = None,
     ) -> ProbeOutcome:
         """Probe ``target`` for a query of the client prefix ``client``
         (``record``: what is known of it): admitted by the limits (invariant
         6), under the query deadline, the query and the outcome noted for
         the scheduler (invariant 8). Each protocol answers the outcome in
         its terms and applies invariant 7's delay (``failure_deadline``).
+        ``address_hint``: the address the client's own connection reached
+        (a v2 entry's ``address``), probed too when the prober's rule allows
+        it (``Records.refresh``).
 
         Error handling: ``RateLimited`` when the client's probe budget is
         spent (nothing probed, nothing noted); probe failures are outcomes."""
         started = trio.current_time()
         try:
-            refreshed = await self._refresh_for(target, record, client)
+            refreshed = await self._refresh_for(target, record, client, address_hint)
         except ProbeError as exc:
             self._note_probe_outcome(target, record, None, exc)
             newest = self._cache.peek(target.key) or record  # refreshed meanwhile?
@@ -504,7 +509,8 @@ class QueryService:
         return ProbeOutcome(Outcome.OBSERVED, refreshed, started)
 
     async def _refresh_for(
-        self, target: Target, record: TargetRecord | None, client: bytes | None
+        self, target: Target, record: TargetRecord | None, client: bytes | None,
+        address_hint: str | None = None,
     ) -> TargetRecord:
         """Refresh ``target`` under the query deadline, admitted by the
         limits unless it joins a probe a query started (invariant 6).
@@ -520,7 +526,7 @@ class QueryService:
         probing[key] = probing.get(key, 0) + 1
         try:
             with trio.fail_after(self._query_timeout_s):
-                return await self._records.refresh(target)
+                return await self._records.refresh(target, address_hint=address_hint)
         except trio.TooSlowError:
             raise QueryDeadline("probe did not finish in time") from None
         except ProbeRefused:
@@ -853,7 +859,10 @@ class QueryService:
                 self._note_query(target)
         else:
             try:
-                probed = await self.probe_for_query(target, record, client)
+                probed = await self.probe_for_query(
+                    # The v2 entry's ``address`` (issue 31, item 4), once parsed.
+                    target, record, client, address_hint=getattr(query, "address", None),
+                )
             except RateLimited:  # answered from what is known, unprobed; not registered
                 record = self._cache.peek(target.key) or record
             else:

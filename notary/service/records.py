@@ -5,10 +5,14 @@ A record (``TargetRecord``) is a target's timeline plus the answer of each
 protocol, signed on first use and kept (a cache hit costs no signature).
 ``Records`` finds a target's record in the cache, else in the store (never
 for a target the stored-targets filter has never seen), and refreshes it: a
-probe, merged into the timeline, cached, queued for the store and published
-to the target's watchers (through the store's change feed, which also
-brings what the node's other workers committed: ``apply_change``), once per
-probe however many callers wait for it. With DANE among the backends a
+probe of every address of the target (``Prober.probe``: a ``ProbeReport``),
+each address sampled several times when the target was seen serving more
+than one certificate within ``fresh_for_s`` (``samples_per_address``),
+every result merged into the timeline at once (one new record), cached,
+queued for the store as one item (one write batch, one change in the
+feed) and published to the target's watchers (through the store's change
+feed, which also brings what the node's other workers committed:
+``apply_change``), once per probe however many callers wait for it. With DANE among the backends a
 refresh also checks the target's TLSA records (``notary.service.dane``), in
 parallel with the probe, and keeps the verdict on the record
 (``TargetRecord.dane``, in memory only: each node checks for itself).
@@ -16,9 +20,14 @@ When DNSSEC fails before the probe sees a certificate (the name's own
 lookup fails validation or gets no answer, or the probe fails beside a
 failed TLSA lookup) that failure's verdict is kept the same way, on a
 record without observations when the target has none, so answers say why.
-The record it returns says what the probe saw (``last_probe``,
-``last_probe_changed``): callers tell the rescan scheduler themselves, so
-data goes one way (the scheduler calls ``refresh``, never the reverse).
+The record it returns says what the probe saw (``last_report``, and
+``last_probe``, the result that stands for it: ``ProbeReport.primary``)
+and whether it saw something new (``last_probe_changed``: a certificate
+outside the target's current set, ``notary.model.observations.is_change``,
+so a site serving several certificates is not "changing" at every probe):
+callers tell the rescan scheduler themselves, so data goes one way (the
+scheduler calls ``refresh``, never the reverse). DANE judges one chain per
+probe: the primary result's.
 
 With a log (README, "The notary's log"; issue 30 item 5), every v2
 statement signed is appended for good, so ``RecordSigner`` signs one again
@@ -83,7 +92,14 @@ from notary.errors import (
     StoreError,
 )
 from notary.model.dane import DaneVerdict, DnssecStatus, TlsaLookup, deciding_backend
-from notary.model.observations import ProbeResult, Timeline, TimelineLimits
+from notary.model.observations import (
+    ProbeReport,
+    ProbeResult,
+    Timeline,
+    TimelineLimits,
+    is_change,
+    samples_per_address,
+)
 from notary.model.ratelimit import TokenBuckets
 from notary.model.targets import Target
 from notary.outbound.probe import Prober
@@ -116,6 +132,11 @@ _NOT_WAITING_FOR_TLSA = (ProbeRefused, ProbeThrottled, ProbeResolverFailed)
 
 #: Rough per-record bytes beyond the bodies and certificates (objects, hashes).
 RECORD_OVERHEAD_BYTES = 512
+#: What the latest probe's report adds to a record, per handshake result
+#: and per failed address (small objects sharing the timeline's
+#: certificates; the chains are left out).
+REPORT_BYTES_PER_RESULT = 128
+REPORT_BYTES_PER_FAILURE = 96
 #: Upper estimates of a fully signed record's answers (every protocol, the
 #: four Convergence responses): per certificate observed, per run of one,
 #: and for the rest (signatures, headers; plus the host name's length).
@@ -370,26 +391,26 @@ class TargetRecord:
         "dane",
         "last_probe",
         "last_probe_changed",
-        "latest_sha256",
+        "last_report",
         "size",
         "timeline",
     )
 
     def __init__(
-        self, timeline: Timeline, signer: RecordSigner, latest_sha256: bytes | None = None,
-        carried: TargetRecord | None = None,
+        self, timeline: Timeline, signer: RecordSigner, carried: TargetRecord | None = None,
     ) -> None:
         self.timeline = timeline
-        #: SHA-256 of the certificate the latest probe saw (None: not probed
-        #: since the record was loaded; the timeline's newest stands in).
-        #: Times are whole seconds, so "newest" alone is ambiguous within a
-        #: second.
-        self.latest_sha256 = latest_sha256
-        #: The latest probe's result, its chain left out (the cache's byte
-        #: accounting counts no chain); None: not probed since loaded.
+        #: The latest probe's report: every handshake's result, every
+        #: address probed, the failures; the chains left out and the leaves
+        #: the timeline's own (the cache's byte accounting counts no chain).
+        #: None: not probed since loaded.
+        self.last_report: ProbeReport | None = None
+        #: The result that stands for the latest probe
+        #: (``last_report.primary``), for who needs one (the scheduler).
         self.last_probe: ProbeResult | None = None
-        #: Whether ``last_probe`` saw another certificate than the one seen
-        #: before it (False for a target's first probe).
+        #: Whether the latest probe saw a certificate outside the target's
+        #: current set before it (``notary.model.observations.is_change``;
+        #: False for a target's first probe).
         self.last_probe_changed = False
         #: The DANE verdict on the latest probe (None: DANE is not among the
         #: backends, or the target was not probed since it was loaded).
@@ -523,16 +544,19 @@ class TargetRecord:
         return made
 
     def with_probe(
-        self, result: ProbeResult, changed: bool, dane: DaneVerdict | None = None
+        self, report: ProbeReport, changed: bool, dane: DaneVerdict | None = None
     ) -> TargetRecord:
         """This record (answers made so far included) as made by the probe
-        ``result`` (``latest_sha256``, ``last_probe``, ``last_probe_changed``)
+        ``report`` (``last_report``, ``last_probe``, ``last_probe_changed``)
         and the DANE verdict ``dane`` on it, if one was made (the v2
         statement, which carries its evidence, is then signed again on use)."""
         made = self._copy()
-        made.latest_sha256 = result.leaf.sha256
-        made.last_probe = replace(result, chain=()) if result.chain else result
+        kept = _compact(report, self.timeline)
+        earlier = self.last_report
+        made.last_report = kept
+        made.last_probe = kept.primary
         made.last_probe_changed = changed
+        made.size += _report_bytes(kept) - _report_bytes(earlier)
         if dane is not None:
             made._judged(dane)
         return made
@@ -586,6 +610,30 @@ def _dane_substance(dane: DaneVerdict | None) -> tuple | None:
         return None
     matched = dane.matched.record if dane.matched is not None else None
     return (dane.outcome, dane.lookup.status, dane.lookup.records, dane.leaf_sha256, matched)
+
+
+def _compact(report: ProbeReport, timeline: Timeline) -> ProbeReport:
+    """``report`` as a record keeps it: no chains, each leaf the timeline's
+    own certificate object (one DER in memory), or without its DER when the
+    timeline does not hold it."""
+    certificates = {o.certificate.sha256: o.certificate for o in timeline.observations}
+    results = []
+    for result in report.results:
+        leaf = certificates.get(result.leaf.sha256)
+        if leaf is None:
+            leaf = replace(result.leaf, der=b"")
+        results.append(replace(result, leaf=leaf, chain=()))
+    return replace(report, results=tuple(results))
+
+
+def _report_bytes(report: ProbeReport | None) -> int:
+    """What ``report`` adds to a record's size (0: none)."""
+    if report is None:
+        return 0
+    return (
+        REPORT_BYTES_PER_RESULT * len(report.results)
+        + REPORT_BYTES_PER_FAILURE * len(report.failures)
+    )
 
 
 def _dane_bytes(dane: DaneVerdict | None) -> int:
@@ -648,8 +696,19 @@ class Records:
         watch_hub: WatchHub | None = None,
         node_prober: NodeProber | None = None,
         dane: DaneChecker | None = None,
+        fresh_for_s: int = 86400,
+        samples_per_address: int = 1,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._nursery: trio.Nursery | None = None
+        #: ``[answers] fresh_for_s``: a target's current set (what a change
+        #: is judged against, and whether its probes sample).
+        self._fresh_for_s = fresh_for_s
+        #: ``[probe] samples_per_address``: handshakes per address at most
+        #: for a target seen serving several certificates lately.
+        self._samples_per_address = samples_per_address
+        #: Unix time, for the sampling decision (the signer's by default).
+        self._clock = clock if clock is not None else signer.now
         self._exit_stack = AsyncExitStack()
         self._cache = cache
         self._storage = storage
@@ -735,10 +794,18 @@ class Records:
         self._cache.put(target.key, record, record.size)
         return record
 
-    async def refresh(self, target: Target) -> TargetRecord:
+    async def refresh(
+        self, target: Target, *, address_hint: str | None = None
+    ) -> TargetRecord:
         """Probe ``target`` now and return its record with what the probe
-        saw (``last_probe``). Joins the refresh already running for
-        ``target``, if any. Cancelling the caller stops only its wait.
+        saw (``last_report``, ``last_probe``). Joins the refresh already
+        running for ``target``, if any. Cancelling the caller stops only its
+        wait.
+
+        ``address_hint``: the address a client's own connection reached,
+        added to the probe when the prober's rule allows it
+        (``notary.outbound.probe``, rule 5); a refresh joined as it runs
+        keeps the addresses it probes (the hint is not added to it).
 
         Error handling: the probe's ``ProbeError`` (a copy per caller), a
         plain ``ProbeError`` for anything else the refresh raised (a bug,
@@ -746,7 +813,7 @@ class Records:
         records); ``RuntimeError`` unless the records are open."""
         running = self._refreshes.get(target)
         if running is None:
-            running = self._start(target)
+            running = self._start(target, () if address_hint is None else (address_hint,))
         else:
             self._coalesced += 1
         await running.done.wait()
@@ -768,29 +835,37 @@ class Records:
         self._start(target)
         return True
 
-    def _start(self, target: Target) -> _Refresh:
+    def _start(self, target: Target, hints: tuple[str, ...] = ()) -> _Refresh:
         running = _Refresh()
         if self._nursery is None:
             raise RuntimeError("Records used before it was entered")
         # start_soon first: it raises RuntimeError once the nursery is closed
-        self._nursery.start_soon(self._run, target, running, name=f"refresh {target}")
+        self._nursery.start_soon(self._run, target, running, hints, name=f"refresh {target}")
         self._refreshes[target] = running
         self._started += 1
         return running
 
-    async def _run(self, target: Target, running: _Refresh) -> None:
+    async def _run(self, target: Target, running: _Refresh, hints: tuple[str, ...]) -> None:
         try:
+            # The cached record decides the sampling (a query looked it up
+            # and cached it; one not cached is probed once per address):
+            # no store read before the probe.
+            known = self._cache.peek(target.key)
+            samples = samples_per_address(
+                known.timeline if known is not None else None, int(self._clock()),
+                self._fresh_for_s, self._samples_per_address,
+            )
             dane = None
             if self.dane is None:
-                probed = await self._probe(target)
+                probed = await self._probe(target, samples, hints)
             else:
-                probed, dane = await self._probe_and_check(target, self.dane)
-            result = probed.result
+                probed, dane = await self._probe_and_check(target, self.dane, samples, hints)
+            report = probed.report
             try:
-                running.record = await self._merge(result, stored=probed.stored, dane=dane)
+                running.record = await self._merge(report, stored=probed.stored, dane=dane)
             except Exception:
                 log.exception("merging the probe of %s failed", target)
-                running.record = self._merged_in_memory(result, dane)
+                running.record = self._merged_in_memory(report, dane)
         except ProbeError as exc:
             running.error = exc
         except Exception:
@@ -805,17 +880,26 @@ class Records:
                 del self._refreshes[target]
             running.done.set()
 
-    async def _probe(self, target: Target) -> Probed:
+    async def _probe(
+        self, target: Target, samples: int = 1, hints: tuple[str, ...] = ()
+    ) -> Probed:
         if self._node_prober is not None:
-            return await self._node_prober.probe(target)
-        return Probed(await self.prober.probe(target))
+            return await self._node_prober.probe(
+                target, samples_per_address=samples, extra_addresses=hints
+            )
+        return Probed(await self.prober.probe(
+            target, samples_per_address=samples, extra_addresses=hints
+        ))
 
     async def _probe_and_check(
-        self, target: Target, checker: DaneChecker
+        self, target: Target, checker: DaneChecker, samples: int = 1,
+        hints: tuple[str, ...] = (),
     ) -> tuple[Probed, DaneVerdict]:
         """The probe and, at the same time, the TLSA lookup; the verdict on
-        the chain the probe saw. Another worker's probe (its leaf only) that
-        DANE-TA might vouch for through the chain is made again here.
+        the chain of the probe's primary result (one chain per probe, for
+        now: a site serving several certificates is judged on the first
+        address's). Another worker's probe (its leaves only) that DANE-TA
+        might vouch for through the chain is made again here.
 
         Error handling: the probe's ``ProbeError``. When DNSSEC failed
         first (the name's own addresses failed validation or got no answer
@@ -832,7 +916,7 @@ class Records:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(look_up)
             try:
-                probed = await self._probe(target)
+                probed = await self._probe(target, samples, hints)
             except ProbeError as exc:  # raised past the nursery, not in a group
                 failed = exc
                 if isinstance(exc, _NOT_WAITING_FOR_TLSA):
@@ -847,10 +931,12 @@ class Records:
             if status is not None:
                 await self._keep_failure(target, checker.failed(target, status))
             raise failed
-        judged = checker.judge(found[0], probed.result)
-        if needs_chain(judged, probed.result):
-            probed = Probed(await self.prober.probe(target))
-            judged = checker.judge(found[0], probed.result)
+        judged = checker.judge(found[0], probed.report.primary)
+        if needs_chain(judged, probed.report.primary):
+            probed = Probed(await self.prober.probe(
+                target, samples_per_address=samples, extra_addresses=hints
+            ))
+            judged = checker.judge(found[0], probed.report.primary)
         return probed, judged
 
     async def _keep_failure(self, target: Target, failure: DaneVerdict) -> None:
@@ -870,28 +956,25 @@ class Records:
             log.exception("keeping the DANE failure of %s failed", target)
 
     async def _merge(
-        self, result: ProbeResult, *, stored: bool = False, dane: DaneVerdict | None = None
+        self, report: ProbeReport, *, stored: bool = False, dane: DaneVerdict | None = None
     ) -> TargetRecord:
-        """Merge ``result`` into the target's record (a new record only if
-        the timeline changed: nothing is signed here), cache it and queue the
-        result for the store (whose change feed tells the watchers) unless
-        it is ``stored`` already (another worker's probe)."""
-        target = result.target
+        """Merge ``report`` (every result) into the target's record (a new
+        record only if the timeline changed: nothing is signed here), cache
+        it and queue its sightings for the store as one item (one batch,
+        one change in the feed, which tells the watchers) unless they are
+        ``stored`` already (another worker's probe)."""
+        target = report.target
         record = await self.lookup(target)
         old = record.timeline if record is not None else Timeline(target)
-        timeline = old.merged(result, self._merge_window_s, self._timeline_limits)
-        previous: bytes | None = None
-        if record is not None:
-            newest = old.newest
-            previous = record.latest_sha256 or (newest.certificate.sha256 if newest else None)
-        new_certificate = previous != result.leaf.sha256
+        timeline = old.merged(report, self._merge_window_s, self._timeline_limits)
+        changed = is_change(old, report, self._fresh_for_s)
         if record is None or timeline != old:
             record = self.make(timeline, record)
-        record = record.with_probe(result, new_certificate and previous is not None, dane)
+        record = record.with_probe(report, changed, dane)
         self._cache.put(target.key, record, record.size)
         self._stored.add(target.key)
         if not stored:
-            await self._storage.record(result)
+            await self._storage.record(*report.sightings)
         return record
 
     async def apply_change(self, change: Change) -> None:
@@ -948,10 +1031,10 @@ class Records:
         self._stored.switch_off()
 
     def _merged_in_memory(
-        self, result: ProbeResult, dane: DaneVerdict | None = None
+        self, report: ProbeReport, dane: DaneVerdict | None = None
     ) -> TargetRecord:
-        cached = self._cache.peek(result.target.key)
-        old = cached.timeline if cached is not None else Timeline(result.target)
-        merged = old.merged(result, self._merge_window_s, self._timeline_limits)
-        changed = cached is not None and cached.latest_sha256 not in (None, result.leaf.sha256)
-        return self.make(merged, cached).with_probe(result, changed, dane)
+        cached = self._cache.peek(report.target.key)
+        old = cached.timeline if cached is not None else Timeline(report.target)
+        merged = old.merged(report, self._merge_window_s, self._timeline_limits)
+        changed = is_change(old, report, self._fresh_for_s)
+        return self.make(merged, cached).with_probe(report, changed, dane)

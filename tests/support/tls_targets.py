@@ -24,7 +24,7 @@ Usage::
     async with open_tls_target(names=["www.example.test"]) as server:
         resolver = static_resolver({"www.example.test": [server.host]})
         async with open_prober(ProbeConfig(), policy=..., resolver=resolver) as prober:
-            result = await prober.probe(server.target("www.example.test"))
+            result = (await prober.probe(server.target("www.example.test"))).primary
         assert result.leaf.der == server.leaf_der("www.example.test")
 """
 
