@@ -11,8 +11,10 @@ from pathlib import Path
 import trio
 
 from notary.model.targets import Target
+from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
-from tests.support.notaries import LOCALHOST
+from tests.support.notaries import LOCALHOST, legacy_query, open_notary
+from tests.support.sites import open_site
 from tests.support.tls_targets import open_tls_target
 from tests.support.watching import watching
 from tests.test_node import get, plain_port, run_node
@@ -128,3 +130,43 @@ async def _count(port: int, path: str, statuses: list[int]) -> None:
     outcome, status = await get(port, path)
     assert outcome == "answered"
     statuses.append(status)
+
+
+async def test_two_workers_probe_a_split_site_once_and_each_answers_every_certificate(
+    tmp_path: Path,
+) -> None:
+    """Issue 31, in a node (two workers in this process, one SQLite store):
+    both refresh a site served at three addresses at once; one probes every
+    address (the claim), the other reads its report back from the store;
+    then each worker vouches for every certificate without a probe."""
+    db = tmp_path / "shared.db"
+    addresses = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+    async with open_site(addresses) as site:
+        names = {site.name: list(addresses)}
+        target, path = site.target(), f"{site.name}+{site.port}"
+        async with (
+            open_notary(tmp_path / "a", names=names, server={"db_file": db},
+                        shared_store=True) as first,
+            open_notary(tmp_path / "b", names=names, server={"db_file": db},
+                        shared_store=True) as second,
+        ):
+            refreshed = []
+
+            async def refresh(notary) -> None:
+                refreshed.append(await notary.running.records.refresh(target))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(refresh, first)
+                nursery.start_soon(refresh, second)
+            assert site.accepted == 3  # one probe: each address once
+            for record in refreshed:
+                assert record.last_report is not None
+                assert {leaf.der for leaf in record.last_report.leaves} == site.leaves()
+            for notary in (first, second):
+                for der in site.leaves():
+                    fp = format_fingerprint(hashlib.sha1(der).digest())
+                    assert (await legacy_query(notary.port, path, fp)).status == 200
+            assert site.accepted == 3
+    with sqlite3.connect(db) as connection:  # one change in the feed for the probe
+        rows = connection.execute("SELECT host, changed FROM changes").fetchall()
+    assert rows == [(site.name, 0)]

@@ -10,9 +10,11 @@ from pathlib import Path
 import trio
 
 from notary.model.targets import Target
+from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
 from tests.support.notaries import legacy_query, open_notary
 from tests.support.postgres import PostgresServer
+from tests.support.sites import open_site
 from tests.support.tls_targets import open_tls_target
 from tests.support.watching import watching
 
@@ -71,6 +73,50 @@ async def test_a_watcher_on_one_node_sees_a_change_the_other_probed(
                 await trio.sleep(0.3)  # and only once
             events = watcher.events
     assert len(events) == 1
+    assert hashlib.sha256(new_der).digest() in {o.sha256 for o in events[0].observations}
+
+
+async def test_a_split_site_s_rotation_at_one_address_is_one_event_on_the_other_node(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    """Issue 31 in a fleet: a site serving a certificate per address, probed
+    by one node; a watcher on the other node sees one event when one
+    address serves a new certificate, and none for a probe seeing the same
+    certificates again; the other node answers every certificate from the
+    store."""
+    store = fleet_store(postgres_server, postgres_server.new_database())
+    v2_key = tmp_path / "v2.key"
+    crypto.write_ed25519_private_key(v2_key, crypto.generate_ed25519_key())
+    addresses = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+    async with open_site(addresses) as site:
+        names = {site.name: list(addresses)}
+        target = site.target()
+        async with (
+            open_notary(tmp_path / "a", names=names, store=store,
+                        v2={"key_file": v2_key}) as prober_node,
+            open_notary(tmp_path / "b", names=names, store=store,
+                        v2={"key_file": v2_key}) as watched_node,
+        ):
+            await prober_node.running.records.refresh(target)
+            pem = crypto.certificate_pem(watched_node.certificate).decode()
+            async with watching(watched_node.port, pem, target) as watcher:
+                await prober_node.running.records.refresh(target)  # the same three
+                new_der = site.replace_certificate("127.0.0.3")
+                await prober_node.running.records.refresh(target)
+                await watcher.next_event(5)
+                await prober_node.running.records.refresh(target)  # nothing new again
+                await trio.sleep(0.5)
+            events = watcher.events
+            accepted = site.accepted
+            path = f"{site.name}+{site.port}"
+            for der in site.leaves():
+                fp = format_fingerprint(hashlib.sha1(der).digest())
+                assert (await legacy_query(watched_node.port, path, fp)).status == 200
+            assert site.accepted == accepted  # answered from the store
+    assert len(events) == 1
+    assert {hashlib.sha256(der).digest() for der in site.leaves()} <= {
+        o.sha256 for o in events[0].observations
+    }
     assert hashlib.sha256(new_der).digest() in {o.sha256 for o in events[0].observations}
 
 

@@ -47,6 +47,7 @@ from tests.support.notaries import (
     open_v2_notary,
     send_raw,
 )
+from tests.support.sites import open_site
 from tests.support.tls_targets import (
     LOCALHOST,
     RawTarget,
@@ -359,6 +360,60 @@ async def test_many_hostile_targets_at_once_do_not_block_the_notary(
                 assert trio.current_time() - started <= PROBE_TIMEOUT_S + 0.01
     assert statuses == [503] * 30
 
+
+
+@pytest.mark.parametrize(
+    ("hostile", "probe", "reason"), [pytest.param(h, p, r, id=n) for n, h, p, r in CASES]
+)
+async def test_a_misbehaving_address_beside_good_ones_leaves_their_certificates_vouched(
+    tmp_path: Path,
+    hostile: HostileTarget,
+    probe: dict[str, object],
+    reason: str,
+    bytes_read: dict[int, int],
+    caplog: pytest.LogCaptureFixture,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Issue 31: a name whose first address misbehaves (every hostile
+    target above, on 127.0.0.1) and whose two others serve good
+    certificates of their own (127.0.0.2, 127.0.0.3, the same port): the
+    good ones are observed and vouched for, on time, the hostile address's
+    failure is in the probe's report, and no connection read more than the
+    cap."""
+    caplog.set_level(logging.WARNING)
+    async with open_tls_target(names=[GOOD], maximum_version=_tls12()) as upstream:
+        async with hostile(upstream) as target:
+            good_addresses = ("127.0.0.2", "127.0.0.3")
+            async with open_site(good_addresses, name=HOSTILE, port=target.port) as site:
+                names = {HOSTILE: [target.host, *good_addresses]}
+                async with open_settled_notary(
+                    tmp_path, names=names, probe={"timeout_s": PROBE_TIMEOUT_S, **probe},
+                    rescan={"enabled": False},
+                    admin={"listen": (), "metrics_interval_s": 3600.0},
+                ) as notary:
+                    started = trio.current_time()
+                    answer = await legacy_query(notary.port, f"{HOSTILE}+{target.port}", None)
+                    elapsed = trio.current_time() - started
+                    fps = [format_fingerprint(hashlib.sha1(site.leaf_der(a)).digest())
+                           for a in good_addresses]
+                    posts = [
+                        await legacy_query(notary.port, f"{HOSTILE}+{target.port}", fp)
+                        for fp in fps
+                    ]
+                    record = await notary.running.records.lookup(site.target())
+                    statistics = notary.running.prober.statistics()
+    assert answer.status == 200
+    listed = [row["fingerprint"] for row in json.loads(answer.body)["fingerprintList"]]
+    assert sorted(listed) == sorted(fps)
+    assert [post.status for post in posts] == [200, 200]
+    assert elapsed <= PROBE_TIMEOUT_S + 0.01
+    assert record is not None and record.last_report is not None
+    assert record.last_report.failures == ((LOCALHOST, reason),)
+    assert statistics.address_failures.get(reason, 0) >= 1
+    cap = int(probe.get("max_handshake_bytes", DEFAULT_MAX_HANDSHAKE_BYTES))  # type: ignore[call-overload]
+    assert max(bytes_read.values()) <= cap + 1
+    bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert bad == []
 
 
 # -- names that are not public DNS names ---------------------------------------------------
