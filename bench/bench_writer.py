@@ -32,7 +32,7 @@ from unittest import mock
 import harness
 import trio
 
-from notary.config import LimitsConfig, StoreConfig
+from notary.config import LimitsConfig, ProbeConfig, StoreConfig
 from notary.model.observations import Certificate, ProbeResult, Run, add_sighting
 from notary.model.targets import Target
 from notary.outbound.writer import StorageStatistics, open_storage
@@ -448,30 +448,51 @@ def per_target(path: Path, targets: int = 8) -> tuple[float, float]:
         return (written - empty) / targets, (file_bytes(path) - empty) / targets
 
 
-def per_probe(path: Path, probes: int = 4000) -> float:
-    """Bytes per probe of a new target with a new certificate."""
+def per_probe(path: Path, probes: int = 4000, addresses: int = 1) -> float:
+    """Bytes per probe of a new target with a new certificate at each of
+    ``addresses`` addresses (issue 31: a probe observes every address)."""
     rng = random.Random(2)
     with Store(path, limits=LIMITS) as store:
         empty = file_bytes(path)
-        record_in_batches(store, [ProbeResult(Target(longest_host(i), 65535),
-                                              certificate(rng, LIMITS.max_certificate_bytes), (),
-                                              LONG_ADDRESSES[0], T0 + i) for i in range(probes)])
+        record_in_batches(store, [
+            ProbeResult(Target(longest_host(i), 65535),
+                        certificate(rng, LIMITS.max_certificate_bytes), (),
+                        LONG_ADDRESSES[a % len(LONG_ADDRESSES)], T0 + i)
+            for i in range(probes) for a in range(addresses)
+        ])
         return (file_bytes(path) - empty) / probes
 
 
 def bounds(directory: Path) -> None:
-    """Part bounds, in databases under ``directory``."""
-    written, compacted = per_target(directory / "per-target.db")
-    probe = per_probe(directory / "per-probe.db")
+    """Part bounds, in databases under ``directory``. The change feed's rows
+    are left out (not written): the feed is bounded apart, by ``[store]
+    feed_max_rows`` rows for the whole store, not per target or per probe
+    (written here, unpruned, they would be most of "per target": a row per
+    probe of a 253-character host name)."""
+    with mock.patch("notary.state.feed.write", lambda *args, **kwargs: None):
+        written, compacted = per_target(directory / "per-target.db")
+        probe = per_probe(directory / "per-probe.db")
+        probe_config = ProbeConfig()
+        spread = probe_config.max_addresses
+        split = per_probe(directory / "per-split-probe.db", 1000, spread)
+    # The most new certificates one probe can see: every address probed (and
+    # a client's address hint), each sampled.
+    most = (probe_config.max_addresses + 1) * probe_config.samples_per_address
     limits = LimitsConfig()
     probes_per_day = limits.probes_per_s_per_prefix * 86400 + limits.probe_burst
-    print(f"SQLite {sqlite3.sqlite_version}; {LIMITS}\n")
+    print(f"SQLite {sqlite3.sqlite_version}; {LIMITS}; {probe_config}\n")
     harness.print_table(["measure", "bytes"], [
         ["a. per target at its limits, as written", f"{written:,.0f}"],
         ["a. per target at its limits, after compact", f"{compacted:,.0f}"],
         ["b. per probe (new target, new certificate)", f"{probe:,.0f}"],
+        [f"c. per probe of {spread} addresses (new target, a new certificate each)",
+         f"{split:,.0f}"],
+        [f"d. the most one probe adds: {most} new certificates (c / {spread} x {most})",
+         f"{split / spread * most:,.0f}"],
         [f"per client prefix per day ({probes_per_day:,.0f} probes x b)",
          f"{probes_per_day * probe:,.0f}"],
+        ["... x d, every probe a sampled site serving a new certificate per handshake",
+         f"{probes_per_day * split / spread * most:,.0f}"],
     ])
 
 
