@@ -74,10 +74,10 @@ def in_batches(items: Sequence[Any]) -> list[Sequence[Any]]:
 def timed(function: Callable[..., Any], seconds: Counter[str], label: str) -> Callable[..., Any]:
     """``function``, adding the time each call takes to ``seconds[label]``."""
 
-    def timed_call(*args: Any) -> Any:
+    def timed_call(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return function(*args)
+            return function(*args, **kwargs)
         finally:
             seconds[label] += time.perf_counter() - start
 
@@ -385,7 +385,7 @@ def run(directory: Path, args: argparse.Namespace) -> None:
 def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
              rates: dict[str, float]) -> None:
     n = len(workload)
-    with mock.patch.object(Store, "record", lambda self, batch, origin="": None):
+    with mock.patch.object(Store, "record", lambda self, batch, origin="", probes=None: None):
         noop = harness.rate(n, run_batched(path("noop"), workload).seconds)
     with open_store(path("record")) as store:
         alone = harness.rate(n, record_in_batches(store, workload))

@@ -88,10 +88,10 @@ async def test_readiness_fails_while_the_writer_fails_and_lags(tmp_path, monkeyp
             writer = notary.running.storage._writer
             record = writer.record
 
-            def record_or_fail(batch, origin=""):
+            def record_or_fail(batch, origin="", probes=None):
                 if failing:
                     raise StoreError("disk full (test)")
-                return record(batch, origin)
+                return record(batch, origin, probes)
 
             monkeypatch.setattr(writer, "record", record_or_fail)
 

@@ -82,17 +82,35 @@ def test_one_probe_of_several_addresses_is_one_change(store: Store) -> None:
     store.record([
         probe_result(HOST, cert=a, address="192.0.2.1", at=T0),
         probe_result(HOST, cert=b, address="192.0.2.2", at=T0),
-    ])
+    ], probes=[2])
     store.record([probe_result(HOST, cert=b, address="192.0.2.2", at=T0 + 60)])  # a only missed
     store.record([
         probe_result(HOST, cert=a, address="192.0.2.1", at=T0 + 120),
         probe_result(HOST, cert=b, address="192.0.2.2", at=T0 + 120),
         probe_result(HOST, cert=c, address="192.0.2.3", at=T0 + 120),
-    ])
+    ], probes=[3])
     assert [(sha, changed) for _, sha, changed, _ in changes_after(store)] == [
         (certificate(a).sha256, False), (certificate(b).sha256, False),
         (certificate(c).sha256, True),
     ]
+
+
+def test_probes_of_one_second_in_one_batch_are_each_judged(store: Store) -> None:
+    """Two probes of a new target in one batch, within one second, the
+    second seeing a new certificate: a row each, the second a change."""
+    a, b = "a.example.test", "b.example.test"
+    store.record([
+        probe_result(HOST, cert=a, address="192.0.2.1", at=T0),
+        probe_result(HOST, cert=a, address="192.0.2.1", at=T0),
+        probe_result(HOST, cert=b, address="192.0.2.1", at=T0),
+        probe_result(HOST, cert=a, address="192.0.2.2", at=T0),
+    ], probes=[1, 1, 2])
+    assert [(sha, changed) for _, sha, changed, _ in changes_after(store)] == [
+        (certificate(a).sha256, False), (certificate(a).sha256, False),
+        (certificate(b).sha256, True),
+    ]
+    with pytest.raises(ValueError):
+        store.record([probe_result(HOST, at=T0 + 1)], probes=[2])
 
 
 def test_a_rolled_back_batch_leaves_no_change(store: Store) -> None:

@@ -83,9 +83,12 @@ async def test_batch_rows_bounds_a_batch(db_path: Path, monkeypatch: pytest.Monk
     sizes: list[int] = []
     real = Store.record
 
-    def spy(self: Store, batch: Sequence[ProbeResult], origin: str = "") -> None:
+    def spy(
+        self: Store, batch: Sequence[ProbeResult], origin: str = "",
+        probes: Sequence[int] | None = None,
+    ) -> None:
         sizes.append(len(batch))
-        real(self, batch, origin)
+        real(self, batch, origin, probes)
 
     monkeypatch.setattr(Store, "record", spy)
     settings = store_section(batch_rows=7, batch_interval_ms=10_000)
@@ -103,8 +106,11 @@ async def test_a_lone_record_is_flushed_after_the_interval(
     committed = trio.Event()
     real = Store.record
 
-    def record(self: Store, batch: Sequence[ProbeResult], origin: str = "") -> None:
-        real(self, batch, origin)
+    def record(
+        self: Store, batch: Sequence[ProbeResult], origin: str = "",
+        probes: Sequence[int] | None = None,
+    ) -> None:
+        real(self, batch, origin, probes)
         trio.from_thread.run_sync(committed.set)
 
     monkeypatch.setattr(Store, "record", record)
@@ -131,10 +137,13 @@ async def test_producers_wait_when_the_queue_is_full(
     entered = trio.Event()
     real = Store.record
 
-    def slow_record(self: Store, batch: Sequence[ProbeResult], origin: str = "") -> None:
+    def slow_record(
+        self: Store, batch: Sequence[ProbeResult], origin: str = "",
+        probes: Sequence[int] | None = None,
+    ) -> None:
         trio.from_thread.run_sync(entered.set)
         assert release.wait(THREAD_WAIT_S), "the test never released the writer"
-        real(self, batch, origin)
+        real(self, batch, origin, probes)
 
     monkeypatch.setattr(Store, "record", slow_record)
     batch = results(6)
@@ -176,13 +185,16 @@ async def test_a_failing_batch_is_retried_until_committed(
     failures = 0
     attempts: list[int] = []
 
-    def flaky_record(self: Store, batch: Sequence[ProbeResult], origin: str = "") -> None:
+    def flaky_record(
+        self: Store, batch: Sequence[ProbeResult], origin: str = "",
+        probes: Sequence[int] | None = None,
+    ) -> None:
         nonlocal failures
         attempts.append(len(batch))
         if failures < 2:
             failures += 1
             raise StoreError("database is locked")
-        real(self, batch, origin)
+        real(self, batch, origin, probes)
 
     monkeypatch.setattr(Store, "record", flaky_record)
     batch = results(20)
@@ -206,11 +218,14 @@ async def test_retry_delay_is_bounded(
     real = Store.record
     calls: list[float] = []
 
-    def failing_record(self: Store, batch: Sequence[ProbeResult], origin: str = "") -> None:
+    def failing_record(
+        self: Store, batch: Sequence[ProbeResult], origin: str = "",
+        probes: Sequence[int] | None = None,
+    ) -> None:
         calls.append(trio.from_thread.run_sync(trio.current_time))
         if len(calls) <= 8:
             raise StoreError("disk full")
-        real(self, batch, origin)
+        real(self, batch, origin, probes)
 
     monkeypatch.setattr(Store, "record", failing_record)
     async with open_storage(db_path) as storage:
@@ -228,12 +243,15 @@ async def test_records_queued_during_a_failure_are_committed(
     real = Store.record
     failures = 0
 
-    def flaky_record(self: Store, batch: Sequence[ProbeResult], origin: str = "") -> None:
+    def flaky_record(
+        self: Store, batch: Sequence[ProbeResult], origin: str = "",
+        probes: Sequence[int] | None = None,
+    ) -> None:
         nonlocal failures
         if failures < 3:
             failures += 1
             raise StoreError("database is locked")
-        real(self, batch, origin)
+        real(self, batch, origin, probes)
 
     monkeypatch.setattr(Store, "record", flaky_record)
     async with open_storage(db_path, store_section(batch_rows=5, batch_interval_ms=1)) as storage:

@@ -46,6 +46,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -408,27 +409,30 @@ class Storage:
                     first = await receive.receive()
                 except trio.EndOfChannel:
                     break
-                batch = list(first)
+                batch = [first]
+                rows = len(first)
                 with trio.move_on_after(batch_interval_s):
-                    while len(batch) < batch_rows:
+                    while rows < batch_rows:
                         # Take what is queued without a scheduler round per
                         # item; wait only when the queue is empty.
                         try:
-                            batch += receive.receive_nowait()
-                            continue
+                            item = receive.receive_nowait()
                         except trio.WouldBlock:
-                            pass
+                            try:
+                                item = await receive.receive()
+                            except trio.EndOfChannel:
+                                break
                         except trio.EndOfChannel:
                             break
-                        try:
-                            batch += await receive.receive()
-                        except trio.EndOfChannel:
-                            break
-                while len(batch) < batch_rows:  # whatever is ready now, without waiting
+                        batch.append(item)
+                        rows += len(item)
+                while rows < batch_rows:  # whatever is ready now, without waiting
                     try:
-                        batch += receive.receive_nowait()
+                        item = receive.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
+                    batch.append(item)
+                    rows += len(item)
                 await self._commit(batch)
         if self._lost:
             log.error(
@@ -436,11 +440,15 @@ class Storage:
                 "not committed", SHUTDOWN_RETRY_S, self._lost,
             )
 
-    async def _commit(self, batch: list[ProbeResult]) -> None:
+    async def _commit(self, batch: list[tuple[ProbeResult, ...]]) -> None:
+        """Commit ``batch`` (each item one probe's sightings) in one
+        transaction, retrying as the module docstring says."""
+        results = [result for item in batch for result in item]
+        probes = [len(item) for item in batch]
         delay = FIRST_RETRY_DELAY_S
         while True:
             if self._lost:  # given up already: the rest of the queue goes too
-                self._lost += len(batch)
+                self._lost += len(results)
                 return
             started = trio.current_time()
             try:
@@ -448,26 +456,29 @@ class Storage:
                 # while the notary shuts down.
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(
-                        self._writer.record, batch, self.origin, limiter=self._write_limiter
+                        partial(self._writer.record, results, self.origin, probes=probes),
+                        limiter=self._write_limiter,
                     )
             except StoreError as exc:
                 self._failed_batches += 1
                 self._failing = True
                 give_up_at = self._give_up_at
                 if give_up_at is not None and trio.current_time() >= give_up_at:
-                    self._lost += len(batch)
+                    self._lost += len(results)
                     return
-                log.error("store write of %d observations failed, retrying: %s", len(batch), exc)
+                log.error(
+                    "store write of %d observations failed, retrying: %s", len(results), exc
+                )
                 if give_up_at is not None:  # never sleep past the bound
                     delay = min(delay, max(give_up_at - trio.current_time(), 0.0))
                 await trio.sleep(delay)
                 delay = min(delay * 2, MAX_RETRY_DELAY_S)
                 continue
-            self._committed += len(batch)
+            self._committed += len(results)
             self._batches += 1
             self._failing = False
             if self._timings is not None:
-                self._timings.batch_written(len(batch), trio.current_time() - started)
+                self._timings.batch_written(len(results), trio.current_time() - started)
             return
 
 

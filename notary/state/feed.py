@@ -5,9 +5,10 @@ A row is written by ``Store.record`` in the transaction that commits the
 observations, so a follower never sees a change that was rolled back, and
 sees each committed one once, in ``seq`` order (``AUTOINCREMENT``: a
 sequence number is never reused, even after pruning). One row stands for
-a target's sightings at one time in a batch: one probe, which may have
-seen several certificates at several addresses (its results share its
-time, ``ProbeReport.observed_at``), is one change of its target.
+one probe of a target: a probe that saw several certificates at several
+addresses (its sightings, queued together: ``Storage.record``) is one
+change of its target; a writer that does not say which results make a
+probe (``probes``) gets a row per result.
 
 ``changed`` is judged against the stored history in that transaction: the
 target had observations, and a certificate of this probe is outside what it
@@ -98,11 +99,12 @@ class FeedPage:
 def write(
     db: sqlite3.Connection, results: Sequence[ProbeResult],
     pairs: Sequence[tuple[int, int]], new_targets: set[int], origin: str,
-    merge_window_s: int,
+    merge_window_s: int, probes: Sequence[int] | None = None,
 ) -> None:
     """Add the rows of ``results`` (``pairs[i]``: the target and certificate
-    ids of ``results[i]``), in the transaction that records them, before
-    their observations are written (the stored sightings are read)."""
+    ids of ``results[i]``; ``probes``: how many consecutive results make
+    each probe, None: one each), in the transaction that records them,
+    before their observations are written (the stored sightings are read)."""
     known = sorted({t for t, _ in pairs if t not in new_targets})
     seen: Seen = {}
     for start in range(0, len(known), 500):
@@ -110,7 +112,7 @@ def write(
         marks = ", ".join("?" * len(chunk))
         for target_id, certificate_id, last_seen in db.execute(_SEEN.format(marks=marks), chunk):
             seen.setdefault(target_id, {})[certificate_id] = last_seen
-    db.executemany(_INSERT, rows(results, pairs, seen, origin, merge_window_s))
+    db.executemany(_INSERT, rows(results, pairs, seen, origin, merge_window_s, probes))
 
 
 #: Each target's stored certificates (ids) and their last sighting.
@@ -119,17 +121,30 @@ Seen = dict[int, dict[int, int]]
 
 def rows(
     results: Sequence[ProbeResult], pairs: Sequence[tuple[int, int]], seen: Seen,
-    origin: str, merge_window_s: int,
+    origin: str, merge_window_s: int, probes: Sequence[int] | None = None,
 ) -> list[tuple[str, int, bytes, int, str]]:
-    """The feed rows of ``results`` (``pairs[i]``: the ids of ``results[i]``)
-    given each target's ``seen`` stored certificates, which it updates: one
-    (host, port, sha256, changed, origin) per target and time, in
-    observation order. The rule of both engines (module docstring)."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i in sorted(range(len(results)), key=lambda i: results[i].observed_at):
-        groups.setdefault((pairs[i][0], results[i].observed_at), []).append(i)
+    """The feed rows of ``results`` (``pairs[i]``: the ids of ``results[i]``;
+    ``probes``: how many consecutive results make each probe, None: one
+    each) given each target's ``seen`` stored certificates, which it
+    updates: one (host, port, sha256, changed, origin) per probe and
+    target, in observation order. The rule of both engines (module
+    docstring)."""
+    sizes = [1] * len(results) if probes is None else list(probes)
+    if sum(sizes) != len(results):
+        raise ValueError("probes must count every result once")
+    groups: list[list[int]] = []
+    start = 0
+    for size in sizes:
+        by_target: dict[int, list[int]] = {}
+        for i in range(start, start + size):
+            by_target.setdefault(pairs[i][0], []).append(i)
+        groups += by_target.values()
+        start += size
+    groups.sort(key=lambda group: results[group[0]].observed_at)
     made = []
-    for (t, at), indices in groups.items():
+    for indices in groups:
+        t = pairs[indices[0]][0]
+        at = results[indices[0]].observed_at
         before = seen.get(t)
         changing = None
         if before:
@@ -142,8 +157,8 @@ def rows(
                         break
         after = seen.setdefault(t, {})
         for i in indices:
-            c = pairs[i][1]
-            after[c] = max(after.get(c, at), at)
+            c, seen_at = pairs[i][1], results[i].observed_at
+            after[c] = max(after.get(c, seen_at), seen_at)
         result = results[indices[0] if changing is None else changing]
         target = result.target
         made.append((target.host, target.port, result.leaf.sha256, int(changing is not None),

@@ -249,10 +249,14 @@ class PostgresStore(EngineOperations):
 
     # -- writes --------------------------------------------------------------------
 
-    def record(self, results: Sequence[ProbeResult], origin: str = "") -> None:
+    def record(
+        self, results: Sequence[ProbeResult], origin: str = "",
+        probes: Sequence[int] | None = None,
+    ) -> None:
         """Record ``results`` in one transaction (the SQLite engine's
         semantics: each target's rows become its stored timeline merged
-        with its sightings, within ``limits``), with their feed rows."""
+        with its sightings, within ``limits``), with their feed rows (one
+        per probe: ``probes``, as the SQLite engine's)."""
         if not results:
             return
         if self.merge_window_s < 0:
@@ -271,7 +275,7 @@ class PostgresStore(EngineOperations):
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_FEED_LOCK,))
             _insert(db, "changes (host, port, sha256, changed, origin)",
                     ("text", "int", "bytea", "int", "text"),
-                    feed.rows(results, pairs, seen, origin, self.merge_window_s))
+                    feed.rows(results, pairs, seen, origin, self.merge_window_s, probes))
             db.execute(f"NOTIFY {FEED_CHANNEL}")  # delivered at commit
 
     def _lock_targets(self, db: Any, results: Sequence[ProbeResult]) -> dict[Target, int]:

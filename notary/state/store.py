@@ -698,10 +698,14 @@ class Store(EngineOperations):
         except sqlite3.Error as exc:
             raise StoreError(f"database {self.path}: {exc}") from None
 
-    def record(self, results: Sequence[ProbeResult], origin: str = "") -> None:
-        """Record ``results`` in one transaction, with a row per target and
-        time (a probe) in the change feed (``notary.state.feed``; ``origin``
-        names the writer): a certificate seen again
+    def record(
+        self, results: Sequence[ProbeResult], origin: str = "",
+        probes: Sequence[int] | None = None,
+    ) -> None:
+        """Record ``results`` in one transaction, with a row per probe in
+        the change feed (``notary.state.feed``; ``origin`` names the
+        writer; ``probes``: how many consecutive results make each probe,
+        None: one each): a certificate seen again
         widens its observation (first_seen down, last_seen up) and adds the
         address; a new one starts an observation. ``first_seen`` and
         ``last_seen`` do not depend on the order of recording, so a batch may
@@ -743,7 +747,7 @@ class Store(EngineOperations):
                 db, results, learnt_certificates
             )
             pairs = list(zip(target_ids, certificate_ids, strict=True))
-            feed.write(db, results, pairs, new_targets, origin, self.merge_window_s)
+            feed.write(db, results, pairs, new_targets, origin, self.merge_window_s, probes)
             dropped = self._write(db, pairs, results, new_targets, new_certificates)
             deleted = self._delete_orphans(db, dropped)
             if deleted:
