@@ -388,6 +388,11 @@ class Prober:
             self._address_failures[slot.error.reason] += 1
         if not results:
             raise _most_telling([slot.error for slot in slots if slot.error is not None])
+        if failures:
+            logger.debug(
+                "probe of %s: %d of %d addresses showed no certificate (%s)", target,
+                len(failures), len(slots), ", ".join(reason for _, reason in failures),
+            )
         return ProbeReport(
             target, tuple(results), tuple(slot.address for slot in slots), tuple(failures),
             observed_at,
