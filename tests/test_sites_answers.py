@@ -187,6 +187,44 @@ async def test_an_address_hint_is_probed_only_within_the_notary_s_resolution(
             assert (hints["added"], hints["ignored"]) == (1, 1)
 
 
+async def test_a_v2_entry_s_address_reaches_the_probe(tmp_path: Path) -> None:
+    """The v2 ``address`` field (R4) is the probe's hint: an address the
+    notary's own resolution returned is probed and its certificate vouched
+    for; another is not connected to, and its certificate stays unknown to
+    the notary (``mismatch``)."""
+    addresses = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+    async with open_site(addresses) as site:
+        names = {site.name: ["127.0.0.2", "127.0.0.3"]}  # 127.0.0.4: another site
+        async with open_split_notary(
+            tmp_path, names, probe={"max_addresses": 1}
+        ) as (notary, _):
+            target = site.target()
+            hidden = hashlib.sha256(site.leaf_der("127.0.0.4")).hexdigest()
+            request = {"targets": [
+                {"host": target.host, "port": target.port, "sha256": hidden,
+                 "address": "127.0.0.4"},
+            ]}
+            status, _ = await post_json(notary.port, "/v2/query", request)
+            assert status == 200 and site.at("127.0.0.4").accepted == 0
+            notary.clock.advance(TARGET_SPACING_S)
+            third = hashlib.sha256(site.leaf_der("127.0.0.3")).hexdigest()
+            request = {"targets": [
+                {"host": target.host, "port": target.port, "sha256": third,
+                 "address": "127.0.0.3"},
+            ], "nonce": "hint"}
+            status, body = await post_json(notary.port, "/v2/query", request)
+            assert status == 200 and site.at("127.0.0.3").accepted == 1
+            queries = v2.parse_query_request(
+                json.dumps(request).encode(), max_batch=100, max_body_bytes=1 << 20
+            ).targets
+            (result,) = v2.verify_answer(
+                v2.parse_answer_document(body), await public_keys(notary), nonce="hint",
+                now=int(notary.clock()), queries=queries,
+            )
+            assert result.verdict == "match"
+            assert await v2_verdicts(notary, target, [bytes.fromhex(hidden)]) == ["mismatch"]
+
+
 @pytest.mark.parametrize("samples", [1, 4])
 async def test_a_split_site_is_no_change_once_its_certificates_are_known(
     tmp_path: Path, samples: int

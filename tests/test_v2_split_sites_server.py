@@ -9,8 +9,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import pytest
-
 from notary.model.consistency import ConsistencyKind
 from notary.model.observations import subject_public_key_info
 from notary.protocol import v2
@@ -57,11 +55,6 @@ async def test_statements_carry_the_consistency_and_addresses_are_accepted(
     assert b"not an address" not in body  # never echoed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs notary/service/query.py to pass spki_sha256 to v2.verdict_of/v2.decide and "
-    "v2.matched_by(query, verdict) to QueryResult (owned by the core's engineer; the "
-    "patch is in the branch's hand-off note): until then a key alone is 'unknown'"
-))
 async def test_a_key_alone_matches_and_says_so(tmp_path: Path) -> None:
     async with open_tls_target(names=[SITE]) as site:
         async with open_v2_notary(tmp_path, {SITE: [site.host]}) as notary:

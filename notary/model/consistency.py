@@ -2,12 +2,12 @@
 Citibank problem"): a target's *current set* and its *consistency*
 (docs/v2.md, rule S8).
 
-- The **current set** of a timeline: the newest observation's certificate
-  and every certificate observed within ``fresh_for_s`` of ``now``; what
-  every protocol judges against (docs/v2.md, V1;
-  ``notary.protocol.convergence.status_of``). A timeline is ordered by
-  ``last_seen``, newest first, so the current set is always its first
-  observations.
+- The **current set** of a timeline (``Timeline.current``): the newest
+  observation's certificate and every certificate observed within
+  ``fresh_for_s`` of ``now``; what every protocol judges against
+  (docs/v2.md, V1; ``notary.protocol.convergence.status_of``). A timeline
+  is ordered by ``last_seen``, newest first, so the current set is always
+  its first observations.
 - The **consistency** of the current set: ``stable`` when it has one
   certificate; ``rotating`` when one address is among the addresses of two
   of its certificates (per-connection alternation, or a rotation moving
@@ -28,9 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from notary.model.observations import Observation, Timeline
+from notary.model.observations import Timeline
 
-__all__ = ["Consistency", "ConsistencyKind", "consistency_of", "current_set", "summarise"]
+__all__ = ["Consistency", "ConsistencyKind", "consistency_of", "summarise"]
 
 
 class ConsistencyKind(StrEnum):
@@ -57,23 +57,10 @@ class Consistency:
         return len(self.current)
 
 
-def current_set(timeline: Timeline, *, now: int, fresh_for_s: int) -> tuple[Observation, ...]:
-    """The observations of ``timeline``'s current set, in timeline order:
-    the newest, then each other seen within ``fresh_for_s`` of ``now``
-    (empty for an empty timeline)."""
-    observations = timeline.observations
-    if not observations:
-        return ()
-    return (
-        observations[0],
-        *(o for o in observations[1:] if o.is_fresh(now, fresh_for_s)),
-    )
-
-
 def consistency_of(timeline: Timeline, *, now: int, fresh_for_s: int) -> Consistency | None:
     """The consistency of ``timeline``'s current set at ``now`` (see the
     module docstring); None when the timeline has no observation."""
-    current = current_set(timeline, now=now, fresh_for_s=fresh_for_s)
+    current = timeline.current(now, fresh_for_s)
     if not current:
         return None
     return summarise((o.certificate.sha256, o.addresses) for o in current)

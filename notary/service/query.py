@@ -796,12 +796,13 @@ class QueryService:
         elif v2.decide(
             record.timeline, query.sha256, query.sha1,
             now=now, fresh_for_s=self._fresh_for_s,
-            reprobe_after_s=self._mismatch_reprobe_after_s,
+            reprobe_after_s=self._mismatch_reprobe_after_s, spki_sha256=query.spki_sha256,
         ) is Decision.PROBE:
             return None
         else:
             verdict = v2.verdict_of(
-                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s,
+                spki_sha256=query.spki_sha256,
             )
         if record.timeline.observations:  # invariant 8: answered from an observation
             self._storage.note_asked(target, key)
@@ -820,18 +821,26 @@ class QueryService:
             if not final and v2.decide(
                 record.timeline, query.sha256, query.sha1, now=now,
                 fresh_for_s=self._fresh_for_s, reprobe_after_s=self._mismatch_reprobe_after_s,
+                spki_sha256=query.spki_sha256,
             ) is Decision.PROBE:
                 return None
             return v2.verdict_of(
-                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s,
+                spki_sha256=query.spki_sha256,
             )
         dane = record.dane
         assert dane is not None
         outcome = dane.outcome
         if outcome is DaneOutcome.MATCH:
             if query.sha256 is None and query.sha1 is None:
-                return v2.VERDICT_UNKNOWN  # nothing submitted to judge (rule V1)
-            if dane.vouches_for(query.sha256, query.sha1):
+                return v2.VERDICT_UNKNOWN  # nothing submitted to judge (V1), or a key alone (V6)
+            if dane.vouches_for(query.sha256, query.sha1) and (
+                query.spki_sha256 is None or any(
+                    o.certificate.sha256 == dane.leaf_sha256
+                    and o.certificate.spki_sha256 == query.spki_sha256
+                    for o in record.timeline.observations
+                )
+            ):
                 return v2.VERDICT_MATCH
             if final or self._probed_within(record, self._mismatch_reprobe_after_s, now):
                 return v2.VERDICT_MISMATCH
@@ -851,7 +860,7 @@ class QueryService:
             decision = v2.decide(
                 record.timeline if record is not None else None, query.sha256, query.sha1,
                 now=now, fresh_for_s=self._fresh_for_s,
-                reprobe_after_s=self._mismatch_reprobe_after_s,
+                reprobe_after_s=self._mismatch_reprobe_after_s, spki_sha256=query.spki_sha256,
             )
         failure = None
         if decision is not Decision.PROBE:
@@ -861,7 +870,7 @@ class QueryService:
             try:
                 probed = await self.probe_for_query(
                     # The v2 entry's ``address`` (issue 31, item 4), once parsed.
-                    target, record, client, address_hint=getattr(query, "address", None),
+                    target, record, client, address_hint=query.address,
                 )
             except RateLimited:  # answered from what is known, unprobed; not registered
                 record = self._cache.peek(target.key) or record
@@ -879,7 +888,8 @@ class QueryService:
                 verdict = failure  # DANE vouches only for what a probe just saw
         else:
             verdict = v2.verdict_of(
-                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+                record.timeline, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s,
+                spki_sha256=query.spki_sha256,
             )
         if failure is not None and verdict == v2.VERDICT_UNKNOWN:
             verdict = failure
@@ -907,7 +917,9 @@ class QueryService:
             now
         ):
             verdict = self._stated_verdict(query, record, verdict, now)
-        return v2.QueryResult(query.target, verdict, statement)
+        return v2.QueryResult(
+            query.target, verdict, statement, v2.matched_by(query, verdict)
+        )
 
     def _stated_verdict(
         self, query: v2.TargetQuery, record: TargetRecord, verdict: str, now: int
@@ -923,7 +935,8 @@ class QueryService:
             if self._dane_decides(record, now):
                 return verdict
         if stated is None or v2.verdict_of(
-            stated, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s
+            stated, query.sha256, query.sha1, now=now, fresh_for_s=self._fresh_for_s,
+            spki_sha256=query.spki_sha256,
         ) != verdict:
             return v2.VERDICT_UNKNOWN
         return verdict

@@ -12,7 +12,6 @@ from notary.model.consistency import (
     Consistency,
     ConsistencyKind,
     consistency_of,
-    current_set,
     summarise,
 )
 from notary.model.observations import MAX_ADDRESSES_PER_OBSERVATION, Timeline
@@ -34,7 +33,7 @@ def of(timeline: Timeline, now: int = NOW, fresh_for_s: int = DAY) -> Consistenc
 
 def test_a_target_never_observed_has_no_current_set() -> None:
     empty = Timeline(Target(SITE, 443))
-    assert current_set(empty, now=NOW, fresh_for_s=DAY) == ()
+    assert empty.current(NOW, DAY) == ()
     assert of(empty) is None
     with pytest.raises(ValueError, match="at least one certificate"):
         summarise([])
@@ -149,7 +148,7 @@ def test_the_consistency_is_what_its_definition_says(seen, fresh_for_s) -> None:
     timeline = sightings_timeline(seen)
     consistency = of(timeline, fresh_for_s=fresh_for_s)
     assert consistency is not None
-    current = current_set(timeline, now=NOW, fresh_for_s=fresh_for_s)
+    current = timeline.current(NOW, fresh_for_s)
     order = [o.certificate.sha256 for o in timeline.observations]
     # The current set: the newest, then the fresh ones; a prefix of the timeline.
     assert consistency.current == tuple(order[: len(current)])
