@@ -242,3 +242,33 @@ async def test_a_split_site_is_no_change_once_its_certificates_are_known(
             seen = [await records.refresh(site.target()) for _ in range(5)]
     assert [record.last_probe_changed for record in seen] == [False, True, False, False, False]
     assert {o.certificate.der for o in seen[-1].timeline.observations} == site.leaves()
+
+
+@pytest.mark.parametrize(("addresses", "refused"), [
+    (("127.0.0.2",), 0),  # one new certificate: the probe's own token, 3 left
+    (("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"), 4),  # four: 3 more, none left
+])
+async def test_each_new_certificate_a_probe_shows_costs_its_client_a_probe(
+    tmp_path: Path, addresses: tuple[str, ...], refused: int,
+) -> None:
+    """A probe of every address can make the store keep several new
+    certificates (up to 36 at the defaults, ~320 kB) where one probe kept
+    one: each beyond the first is charged to the client's probe budget, so
+    what a client makes the notary keep stays bounded by its probe rate."""
+    async with open_site(addresses) as site, open_site(
+        ("127.0.0.6",), name="other.example.test"
+    ) as other:
+        names = {site.name: list(addresses), other.name: ["127.0.0.6"]}
+        async with open_split_notary(
+            tmp_path, names,
+            limits={"exempt_clients": (), "probes_per_s_per_prefix": 0.0001, "probe_burst": 4},
+        ) as (notary, _):
+            assert (await legacy_query(notary.port, f"{site.name}+{site.port}", None)).status == 200
+            statuses = [
+                (await legacy_query(notary.port, f"{other.name}+{other.port}", sha1_fp(bytes([i]))))
+                .status for i in range(4)
+            ]
+    # Each query below asks a fingerprint nobody serves: a probe each time,
+    # until the budget is spent (429); the per-target spacing answers the
+    # rest from the probe just made (409).
+    assert statuses.count(429) == refused

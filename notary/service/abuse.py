@@ -27,7 +27,13 @@ Rules this module keeps:
    answered as a failed probe). A probe the address policy refuses (no
    connection made) is given back to the target
    (:meth:`AbuseControls.refund_probe`), so a refused target keeps getting
-   403, never a throttled 503.
+   403, never a throttled 503. A probe covers one certificate new to the
+   notary: one that shows more (a site serving several, at several
+   addresses: issue 31) charges the client prefix one probe more for each
+   further one, after the probe, into debt
+   (:meth:`AbuseControls.charge_new_certificates`, at most
+   ``MAX_PROBE_DEBT`` tokens: what a target keeps), so what a client makes
+   the store keep is bounded by its probe rate as before.
 5. **Destinations**: every probe, on-demand or scheduled, is admitted by the
    bucket of the address prefix it is about to connect to
    (``probes_per_s_per_destination_prefix``, ``destination_probe_burst``;
@@ -70,6 +76,10 @@ __all__ = ["AbuseControls", "AbuseStatistics", "ProbeThrottled"]
 
 #: Seconds per minute (``probes_per_minute_per_target``).
 MINUTE_S = 60.0
+#: How far a client's probe bucket may go into debt (rule 4): a probe adds at
+#: most a target's ``[store] max_certificates_per_target`` (64 by default)
+#: certificates, the first of them paid for by its admission.
+MAX_PROBE_DEBT = 64.0
 #: How far a client's log bucket may go into debt (rule 6): one statement's
 #: entry at most (a log entry holds at most 65,535 bytes), so one charged
 #: while the bucket was not empty is never forgiven.
@@ -119,7 +129,12 @@ class AbuseControls:
         tracked = limits.max_tracked
         #: Rule 3; None when ``queries_per_s_per_prefix`` is 0.
         self.queries = _buckets(limits.queries_per_s_per_prefix, limits.query_burst, tracked)
-        self.client_probes = _buckets(limits.probes_per_s_per_prefix, limits.probe_burst, tracked)
+        self.client_probes = (
+            TokenBuckets(
+                limits.probes_per_s_per_prefix, limits.probe_burst, max_entries=tracked,
+                max_debt=MAX_PROBE_DEBT,
+            ) if limits.probes_per_s_per_prefix > 0 else None
+        )
         per_minute = limits.probes_per_minute_per_target
         self.target_probes = _buckets(per_minute / MINUTE_S, 1, tracked) if per_minute else None
         self.destination_probes = _buckets(
@@ -200,6 +215,14 @@ class AbuseControls:
             targets.take(target_key, now)
         if mine is not None:
             mine.take(client, now)
+
+    def charge_new_certificates(self, client: bytes | None, now: float, count: int) -> None:
+        """Rule 4: the probe ``client`` (None: unlimited) was admitted for
+        showed ``count`` certificates new to the notary: charge it one probe
+        for each but the first, into debt if need be."""
+        buckets = self.client_probes
+        if client is not None and buckets is not None and count > 1:
+            buckets.charge(client, now, float(count - 1))
 
     def log_wait_s(self, client: bytes | None, now: float) -> float:
         """Rule 6: 0.0 when the client prefix ``client`` (None: unlimited)

@@ -526,7 +526,7 @@ class QueryService:
         probing[key] = probing.get(key, 0) + 1
         try:
             with trio.fail_after(self._query_timeout_s):
-                return await self._records.refresh(target, address_hint=address_hint)
+                refreshed = await self._records.refresh(target, address_hint=address_hint)
         except trio.TooSlowError:
             raise QueryDeadline("probe did not finish in time") from None
         except ProbeRefused:
@@ -539,6 +539,13 @@ class QueryService:
                 probing[key] = waiting
             else:
                 del probing[key]
+        if charged and refreshed.last_report is not None:
+            known = set() if record is None else {
+                o.certificate.sha256 for o in record.timeline.observations
+            }
+            new = sum(1 for leaf in refreshed.last_report.leaves if leaf.sha256 not in known)
+            self._abuse.charge_new_certificates(client, self._clock(), new)
+        return refreshed
 
     def _note_probe_outcome(
         self, target: Target, record: TargetRecord | None,
