@@ -51,8 +51,10 @@ from notary.protocol.relay import RelayMode
 from notary.state._cachecommon import bloom_parameters
 from notary.state.store import database_file_mode
 
-#: Room per target in a ``/v2/query`` body (host, port, both hashes, JSON).
-V2_BYTES_PER_TARGET = 400
+#: Room per target in a ``/v2/query`` body: a 253-character host, a port,
+#: the three hashes in colon form, an IPv6 address and the JSON around them
+#: (624 bytes compact), with room for spaces.
+V2_BYTES_PER_TARGET = 768
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,7 +405,7 @@ class V2Config:
 
     @property
     def max_query_bytes(self) -> int:
-        """A ``/v2/query`` body of ``max_batch`` targets with both hashes fits."""
+        """A ``/v2/query`` body of ``max_batch`` targets with every field fits."""
         return self.max_batch * V2_BYTES_PER_TARGET + 256
 
 

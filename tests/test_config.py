@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -698,3 +699,22 @@ def test_dane_trusts_only_loopback_or_listed_resolvers(tmp_path: Path) -> None:
     assert trusted.dns.trusted == ("192.0.2.53",)
     # Without DANE the resolvers are not used for verification: no check.
     assert load_config(server_file(tmp_path, rest=public)).dns.resolvers[0].host == "192.0.2.53"
+
+
+def test_a_full_v2_batch_of_the_largest_entries_fits_the_body_bound() -> None:
+    """Every field of R4 at its largest, colon-form hashes and an IPv6
+    address included, in a batch of ``max_batch``: not a 413 (the bound
+    was sized for two hashes and refused such batches)."""
+    from notary.protocol import v2
+
+    config = load_config(None, {"server": dict(REQUIRED)})
+    host = ".".join(["a" * 63] * 3 + ["b" * 61])  # 253 characters
+    colons = lambda size: ":".join(["AB"] * size)  # noqa: E731
+    entry = {"host": host, "port": 65535, "sha256": colons(32), "sha1": colons(20),
+             "spki_sha256": colons(32), "address": "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"}
+    body = json.dumps({"targets": [entry] * config.v2.max_batch, "nonce": "x" * 128}).encode()
+    assert len(body) <= config.api_body_bytes
+    parsed = v2.parse_query_request(
+        body, max_batch=config.v2.max_batch, max_body_bytes=config.api_body_bytes
+    )
+    assert len(parsed.targets) == config.v2.max_batch
