@@ -712,7 +712,7 @@ def _build(section: str, cls: type, values: dict[str, Any]) -> Any:
     for key, value in values.items():
         if key not in fields:
             raise ConfigError(f"unknown key {key!r} in [{section}]")
-        kwargs[key] = _coerce(section, key, fields[key].type, value)
+        kwargs[key] = _coerce(section, key, str(fields[key].type), value)
     missing = [
         name
         for name, f in fields.items()

@@ -171,7 +171,7 @@ async def consistency_proof(
         raise LogFailed(
             f"no consistency proof (HTTP {response.status})", Verdict.CONNECTIVITY_FAILURE
         )
-    proof = []
+    proof: list[bytes] = []
     for line in response.body.split(b"\n"):
         if not line:
             continue

@@ -146,24 +146,28 @@ class _Node:
         self._systemd.notify("STOPPING=1")
         self._signal_all(signal.SIGTERM)
         with trio.move_on_after(self._node.graceful_timeout_s + KILL_MARGIN_S):
-            for worker in self._running():
-                await worker.process.wait()
-        for worker in self._running():
+            for _, process in self._running():
+                await process.wait()
+        for worker, process in self._running():
             log.error("worker %d (pid %d) did not stop in time: killed",
-                      worker.index, worker.process.pid)
-            worker.process.kill()
+                      worker.index, process.pid)
+            process.kill()
         with trio.CancelScope(shield=True), trio.move_on_after(KILL_MARGIN_S):
             for worker in self._workers:
                 if worker.process is not None:
                     await worker.process.wait()
 
-    def _running(self) -> list[Worker]:
-        return [w for w in self._workers if w.process is not None and w.process.returncode is None]
+    def _running(self) -> list[tuple[Worker, trio.Process]]:
+        """The workers whose process runs, each with its process."""
+        return [
+            (w, w.process) for w in self._workers
+            if w.process is not None and w.process.returncode is None
+        ]
 
     def _signal_all(self, signum: int) -> None:
-        for worker in self._running():
+        for _, process in self._running():
             with contextlib.suppress(ProcessLookupError):
-                worker.process.send_signal(signum)
+                process.send_signal(signum)
 
     # -- workers -----------------------------------------------------------------
 
@@ -184,16 +188,16 @@ class _Node:
         fds = [s.fileno() for socks in self._sockets.values() for s in socks]
         while not self._stopping:
             worker.ready = False
-            worker.process = await trio.lowlevel.open_process(
+            worker.process = process = await trio.lowlevel.open_process(
                 [sys.executable, "-m", "notary", *self._argv],
                 env=self._environment(worker), pass_fds=fds,
             )
             worker.started_at = worker.last_beat = trio.current_time()
-            worker.pids.append(worker.process.pid)
-            log.info("worker %d started (pid %d)", worker.index, worker.process.pid)
-            status = await worker.process.wait()
+            worker.pids.append(process.pid)
+            log.info("worker %d started (pid %d)", worker.index, process.pid)
+            status = await process.wait()
             lived_s = trio.current_time() - worker.started_at
-            self._worker_exited(worker)
+            self._worker_exited(worker, process.pid)
             if self._stopping:
                 return
             if status == USAGE_ERROR_STATUS:
@@ -207,7 +211,7 @@ class _Node:
             ) else self._node.restart_delay_s
             worker.restarts += 1
             log.error("worker %d (pid %d) exited with %s after %.1fs: restarting in %gs",
-                      worker.index, worker.process.pid, _describe(status), lived_s, delay)
+                      worker.index, process.pid, _describe(status), lived_s, delay)
             self._update_status()
             await trio.sleep(delay)
 
@@ -215,9 +219,9 @@ class _Node:
         os.kill(os.getpid(), signal.SIGTERM)  # _handle_signals then stops the node
         await trio.sleep_forever()
 
-    def _worker_exited(self, worker: Worker) -> None:
+    def _worker_exited(self, worker: Worker, pid: int) -> None:
         worker.ready = False
-        worker_exited(worker.process.pid, Path(self._metrics_dir))
+        worker_exited(pid, Path(self._metrics_dir))
 
     async def _watch_workers(self) -> None:
         """Kill workers that stopped beating; beat systemd's watchdog."""
@@ -227,21 +231,23 @@ class _Node:
         while True:
             await trio.sleep(check_every_s)
             now = trio.current_time()
-            overdue = [w for w in self._running() if now - w.last_beat > timeout_s]
-            for worker in overdue:
+            overdue = [(w, p) for w, p in self._running() if now - w.last_beat > timeout_s]
+            for worker, process in overdue:
                 log.error("worker %d (pid %d) sent no heartbeat for %gs: killed",
-                          worker.index, worker.process.pid, timeout_s)
-                worker.process.kill()
+                          worker.index, process.pid, timeout_s)
+                process.kill()
             # Beats from READY on (systemd's start timeout covers the start).
             healthy = not overdue and not self._stopping and self._announced_ready
             if systemd_every_s is not None and healthy:
                 self._systemd.notify("WATCHDOG=1")
 
     async def _receive_notifications(self, receiver: trio.socket.SocketType) -> None:
-        by_pid = {}
+        by_pid: dict[int, Worker] = {}
         while True:
             data, ancillary, _, _ = await receiver.recvmsg(4096, socket.CMSG_SPACE(_UCRED.size))
             pid = _sender_pid(ancillary)
+            if pid is None:
+                continue  # no credentials: not a worker's message
             worker = by_pid.get(pid)
             if worker is None:
                 by_pid = {w.process.pid: w for w in self._workers if w.process is not None}

@@ -135,6 +135,7 @@ class RequestReader:
         self._in_request = False
         #: Counts messages begun: tells ``feed`` whether a new one started.
         self._message = 0
+        self._idle_bytes = 0
         self._new_request()
         self._completed: list[Request] = []
         self._error: ProtocolError | None = None

@@ -272,9 +272,9 @@ def decide(
       random fingerprints);
     * a target with no history always needs a probe.
     """
-    newest = timeline.newest if timeline is not None else None
-    if newest is None:
+    if timeline is None or timeline.newest is None:
         return Decision.PROBE
+    newest = timeline.newest
     if fingerprint is None:
         return Decision.ANSWER if newest.is_fresh(now, fresh_for_s) else Decision.PROBE
     seen = timeline.find_sha1(fingerprint)

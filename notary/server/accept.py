@@ -67,7 +67,7 @@ _GONE_ERRNOS = {
 Handler = Callable[[Any], Awaitable[object]]
 #: Makes the stream a handler is given from an accepted socket (it owns the
 #: socket from then on).
-StreamMaker = Callable[[socket.socket], trio.abc.HalfCloseableStream]
+StreamMaker = Callable[[socket.socket], trio.abc.Stream]
 
 
 def trio_stream(connection: socket.socket) -> trio.SocketStream:
@@ -105,7 +105,7 @@ async def serve_socket(
 
 def _stream_of(
     connection: socket.socket, make_stream: StreamMaker
-) -> trio.abc.HalfCloseableStream | None:
+) -> trio.abc.Stream | None:
     """The stream of an accepted ``connection``, or None (the socket closed)
     when it cannot be made: the peer reset it meanwhile (``OSError``,
     ``ssl.SSLError`` among them), or a bug, logged."""
@@ -119,7 +119,7 @@ def _stream_of(
     return None
 
 
-async def _run_handler(handler: Handler, stream: trio.abc.HalfCloseableStream) -> None:
+async def _run_handler(handler: Handler, stream: trio.abc.Stream) -> None:
     try:
         await handler(stream)
     except Exception:

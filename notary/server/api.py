@@ -214,10 +214,11 @@ class ApiHandler:
             raise ProtocolError("method not allowed", status=405)
         if path == b"/":
             return Answer(200, self._index, b"text/plain; charset=utf-8")
-        if self._bundle_path is not None and path == self._bundle_path:
+        served = self.bundle_bytes
+        if served is not None and self._bundle_path is not None and path == self._bundle_path:
             # PROTOCOLS.md names no type; Convergence clients recognise a
             # bundle by its ``.notary`` address, not its type.
-            return Answer(200, self.bundle_bytes, bundle.CONTENT_TYPE, (
+            return Answer(200, served, bundle.CONTENT_TYPE, (
                 (b"Content-Disposition", b'attachment; filename="' + path[1:] + b'"'),
                 (b"X-Content-Type-Options", b"nosniff"),
             ))

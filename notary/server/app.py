@@ -50,7 +50,7 @@ from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Watchdog, serve_http_connection
 from notary.server.logapi import LogPages
-from notary.server.metrics import NotaryMetrics, Timings
+from notary.server.metrics import NotaryMetrics, Signer, Timings
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
 from notary.server.sockstream import SocketStream
@@ -123,7 +123,7 @@ class RunningNotary:
     metrics: NotaryMetrics | None = None
     abuse: AbuseControls | None = None  # the per-client and per-target limits
     #: The notary's signers by protocol ("convergence", "perspectives", "v2").
-    signers: Mapping[str, object] = field(default_factory=dict)
+    signers: Mapping[str, Signer] = field(default_factory=dict)
     log: LogAppender | None = None  # the transparency log (None: none kept)
     log_pages: LogPages | None = None  # its pages under /v2/log/ (None: none)
 
@@ -582,7 +582,7 @@ class Components:
     abuse: AbuseControls
     relay: RelayHandler
     #: The signers by protocol ("convergence", "perspectives", "v2").
-    signers: Mapping[str, object]
+    signers: Mapping[str, Signer]
     record_signer: RecordSigner
     v2_signer: crypto.Ed25519Signer | None
     v2_key_document: bytes | None
@@ -701,7 +701,7 @@ class Listener:
 
     role: str  # the sockets' role (``notary.server.sockets``)
     handler: Callable[[Any], Awaitable[None]]
-    sockets: tuple[socket.socket, ...]
+    sockets: Sequence[socket.socket]
     label: str
     #: The stream its connections are served on (the HTTP listeners: the
     #: hot path's ``SocketStream`` or ``TlsStream``, from their handler).

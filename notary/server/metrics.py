@@ -156,10 +156,10 @@ class Timings:
         if multiprocess_dir() is not None:
             _use_multiprocess_values()
         #: The histograms by name, not registered in any registry yet.
-        self.histograms: dict[str, MetricWrapperBase] = {}
+        self.histograms: dict[str, Histogram] = {}
         for spec in METRICS:
             if spec.kind == "histogram":
-                metric = self.histograms[spec.name] = spec.make(None)
+                metric = self.histograms[spec.name] = spec.make_histogram(None)
                 for value in spec.prebound:
                     metric.labels(value)
         probe = self.histograms["notary_probe_duration_seconds"]
@@ -261,6 +261,11 @@ class MetricSpec:
                 self.name, self.help, self.labels, registry=registry,
                 multiprocess_mode=self.mode,  # type: ignore[arg-type]
             )
+        return self.make_histogram(registry)
+
+    def make_histogram(self, registry: CollectorRegistry | None) -> Histogram:
+        """The prometheus-client histogram of a ``histogram`` spec."""
+        assert self.kind == "histogram", self.name
         return Histogram(self.name, self.help, self.labels, registry=registry, buckets=self.buckets)
 
 
@@ -578,9 +583,9 @@ class NotaryMetrics:
             if spec.source in self._components and self._components[spec.source] is None:
                 continue  # a component not served
             if spec.kind == "histogram":
-                metric = self._metrics[spec.name] = self.timings.histograms[spec.name]
+                histogram = self._metrics[spec.name] = self.timings.histograms[spec.name]
                 if registry is not None:
-                    registry.register(metric)
+                    registry.register(histogram)
                 continue
             metric = self._metrics[spec.name] = spec.make(registry)
             for value in spec.prebound:
@@ -661,7 +666,9 @@ class NotaryMetrics:
                 if spec.kind == "counter":
                     self._advance(metric, number, *labels)
                 else:
-                    (metric.labels(*labels) if labels else metric).set(number)
+                    gauge = metric.labels(*labels) if labels else metric
+                    assert isinstance(gauge, Gauge), spec.name
+                    gauge.set(number)
 
     def _query_totals(self) -> Counter[tuple[str, str]]:
         """Queries answered and refused, by (protocol, status)."""

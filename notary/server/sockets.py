@@ -30,7 +30,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 from notary.config import Config, Endpoint
 from notary.errors import UsageError
@@ -129,8 +129,8 @@ def worker_environment(sockets: Sockets) -> dict[str, str]:
 def inherited_sockets(environ: dict[str, str] | None = None) -> dict[str, list[socket.socket]] | None:
     """The sockets the supervisor passed to this worker (None: not a
     worker). The variable is removed so a child of ours does not take them."""
-    environ = os.environ if environ is None else environ
-    text = environ.pop(WORKER_FDS_ENV, None)
+    source: MutableMapping[str, str] = os.environ if environ is None else environ
+    text = source.pop(WORKER_FDS_ENV, None)
     if text is None:
         return None
     sockets: dict[str, list[socket.socket]] = {role: [] for role in ROLES}

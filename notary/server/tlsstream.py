@@ -77,7 +77,7 @@ class TlsStream(trio.abc.Stream):
     @property
     def session_reused(self) -> bool:
         """Whether the handshake resumed a session (a ticket or a session id)."""
-        return self.socket.session_reused
+        return bool(self.socket.session_reused)
 
     async def do_handshake(self) -> None:
         """The server side of the handshake (at most once; a checkpoint)."""

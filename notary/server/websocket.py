@@ -126,7 +126,7 @@ class _ReplayStream(trio.abc.Stream):
         self._stream = stream
         self._prefix = prefix
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             size = len(self._prefix) if max_bytes is None else max_bytes
             data, self._prefix = self._prefix[:size], self._prefix[size:]
@@ -186,7 +186,7 @@ class WebSocketService:
     def __init__(
         self,
         *,
-        answer_query: Callable[[v2.QueryRequest], Awaitable[bytes]],
+        answer_query: Callable[..., Awaitable[bytes]],
         limits: WebSocketLimits,
         max_batch: int,
         hub: WatchHub | None = None,
