@@ -25,7 +25,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from notary import cli
-from notary.cli import build_parser, config_from_args
+from notary.cli import build_parser
+from notary.cli.serve import config_from_args
 from notary.config import Endpoint, load_config
 from notary.model.targets import Target
 from notary.protocol.bundle import parse_bundle

@@ -20,7 +20,7 @@ import trio
 import trio.testing
 import trustme
 
-from notary.cli import report_json, report_table
+from notary.cli.report import report_json, report_table
 from notary.client import check as client
 from notary.client.trusted import (
     BundleFetchFailed,

@@ -43,7 +43,7 @@ import trustme
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from notary.cli import report_table
+from notary.cli.report import report_table
 from notary.client import check as client
 from notary.client.trusted import store_bundle
 from notary.model.targets import Target

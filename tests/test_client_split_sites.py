@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from notary.cli import report_json, report_table
+from notary.cli.report import report_json, report_table
 from notary.client import check as client
 from notary.model.consistency import Consistency, ConsistencyKind
 from notary.model.observations import Timeline

@@ -269,7 +269,7 @@ async def test_check_v2_shows_that_dane_vouched(tmp_path: Path) -> None:
     """``notary check --v2`` against a real DANE notary: the signed evidence
     verifies, the report names the backend per notary (table and JSON), and a
     DANE-only notary's "no TLSA" stands aside instead of voting."""
-    from notary.cli import report_json
+    from notary.cli.report import report_json
     from notary.client import check as client
     from notary.model.targets import Target
     from notary.protocol.voting import Verdict

@@ -28,7 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from notary.cli import report_table
+from notary.cli.report import report_table
 from notary.client import check as client
 from notary.errors import ProtocolError
 from notary.model.dane import DaneVerdict, DnssecStatus, Tlsa, TlsaLookup, verdict
