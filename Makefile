@@ -12,7 +12,7 @@ CONFIG := $(VAR)/notary.toml
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py notary/state/_fastcache.pyx notary/protocol/_fastrequest.pyx
+$(STAMP): pyproject.toml setup.py notary/_fastcache.pyx notary/protocol/_fastrequest.pyx
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -54,7 +54,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check notary tests bench
 
 clean:
-	rm -rf build *.egg-info notary/*/*.so notary/state/_fastcache.c notary/protocol/_fastrequest.c .pytest_cache
+	rm -rf build *.egg-info notary/*.so notary/*/*.so notary/_fastcache.c notary/protocol/_fastrequest.c .pytest_cache
 
 distclean: clean
 	rm -rf $(VENV) $(VAR)

@@ -1,4 +1,4 @@
-"""Build the optional compiled modules: the cache (``notary.state._fastcache``)
+"""Build the optional compiled modules: the cache (``notary._fastcache``)
 and the request path (``notary.protocol._fastrequest``, issue 21).
 
 The extensions are optional: when Cython or a C compiler is missing, or
@@ -45,7 +45,7 @@ def extensions():
     except ImportError:
         return []
     exts = cythonize(
-        ["notary/state/_fastcache.pyx", "notary/protocol/_fastrequest.pyx"],
+        ["notary/_fastcache.pyx", "notary/protocol/_fastrequest.pyx"],
         compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
         quiet=True,
     )

@@ -31,7 +31,7 @@ from notary.state._cachecommon import CacheStatistics
 #: Bloom filter goal of the issue: compiled membership checks >= 10x the twin.
 BLOOM_GOAL_RATIO = 10.0
 #: The module of each implementation measured, by its name in the tables.
-MODULES = {"compiled": "notary.state._fastcache", "twin": "notary.state._fastcache_py"}
+MODULES = {"compiled": "notary._fastcache", "twin": "notary._fastcache_py"}
 
 
 class OrderedDictLRU:

@@ -1,5 +1,5 @@
 """Which implementation of a compiled module to use: the Cython build or its
-pure-Python twin (``notary.state._fastcache``, ``notary.protocol._fastrequest``;
+pure-Python twin (``notary._fastcache``, ``notary.protocol._fastrequest``;
 each twin behaves the same, and the test suite runs against both).
 
 Chosen at import time, the way aio-libs frozenlist and yarl do:

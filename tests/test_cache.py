@@ -1,7 +1,7 @@
 """Tests for ``notary.state.cache`` and both of its implementations.
 
-Every behaviour test runs against the pure twin (``notary.state._fastcache_py``) and
-the compiled module (``notary.state._fastcache``). The compiled parameter is skipped
+Every behaviour test runs against the pure twin (``notary._fastcache_py``) and
+the compiled module (``notary._fastcache``). The compiled parameter is skipped
 when the extension is not built, except under ``NOTARY_REQUIRE_EXTENSION=1``
 (``make test-compiled``), where a missing extension fails instead.
 """
@@ -31,11 +31,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-import notary.state._fastcache_py as pure_impl
+import notary._fastcache_py as pure_impl
 from notary.state import _cachecommon
 
 try:
-    import notary.state._fastcache as compiled_impl
+    import notary._fastcache as compiled_impl
 except ImportError as exc:  # not built: the compiled parameter is skipped (or fails)
     compiled_impl = None
     COMPILED_IMPORT_ERROR: ImportError | None = exc
@@ -57,7 +57,7 @@ def compiled_or_skip() -> ModuleType:
     if compiled_impl is not None:
         return compiled_impl
     reason = (
-        f"notary.state._fastcache is not built ({COMPILED_IMPORT_ERROR}); "
+        f"notary._fastcache is not built ({COMPILED_IMPORT_ERROR}); "
         "build it with `python setup.py build_ext --inplace`"
     )
     if REQUIRE_EXTENSION:
@@ -807,8 +807,8 @@ def run_selection(env_overrides: dict[str, str], *, block_compiled: bool = False
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env.update(env_overrides)
     code = "import notary.state.cache as c; print(c.IMPLEMENTATION)"
-    if block_compiled:  # an import of notary.state._fastcache now raises ImportError
-        code = "import sys; sys.modules['notary.state._fastcache'] = None; " + code
+    if block_compiled:  # an import of notary._fastcache now raises ImportError
+        code = "import sys; sys.modules['notary._fastcache'] = None; " + code
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,
@@ -842,7 +842,7 @@ def test_missing_extension_is_an_error_when_required() -> None:
     result = run_selection({"NOTARY_REQUIRE_EXTENSION": "1"}, block_compiled=True)
     assert result.returncode != 0
     assert (
-        "ImportError: compiled module required but notary.state._fastcache failed to import"
+        "ImportError: compiled module required but notary._fastcache failed to import"
         in result.stderr
     )
 

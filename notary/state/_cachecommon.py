@@ -1,6 +1,6 @@
 """Pieces shared by both cache implementations.
 
-``notary.state._fastcache`` (compiled) and ``notary.state._fastcache_py`` (its pure-Python
+``notary._fastcache`` (compiled) and ``notary._fastcache_py`` (its pure-Python
 twin) both import this module, so the statistics types, argument checks, error
 messages, Bloom filter sizing and serialisation format exist exactly once and
 cannot drift apart.

@@ -1,7 +1,7 @@
 """The fingerprint cache: ``LRUCache``, ``BloomFilter`` and ``bloom_digest``.
 
-Two implementations behave identically: the compiled ``notary.state._fastcache``
-(Cython) and its pure-Python twin ``notary.state._fastcache_py``. This module picks
+Two implementations behave identically: the compiled ``notary._fastcache``
+(Cython) and its pure-Python twin ``notary._fastcache_py``. This module picks
 one at import time by the rules of ``notary.extensions`` (``NOTARY_NO_EXTENSIONS``,
 ``NOTARY_REQUIRE_EXTENSION``).
 ``IMPLEMENTATION`` says which one was chosen: ``"compiled"`` or ``"pure"``.
@@ -21,7 +21,7 @@ __all__ = [
     "bloom_digest",
 ]
 
-_module, IMPLEMENTATION = load("notary.state._fastcache")
+_module, IMPLEMENTATION = load("notary._fastcache")
 BloomFilter = _module.BloomFilter
 LRUCache = _module.LRUCache
 bloom_digest = _module.bloom_digest

@@ -2,7 +2,7 @@
 # cython: initializedcheck=False, embedsignature=True
 """Compiled fingerprint cache: an LRU map and a Bloom filter.
 
-The pure-Python twin is ``notary.state._fastcache_py``; both behave identically
+The pure-Python twin is ``notary._fastcache_py``; both behave identically
 (same results, exception types and messages) and ``tests/test_cache.py`` runs
 every behaviour test against both. Import through ``notary.state.cache``.
 

@@ -1,4 +1,4 @@
-"""Pure-Python twin of ``notary.state._fastcache``.
+"""Pure-Python twin of ``notary._fastcache``.
 
 Behaviour, exception types and messages are identical to the compiled module;
 ``tests/test_cache.py`` runs every behaviour test against both. Import the
@@ -60,7 +60,7 @@ class LRUCache:
     ``TypeError``, as does an unhashable key.
 
     The layout mirrors the compiled module (see the invariants at the top of
-    ``notary/state/_fastcache.pyx``): a dict from key to ``_Node`` plus a circular
+    ``notary/_fastcache.pyx``): a dict from key to ``_Node`` plus a circular
     doubly linked list through ``_root`` (``_root.next`` is the most recently
     used); a node is linked exactly when ``node.prev`` is not None, and a node
     found in the dict but unlinked counts as absent. A plain dict is used
