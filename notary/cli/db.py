@@ -23,10 +23,10 @@ def add_db(commands: argparse._SubParsersAction) -> None:
     db.add_argument("--config", type=Path)
 
 
-def _db_settings(args: argparse.Namespace) -> tuple[Path, StoreConfig, int]:
-    """The database file, its ``[store]`` settings and its files' mode:
-    from ``--config`` (``--db`` overriding its file and its backend), else
-    the defaults."""
+def _db_settings(args: argparse.Namespace) -> tuple[Path | None, StoreConfig, int]:
+    """The database file (None: a PostgreSQL store), its ``[store]``
+    settings and its files' mode: from ``--config`` (``--db`` overriding its
+    file and its backend), else the defaults."""
     if args.db is None and args.config is None:
         raise UsageError("db needs --db FILE or --config FILE")
     if args.config is None:
@@ -39,7 +39,9 @@ def _db_settings(args: argparse.Namespace) -> tuple[Path, StoreConfig, int]:
     return config.server.db_file, config.store, database_file_mode(config.node.group)
 
 
-def _open_db(path: Path, settings: StoreConfig, mode: int, *, create: bool) -> tuple[Any, str]:
+def _open_db(
+    path: Path | None, settings: StoreConfig, mode: int, *, create: bool
+) -> tuple[Any, str]:
     """The store ``cmd_db`` works on (its engine by ``[store] backend``) and
     the name it is shown by (never a password)."""
     from notary.outbound.writer import store_openers
