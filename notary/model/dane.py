@@ -23,6 +23,16 @@ Rules this module keeps:
    checks are the Web PKI's.
 4. The first usable record that matches wins, DANE-EE records first
    (the cheaper check); its index in the RRset is reported as evidence.
+5. Several certificates (a site serving several at once, issue 31): each
+   distinct leaf a probe saw is judged on its own against the one lookup
+   (``verdict_on``), through each distinct chain it came with until one
+   matches; the verdict keeps a judgement per certificate
+   (``DaneVerdict.judgements``) and vouches for each certificate some
+   record vouches for. Its outcome is ``MATCH`` when a record vouches for
+   at least one of them, and its *main* certificate (``leaf_sha256``) is
+   the first vouched for in SHA-256 order, else the first judged: never
+   the order in which addresses answered, so a verdict on the same
+   certificates and records is the same whichever address answered first.
 
 Error handling: ``Tlsa.parse`` raises ``ValueError`` for a malformed
 presentation; ``match`` never raises on hostile certificates (a chain that
@@ -33,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum, IntEnum
@@ -45,9 +55,9 @@ from cryptography.x509.verification import Criticality, ExtensionPolicy
 from notary.model.observations import subject_public_key_info
 
 __all__ = [
-    "CONVERGENCE_STATUS", "DECIDES", "DaneMatch", "DaneOutcome", "DaneVerdict", "DnssecStatus",
-    "MatchingType", "Selector", "Tlsa", "TlsaLookup", "Usage", "association", "deciding_backend",
-    "match", "verdict",
+    "CONVERGENCE_STATUS", "DECIDES", "JUDGING", "DaneJudgement", "DaneMatch", "DaneOutcome",
+    "DaneVerdict", "DnssecStatus", "MatchingType", "Presented", "Selector", "Tlsa", "TlsaLookup",
+    "Usage", "association", "deciding_backend", "match", "verdict", "verdict_on",
 ]
 
 
@@ -257,11 +267,50 @@ def deciding_backend(backends: Sequence[str], outcome: DaneOutcome | None) -> st
     return "perspective"
 
 
+#: The outcomes that judge each certificate against secure usable records
+#: (the others say the same of every certificate: no records, an unsigned
+#: zone, a DNSSEC failure).
+JUDGING = frozenset({DaneOutcome.MATCH, DaneOutcome.MISMATCH})
+
+
+@dataclass(frozen=True, slots=True)
+class Presented:
+    """A certificate a probe saw, to judge: its SHA-256 and SHA-1, and the
+    chain it came with (DER, leaf first; only the leaf when the chain was
+    not kept, empty when not even the leaf's DER was: it then matches
+    nothing)."""
+
+    sha256: bytes
+    sha1: bytes
+    chain: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, chain: Sequence[bytes]) -> Presented:
+        leaf = chain[0]
+        return cls(hashlib.sha256(leaf).digest(), hashlib.sha1(leaf).digest(), tuple(chain))
+
+
+@dataclass(frozen=True, slots=True)
+class DaneJudgement:
+    """DANE's verdict on one certificate: its hashes, and the record that
+    vouches for it (``matched``; None: none does, or the records were not
+    judged: ``DaneVerdict.outcome`` not in ``JUDGING``)."""
+
+    sha256: bytes
+    sha1: bytes
+    matched: DaneMatch | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class DaneVerdict:
-    """A verdict on the certificate the probe saw (``leaf_sha256``,
-    ``leaf_sha1``), from ``lookup``, with its evidence (``matched``), to be
-    reused until ``reuse_until`` (Unix seconds)."""
+    """A verdict on the certificates a probe saw, from ``lookup``, to be
+    reused until ``reuse_until`` (Unix seconds).
+
+    The *main* certificate (``leaf_sha256``, ``leaf_sha1``, its evidence
+    ``matched``; rule 5) and, when several certificates were judged against
+    secure usable records (``outcome`` in ``JUDGING``), the ``others``, in
+    SHA-256 order: ``judgements`` lists them all. ``outcome`` is the main
+    certificate's: ``MATCH`` when a record vouches for any of them."""
 
     outcome: DaneOutcome
     lookup: TlsaLookup
@@ -269,13 +318,82 @@ class DaneVerdict:
     leaf_sha256: bytes = b""
     leaf_sha1: bytes = b""
     reuse_until: int = 0
+    others: tuple[DaneJudgement, ...] = ()
+
+    @property
+    def main(self) -> DaneJudgement | None:
+        """The main certificate's judgement (None: no certificate was
+        judged, DNSSEC failed before a probe saw one)."""
+        if not self.leaf_sha256:
+            return None
+        return DaneJudgement(self.leaf_sha256, self.leaf_sha1, self.matched)
+
+    @property
+    def judgements(self) -> tuple[DaneJudgement, ...]:
+        """Every certificate judged, the main one included, in SHA-256 order."""
+        main = self.main
+        if main is None:
+            return self.others
+        if not self.others:
+            return (main,)
+        return tuple(sorted((main, *self.others), key=lambda j: j.sha256))
+
+    def vouched(self, sha256: bytes | None, sha1: bytes | None) -> tuple[DaneJudgement, ...]:
+        """The judgements of certificates a record vouches for that have the
+        given hashes (each given one must be the certificate's)."""
+        if self.outcome is not DaneOutcome.MATCH:
+            return ()
+        return tuple(
+            j for j in self.judgements
+            if j.matched is not None and sha256 in (None, j.sha256) and sha1 in (None, j.sha1)
+        )
 
     def vouches_for(self, sha256: bytes | None, sha1: bytes | None) -> bool:
         """Whether this is a match for a certificate with the given hashes
-        (each given one must be the judged leaf's)."""
-        if self.outcome is not DaneOutcome.MATCH:
-            return False
-        return sha256 in (None, self.leaf_sha256) and sha1 in (None, self.leaf_sha1)
+        (each given one must be that of a certificate a record vouches for)."""
+        return bool(self.vouched(sha256, sha1))
+
+    def carrying(self, earlier: DaneVerdict | None, current: Collection[bytes]) -> DaneVerdict:
+        """This verdict with the judgements of ``earlier`` (the target's
+        verdict before it) on the certificates of ``current`` (the SHA-256s
+        of the target's current set) this one did not judge (its probe did
+        not see them: an address that did not answer this time), when both
+        judged the same records (status and RRset): such a judgement is
+        what judging again would give. Otherwise, or when either did not
+        judge certificates (``JUDGING``), this verdict as it is. Never more
+        judgements than ``current`` holds, and those of this verdict."""
+        if (
+            earlier is None or self.outcome not in JUDGING or earlier.outcome not in JUDGING
+            or earlier.lookup.status is not self.lookup.status
+            or earlier.lookup.records != self.lookup.records
+        ):
+            return self
+        mine = {j.sha256 for j in self.judgements}
+        carried = [j for j in earlier.judgements if j.sha256 in current and j.sha256 not in mine]
+        if not carried:
+            return self
+        return _assembled(self.lookup, [*self.judgements, *carried], self.reuse_until)
+
+
+def _assembled(
+    lookup: TlsaLookup, judgements: Sequence[DaneJudgement], reuse_until: int,
+    outcome: DaneOutcome | None = None,
+) -> DaneVerdict:
+    """The verdict of ``judgements`` (distinct certificates) on ``lookup``
+    (rule 5): the main certificate, the others in SHA-256 order, and the
+    outcome (given, or ``MATCH``/``MISMATCH`` by whether any is vouched for)."""
+    ordered = sorted(judgements, key=lambda j: j.sha256)
+    main = next((j for j in ordered if j.matched is not None), ordered[0] if ordered else None)
+    if outcome is None:
+        outcome = DaneOutcome.MISMATCH if main is None or main.matched is None else (
+            DaneOutcome.MATCH)
+    if main is None:
+        return DaneVerdict(outcome, lookup, reuse_until=reuse_until)
+    return DaneVerdict(
+        outcome, lookup, main.matched, leaf_sha256=main.sha256, leaf_sha1=main.sha1,
+        reuse_until=reuse_until,
+        others=tuple(j for j in ordered if j is not main) if outcome in JUDGING else (),
+    )
 
 
 def verdict(
@@ -283,20 +401,45 @@ def verdict(
     max_reuse_s: int = 0, failure_reuse_s: int = 0, min_reuse_s: int = 0,
 ) -> DaneVerdict:
     """The DANE verdict on ``chain`` (what the probe saw of ``host``) given
-    the TLSA ``lookup``. It may be reused for the lookup's TTL, at least
-    ``min_reuse_s`` (a TTL of 0, or a denial without an SOA, would have it
-    expire at once) and at most ``max_reuse_s``; one on a failed lookup
-    (bogus, resolver failure) for ``failure_reuse_s``."""
+    the TLSA ``lookup``: ``verdict_on`` that one chain (none when empty)."""
+    return verdict_on(
+        lookup, [Presented.of(chain)] if chain else [], host, now, max_reuse_s=max_reuse_s,
+        failure_reuse_s=failure_reuse_s, min_reuse_s=min_reuse_s,
+    )
+
+
+def verdict_on(
+    lookup: TlsaLookup, presented: Sequence[Presented], host: str, now: datetime, *,
+    max_reuse_s: int = 0, failure_reuse_s: int = 0, min_reuse_s: int = 0,
+) -> DaneVerdict:
+    """The DANE verdict on the certificates a probe saw of ``host``
+    (``presented``: each handshake's leaf and chain; a certificate seen
+    several times is judged once, through each distinct chain it came with
+    until one matches: rule 5) given the TLSA ``lookup``. It may be reused
+    for the lookup's TTL, at least ``min_reuse_s`` (a TTL of 0, or a denial
+    without an SOA, would have it expire at once) and at most
+    ``max_reuse_s``; one on a failed lookup (bogus, resolver failure) for
+    ``failure_reuse_s``."""
     status = lookup.status
-    matched = None
-    if status is DnssecStatus.SECURE:
-        if not any(record.usable for record in lookup.records):
-            outcome = DaneOutcome.NO_TLSA
-        else:
-            matched = match(lookup.records, chain, host, now)
-            outcome = DaneOutcome.MATCH if matched is not None else DaneOutcome.MISMATCH
-    else:
+    judging = status is DnssecStatus.SECURE and any(record.usable for record in lookup.records)
+    chains: dict[bytes, tuple[bytes, bytes, list[tuple[bytes, ...]]]] = {}
+    for seen in presented:
+        _, _, known = chains.setdefault(seen.sha256, (seen.sha256, seen.sha1, []))
+        if seen.chain not in known:
+            known.append(seen.chain)
+    judgements = []
+    for sha256, sha1, known in chains.values():
+        matched = None
+        if judging:
+            for chain in known:
+                matched = match(lookup.records, chain, host, now)
+                if matched is not None:
+                    break
+        judgements.append(DaneJudgement(sha256, sha1, matched))
+    outcome = None
+    if not judging:
         outcome = {
+            DnssecStatus.SECURE: DaneOutcome.NO_TLSA,  # only unusable records
             DnssecStatus.SECURE_DENIAL: DaneOutcome.NO_TLSA,
             DnssecStatus.INSECURE: DaneOutcome.INSECURE,
             DnssecStatus.BOGUS: DaneOutcome.BOGUS,
@@ -304,11 +447,4 @@ def verdict(
         }[status]
     failed = status in (DnssecStatus.BOGUS, DnssecStatus.RESOLVER_FAILURE)
     reuse_s = failure_reuse_s if failed else min(max(lookup.ttl, min_reuse_s), max_reuse_s)
-    leaf = chain[0] if chain else b""
-    return DaneVerdict(
-        outcome, lookup, matched,
-        leaf_sha256=hashlib.sha256(leaf).digest() if leaf else b"",
-        leaf_sha1=hashlib.sha1(leaf).digest() if leaf else b"",
-        reuse_until=lookup.checked_at + max(reuse_s, 0),
-    )
-
+    return _assembled(lookup, judgements, lookup.checked_at + max(reuse_s, 0), outcome)

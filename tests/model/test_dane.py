@@ -15,13 +15,18 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from notary.model.dane import (
+    DaneJudgement,
     DaneMatch,
+    DaneOutcome,
+    DaneVerdict,
     DnssecStatus,
+    Presented,
     Tlsa,
     TlsaLookup,
     association,
     match,
     verdict,
+    verdict_on,
 )
 
 HOST = "www.example.test"
@@ -171,3 +176,125 @@ def test_how_long_a_verdict_is_reused(status: DnssecStatus, ttl: int, reused_s: 
     lookup = TlsaLookup(status, ttl=ttl, checked_at=1000)
     made = verdict(lookup, [], HOST, NOW, max_reuse_s=3600, min_reuse_s=30, failure_reuse_s=5)
     assert made.reuse_until == 1000 + reused_s
+
+
+# -- several certificates at once (rule 5; issue 31's split sites) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def split(issued) -> tuple[list[bytes], list[bytes]]:
+    """Two chains a split site serves at two addresses: two leaves under
+    one intermediate (which both addresses send)."""
+    _, intermediate, _ = issued
+    return chain_of(intermediate.issue_cert(HOST)), chain_of(intermediate.issue_cert(HOST))
+
+
+def secure(*records: Tlsa) -> TlsaLookup:
+    return TlsaLookup(DnssecStatus.SECURE, records, 300, 1000)
+
+
+def judge(lookup: TlsaLookup, *chains: list[bytes]) -> DaneVerdict:
+    return verdict_on(lookup, [Presented.of(chain) for chain in chains], HOST, NOW,
+                      max_reuse_s=3600)
+
+
+def sha(chain: list[bytes]) -> bytes:
+    return hashlib.sha256(chain[0]).digest()
+
+
+def sha1(chain: list[bytes]) -> bytes:
+    return hashlib.sha1(chain[0]).digest()
+
+
+def test_each_certificate_is_judged_and_vouched_for_on_its_own(split) -> None:
+    a, b = split
+    lookup = secure(record(3, 1, 1, a[0]), record(3, 1, 1, b[0]))
+    made = judge(lookup, a, b)
+    assert made.outcome is DaneOutcome.MATCH
+    assert {j.sha256 for j in made.judgements} == {sha(a), sha(b)}
+    assert all(j.matched is not None for j in made.judgements)
+    for chain in (a, b):
+        assert made.vouches_for(sha(chain), None) and made.vouches_for(None, sha1(chain))
+        assert made.vouches_for(sha(chain), sha1(chain))
+    assert not made.vouches_for(sha(a), sha1(b))  # both hashes must be one certificate's
+    # Whichever address answered first: the same verdict, the main
+    # certificate first in SHA-256 order.
+    assert judge(lookup, b, a) == made
+    assert made.leaf_sha256 == min(sha(a), sha(b))
+    assert [j.sha256 for j in made.judgements] == sorted([sha(a), sha(b)])
+
+
+def test_one_trust_anchor_vouches_for_every_chain_leading_to_it(split) -> None:
+    a, b = split
+    made = judge(secure(record(2, 0, 1, a[1])), a, b, a)  # a seen twice: judged once
+    assert made.outcome is DaneOutcome.MATCH and len(made.judgements) == 2
+    assert made.vouches_for(sha(a), None) and made.vouches_for(sha(b), None)
+    assert {j.matched.certificate for j in made.judgements if j.matched} == {1}
+
+
+def test_records_for_one_certificate_do_not_vouch_for_the_other(split) -> None:
+    a, b = split
+    for order in ((a, b), (b, a)):
+        made = judge(secure(record(3, 1, 1, b[0])), *order)
+        assert made.outcome is DaneOutcome.MATCH  # a record vouches for one of them
+        assert made.leaf_sha256 == sha(b)  # the main certificate is the vouched one
+        assert made.vouches_for(sha(b), None) and not made.vouches_for(sha(a), None)
+        assert made.others == (DaneJudgement(sha(a), sha1(a), None),)
+    missed = judge(secure(Tlsa(3, 1, 1, hashlib.sha256(b"another key").digest())), a, b)
+    assert missed.outcome is DaneOutcome.MISMATCH and len(missed.judgements) == 2
+    assert not missed.vouches_for(None, None)
+
+
+def test_a_certificate_is_judged_through_each_chain_it_came_with(split) -> None:
+    """One address sends the intermediate, another only the leaf: the leaf
+    chains to the anchor through the first."""
+    a, _ = split
+    anchor = record(2, 0, 1, a[1])
+    assert judge(secure(anchor), [a[0]]).outcome is DaneOutcome.MISMATCH
+    made = judge(secure(anchor), [a[0]], a)
+    assert made.outcome is DaneOutcome.MATCH and made.others == ()
+
+
+def test_outcomes_that_judge_no_certificate_say_it_of_all(split) -> None:
+    a, b = split
+    for status, outcome in ((DnssecStatus.SECURE_DENIAL, DaneOutcome.NO_TLSA),
+                            (DnssecStatus.INSECURE, DaneOutcome.INSECURE)):
+        made = judge(TlsaLookup(status, (), 300, 1000), b, a)
+        assert made.outcome is outcome and made.others == ()
+        assert made.leaf_sha256 == min(sha(a), sha(b)) and made.matched is None
+    unusable = judge(secure(record(1, 1, 1, a[0])), a, b)
+    assert unusable.outcome is DaneOutcome.NO_TLSA and unusable.others == ()
+
+
+def test_a_verdict_carries_the_judgements_of_certificates_its_probe_missed(split) -> None:
+    """The probe saw only ``a`` (``b``'s address did not answer this time):
+    ``b``, still current, keeps the verdict the same records gave it."""
+    a, b = split
+    lookup = secure(record(3, 1, 1, a[0]), record(3, 1, 1, b[0]))
+    earlier = judge(lookup, a, b)
+    now = judge(secure(*lookup.records), a)
+    carried = now.carrying(earlier, {sha(a), sha(b)})
+    assert carried.vouches_for(sha(b), None) and carried.vouches_for(sha(a), None)
+    assert {j.sha256 for j in carried.judgements} == {sha(a), sha(b)}
+    assert carried.reuse_until == now.reuse_until
+    # Not beyond the current set, nor when the records changed, nor onto a
+    # verdict that judged no certificate, nor over this probe's own verdict.
+    assert now.carrying(earlier, {sha(a)}) == now
+    other = secure(record(3, 1, 1, a[0]))
+    assert judge(other, a).carrying(earlier, {sha(a), sha(b)}) == judge(other, a)
+    denial = judge(TlsaLookup(DnssecStatus.SECURE_DENIAL, (), 300, 1000), a)
+    assert denial.carrying(earlier, {sha(a), sha(b)}) == denial
+    only_b = judge(secure(record(3, 1, 1, b[0])), a, b)
+    assert judge(secure(record(3, 1, 1, b[0])), a).carrying(
+        only_b, {sha(a), sha(b)}).vouches_for(sha(b), None)
+    assert earlier.carrying(judge(secure(*lookup.records)), {sha(a)}) == earlier
+    assert now.carrying(None, {sha(a), sha(b)}) == now
+
+
+def test_a_single_chain_is_judged_as_before(issued) -> None:
+    chain = chain_of(issued[2])
+    made = verdict(secure(record(3, 1, 1, chain[0])), chain, HOST, NOW)
+    assert (made.outcome, made.leaf_sha256, made.others) == (DaneOutcome.MATCH, sha(chain), ())
+    assert made.judgements == (DaneJudgement(sha(chain), sha1(chain), made.matched),)
+    failed = verdict(TlsaLookup(DnssecStatus.BOGUS, checked_at=1), [], HOST, NOW)
+    assert failed.judgements == () and failed.main is None and failed.leaf_sha256 == b""
