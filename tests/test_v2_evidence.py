@@ -31,7 +31,18 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from notary.cli.report import report_table
 from notary.client import check as client
 from notary.errors import ProtocolError
-from notary.model.dane import DaneVerdict, DnssecStatus, Tlsa, TlsaLookup, verdict
+from notary.model.dane import (
+    DaneJudgement,
+    DaneMatch,
+    DaneOutcome,
+    DaneVerdict,
+    DnssecStatus,
+    Presented,
+    Tlsa,
+    TlsaLookup,
+    verdict,
+    verdict_on,
+)
 from notary.model.observations import Certificate, Observation, Timeline
 from notary.model.targets import Target
 from notary.protocol import v2
@@ -669,3 +680,298 @@ async def test_check_shows_a_convergence_303_as_inconclusive() -> None:
     assert rows["Busy"].detail == rows["Garbled"].detail == "inconclusive (HTTP 303)"
     assert (report.tally.outcome, report.tally.counted, report.tally.stood_aside) == (
         Outcome.INCONCLUSIVE, 0, 3)
+
+
+# -- several certificates at once: `judged` (issue 31) -------------------------------------
+
+#: A second certificate the site serves at another address, from the same
+#: intermediate as LEAF (a DANE-TA record on it vouches for both).
+SECOND_CHAIN = _chain(_INTERMEDIATE.issue_cert(HOST))
+SECOND = Certificate.from_der(SECOND_CHAIN[0])
+
+
+def split_verdict(records: tuple[Tlsa, ...], *chains: list[bytes]) -> DaneVerdict:
+    """The verdict on every chain a probe of a split site saw."""
+    lookup = TlsaLookup(DnssecStatus.SECURE, records, 300, CHECKED_AT)
+    return verdict_on(lookup, [Presented.of(chain) for chain in chains], HOST,
+                      datetime.fromtimestamp(NOW, UTC), max_reuse_s=600)
+
+
+def both_vouched() -> DaneVerdict:
+    """Two `3 1 1` records, one for each certificate (after an unrelated one)."""
+    return split_verdict(
+        (dane_ee(OTHER_CHAIN[0]), dane_ee(SECOND_CHAIN[0]), dane_ee(CHAIN[0])), CHAIN,
+        SECOND_CHAIN)
+
+
+def one_vouched() -> DaneVerdict:
+    """A record for LEAF only: SECOND is judged, and not vouched for."""
+    return split_verdict((dane_ee(CHAIN[0]),), SECOND_CHAIN, CHAIN)
+
+
+def split_statement(dane: DaneVerdict | None) -> v2.SignedStatement:
+    return signed(verification("dane", dane), LEAF, SECOND)
+
+
+def test_each_certificate_judged_is_stated_with_the_record_that_vouched() -> None:
+    dane = both_vouched()
+    evidence = verification("dane", dane)["dane"]
+    main, other = sorted([LEAF, SECOND], key=lambda c: c.sha256)
+    assert evidence["sha256"] == main.sha256.hex()
+    assert evidence["tlsa"] == [str(dane_ee(OTHER_CHAIN[0])), str(dane_ee(SECOND_CHAIN[0])),
+                                str(dane_ee(CHAIN[0]))]
+    index = {LEAF.sha256: 2, SECOND.sha256: 1}
+    assert evidence["matched"] == index[main.sha256]
+    assert evidence["judged"] == [{"sha256": other.sha256.hex(), "matched": index[other.sha256]}]
+    parsed = v2.verify_statement(entry_of(split_statement(dane)), KEYS, now=NOW)
+    stated = parsed.verification.dane
+    assert stated.judged == (v2.ParsedJudgement(other.sha256, index[other.sha256]),)
+    assert stated.record_for(LEAF.sha256) == dane_ee(CHAIN[0])
+    assert stated.record_for(SECOND.sha256) == dane_ee(SECOND_CHAIN[0])
+    assert stated.record_for(OTHER.sha256) is None
+    assert v2.stated_vouched(dane) == {LEAF.sha256, SECOND.sha256}
+
+
+@pytest.mark.parametrize("asked", [LEAF, SECOND], ids=["leaf", "second"])
+@pytest.mark.parametrize("made", [both_vouched, lambda: split_verdict(
+    (dane_ee(OTHER_CHAIN[0]), Tlsa(2, 0, 1, hashlib.sha256(CHAIN[1]).digest())), CHAIN,
+    SECOND_CHAIN)], ids=["two-ee-records", "one-ta-record"])
+def test_a_dane_match_for_any_certificate_judged_verifies(
+    made: Callable[[], DaneVerdict], asked: Certificate,
+) -> None:
+    statement = split_statement(made())
+    for query in (TargetQuery(TARGET, sha1=asked.sha1), TargetQuery(TARGET, sha256=asked.sha256),
+                  TargetQuery(TARGET, sha256=asked.sha256, sha1=asked.sha1), None):
+        result = verify(answer_of(v2.VERDICT_MATCH, statement), query)
+        assert result.verdict == v2.VERDICT_MATCH
+    text = client.backend_text(_parsed_of(statement), now=NOW, asked=[asked.sha256])
+    assert text.startswith("DANE: match, TLSA ") and "another" not in text
+
+
+def _parsed_of(statement: v2.SignedStatement) -> v2.ParsedVerification | None:
+    return v2.verify_statement(entry_of(statement), KEYS, now=NOW).verification
+
+
+def test_a_shared_trust_anchor_is_stated_once() -> None:
+    anchor = Tlsa(2, 0, 1, hashlib.sha256(CHAIN[1]).digest())
+    evidence = verification("dane", split_verdict((anchor,), CHAIN, SECOND_CHAIN))["dane"]
+    assert evidence["tlsa"] == [str(anchor)] and evidence["matched"] == 0
+    assert [entry["matched"] for entry in evidence["judged"]] == [0]
+
+
+def test_a_dane_match_for_a_certificate_no_record_vouches_for_is_refused() -> None:
+    """SECOND is judged (the statement says so) and no record vouches for
+    it: a match for it is refused, one for LEAF verifies, and a mismatch
+    for SECOND is what the evidence backs."""
+    dane = one_vouched()
+    statement = split_statement(dane)
+    (entry,) = verification("dane", dane)["dane"]["judged"]
+    assert entry == {"sha256": SECOND.sha256.hex(), "matched": None}
+    data = answer_of(v2.VERDICT_MATCH, statement)
+    for query in (TargetQuery(TARGET, sha1=SECOND.sha1), TargetQuery(TARGET, sha256=SECOND.sha256)):
+        with pytest.raises(VerificationError, match="not backed by its DANE evidence"):
+            verify(data, query)
+    assert verify(data, TargetQuery(TARGET, sha1=LEAF.sha1)).verdict == v2.VERDICT_MATCH
+    assert verify(answer_of(v2.VERDICT_MISMATCH, statement),
+                  TargetQuery(TARGET, sha1=SECOND.sha1)).verdict == v2.VERDICT_MISMATCH
+    assert client.backend_text(_parsed_of(statement), now=NOW, asked=[SECOND.sha256]).startswith(
+        "DANE: match for another certificate, TLSA 3 1 1 ")
+
+
+def test_a_mismatch_states_every_certificate_judged() -> None:
+    dane = split_verdict((dane_ee(OTHER_CHAIN[0]),), CHAIN, SECOND_CHAIN)
+    evidence = verification("dane", dane)["dane"]
+    assert evidence["outcome"] == "mismatch" and evidence["matched"] is None
+    assert [entry["matched"] for entry in evidence["judged"]] == [None]
+    data = answer_of(v2.VERDICT_MATCH, split_statement(dane))
+    for asked in (LEAF, SECOND):
+        with pytest.raises(VerificationError, match="not backed by its DANE evidence"):
+            verify(data, TargetQuery(TARGET, sha1=asked.sha1))
+
+
+def test_one_certificate_judged_states_no_judged() -> None:
+    """A statement judging one certificate is byte for byte as before
+    `judged` existed: the verdict on one chain among several probes, or
+    several outcomes that judge no certificate."""
+    single = split_verdict((dane_ee(CHAIN[0]),), CHAIN, CHAIN)  # seen twice
+    assert single == judged(DnssecStatus.SECURE, (dane_ee(CHAIN[0]),))
+    assert "judged" not in verification("dane", single)["dane"]
+    assert verification("dane", split_verdict((dane_ee(CHAIN[0]),), CHAIN)) == verification(
+        "dane", judged(DnssecStatus.SECURE, (dane_ee(CHAIN[0]),)))
+    for status in (DnssecStatus.SECURE_DENIAL, DnssecStatus.INSECURE):
+        lookup = TlsaLookup(status, (), 300, CHECKED_AT)
+        several = verdict_on(lookup, [Presented.of(CHAIN), Presented.of(SECOND_CHAIN)], HOST,
+                             datetime.fromtimestamp(NOW, UTC), max_reuse_s=600)
+        assert "judged" not in verification("perspective", several)["dane"]
+
+
+_JUDGED_MALFORMED = {
+    "judged null": _set("dane.judged", None),
+    "judged empty": _set("dane.judged", []),
+    "judged an object": _set("dane.judged", {"sha256": "00" * 32, "matched": None}),
+    "judged too many": _set("dane.judged", [
+        {"sha256": f"{i:064x}", "matched": None} for i in range(1, v2.MAX_STATEMENT_JUDGED + 2)
+    ]),
+    "entry a string": _set("dane.judged", ["00" * 32]),
+    "entry extra member": _set("dane.judged", [{"sha256": "00" * 32, "matched": None, "x": 1}]),
+    "entry sha256 missing": _set("dane.judged", [{"matched": None}]),
+    "entry matched missing": _set("dane.judged", [{"sha256": "00" * 32}]),
+    "entry sha256 upper case": _set("dane.judged", [{"sha256": "AB" * 32, "matched": None}]),
+    "entry sha256 short": _set("dane.judged", [{"sha256": "ab" * 31, "matched": None}]),
+    "entry sha256 null": _set("dane.judged", [{"sha256": None, "matched": None}]),
+    "entry the main certificate": lambda statement: _set("dane.judged", [
+        {"sha256": statement["verification"]["dane"]["sha256"], "matched": None}])(statement),
+    "entries twice": _set("dane.judged", [{"sha256": "01" * 32, "matched": None}] * 2),
+    "entries descending": _set("dane.judged", [
+        {"sha256": "02" * 32, "matched": None}, {"sha256": "01" * 32, "matched": None}]),
+    "entry matched out of range": _set("dane.judged", [{"sha256": "01" * 32, "matched": 3}]),
+    "entry matched negative": _set("dane.judged", [{"sha256": "01" * 32, "matched": -1}]),
+    "entry matched a float": _set("dane.judged", [{"sha256": "01" * 32, "matched": 0.0}]),
+    "entry matched true": _set("dane.judged", [{"sha256": "01" * 32, "matched": True}]),
+    "entry matched a string": _set("dane.judged", [{"sha256": "01" * 32, "matched": "0"}]),
+}
+
+
+@pytest.mark.parametrize("change", list(_JUDGED_MALFORMED.values()), ids=list(_JUDGED_MALFORMED))
+def test_a_malformed_judged_is_a_502(change: Callable[[dict[str, Any]], None]) -> None:
+    entry = entry_of(split_statement(both_vouched()))
+    change(entry["statement"])
+    _assert_malformed(entry)
+
+
+@pytest.mark.parametrize(("made", "judged_value"), [
+    (one_vouched, [{"sha256": "01" * 32, "matched": None}]),  # fine on a match...
+    (lambda: judged(DnssecStatus.SECURE_DENIAL), [{"sha256": "01" * 32, "matched": None}]),
+    (lambda: judged(DnssecStatus.INSECURE), [{"sha256": "01" * 32, "matched": None}]),
+    (lambda: judged(DnssecStatus.BOGUS), [{"sha256": "01" * 32, "matched": None}]),
+    (lambda: split_verdict((dane_ee(OTHER_CHAIN[0]),), CHAIN, SECOND_CHAIN),
+     [{"sha256": "01" * 32, "matched": 0}]),  # vouched for on a mismatch
+    (lambda: split_verdict((Tlsa(1, 1, 1, b"\1" * 32), dane_ee(CHAIN[0])), CHAIN, SECOND_CHAIN),
+     [{"sha256": "01" * 32, "matched": 0}]),  # an unusable record
+], ids=["valid-on-match", "no-tlsa", "insecure", "bogus", "matched-on-mismatch", "unusable"])
+def test_judged_only_where_certificates_are_judged(
+    made: Callable[[], DaneVerdict], judged_value: list[dict[str, Any]]
+) -> None:
+    entry = entry_of(signed(verification("dane", made()), LEAF, SECOND))
+    _set("dane.judged", judged_value)(entry["statement"])
+    if made is one_vouched:  # well formed: refused by the signature only
+        with pytest.raises(VerificationError, match="signature does not verify"):
+            v2.verify_statement(entry, KEYS, now=NOW)
+        return
+    _assert_malformed(entry)
+
+
+_JUDGED_TAMPERED = {
+    "judged removed": _drop("dane.judged"),
+    "a null matched set": lambda statement: statement["verification"]["dane"]["judged"][0]
+    .__setitem__("matched", 0),
+    "another certificate": lambda statement: statement["verification"]["dane"]["judged"][0]
+    .__setitem__("sha256", "ff" * 32),
+    "an entry added": lambda statement: statement["verification"]["dane"]["judged"].append(
+        {"sha256": "ff" * 32, "matched": 0}),
+}
+
+
+@pytest.mark.parametrize("change", list(_JUDGED_TAMPERED.values()), ids=list(_JUDGED_TAMPERED))
+def test_tampering_with_judged_is_refused(change: Callable[[dict[str, Any]], None]) -> None:
+    """A notary's statement saying SECOND is judged and not vouched for,
+    altered to vouch for it (or anything else): the signature breaks, so a
+    match for SECOND never verifies."""
+    statement = split_statement(one_vouched())
+    entry = entry_of(statement)
+    change(entry["statement"])
+    with pytest.raises(VerificationError, match="signature does not verify"):
+        v2.verify_statement(entry, KEYS, now=NOW)
+    document = json.loads(answer_of(v2.VERDICT_MATCH, statement))
+    change(document["statements"][0]["statement"])
+    with pytest.raises(VerificationError, match="bad statement signature"):
+        verify(json.dumps(document).encode(), TargetQuery(TARGET, sha1=SECOND.sha1))
+
+
+def _fake_verdict(records: tuple[Tlsa, ...], judgements: list[DaneJudgement]) -> DaneVerdict:
+    """A verdict made of ``judgements`` (hashes and matches made up: the
+    evidence reads nothing else), the main one first in SHA-256 order."""
+    ordered = sorted(judgements, key=lambda j: j.sha256)
+    main = next((j for j in ordered if j.matched is not None), ordered[0])
+    outcome = DaneOutcome.MATCH if main.matched is not None else DaneOutcome.MISMATCH
+    return DaneVerdict(
+        outcome, TlsaLookup(DnssecStatus.SECURE, records, 300, CHECKED_AT), main.matched,
+        main.sha256, main.sha1, NOW + 300, tuple(j for j in ordered if j is not main),
+    )
+
+
+def _ee(i: int) -> Tlsa:
+    return Tlsa(3, 1, 1, hashlib.sha256(b"key %d" % i).digest())
+
+
+def test_the_records_that_vouched_are_kept_first_then_the_first_others() -> None:
+    """Ten unrelated records first in the RRset, then one record per
+    certificate for six certificates: the six are kept (in their place:
+    after the unrelated ones kept), then the first unrelated ones in the
+    room left (16 records in all)."""
+    unrelated = tuple(Tlsa(3, 1, 1, bytes([0xE0 + i]) * 32) for i in range(10))
+    vouching = tuple(_ee(i) for i in range(6))
+    judgements = [
+        DaneJudgement(bytes([i + 1]) * 32, bytes([i + 1]) * 20, DaneMatch(record, 10 + i, 0))
+        for i, record in enumerate(vouching)
+    ]
+    dane = _fake_verdict((*unrelated, *vouching), judgements)
+    evidence = verification("dane", dane)["dane"]
+    assert evidence["tlsa"] == [str(r) for r in (*unrelated, *vouching)]
+    assert [e["matched"] for e in evidence["judged"]] == [11, 12, 13, 14, 15]
+    assert evidence["matched"] == 10
+    # Eleven unrelated ones: the sixteenth slot goes to a record that vouched.
+    more = (*unrelated, Tlsa(3, 1, 1, b"\xee" * 32))
+    dane = _fake_verdict((*more, *vouching), [
+        DaneJudgement(j.sha256, j.sha1, DaneMatch(j.matched.record, 11 + i, 0))
+        for i, j in enumerate(judgements) if j.matched is not None
+    ])
+    evidence = verification("dane", dane)["dane"]
+    assert evidence["tlsa"] == [str(r) for r in (*unrelated, *vouching)]
+    assert len(evidence["judged"]) == 5 and v2.stated_vouched(dane) == {
+        j.sha256 for j in judgements}
+
+
+def test_beyond_sixteen_records_that_vouched_the_last_certificates_are_left_out() -> None:
+    """Twenty certificates, each vouched for by its own record: the main
+    one and the first fifteen others (SHA-256 order) are stated with their
+    records; the last four are left out of `judged`, so the notary never
+    answers a match it cannot back. Certificates no record vouches for
+    cost no record: still stated."""
+    records = tuple(_ee(i) for i in range(20))
+    vouched = [DaneJudgement(bytes([i + 1]) * 32, bytes([i + 1]) * 20, DaneMatch(r, i, 0))
+               for i, r in enumerate(records)]
+    unvouched = [DaneJudgement(bytes([0x80 + i]) * 32, bytes([0x80 + i]) * 20) for i in range(3)]
+    dane = _fake_verdict(records, [*vouched, *unvouched])
+    evidence = verification("dane", dane)["dane"]
+    assert evidence["tlsa"] == [str(r) for r in records[:16]]
+    stated = {bytes.fromhex(e["sha256"]): e["matched"] for e in evidence["judged"]}
+    assert stated == {
+        **{j.sha256: i for i, j in enumerate(vouched[1:16], start=1)},
+        **{j.sha256: None for j in unvouched},
+    }
+    assert v2.stated_vouched(dane) == {j.sha256 for j in vouched[:16]}
+    entry = entry_of(signed(verification("dane", dane)))
+    v2.verify_statement(entry, KEYS, now=NOW)  # well formed
+
+
+def test_judged_entries_count_against_the_characters_of_the_evidence() -> None:
+    """Records as large as the bound allows and sixty-three certificates
+    judged: the entries take their share of the 16,384 characters, so the
+    statement's log entry stays within its bound."""
+    from notary.protocol import tlog
+    from notary.protocol.v2.evidence import JUDGED_ENTRY_CHARS
+
+    big = tuple(Tlsa(3, 0, 0, bytes([i]) * 500) for i in range(v2.MAX_STATEMENT_TLSA))
+    judgements = [DaneJudgement(b"\0" * 32, b"\0" * 20, DaneMatch(big[0], 0, 0)), *(
+        DaneJudgement(bytes([i]) * 32, bytes([i]) * 20) for i in range(1, 64))]
+    dane = _fake_verdict(big, judgements)
+    evidence = verification("dane", dane)["dane"]
+    assert len(evidence["judged"]) == v2.MAX_STATEMENT_JUDGED
+    chars = sum(len(r) for r in evidence["tlsa"]) + JUDGED_ENTRY_CHARS * len(evidence["judged"])
+    assert chars <= v2.MAX_STATEMENT_TLSA_CHARS
+    assert len(evidence["tlsa"]) < v2.MAX_STATEMENT_TLSA
+    assert all(len(json.dumps(e, separators=(",", ":"))) + 1 <= JUDGED_ENTRY_CHARS
+               for e in evidence["judged"])
+    statement = signed(verification("dane", dane))
+    assert len(statement.entry) <= tlog.MAX_ENTRY_BYTES

@@ -511,9 +511,12 @@ def backend_text(
 
     - ``network perspective``: the notary sent no ``verification``;
     - ``DANE: match, TLSA 3 1 1 0123456789abcdef..., checked 12 s ago``:
-      DANE decided, and the record shown vouched (``for another
-      certificate`` when the judged leaf is none of ``asked``, the SHA-256
-      of the observations with the fingerprint asked about, if given);
+      DANE decided, and the record shown vouched for the certificate asked
+      about (``asked``: the SHA-256 of the observations with the
+      fingerprint asked about, if given; the main certificate judged, or
+      one of the others the evidence judged: rule S6's ``judged``), or
+      for the main one ``for another certificate`` when it vouched for
+      none of ``asked``;
     - ``DANE: mismatch, 2 TLSA records, checked 12 s ago``, ``DANE: no
       TLSA, ...``, ``DANE: zone not signed, ...``: DANE decided otherwise;
     - ``DANE: no TLSA; network perspective decided`` (or ``zone not
@@ -531,10 +534,16 @@ def backend_text(
     checked = f"checked {max(0, now - dane.checked_at)} s ago"
     record = dane.matched_record
     if record is not None:
+        other = ""
+        if asked is not None:
+            vouched = [found for found in map(dane.record_for, asked) if found is not None]
+            if vouched:
+                record = vouched[0]
+            else:
+                other = " for another certificate"
         data = record.data.hex()
         shown = f"{record.usage} {record.selector} {record.matching_type} {data[:16]}"
         shown += "..." if len(data) > 16 else ""
-        other = "" if asked is None or dane.sha256 in asked else " for another certificate"
         return f"DANE: match{other}, TLSA {shown}, {checked}"
     if dane.outcome == "mismatch":
         count = len(dane.tlsa)

@@ -188,6 +188,54 @@ def test_the_largest_statement_fits_a_log_entry() -> None:
     assert len(v2.sign_statement(statement, signer().sign).entry) <= tlog.MAX_ENTRY_BYTES
 
 
+@pytest.mark.parametrize("vouched", [1, 16, 64])
+def test_the_largest_statement_judging_every_certificate_fits_a_log_entry(vouched: int) -> None:
+    """The same statement with DANE evidence built by the notary for a split
+    site of 64 certificates, all judged (rule S6's ``judged``): records as
+    large as the evidence's bound allows, vouching for the first
+    ``vouched`` certificates, one record each."""
+    from notary.model.dane import (
+        DaneJudgement,
+        DaneMatch,
+        DaneOutcome,
+        DaneVerdict,
+        DnssecStatus,
+        Tlsa,
+        TlsaLookup,
+    )
+    from notary.protocol.v2.evidence import verification
+
+    big = 2**53 - 1
+    host = ("a" * 62 + ".") * 4 + "com"
+    observations = tuple(
+        Observation(
+            certificate(f"big{i}"), big - 100, big - i,
+            tuple(f"ffff:ffff:ffff:ffff:ffff:ffff:{i:04x}:{j:04x}" for j in range(8)),
+        )
+        for i in range(v2.MAX_STATEMENT_OBSERVATIONS)
+    )
+    timeline = Timeline(Target(host, 443), observations)
+    size = v2.MAX_STATEMENT_TLSA_CHARS // v2.MAX_STATEMENT_TLSA - 6
+    records = tuple(Tlsa(3, 0, 0, bytes([i]) * (size // 2)) for i in range(64))
+    judgements = sorted((
+        DaneJudgement(o.certificate.sha256, o.certificate.sha1,
+                      DaneMatch(records[i], i, 0) if i < vouched else None)
+        for i, o in enumerate(observations)
+    ), key=lambda j: j.sha256)
+    main = next(j for j in judgements if j.matched is not None)
+    dane = DaneVerdict(
+        DaneOutcome.MATCH, TlsaLookup(DnssecStatus.SECURE, records, 300, big), main.matched,
+        main.sha256, main.sha1, big, tuple(j for j in judgements if j is not main),
+    )
+    evidence = verification("dane", dane)
+    assert len(evidence["dane"]["judged"]) >= 1
+    statement = v2.statement(
+        timeline, key_id=signer().key_id, signed_at=big - DAY, valid_for_s=DAY,
+        verification=evidence, log={"origin": "o" * 200, "merge_by": big}, fresh_for_s=DAY,
+    )
+    assert len(v2.sign_statement(statement, signer().sign).entry) <= tlog.MAX_ENTRY_BYTES
+
+
 def test_the_current_set_is_what_v1_matches() -> None:
     timeline = split_site()
     current = set(made(timeline)["consistency"]["current"])

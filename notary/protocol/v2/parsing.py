@@ -34,6 +34,7 @@ from notary.protocol.v2.evidence import (
     BACKENDS,
     DANE_OUTCOMES,
     DNSSEC_STATUSES,
+    MAX_STATEMENT_JUDGED,
     MAX_STATEMENT_TLSA,
 )
 
@@ -73,6 +74,12 @@ MAX_PROOF_HASHES = 63
 MAX_CHECKPOINT_BYTES = 8192
 _VERIFICATION_KEYS = frozenset({"backend", "dane"})
 _DANE_KEYS = frozenset({"outcome", "dnssec", "checked_at", "sha256", "tlsa", "matched"})
+#: The evidence may also judge the other certificates of the current set
+#: (``judged``, rule S6), each ``{"sha256": ..., "matched": ...}``, on a
+#: match or a mismatch only.
+_JUDGED_DANE_KEYS = _DANE_KEYS | {"judged"}
+_JUDGED_KEYS = frozenset({"sha256", "matched"})
+_JUDGING_OUTCOMES = frozenset({"match", "mismatch"})
 #: The DNSSEC status each DANE outcome comes from (``notary.model.dane.verdict``).
 #: The outcomes whose evidence may judge no certificate (``sha256`` null):
 #: DNSSEC failed before a probe saw one.
@@ -100,15 +107,26 @@ class StatementObservation:
 
 
 @dataclass(frozen=True, slots=True)
+class ParsedJudgement:
+    """One entry of a DANE evidence's ``judged`` (rule S6): another
+    certificate of the current set (``sha256``) and the index in ``tlsa``
+    of the record that vouches for it (``matched``; None: none does)."""
+
+    sha256: bytes
+    matched: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class ParsedDane:
     """A statement's DANE evidence (rule S6): the ``outcome`` and the
     ``dnssec`` status of the TLSA lookup (``notary.model.dane``'s values),
     when it was made (``checked_at``, Unix seconds), the certificate judged
-    (``sha256``: the probed leaf; None for ``bogus`` and ``resolver-failure``
-    when DNSSEC failed before a probe saw one), the validated records
-    (``tlsa``, empty unless ``dnssec`` is ``secure``) and the index in
-    ``tlsa`` of the record that vouched (``matched``; set exactly when
-    ``outcome`` is ``match``)."""
+    (``sha256``: the probed leaf, the main one when several were; None for
+    ``bogus`` and ``resolver-failure`` when DNSSEC failed before a probe
+    saw one), the validated records (``tlsa``, empty unless ``dnssec`` is
+    ``secure``), the index in ``tlsa`` of the record that vouched
+    (``matched``; set exactly when ``outcome`` is ``match``) and the other
+    certificates judged (``judged``; empty when the statement has none)."""
 
     outcome: str
     dnssec: str
@@ -116,11 +134,29 @@ class ParsedDane:
     sha256: bytes | None
     tlsa: tuple[Tlsa, ...]
     matched: int | None
+    judged: tuple[ParsedJudgement, ...] = ()
 
     @property
     def matched_record(self) -> Tlsa | None:
         """The record that vouched (None unless ``outcome`` is ``match``)."""
         return None if self.matched is None else self.tlsa[self.matched]
+
+    def record_for(self, sha256: bytes) -> Tlsa | None:
+        """The record this evidence says vouches for the certificate whose
+        SHA-256 is ``sha256``: the main one's, or a ``judged`` one's; None
+        when it says none does, or says nothing of that certificate."""
+        if self.outcome != "match":
+            return None
+        if sha256 == self.sha256:
+            return self.matched_record
+        for judgement in self.judged:
+            if judgement.sha256 == sha256:
+                return None if judgement.matched is None else self.tlsa[judgement.matched]
+        return None
+
+    def vouches_for(self, sha256: bytes) -> bool:
+        """Whether this evidence says a record vouches for ``sha256``."""
+        return self.record_for(sha256) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +479,8 @@ def _parse_verification(where: str, value: object) -> ParsedVerification:
 
 
 def _parse_dane(where: str, value: object) -> ParsedDane:
-    value = _object(value, _DANE_KEYS, where)
+    judging = isinstance(value, dict) and "judged" in value
+    value = _object(value, _JUDGED_DANE_KEYS if judging else _DANE_KEYS, where)
     outcome = _name_field(value, "outcome", DANE_OUTCOMES, where)
     dnssec = _name_field(value, "dnssec", DNSSEC_STATUSES, where)
     if dnssec not in _OUTCOME_STATUSES[outcome]:
@@ -472,7 +509,43 @@ def _parse_dane(where: str, value: object) -> ParsedDane:
         sha256=sha256,
         tlsa=tlsa,
         matched=matched,
+        judged=(
+            _parse_judged(f"{where}.judged", value["judged"], outcome, sha256, tlsa)
+            if judging else ()
+        ),
     )
+
+
+def _parse_judged(
+    where: str, rows: object, outcome: str, main: bytes | None, tlsa: tuple[Tlsa, ...]
+) -> tuple[ParsedJudgement, ...]:
+    """Rule S6's ``judged``: on a match or a mismatch only, 1 to
+    ``MAX_STATEMENT_JUDGED`` entries in ascending ``sha256`` order, none of
+    them the main certificate, each ``matched`` null or the index of a
+    usable record (null on a mismatch: it vouches for none of them)."""
+    if outcome not in _JUDGING_OUTCOMES:
+        raise _bad_answer(f"{where} is only for a match or a mismatch")
+    if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_STATEMENT_JUDGED:
+        raise _bad_answer(f"{where} must be an array of 1 to {MAX_STATEMENT_JUDGED} entries")
+    judged: list[ParsedJudgement] = []
+    for index, row in enumerate(rows):
+        here = f"{where}[{index}]"
+        row = _object(row, _JUDGED_KEYS, here)
+        sha256 = _hex_field(row, "sha256", SHA256_BYTES, here)
+        if sha256 == main:
+            raise _bad_answer(f"{here}.sha256 is the main certificate's")
+        if judged and sha256 <= judged[-1].sha256:
+            raise _bad_answer(f"{where} must be in ascending sha256 order, each once")
+        matched = row["matched"]
+        if matched is not None:
+            if outcome != "match":
+                raise _bad_answer(f"{here}.matched must be null on a mismatch")
+            if not is_json_int(matched) or not 0 <= matched < len(tlsa):
+                raise _bad_answer(f"{here}.matched must be null or an index into tlsa")
+            if not tlsa[matched].usable:
+                raise _bad_answer(f"{here}.matched names an unusable record")
+        judged.append(ParsedJudgement(sha256, matched))
+    return tuple(judged)
 
 
 def _tlsa(where: str, value: object) -> Tlsa:

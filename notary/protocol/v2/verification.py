@@ -187,15 +187,12 @@ def _check_dane_match(
     backing: Sequence[StatementObservation],
 ) -> None:
     """Rule S6: a ``match`` the DANE backend decided is DANE's ``match`` on
-    the certificate asked about: the judged leaf (``dane.sha256``) is one of
-    the ``backing`` observations (those with the submitted hashes; every
-    stated one when the query is not known)."""
+    the certificate asked about: the evidence says a record vouches for one
+    of the ``backing`` observations (those with the submitted hashes; every
+    stated one when the query is not known), the main judged certificate
+    (``dane.sha256``) or one of ``dane.judged`` with its ``matched``."""
     dane = verification.dane
-    if (
-        dane is None
-        or dane.outcome != "match"
-        or not any(o.sha256 == dane.sha256 for o in backing)
-    ):
+    if dane is None or not any(dane.vouches_for(o.sha256) for o in backing):
         raise VerificationError(f"match for {target} not backed by its DANE evidence")
 
 
