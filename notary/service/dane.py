@@ -1,6 +1,7 @@
 """The DANE backend (issue 20): a target's TLSA records, looked up through
-the validating resolvers the operator trusts, judged against the chain a
-probe saw (``notary.model.dane``). ``Records`` runs one check beside each
+the validating resolvers the operator trusts, judged against every chain a
+probe saw (``notary.model.dane``: a site serving several certificates at
+once has each judged, issue 31). ``Records`` runs one check beside each
 probe when DANE is among ``[verify] backends``. ``ResolverValidation``
 checks that those resolvers validate DNSSEC at all (start-up, ``/readyz``).
 
@@ -21,8 +22,18 @@ from datetime import UTC, datetime
 import trio
 
 from notary.errors import UsageError
-from notary.model.dane import DaneOutcome, DaneVerdict, DnssecStatus, TlsaLookup, Usage, verdict
-from notary.model.observations import ProbeResult
+from notary.model.dane import (
+    JUDGING,
+    DaneOutcome,
+    DaneVerdict,
+    DnssecStatus,
+    Presented,
+    TlsaLookup,
+    Usage,
+    verdict,
+    verdict_on,
+)
+from notary.model.observations import ProbeReport
 from notary.model.targets import Target
 from notary.outbound.tlsa import Validation, ValidationCheck, check_validation, lookup_tlsa
 
@@ -66,13 +77,21 @@ class DaneChecker:
                 break
         return replace(found, checked_at=int(self._clock()))  # the notary's clock
 
-    def judge(self, lookup: TlsaLookup, result: ProbeResult) -> DaneVerdict:
-        """The verdict of ``lookup`` on what the probe ``result`` saw (its
-        chain; its leaf alone when the chain was not kept)."""
-        chain = result.chain or (result.leaf.der,)
+    def judge(self, lookup: TlsaLookup, report: ProbeReport) -> DaneVerdict:
+        """The verdict of ``lookup`` on everything the probe ``report`` saw:
+        each distinct certificate, through each distinct chain it was served
+        with (its leaf alone when the chain was not kept), counted once by
+        the verdict's outcome (``notary.model.dane.verdict_on``)."""
+        presented = [
+            Presented(
+                result.leaf.sha256, result.leaf.sha1,
+                result.chain or ((result.leaf.der,) if result.leaf.der else ()),
+            )
+            for result in report.results
+        ]
         now = datetime.fromtimestamp(self._clock(), UTC)
-        made = verdict(
-            lookup, chain, result.target.host, now,
+        made = verdict_on(
+            lookup, presented, report.target.host, now,
             max_reuse_s=self._max_reuse_s, failure_reuse_s=self._failure_reuse_s,
             min_reuse_s=self._min_reuse_s,
         )
@@ -102,14 +121,17 @@ class DaneChecker:
 FAILED = frozenset({DnssecStatus.BOGUS, DnssecStatus.RESOLVER_FAILURE})
 
 
-def needs_chain(judged: DaneVerdict, result: ProbeResult) -> bool:
-    """Whether ``judged`` might be a match with the chain ``result`` lacks
-    (another worker's probe, read back from the store, keeps only the leaf):
-    a mismatch where a DANE-TA record could vouch through the chain."""
-    return (
-        not result.chain and judged.outcome is DaneOutcome.MISMATCH
-        and any(r.usable and r.usage == Usage.DANE_TA for r in judged.lookup.records)
-    )
+def needs_chain(judged: DaneVerdict, report: ProbeReport) -> bool:
+    """Whether ``judged`` might vouch for more with the chains ``report``
+    lacks (another worker's probe, read back from the store, keeps only the
+    leaves): a certificate served without its chain that no record vouches
+    for, where a DANE-TA record could vouch through the chain."""
+    if judged.outcome not in JUDGING or not any(
+        r.usable and r.usage == Usage.DANE_TA for r in judged.lookup.records
+    ):
+        return False
+    vouched = {j.sha256 for j in judged.judgements if j.matched is not None}
+    return any(not r.chain and r.leaf.sha256 not in vouched for r in report.results)
 
 
 class ResolverValidation:

@@ -59,10 +59,14 @@ Invariants
    the TLSA records' TTL, capped); without one, the query refreshes the
    target (a probe and a TLSA lookup together). Where DANE decides
    (``notary.model.dane.deciding_backend``) Convergence answers 200 for
-   the certificate DANE vouches for (and a GET), 409 for another one or
+   each certificate DANE vouches for (a site serving several at once has
+   each judged on its own: ``DaneVerdict.vouches_for``; and a GET when it
+   vouches for any), 409 for another one or
    when no record vouches, 303 (inconclusive) for no TLSA or an unsigned
    zone (DANE alone), 503 for bogus DNSSEC or a silent resolver; v2 says
-   ``match``, ``mismatch``, ``unknown``, ``unreachable`` alike. Where the
+   ``match``, ``mismatch``, ``unknown``, ``unreachable`` alike (a match
+   only for a certificate the statement's evidence shows vouched for:
+   ``v2.stated_vouched``, docs/v2.md S6). Where the
    perspective decides, rules 1-9 apply as they stand. A query answered
    after its probe (made, joined, or throttled with a recent observation:
    rule 6) uses the verdict made with that probe even past its reuse time:
@@ -443,9 +447,9 @@ class QueryService:
         assert dane is not None
         if dane.outcome is not DaneOutcome.MATCH:
             return CONVERGENCE_STATUS[dane.outcome]
-        if fingerprint is None or fingerprint == dane.leaf_sha1:
+        if fingerprint is None or dane.vouches_for(None, fingerprint):
             return 200
-        # Another certificate than the one DANE vouched for: probe again
+        # Another certificate than those DANE vouched for: probe again
         # (the site may have just rotated it), as invariant 9 says.
         if final or self._probed_within(record, self._mismatch_reprobe_after_s, now):
             return 409
@@ -841,14 +845,21 @@ class QueryService:
         if outcome is DaneOutcome.MATCH:
             if query.sha256 is None and query.sha1 is None:
                 return v2.VERDICT_UNKNOWN  # nothing submitted to judge (V1), or a key alone (V6)
-            if dane.vouches_for(query.sha256, query.sha1) and (
-                query.spki_sha256 is None or any(
-                    o.certificate.sha256 == dane.leaf_sha256
+            vouched = [
+                j.sha256 for j in dane.vouched(query.sha256, query.sha1)
+                if query.spki_sha256 is None or any(
+                    o.certificate.sha256 == j.sha256
                     and o.certificate.spki_sha256 == query.spki_sha256
                     for o in record.timeline.observations
                 )
-            ):
-                return v2.VERDICT_MATCH
+            ]
+            if vouched:
+                # A match its statement's evidence does not show (a site
+                # vouched for by more records than a statement holds) is
+                # none to give (V5, S6).
+                if dane.leaf_sha256 in vouched or not v2.stated_vouched(dane).isdisjoint(vouched):
+                    return v2.VERDICT_MATCH
+                return v2.VERDICT_UNKNOWN
             if final or self._probed_within(record, self._mismatch_reprobe_after_s, now):
                 return v2.VERDICT_MISMATCH
             return None

@@ -26,8 +26,13 @@ and whether it saw something new (``last_probe_changed``: a certificate
 outside the target's current set, ``notary.model.observations.is_change``,
 so a site serving several certificates is not "changing" at every probe):
 callers tell the rescan scheduler themselves, so data goes one way (the
-scheduler calls ``refresh``, never the reverse). DANE judges one chain per
-probe: the primary result's.
+scheduler calls ``refresh``, never the reverse). DANE judges every chain a
+probe saw, before the record drops them, and the record keeps a judgement
+per certificate of the target's current set (``DaneVerdict.judgements``:
+those of the latest probe, and those of the current certificates it did
+not see, carried from the verdict before while the TLSA records are the
+same: ``DaneVerdict.carrying``), so that each answer judges the certificate
+asked about by its own verdict, whichever address answered first.
 
 With a log (README, "The notary's log"; issue 30 item 5), every v2
 statement signed is appended for good, so ``RecordSigner`` signs one again
@@ -152,9 +157,12 @@ SIGNED_BYTES_BASE = 3136
 #: base64, a signed note; rule S7).
 LOGGED_STATEMENT_BYTES = 2304
 #: The same for a DANE verdict's evidence in the v2 statement: its base, and
-#: per TLSA record (twice its data, as hex).
+#: per TLSA record (twice its data, as hex); per certificate judged beyond
+#: the first (a site serving several: its judgement in memory, its entry of
+#: the statement's ``judged``, docs/v2.md S6).
 DANE_EVIDENCE_BYTES = 256
 DANE_EVIDENCE_BYTES_PER_RECORD = 16
+DANE_EVIDENCE_BYTES_PER_JUDGEMENT = 256
 #: What a record carrying a statement signed for an earlier timeline keeps
 #: of that timeline, per observation (``v2.stated_timeline``: hashes and
 #: times, sharing the hashes' bytes with the certificates).
@@ -412,8 +420,11 @@ class TargetRecord:
         #: current set before it (``notary.model.observations.is_change``;
         #: False for a target's first probe).
         self.last_probe_changed = False
-        #: The DANE verdict on the latest probe (None: DANE is not among the
-        #: backends, or the target was not probed since it was loaded).
+        #: The DANE verdict on the latest probe: a judgement per certificate
+        #: it saw, and per certificate of the current set it did not see
+        #: whose judgement on the same records was kept (None: DANE is not
+        #: among the backends, or the target was not probed since it was
+        #: loaded).
         self.dane: DaneVerdict | None = None
         self._signer = signer
         self._convergence_body: bytes = _UNSIGNED
@@ -605,11 +616,15 @@ class _Carried:
 
 def _dane_substance(dane: DaneVerdict | None) -> tuple | None:
     """What a statement says of ``dane`` but when it was checked: two
-    verdicts alike in this give the same answers (rule 2)."""
+    verdicts alike in this give the same answers (rule 2): the outcome, the
+    records, and each certificate judged with the record that vouched for
+    it (whatever the order its probe saw them in)."""
     if dane is None:
         return None
-    matched = dane.matched.record if dane.matched is not None else None
-    return (dane.outcome, dane.lookup.status, dane.lookup.records, dane.leaf_sha256, matched)
+    judged = frozenset(
+        (j.sha256, j.matched.record if j.matched is not None else None) for j in dane.judgements
+    )
+    return (dane.outcome, dane.lookup.status, dane.lookup.records, judged)
 
 
 def _compact(report: ProbeReport, timeline: Timeline) -> ProbeReport:
@@ -644,6 +659,7 @@ def _dane_bytes(dane: DaneVerdict | None) -> int:
     return (
         DANE_EVIDENCE_BYTES + 2 * data
         + DANE_EVIDENCE_BYTES_PER_RECORD * len(dane.lookup.records)
+        + DANE_EVIDENCE_BYTES_PER_JUDGEMENT * len(dane.others)
     )
 
 
@@ -896,10 +912,10 @@ class Records:
         hints: tuple[str, ...] = (),
     ) -> tuple[Probed, DaneVerdict]:
         """The probe and, at the same time, the TLSA lookup; the verdict on
-        the chain of the probe's primary result (one chain per probe, for
-        now: a site serving several certificates is judged on the first
-        address's). Another worker's probe (its leaves only) that DANE-TA
-        might vouch for through the chain is made again here.
+        every chain the probe saw (each certificate of a site serving
+        several at once judged on its own). Another worker's probe (its
+        leaves only) for a certificate of which DANE-TA might vouch through
+        the chain is made again here.
 
         Error handling: the probe's ``ProbeError``. When DNSSEC failed
         first (the name's own addresses failed validation or got no answer
@@ -931,12 +947,12 @@ class Records:
             if status is not None:
                 await self._keep_failure(target, checker.failed(target, status))
             raise failed
-        judged = checker.judge(found[0], probed.report.primary)
-        if needs_chain(judged, probed.report.primary):
+        judged = checker.judge(found[0], probed.report)
+        if needs_chain(judged, probed.report):
             probed = Probed(await self.prober.probe(
                 target, samples_per_address=samples, extra_addresses=hints
             ))
-            judged = checker.judge(found[0], probed.report.primary)
+            judged = checker.judge(found[0], probed.report)
         return probed, judged
 
     async def _keep_failure(self, target: Target, failure: DaneVerdict) -> None:
@@ -959,15 +975,18 @@ class Records:
         self, report: ProbeReport, *, stored: bool = False, dane: DaneVerdict | None = None
     ) -> TargetRecord:
         """Merge ``report`` (every result) into the target's record (a new
-        record only if the timeline changed: nothing is signed here), cache
-        it and queue its sightings for the store as one item (one batch,
-        one change in the feed, which tells the watchers) unless they are
-        ``stored`` already (another worker's probe)."""
+        record only if the timeline changed: nothing is signed here), with
+        the DANE verdict ``dane`` on it (carrying the judgements of the
+        verdict before on current certificates the probe did not see),
+        cache it and queue its sightings for the store as one item (one
+        batch, one change in the feed, which tells the watchers) unless
+        they are ``stored`` already (another worker's probe)."""
         target = report.target
         record = await self.lookup(target)
         old = record.timeline if record is not None else Timeline(target)
         timeline = old.merged(report, self._merge_window_s, self._timeline_limits)
         changed = is_change(old, report, self._fresh_for_s)
+        dane = self._carried_dane(dane, record, timeline, report)
         if record is None or timeline != old:
             record = self.make(timeline, record)
         record = record.with_probe(report, changed, dane)
@@ -1037,4 +1056,21 @@ class Records:
         old = cached.timeline if cached is not None else Timeline(report.target)
         merged = old.merged(report, self._merge_window_s, self._timeline_limits)
         changed = is_change(old, report, self._fresh_for_s)
+        dane = self._carried_dane(dane, cached, merged, report)
         return self.make(merged, cached).with_probe(report, changed, dane)
+
+    def _carried_dane(
+        self, dane: DaneVerdict | None, record: TargetRecord | None, timeline: Timeline,
+        report: ProbeReport,
+    ) -> DaneVerdict | None:
+        """``dane`` (the verdict on ``report``) with the judgements of
+        ``record``'s verdict (the target's before) on the certificates of
+        the current set of ``timeline`` (merged with ``report``) the probe
+        did not see (``DaneVerdict.carrying``): at most the current set."""
+        if dane is None or record is None or record.dane is None:
+            return dane
+        current = {
+            o.certificate.sha256
+            for o in timeline.current(report.observed_at, self._fresh_for_s)
+        }
+        return dane.carrying(record.dane, current)

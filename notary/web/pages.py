@@ -340,7 +340,7 @@ def site_page(
 
 #: What each DANE outcome means, for the site page.
 DANE_OUTCOMES = {
-    "match": "its DNSSEC-signed TLSA records vouch for the certificate the notary saw",
+    "match": "its DNSSEC-signed TLSA records vouch for a certificate the notary saw",
     "mismatch": "its DNSSEC-signed TLSA records vouch for none of the certificates it served",
     "no-tlsa": "it publishes no TLSA records (DNSSEC proves there are none)",
     "insecure": "its DNS zone is not signed, so TLSA records cannot be trusted",
@@ -363,12 +363,19 @@ def verification_section(target: Target, backend: str | None, dane: DaneVerdict 
     if dane is None:
         evidence = "<p>DANE: not checked since the notary started; a check will look.</p>"
     else:
+        vouching = {j.matched.index for j in dane.judgements if j.matched is not None}
         records = "".join(
-            f'<li><code>{esc(record)}</code>'
-            f'{" (vouches)" if dane.matched is not None and dane.matched.index == index else ""}'
-            "</li>"
+            f'<li><code>{esc(record)}</code>{" (vouches)" if index in vouching else ""}</li>'
             for index, record in enumerate(dane.lookup.records)
         )
+        judged = dane.judgements
+        several = ""
+        if len(judged) > 1:  # a site serving several certificates at once
+            vouched = sum(1 for j in judged if j.matched is not None)
+            several = (
+                f"<p>DANE judged each of the {len(judged)} certificates the site serves now: "
+                f"its records vouch for {vouched} of them.</p>"
+            )
         looked_up = (
             "an IP address: no TLSA records, nothing looked up" if target.is_ip_literal
             else f"_{target.port}._tcp.{target.host}"
@@ -376,7 +383,7 @@ def verification_section(target: Target, backend: str | None, dane: DaneVerdict 
         evidence = (
             f"<p>DANE ({esc(looked_up)}, checked "
             f"{esc(when(dane.lookup.checked_at))}): {esc(dane.outcome.value)}: "
-            f"{esc(DANE_OUTCOMES[dane.outcome.value])}.</p>"
+            f"{esc(DANE_OUTCOMES[dane.outcome.value])}.</p>{several}"
             + (f'<ul class="tlsa">{records}</ul>' if records else "")
         )
     return (
