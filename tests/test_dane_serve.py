@@ -146,6 +146,7 @@ async def test_dane_alone_answers_each_outcome(tmp_path: Path) -> None:
                 assert dane["outcome"] == "match" and dane["dnssec"] == "secure"
                 assert dane["tlsa"] == [ee_record(leaf(MATCH))] and dane["matched"] == 0
                 assert dane["sha256"] == hashlib.sha256(leaf(MATCH)).hexdigest()
+                assert "judged" not in dane  # one certificate: as before issue 31
                 assert abs(dane["checked_at"] - notary.clock()) < 60
                 assert (await ask_v2(notary, site, MISMATCH, leaf(MISMATCH)))["verdict"] == (
                     "mismatch")

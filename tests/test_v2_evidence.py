@@ -805,6 +805,20 @@ def test_one_certificate_judged_states_no_judged() -> None:
         assert "judged" not in verification("perspective", several)["dane"]
 
 
+def test_the_evidence_on_one_certificate_is_the_members_it_always_had() -> None:
+    """What a notary signed before `judged` existed, member for member (a
+    client older than it parses it, and its bytes are the same)."""
+    assert verification("dane", match_verdict()) == {"backend": "dane", "dane": {
+        "outcome": "match", "dnssec": "secure", "checked_at": CHECKED_AT,
+        "sha256": LEAF.sha256.hex(),
+        "tlsa": [str(dane_ee(OTHER_CHAIN[0])), str(dane_ee(CHAIN[0]))], "matched": 1,
+    }}
+    assert verification("dane", mismatch_verdict())["dane"] == {
+        "outcome": "mismatch", "dnssec": "secure", "checked_at": CHECKED_AT,
+        "sha256": LEAF.sha256.hex(), "tlsa": [str(dane_ee(OTHER_CHAIN[0]))], "matched": None,
+    }
+
+
 _JUDGED_MALFORMED = {
     "judged null": _set("dane.judged", None),
     "judged empty": _set("dane.judged", []),

@@ -303,3 +303,35 @@ def test_the_verification_section_names_what_dane_looked_up(host: str, named: st
     dane = DaneVerdict(DaneOutcome.INSECURE, TlsaLookup(DnssecStatus.INSECURE, checked_at=1))
     section = pages.verification_section(Target(host, 443), "perspective", dane)
     assert f"DANE ({named}, checked" in section
+
+
+def test_the_verification_section_says_how_many_served_certificates_dane_vouches_for() -> None:
+    """A split site (issue 31): each certificate judged on its own; the
+    records that vouch for one of them are marked, the others are not."""
+    from notary.model.dane import (
+        DaneJudgement,
+        DaneMatch,
+        DaneOutcome,
+        DaneVerdict,
+        DnssecStatus,
+        Tlsa,
+        TlsaLookup,
+    )
+
+    records = tuple(Tlsa(3, 1, 1, bytes([i]) * 32) for i in range(3))
+    lookup = TlsaLookup(DnssecStatus.SECURE, records, 300, 1)
+    split = DaneVerdict(
+        DaneOutcome.MATCH, lookup, DaneMatch(records[0], 0, 0), b"\1" * 32, b"\1" * 20,
+        others=(DaneJudgement(b"\2" * 32, b"\2" * 20, DaneMatch(records[2], 2, 0)),
+                DaneJudgement(b"\3" * 32, b"\3" * 20)),
+    )
+    section = pages.verification_section(Target("www.example.test", 443), "dane", split)
+    assert ("DANE judged each of the 3 certificates the site serves now: "
+            "its records vouch for 2 of them.") in section
+    marked = re.findall(r"<li><code>([^<]*)</code>( \(vouches\))?</li>", section)
+    assert marked == [(str(records[0]), " (vouches)"), (str(records[1]), ""),
+                      (str(records[2]), " (vouches)")]
+    single = DaneVerdict(DaneOutcome.MATCH, lookup, DaneMatch(records[1], 1, 0), b"\1" * 32,
+                         b"\1" * 20)
+    section = pages.verification_section(Target("www.example.test", 443), "dane", single)
+    assert "DANE judged each" not in section and section.count("(vouches)") == 1

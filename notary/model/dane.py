@@ -44,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum, IntEnum
 
@@ -358,18 +358,25 @@ class DaneVerdict:
         verdict before it) on the certificates of ``current`` (the SHA-256s
         of the target's current set) this one did not judge (its probe did
         not see them: an address that did not answer this time), when both
-        judged the same records (status and RRset): such a judgement is
-        what judging again would give. Otherwise, or when either did not
+        judged the same records (status and RRset, in whatever order: a
+        resolver may rotate an RRset from one answer to the next): such a
+        judgement is what judging again would give (its record's index is
+        that in this verdict's RRset). Otherwise, or when either did not
         judge certificates (``JUDGING``), this verdict as it is. Never more
         judgements than ``current`` holds, and those of this verdict."""
+        records = self.lookup.records
         if (
             earlier is None or self.outcome not in JUDGING or earlier.outcome not in JUDGING
             or earlier.lookup.status is not self.lookup.status
-            or earlier.lookup.records != self.lookup.records
+            or frozenset(earlier.lookup.records) != frozenset(records)
         ):
             return self
         mine = {j.sha256 for j in self.judgements}
-        carried = [j for j in earlier.judgements if j.sha256 in current and j.sha256 not in mine]
+        carried = [
+            j if j.matched is None else replace(
+                j, matched=replace(j.matched, index=records.index(j.matched.record)))
+            for j in earlier.judgements if j.sha256 in current and j.sha256 not in mine
+        ]
         if not carried:
             return self
         return _assembled(self.lookup, [*self.judgements, *carried], self.reuse_until)

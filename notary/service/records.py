@@ -47,8 +47,8 @@ last, carried from record to record of a target, until then:
    leaves out is more recent than ``SIGHTINGS_LAG_SHARE`` of ``[answers]
    fresh_for_s``: until then it gives every verdict a new one would, so a
    stable target probed often costs no entry per probe (a DANE verdict
-   made again with the same outcome, records and judged certificate is a
-   sighting too);
+   made again with the same outcome, records (in whatever order the
+   resolver gave them) and judged certificates is a sighting too);
 3. any other change (a new certificate, one dropped, a new DANE outcome)
    and a sightings change past its lag is signed when the target's budget
    allows (``[log] statements_per_target_per_hour``, a token bucket per
@@ -618,13 +618,14 @@ def _dane_substance(dane: DaneVerdict | None) -> tuple | None:
     """What a statement says of ``dane`` but when it was checked: two
     verdicts alike in this give the same answers (rule 2): the outcome, the
     records, and each certificate judged with the record that vouched for
-    it (whatever the order its probe saw them in)."""
+    it (whatever the order its probe saw the certificates in, or the
+    resolver gave the records in: unbound rotates an RRset)."""
     if dane is None:
         return None
     judged = frozenset(
         (j.sha256, j.matched.record if j.matched is not None else None) for j in dane.judgements
     )
-    return (dane.outcome, dane.lookup.status, dane.lookup.records, judged)
+    return (dane.outcome, dane.lookup.status, frozenset(dane.lookup.records), judged)
 
 
 def _compact(report: ProbeReport, timeline: Timeline) -> ProbeReport:

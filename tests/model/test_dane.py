@@ -298,3 +298,20 @@ def test_a_single_chain_is_judged_as_before(issued) -> None:
     assert made.judgements == (DaneJudgement(sha(chain), sha1(chain), made.matched),)
     failed = verdict(TlsaLookup(DnssecStatus.BOGUS, checked_at=1), [], HOST, NOW)
     assert failed.judgements == () and failed.main is None and failed.leaf_sha256 == b""
+
+
+def test_judgements_are_carried_whatever_order_the_resolver_gave_the_records(split) -> None:
+    """A resolver may rotate an RRset from one answer to the next (unbound
+    does): the same records in another order are the same records, and a
+    carried judgement names its record's place in the new order."""
+    a, b = split
+    ra, rb = record(3, 1, 1, a[0]), record(3, 1, 1, b[0])
+    earlier = judge(secure(ra, rb), a, b)
+    rotated = secure(rb, ra)
+    carried = judge(rotated, a).carrying(earlier, {sha(a), sha(b)})
+    assert carried == judge(rotated, a, b)
+    assert {j.sha256: j.matched.index for j in carried.judgements if j.matched} == {
+        sha(a): 1, sha(b): 0}
+    # Another RRset (one record more, or one fewer) carries nothing.
+    for other in (secure(ra), secure(ra, rb, record(3, 0, 1, a[0]))):
+        assert judge(other, a).carrying(earlier, {sha(a), sha(b)}) == judge(other, a)

@@ -10,7 +10,10 @@ the test and are stopped by PID.
 
 ``dnssec_stack(records)`` starts both with the zone's records (``(name,
 type, text)``: ``("_443._tcp.www.test.", "TLSA", "3 1 1 ab..")``) and
-yields the resolver's address. Skips when unbound or nsd is not installed
+yields the resolver's address. ``DnssecStack.replace`` signs the zone
+again with other records, with the same key, and has nsd read it while
+the test runs (with ``cache_max_ttl=0``, unbound caches nothing, so the
+next lookup sees them). Skips when unbound or nsd is not installed
 (``.ci/install-tools tests`` installs them).
 """
 
@@ -24,9 +27,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -34,11 +37,22 @@ import pytest
 ZONE_TTL = 300
 
 
+Records = Sequence[tuple[str, str, str]]
+
+
 @dataclass(frozen=True)
 class DnssecStack:
     resolver: tuple[str, int]  # (address, port) of the validating resolver
     authority: tuple[str, int]  # the signed zone's server
     directory: Path
+    _replace: Callable[[Records], None] | None = field(default=None, repr=False)
+
+    def replace(self, records: Records) -> None:
+        """Serve the signed zone with ``records`` in place of those it
+        had (signed with the same key, a higher SOA serial), once nsd
+        answers with it: a lookup that reaches nsd from now on sees them."""
+        assert self._replace is not None
+        self._replace(records)
 
 
 def _free_port() -> int:
@@ -53,12 +67,14 @@ def _free_port() -> int:
     return port
 
 
-def signed_root_zone(records: Sequence[tuple[str, str, str]], *, expired: bool = False,
-                     delegated: Sequence[str] = ()) -> tuple[str, str]:
-    """The zone file of a private root holding ``records``, signed with a new
-    key (NSEC chain, so absent names are proven absent), and the trust
-    anchor (its DNSKEY) in zone-file form. ``expired``: signatures that
-    expired yesterday (a bogus zone)."""
+def signed_root_zone(records: Records, *, expired: bool = False,
+                     delegated: Sequence[str] = (), key: object = None,
+                     serial: int = 1) -> tuple[str, str]:
+    """The zone file of a private root holding ``records``, signed with
+    ``key`` (an ECDSA P-256 private key; a new one when None) (NSEC chain,
+    so absent names are proven absent), and the trust anchor (its DNSKEY)
+    in zone-file form. ``expired``: signatures that expired yesterday (a
+    bogus zone). ``serial``: the SOA's."""
     import dns.dnssec
     import dns.name
     import dns.rdata
@@ -67,12 +83,14 @@ def signed_root_zone(records: Sequence[tuple[str, str, str]], *, expired: bool =
     import dns.zone
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    key = ec.generate_private_key(ec.SECP256R1())
+    if key is None:
+        key = ec.generate_private_key(ec.SECP256R1())
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
     dnskey = dns.dnssec.make_dnskey(key.public_key(), dns.dnssec.Algorithm.ECDSAP256SHA256,
                                     flags=257)
     zone = dns.zone.Zone(dns.name.root, relativize=False)
     base = [
-        (".", "SOA", "ns. hostmaster. 1 3600 600 86400 300"),
+        (".", "SOA", f"ns. hostmaster. {serial} 3600 600 86400 300"),
         (".", "NS", "ns."),
         ("ns.", "A", "127.0.0.1"),
         *((child, "NS", "ns.") for child in delegated),  # no DS: insecure children
@@ -132,11 +150,32 @@ def _stop(process: subprocess.Popen) -> None:
 INSECURE_ZONE = "insecure.test."
 
 
+def _serial(authority: tuple[str, int]) -> int | None:
+    """The root zone's SOA serial as nsd at ``authority`` (loopback)
+    answers it now (None: no answer yet)."""
+    import dns.exception
+    import dns.message
+    import dns.query
+    import dns.rdatatype
+
+    try:
+        answer = dns.query.udp(dns.message.make_query(".", dns.rdatatype.SOA), authority[0],
+                               port=authority[1], timeout=1.0)
+    except (dns.exception.DNSException, OSError):
+        return None
+    for rrset in answer.answer:
+        if rrset.rdtype == dns.rdatatype.SOA:
+            return int(rrset[0].serial)
+    return None
+
+
 @contextmanager
-def dnssec_stack(records: Sequence[tuple[str, str, str]], *, expired: bool = False,
-                 unsigned: Sequence[tuple[str, str, str]] = ()) -> Iterator[DnssecStack]:
+def dnssec_stack(records: Records, *, expired: bool = False,
+                 unsigned: Records = (), cache_max_ttl: int | None = None,
+                 ) -> Iterator[DnssecStack]:
     """The stack; ``unsigned``: records of ``INSECURE_ZONE``, delegated
-    from the root without a DS (so proven insecure)."""
+    from the root without a DS (so proven insecure); ``cache_max_ttl``:
+    unbound's (0: it caches nothing, for a test that replaces records)."""
     nsd, unbound = shutil.which("nsd", path="/usr/sbin:/usr/bin"), shutil.which(
         "unbound", path="/usr/sbin:/usr/bin")
     if nsd is None or unbound is None:
@@ -145,8 +184,12 @@ def dnssec_stack(records: Sequence[tuple[str, str, str]], *, expired: bool = Fal
         import dns.dnssec  # noqa: F401
     except ImportError:
         pytest.skip("dnspython is not installed (pip install -e '.[test]')")
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     directory = Path(tempfile.mkdtemp(prefix="notary-dnssec-"))
-    zone_text, anchor = signed_root_zone(records, expired=expired, delegated=[INSECURE_ZONE])
+    key = ec.generate_private_key(ec.SECP256R1())
+    zone_text, anchor = signed_root_zone(records, expired=expired, delegated=[INSECURE_ZONE],
+                                         key=key)
     (directory / "root.zone").write_text(zone_text)
     (directory / "insecure.zone").write_text("".join(
         f"{name} {ZONE_TTL} IN {kind} {text}\n" for name, kind, text in (
@@ -167,6 +210,9 @@ def dnssec_stack(records: Sequence[tuple[str, str, str]], *, expired: bool = Fal
         'zone:\n  name: "."\n  zonefile: "root.zone"\n'
         f'zone:\n  name: "{INSECURE_ZONE}"\n  zonefile: "insecure.zone"\n'
     )
+    cache = "" if cache_max_ttl is None else (
+        f"  cache-max-ttl: {cache_max_ttl}\n  cache-max-negative-ttl: {cache_max_ttl}\n"
+    )
     unbound_config = (
         "server:\n"
         f"  interface: 127.0.0.1@{resolver_port}\n  port: {resolver_port}\n"
@@ -177,6 +223,7 @@ def dnssec_stack(records: Sequence[tuple[str, str, str]], *, expired: bool = Fal
         f'  trust-anchor-file: "{directory}/root.key"\n'
         "  harden-dnssec-stripped: yes\n  val-log-level: 2\n  qname-minimisation: no\n"
         "  access-control: 127.0.0.0/8 allow\n"
+        f"{cache}"
         # test. is one of unbound's built-in blocked local zones (RFC 6761).
         '  local-zone: "test." nodefault\n'
         "remote-control:\n  control-enable: no\n"
@@ -184,7 +231,26 @@ def dnssec_stack(records: Sequence[tuple[str, str, str]], *, expired: bool = Fal
     )
     check_loopback_only(unbound_config, authority_port)
     (directory / "unbound.conf").write_text(unbound_config)
-    started = []
+    started: list[subprocess.Popen] = []
+    serials = [1]
+
+    def replace(replaced: Records) -> None:
+        serial = serials[-1] + 1
+        text, _ = signed_root_zone(replaced, expired=expired, delegated=[INSECURE_ZONE], key=key,
+                                   serial=serial)
+        zone = directory / "root.zone"
+        before = zone.stat().st_mtime
+        zone.write_text(text)
+        os.utime(zone, (before + serial, before + serial))  # nsd reads a zone whose mtime changed
+        os.kill(started[0].pid, signal.SIGHUP)
+        deadline = time.monotonic() + 15
+        while _serial(authority) != serial:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nsd did not load serial {serial}")
+            time.sleep(0.05)
+        serials.append(serial)
+
+    authority = ("127.0.0.1", authority_port)
     try:
         for argv, port, log in (
             ([nsd, "-d", "-c", str(directory / "nsd.conf")], authority_port, "nsd.log"),
@@ -196,7 +262,7 @@ def dnssec_stack(records: Sequence[tuple[str, str, str]], *, expired: bool = Fal
                                            stdin=subprocess.DEVNULL)
             started.append(process)
             _wait_for_port(process, port, directory / f"{log}.out")
-        yield DnssecStack(("127.0.0.1", resolver_port), ("127.0.0.1", authority_port), directory)
+        yield DnssecStack(("127.0.0.1", resolver_port), authority, directory, replace)
     finally:
         for process in reversed(started):
             _stop(process)

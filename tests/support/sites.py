@@ -73,7 +73,8 @@ def has_ipv6_loopback() -> bool:
 class SiteAddress:
     """One address of a :class:`Site`: the certificates it serves in turn
     (one per connection; DER chains, leaf first), the connections it
-    accepted, whether it stalls."""
+    accepted, whether it stalls (``stalled`` may be set while the site
+    runs: it holds from the next connection on)."""
 
     address: str
     chains: list[tuple[bytes, ...]]
@@ -228,16 +229,21 @@ async def open_site(
     stalled: Iterable[str] = (),
     distinct: bool = True,
     port: int = 0,
+    intermediate: bool = False,
 ) -> AsyncIterator[Site]:
     """Serve ``name`` on each of ``addresses`` (loopback literals), one
     port for all (``port``, e.g. that of another server on another
     address; 0: one free on every address): each address its own
     certificate (``distinct``; else one for all), two in turn per
     connection at the ``alternating`` ones, none at the ``stalled`` ones
-    (they accept and never answer)."""
+    (they accept and never answer). ``intermediate``: the certificates
+    are issued by an intermediate CA every address sends after its leaf
+    (``Site.ca``; a DANE-TA record can name it), else by a root sent by
+    none."""
     listed = list(dict.fromkeys(addresses))
     alternate, stall = set(alternating), set(stalled)
-    site = Site(name, trustme.CA())
+    root = trustme.CA()
+    site = Site(name, root.create_child_ca() if intermediate else root)
     shared = site._issue() if not distinct else None
     for address in listed:
         made = [shared or site._issue()]
