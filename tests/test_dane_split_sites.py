@@ -224,3 +224,28 @@ async def test_judgements_are_carried_while_the_records_stay_and_dropped_when_th
                 assert [r.verdict for r in results] == ["match", "mismatch", "match"]
                 said = vouched_in(statement["verification"]["dane"])
                 assert said == {sha(a).hex(): ee_record(a), sha(c).hex(): ee_record(c)}
+
+
+async def test_a_certificate_vouched_for_beyond_what_a_statement_shows_is_no_match(
+    tmp_path: Path,
+) -> None:
+    """The notary keeps two certificates of a target (``[store]
+    max_certificates_per_target``) and the site serves three, each vouched
+    for: DANE still vouches for the third in Convergence, which signs no
+    evidence, but a v2 match would name a statement without it (V5): the
+    verdict is ``unknown``, and the answer verifies."""
+    async with open_site(ADDRESSES) as site:
+        leaves = [site.leaf_der(address) for address in ADDRESSES]
+        with dnssec_stack(split_zone(site, *map(ee_record, leaves))) as stack:
+            async with dane_notary(
+                tmp_path, stack.resolver, ("dane",), store={"max_certificates_per_target": 2},
+            ) as notary:
+                for der in leaves:
+                    assert await ask(notary, site, der) == 200
+                record = await notary.running.records.lookup(site.target())
+                assert record is not None and record.dane is not None
+                kept = {o.certificate.sha256 for o in record.timeline.observations}
+                assert len(kept) == 2 and len(record.dane.judgements) == 3
+                results, _ = await ask_v2(notary, site, [sha(der) for der in leaves])
+                assert [r.verdict for r in results] == [
+                    "match" if sha(der) in kept else "unknown" for der in leaves]

@@ -989,3 +989,19 @@ def test_judged_entries_count_against_the_characters_of_the_evidence() -> None:
                for e in evidence["judged"])
     statement = signed(verification("dane", dane))
     assert len(statement.entry) <= tlog.MAX_ENTRY_BYTES
+
+
+def test_more_certificates_judged_than_a_client_parses_are_cut() -> None:
+    """A verdict judging more certificates than `judged` may hold (a timeline
+    kept larger than a statement's 64 observations): the first 63 in
+    SHA-256 order are stated, the statement still parses, and a match for
+    one left out has nothing to back it."""
+    record = _ee(0)
+    judgements = [DaneJudgement(i.to_bytes(32, "big"), i.to_bytes(20, "big"),
+                                DaneMatch(record, 0, 0)) for i in range(1, 101)]
+    dane = _fake_verdict((record,), judgements)
+    evidence = verification("dane", dane)["dane"]
+    stated = [bytes.fromhex(entry["sha256"]) for entry in evidence["judged"]]
+    assert stated == [j.sha256 for j in judgements[1:1 + v2.MAX_STATEMENT_JUDGED]]
+    v2.verify_statement(entry_of(signed(verification("dane", dane))), KEYS, now=NOW)
+    assert v2.stated_vouched(dane) == {j.sha256 for j in judgements[:64]}

@@ -854,10 +854,17 @@ class QueryService:
                 )
             ]
             if vouched:
-                # A match its statement's evidence does not show (a site
-                # vouched for by more records than a statement holds) is
-                # none to give (V5, S6).
-                if dane.leaf_sha256 in vouched or not v2.stated_vouched(dane).isdisjoint(vouched):
+                # A match its statement does not back is none to give (V5,
+                # S6): the evidence must show the certificate vouched for
+                # (not so for a site vouched for by more records than a
+                # statement holds), and its observations the certificate
+                # (not so for one beyond a statement's 64).
+                shown = {dane.leaf_sha256} if not dane.others else v2.stated_vouched(dane)
+                stated = {
+                    o.certificate.sha256
+                    for o in record.timeline.observations[:v2.MAX_STATEMENT_OBSERVATIONS]
+                }
+                if any(sha256 in shown and sha256 in stated for sha256 in vouched):
                     return v2.VERDICT_MATCH
                 return v2.VERDICT_UNKNOWN
             if final or self._probed_within(record, self._mismatch_reprobe_after_s, now):

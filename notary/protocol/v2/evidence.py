@@ -114,8 +114,9 @@ def _stated(dane: DaneVerdict) -> _Stated:
     2. each other certificate judged, in SHA-256 order, with the record
        that vouched for it when that is not stated already, as long as
        both fit (a record shared with a stated certificate, as a DANE-TA
-       anchor, costs nothing more): one that does not is left out of
-       ``judged`` (the statement then says nothing of it);
+       anchor, costs nothing more), and at most ``MAX_STATEMENT_JUDGED``
+       of them: one that does not is left out of ``judged`` (the
+       statement then says nothing of it);
     3. the other records with data, the first ones of the RRset as long as
        they fit, none after the first that does not.
 
@@ -130,6 +131,8 @@ def _stated(dane: DaneVerdict) -> _Stated:
     judged: list[DaneJudgement] = []
     if dane.outcome in JUDGING:
         for judgement in dane.others:
+            if len(judged) == MAX_STATEMENT_JUDGED:
+                break  # what a client parses, at most (a site judged more is cut)
             record = judgement.matched.record if judgement.matched is not None else None
             new = record is not None and record not in reserved
             cost = JUDGED_ENTRY_CHARS + (len(str(record)) if new else 0)
