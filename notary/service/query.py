@@ -65,8 +65,9 @@ Invariants
    when no record vouches, 303 (inconclusive) for no TLSA or an unsigned
    zone (DANE alone), 503 for bogus DNSSEC or a silent resolver; v2 says
    ``match``, ``mismatch``, ``unknown``, ``unreachable`` alike (a match
-   only for a certificate the statement's evidence shows vouched for:
-   ``v2.stated_vouched``, docs/v2.md S6). Where the
+   only for a certificate the statement's evidence shows vouched for,
+   ``v2.stated_vouched``, and its observations carry; ``unknown`` for
+   another one DANE vouches for: docs/v2.md S6). Where the
    perspective decides, rules 1-9 apply as they stand. A query answered
    after its probe (made, joined, or throttled with a recent observation:
    rule 6) uses the verdict made with that probe even past its reuse time:
