@@ -295,3 +295,51 @@ def test_the_target_memo_is_exact_and_bounded(monkeypatch: pytest.MonkeyPatch) -
         answer(handler, get(b"/target/example.com+%d" % port))
         assert len(handler._queries) <= 4
     assert service.targets[-1] == Target("example.com", 9)
+
+
+def test_record_size_counts_each_certificate_dane_judged() -> None:
+    """A DANE verdict on a site serving ten certificates at once (issue 31)
+    against one on one of them: the nine more judgements, in memory and in
+    the statement's ``judged`` (its bytes and its answer entry), are within
+    what the record's size adds for them, and not lavishly."""
+    import sys
+    from datetime import UTC, datetime
+
+    from notary.model.dane import DnssecStatus, Presented, Tlsa, TlsaLookup, verdict_on
+
+    convergence_key, perspectives_key = keys()
+    signer = RecordSigner(
+        crypto.ConvergenceSigner(convergence_key), crypto.PerspectivesSigner(perspectives_key),
+        crypto.Ed25519Signer(crypto.generate_ed25519_key()), V2Config(), lambda: 1_000_000.0,
+        backends=("dane",),
+    )
+    certificates = [real_certificate(i) for i in range(10)]
+    timeline = Timeline(TARGET, tuple(
+        Observation(c, 1000 * i, 1000 * i + 900, addresses=("192.0.2.1",))
+        for i, c in enumerate(certificates)
+    ))
+    # One record vouches for two of them (3 0 1: the whole certificate's SHA-256).
+    lookup = TlsaLookup(DnssecStatus.SECURE, tuple(
+        Tlsa(3, 0, 1, c.sha256) for c in certificates[:2]), 300, 999_000)
+
+    def judged(count: int) -> TargetRecord:
+        dane = verdict_on(
+            lookup, [Presented(c.sha256, c.sha1, (c.der,)) for c in certificates[:count]],
+            TARGET.host, datetime.fromtimestamp(1_000_000, UTC), max_reuse_s=600)
+        record = TargetRecord(timeline, signer).with_dane(dane)
+        assert record.v2_statement is not None
+        return record
+
+    one, ten = judged(1), judged(10)
+    assert ten.dane is not None and len(ten.dane.others) == 9
+    statement, single = ten.v2_statement, one.v2_statement
+    assert statement is not None and single is not None
+    memory = sum(
+        sys.getsizeof(j) + sys.getsizeof(j.sha256) + sys.getsizeof(j.sha1) + 8
+        + (sys.getsizeof(j.matched) if j.matched is not None else 0)
+        for j in ten.dane.others
+    )
+    signed = (len(statement.statement) - len(single.statement)) + (
+        ten.signed_bytes() - one.signed_bytes())
+    added = ten.size - one.size
+    assert memory + signed <= added <= 1.25 * (memory + signed)

@@ -158,11 +158,13 @@ SIGNED_BYTES_BASE = 3136
 LOGGED_STATEMENT_BYTES = 2304
 #: The same for a DANE verdict's evidence in the v2 statement: its base, and
 #: per TLSA record (twice its data, as hex); per certificate judged beyond
-#: the first (a site serving several: its judgement in memory, its entry of
-#: the statement's ``judged``, docs/v2.md S6).
+#: the first (a site serving several: its judgement in memory, about 190
+#: bytes with its match, and its entry of the statement's ``judged``, 94
+#: bytes in the statement's bytes and again in its answer entry, docs/v2.md
+#: S6; ``tests/test_query_fastpath.py`` measures it).
 DANE_EVIDENCE_BYTES = 256
 DANE_EVIDENCE_BYTES_PER_RECORD = 16
-DANE_EVIDENCE_BYTES_PER_JUDGEMENT = 256
+DANE_EVIDENCE_BYTES_PER_JUDGEMENT = 384
 #: What a record carrying a statement signed for an earlier timeline keeps
 #: of that timeline, per observation (``v2.stated_timeline``: hashes and
 #: times, sharing the hashes' bytes with the certificates).
