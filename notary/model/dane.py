@@ -108,7 +108,8 @@ class Tlsa:
             raise ValueError(f"not a TLSA record: {text!r}") from None
         if not all(0 <= number <= 255 for number in numbers):
             raise ValueError(f"TLSA fields are 0-255: {text!r}")
-        return cls(*numbers, data)
+        usage, selector, matching_type = numbers
+        return cls(usage, selector, matching_type, data)
 
     def __str__(self) -> str:
         return f"{self.usage} {self.selector} {self.matching_type} {self.data.hex()}"
