@@ -25,6 +25,7 @@ import operator
 import struct
 import sys
 from dataclasses import dataclass
+from typing import SupportsIndex
 
 #: Bytes of a Bloom digest consumed per lookup: two little-endian 64-bit words.
 BLOOM_DIGEST_BYTES = 16
@@ -82,7 +83,7 @@ def bloom_digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=BLOOM_DIGEST_BYTES).digest()
 
 
-def check_bound(name: str, value: object) -> int:
+def check_bound(name: str, value: SupportsIndex) -> int:
     """Validate an LRU bound: an integer in ``[1, sys.maxsize]``."""
     number = operator.index(value)
     if not 1 <= number <= sys.maxsize:
@@ -90,7 +91,7 @@ def check_bound(name: str, value: object) -> int:
     return number
 
 
-def check_size(size: object) -> int:
+def check_size(size: SupportsIndex) -> int:
     """Validate a caller-declared entry size: a non-negative integer."""
     number = operator.index(size)
     if number < 0:
@@ -102,7 +103,7 @@ def short_digest_error(length: int) -> ValueError:
     return ValueError(f"bloom digest must be at least {BLOOM_DIGEST_BYTES} bytes, got {length}")
 
 
-def bloom_parameters(expected_items: object, false_positive_rate: object) -> tuple[int, int]:
+def bloom_parameters(expected_items: SupportsIndex, false_positive_rate: object) -> tuple[int, int]:
     """Return ``(bits, hashes)`` for ``expected_items`` at ``false_positive_rate``.
 
     ``bits = ceil(-n ln p / (ln 2)^2)`` rounded up to a multiple of 64;
