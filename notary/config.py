@@ -1061,7 +1061,7 @@ def _validate_dsn(dsn: str) -> None:
     """libpq must read ``dsn`` as written; the message never quotes it (a
     password may be in it). Without psycopg installed nothing is checked
     here: opening the store says what is missing."""
-    from notary.state.pgconnection import check_dsn
+    from notary.state.dsn import check_dsn
 
     try:
         check_dsn(dsn)

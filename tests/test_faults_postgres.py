@@ -37,7 +37,7 @@ import trio
 from notary.errors import StoreError
 from notary.model.targets import Target
 from notary.outbound import writer
-from notary.state import crypto, pgconnection, pgstore, pgtlogstore, witnessstore
+from notary.state import connection, crypto, pgstore, pgtlogstore, witnessstore
 from tests.support.faults import ProxyMode, ServerFault, open_faulty_proxy, open_faulty_server
 from tests.support.notaries import legacy_query, load_each_key_once, open_notary
 from tests.support.postgres import PostgresServer
@@ -58,8 +58,8 @@ _RSA_KEY = crypto.generate_rsa_key()
 @pytest.fixture(autouse=True)
 def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stores' timeouts, lowered; and one RSA key for every notary."""
-    monkeypatch.setattr(pgconnection, "CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
-    monkeypatch.setattr(pgconnection, "MAX_CALL_S", CALL_TIMEOUT_S)
+    monkeypatch.setattr(connection, "CONNECT_TIMEOUT_S", CONNECT_TIMEOUT_S)
+    monkeypatch.setattr(connection, "MAX_CALL_S", CALL_TIMEOUT_S)
     monkeypatch.setattr(crypto, "generate_rsa_key", lambda *args, **kwargs: _RSA_KEY)
     load_each_key_once(monkeypatch)
 

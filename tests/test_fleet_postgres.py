@@ -121,7 +121,7 @@ async def test_a_split_site_s_rotation_at_one_address_is_one_event_on_the_other_
 
 
 def test_messages_name_the_database_never_its_password() -> None:
-    from notary.state.pgconnection import describe_dsn
+    from notary.state.dsn import describe_dsn
 
     for dsn in ("postgresql://notary:s3cret@db.example.org:5433/notary",
                 "host=db.example.org port=5433 dbname=notary user=notary password=s3cret"):

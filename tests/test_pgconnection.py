@@ -131,9 +131,9 @@ def test_a_server_that_never_answers_is_a_store_error_within_the_connect_timeout
     """In the server's place a listener that accepts (the kernel completes
     the handshake) and never answers: the call gives up after
     ``CONNECT_TIMEOUT_S``, never hangs."""
-    from notary.state import pgconnection
+    from notary.state import connection
 
-    monkeypatch.setattr(pgconnection, "CONNECT_TIMEOUT_S", 2)  # libpq's least
+    monkeypatch.setattr(connection, "CONNECT_TIMEOUT_S", 2)  # libpq's least
     store = engine.open(postgres_server.new_database())
     try:
         engine.call(store, 1)
@@ -178,7 +178,7 @@ def test_the_stores_import_without_psycopg() -> None:
     (and everything that names them) must not need it."""
     code = (
         "import sys; sys.modules['psycopg'] = None\n"  # any import of it fails
-        "import notary.state.pgconnection, notary.state.pgstore, notary.state.pgtlogstore\n"
+        "import notary.state.connection, notary.state.pgstore, notary.state.pgtlogstore\n"
         "import notary.state.witnessstore, notary.server.app, notary.cli\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -222,7 +222,7 @@ def assert_no_secret(text: str) -> None:
                          ids=[*(f"malformed-{k}" for k in MALFORMED), *WELL_FORMED])
 def test_the_database_is_named_without_its_password(dsn: str) -> None:
     pytest.importorskip("psycopg")
-    from notary.state.pgconnection import describe_dsn
+    from notary.state.dsn import describe_dsn
 
     described = describe_dsn(dsn)
     assert_no_secret(described)

@@ -48,6 +48,7 @@ def summary(timeline: Timeline) -> list[tuple[bytes, int, int, tuple[str, ...]]]
 
 
 def test_fresh_database_has_the_schema_and_wal(db_path: Path) -> None:
+    assert len(MIGRATIONS) == SCHEMA_VERSION  # a new version adds a migration to each engine
     with Store(db_path) as store:
         assert store.schema_version() == SCHEMA_VERSION
     db = sqlite3.connect(db_path)

@@ -433,7 +433,7 @@ def test_postgresql_batches_within_limits_match_the_in_memory_merge(
     from notary.state.pgstore import PostgresStore
 
     with PostgresStore(postgres_database) as store:
-        store._db.execute("TRUNCATE runs, observations, certificates, targets, changes")
+        store._db.change("TRUNCATE runs, observations, certificates, targets, changes")
     check_batches_match_the_model(
         lambda: PostgresStore(postgres_database, merge_window_s=WINDOW, limits=limits),
         steps, limits,

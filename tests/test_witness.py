@@ -131,7 +131,7 @@ async def test_a_witness_on_postgresql_answers_503_while_the_database_is_away(
     while the server is stopped a request is a 503, answered within the
     connect timeout; once it is back the witness goes on from what it held,
     and a restart of the server is not seen at all."""
-    from notary.state.pgconnection import CONNECT_TIMEOUT_S
+    from notary.state.connection import CONNECT_TIMEOUT_S
 
     store = {"backend": "postgresql", "dsn": postgres_server.new_database()}
     async with open_v2_notary(tmp_path, {}, witness=WITNESS, store=store) as notary:

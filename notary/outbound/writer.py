@@ -1,10 +1,11 @@
 """The store from Trio: reads in a worker thread, writes batched by one writer
 task off the request path.
 
-Resource handling: ``open_storage`` opens two ``Store`` connections (one for
-reads, one for the writer), starts the writer task in its own nursery, and on
-exit closes the queue, lets the writer commit everything still queued, then
-closes both connections. Nothing queued is dropped by a clean exit.
+Resource handling: ``open_storage`` opens two store connections (an
+``ObservationStore`` of either engine: one for reads, one for the writer),
+starts the writer task in its own nursery, and on exit closes the queue,
+lets the writer commit everything still queued, then closes both
+connections. Nothing queued is dropped by a clean exit.
 
 Error handling: a batch that fails (``StoreError``: disk full, database
 locked past the busy timeout) is kept and retried with back-off, up to
@@ -20,7 +21,7 @@ from memory meanwhile), plus, with ``synchronous=NORMAL``, the last committed
 transactions on power loss (never corruption: WAL).
 
 What is kept (README "What the notary keeps"): the writer keeps each
-target within ``limits`` (``notary.state.store``); a maintenance task, on the
+target within ``limits`` (``notary.state.observationstore``); a maintenance task, on the
 writer's connection between batches, first brings rows written under looser
 limits within them, then every ``ASKED_FLUSH_INTERVAL_S`` writes the
 targets asked about meanwhile (``note_asked``, a bounded set: queries never
@@ -58,7 +59,8 @@ from notary.model.observations import ProbeResult, Timeline
 from notary.model.targets import Target
 from notary.state.claims import Claim
 from notary.state.feed import FeedPage
-from notary.state.store import DATABASE_FILE_MODE, PruneReport, Store
+from notary.state.observationstore import ObservationStore, PruneReport
+from notary.state.store import DATABASE_FILE_MODE, Store
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +121,11 @@ class Storage:
 
     def __init__(
         self,
-        reader: Store,
-        writer: Store,
+        reader: ObservationStore,
+        writer: ObservationStore,
         send: trio.MemorySendChannel[tuple[ProbeResult, ...]],
         *,
-        connect: Callable[[], Store],
+        connect: Callable[[], ObservationStore],
         forget_unasked_after_s: int | None = None,
         feed_max_rows: int = KEEP_EVERYTHING.feed_max_rows,
         clock: Callable[[], float] = time.time,
@@ -143,10 +145,10 @@ class Storage:
         self._write_limiter = trio.CapacityLimiter(1)
         #: Probe claims' connection, opened on first use (a node's workers
         #: claim; a single process never does).
-        self._claims: Store | None = None
+        self._claims: ObservationStore | None = None
         self._claims_limiter = trio.CapacityLimiter(1)
         #: PostgreSQL: the connection waiting for NOTIFY, opened on first use.
-        self._listener: Any = None
+        self._listener: ObservationStore | None = None
         self._listen_limiter = trio.CapacityLimiter(1)
         self._committed = 0
         self._batches = 0
@@ -199,7 +201,7 @@ class Storage:
         await self._on_claims(lambda store: store.release_claim(
             target, self.origin, failure, now_ms, linger_ms))
 
-    async def _on_claims(self, function: Callable[[Store], Any]) -> Any:
+    async def _on_claims(self, function: Callable[[ObservationStore], Any]) -> Any:
         def run() -> Any:
             if self._claims is None:
                 self._claims = self._connect()
@@ -326,7 +328,7 @@ class Storage:
                 await self._prune()
 
     async def _enforce_limits(self) -> None:
-        """``Store.enforce_limits`` a chunk of targets at a time, so batches
+        """``enforce_limits`` a chunk of targets at a time, so batches
         are committed in between."""
         writer = self._writer
         if await self._on_writer(writer.limits_enforced):
@@ -538,10 +540,11 @@ async def open_storage(
 
 def store_openers(
     path: Path | None, store: StoreConfig, file_mode: int = DATABASE_FILE_MODE
-) -> tuple[Callable[[], Store], Callable[[], Store]]:
+) -> tuple[Callable[[], ObservationStore], Callable[[], ObservationStore]]:
     """How to open, by ``[store] backend``, a connection that makes or
     migrates the schema (SQLite: and gives the files ``file_mode``), and
-    one to a store that exists; ``path``: the SQLite file."""
+    one to a store that exists; ``path``: the SQLite file (``ValueError``
+    without one)."""
     limits, merge_window_s = store.timeline_limits(), store.merge_window_s
     if store.backend == "postgresql":
         from notary.state.pgstore import PostgresStore
@@ -550,7 +553,9 @@ def store_openers(
             lambda: PostgresStore(store.dsn, merge_window_s=merge_window_s, limits=limits),
             lambda: PostgresStore(store.dsn, create=False, merge_window_s=merge_window_s,
                                   limits=limits),
-        )  # type: ignore[return-value]
+        )
+    if path is None:
+        raise ValueError("the SQLite store needs the path of its file")
     synchronous = store.synchronous
     return (
         lambda: Store(path, synchronous=synchronous, merge_window_s=merge_window_s,

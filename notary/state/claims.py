@@ -12,21 +12,24 @@ moment (``release``), long enough for its observation to be committed, and
 leaves a failure on it, so the waiters share the outcome instead of each
 probing again; expired claims are deleted by the writer's maintenance.
 
-Synchronous, like ``notary.state.store``: these functions take the
-connection of the ``Store`` calling them (``claim`` and ``release`` in a
-write transaction). Errors are ``sqlite3.Error``; the ``Store`` wraps them.
+One statement each, for both engines: these functions take the
+``Transaction`` (``notary.state.connection``) of the store calling them
+(``notary.state.observationstore``), ``claim`` and ``release`` in a write
+transaction; ``READ`` is read on its own. Errors are the connection's
+(``StoreError``).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 from notary.model.targets import Target
+from notary.state.connection import Transaction
 
-__all__ = ["MIGRATION", "Claim", "claim", "delete_expired", "read", "release"]
+__all__ = ["MIGRATION", "READ", "Claim", "claim", "delete_expired", "read", "release"]
 
-#: The schema's migration that adds the claims (``notary.state.store.MIGRATIONS``).
+#: The SQLite schema's migration that adds the claims
+#: (``notary.state.store.MIGRATIONS``; PostgreSQL's: ``pgstore.SCHEMA``).
 MIGRATION = """
     CREATE TABLE probe_claims (
         host     TEXT NOT NULL,
@@ -45,7 +48,8 @@ _CLAIM = """
         WHERE probe_claims.until_ms <= ? OR probe_claims.holder = excluded.holder
     RETURNING holder
 """
-_READ = "SELECT holder, until_ms, failure FROM probe_claims WHERE host = ? AND port = ?"
+#: The claim of a target (host, port): (holder, until_ms, failure).
+READ = "SELECT holder, until_ms, failure FROM probe_claims WHERE host = ? AND port = ?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,7 @@ class Claim:
     failure: str | None = None
 
 
-def claim(db: sqlite3.Connection, target: Target, holder: str, now_ms: int, ttl_ms: int) -> Claim:
+def claim(db: Transaction, target: Target, holder: str, now_ms: int, ttl_ms: int) -> Claim:
     """Claim ``target`` for ``holder`` until ``now_ms + ttl_ms`` unless
     another holds an unexpired claim; return the claim that stands."""
     until = now_ms + ttl_ms
@@ -67,17 +71,20 @@ def claim(db: sqlite3.Connection, target: Target, holder: str, now_ms: int, ttl_
     if won is not None:
         return Claim(holder, until)
     standing = read(db, target)
-    assert standing is not None  # the conflicting row, in this transaction
+    # The row the claim met (SQLite: this transaction holds the write lock;
+    # PostgreSQL: ON CONFLICT DO UPDATE locks it even when its WHERE is
+    # false): nobody deleted it since.
+    assert standing is not None
     return standing
 
 
-def read(db: sqlite3.Connection, target: Target) -> Claim | None:
-    row = db.execute(_READ, (target.host, target.port)).fetchone()
+def read(db: Transaction, target: Target) -> Claim | None:
+    row = db.execute(READ, (target.host, target.port)).fetchone()
     return Claim(*row) if row is not None else None
 
 
 def release(
-    db: sqlite3.Connection, target: Target, holder: str, failure: str | None, now_ms: int,
+    db: Transaction, target: Target, holder: str, failure: str | None, now_ms: int,
     linger_ms: int,
 ) -> None:
     """``holder``'s probe of ``target`` ended (``failure``: the reason it
@@ -89,5 +96,5 @@ def release(
     )
 
 
-def delete_expired(db: sqlite3.Connection, now_ms: int) -> int:
+def delete_expired(db: Transaction, now_ms: int) -> int:
     return db.execute("DELETE FROM probe_claims WHERE until_ms <= ?", (now_ms,)).rowcount

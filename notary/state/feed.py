@@ -27,23 +27,29 @@ records how far it deleted (``settings.feed_pruned_through``), so a follower
 whose position is behind that knows it missed changes (``read``'s
 ``missed``) and must forget what it cached.
 
-Synchronous, like ``notary.state.store``: these functions take the
-connection (in a transaction where they write) of the ``Store`` calling
-them. Errors are ``sqlite3.Error``; the ``Store`` wraps them.
+Written once for both engines (``?`` placeholders): these functions take
+the ``Transaction`` (``notary.state.connection``) of the store calling
+them (``notary.state.observationstore``), in a transaction where they
+write, in a snapshot where they read several rows; ``write`` also its
+connection, for the dialect. Errors are the connection's (``StoreError``).
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from notary.model.observations import ProbeResult
 from notary.model.targets import Target
+from notary.state.connection import Columns, Connection, Transaction
 
-__all__ = ["MIGRATION", "Change", "FeedPage", "Seen", "position", "prune", "read", "rows", "write"]
+__all__ = [
+    "COLUMNS", "MIGRATION", "POSITION", "Change", "FeedPage", "Seen", "position", "position_of",
+    "prune", "read", "rows", "write",
+]
 
-#: The schema's migration that adds the feed (``notary.state.store.MIGRATIONS``).
+#: The SQLite schema's migration that adds the feed
+#: (``notary.state.store.MIGRATIONS``; PostgreSQL's: ``pgstore.SCHEMA``).
 MIGRATION = """
     CREATE TABLE changes (
         seq     INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -55,17 +61,27 @@ MIGRATION = """
     );
     INSERT INTO settings VALUES ('feed_pruned_through', 0);
 """
-
-_INSERT = "INSERT INTO changes (host, port, sha256, changed, origin) VALUES (?, ?, ?, ?, ?)"
+#: A change's columns (``Connection.insert_rows``), as ``rows`` makes them.
+COLUMNS: Columns = (
+    ("host", "text"), ("port", "int"), ("sha256", "bytea"), ("changed", "int"),
+    ("origin", "text"),
+)
+#: Rows of targets per read of their stored sightings.
+_SEEN_CHUNK = 500
 # Each target's certificates and their last sightings (at most
 # [store] max_certificates_per_target each).
-_SEEN = """
-    SELECT target_id, certificate_id, last_seen FROM observations
-    WHERE target_id IN ({marks})
-"""
-_READ = "SELECT seq, host, port, sha256, changed, origin FROM changes WHERE seq > ? ORDER BY seq LIMIT ?"
+_SEEN = "SELECT target_id, certificate_id, last_seen FROM observations WHERE {targets}"
+_READ = (
+    "SELECT seq, host, port, sha256, changed, origin FROM changes"
+    " WHERE seq > ? ORDER BY seq LIMIT ?"
+)
 _PRUNED_THROUGH = "SELECT value FROM settings WHERE name = 'feed_pruned_through'"
-_POSITION = "SELECT seq FROM sqlite_sequence WHERE name = 'changes'"
+#: The newest row's sequence number, and how far pruning deleted (rows may
+#: all be gone): the position is the larger (``position_of``).
+POSITION = (
+    "SELECT coalesce(max(seq), 0), (SELECT value FROM settings"
+    " WHERE name = 'feed_pruned_through') FROM changes"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,22 +113,31 @@ class FeedPage:
 
 
 def write(
-    db: sqlite3.Connection, results: Sequence[ProbeResult],
-    pairs: Sequence[tuple[int, int]], new_targets: set[int], origin: str,
-    merge_window_s: int, probes: Sequence[int] | None = None,
+    connection: Connection, db: Transaction, results: Sequence[ProbeResult],
+    pairs: Sequence[tuple[int, int]], origin: str, merge_window_s: int,
+    probes: Sequence[int] | None = None, *, new_targets: Collection[int] = (),
+    seen: Seen | None = None,
 ) -> None:
     """Add the rows of ``results`` (``pairs[i]``: the target and certificate
     ids of ``results[i]``; ``probes``: how many consecutive results make
-    each probe, None: one each), in the transaction that records them,
-    before their observations are written (the stored sightings are read)."""
-    known = sorted({t for t, _ in pairs if t not in new_targets})
-    seen: Seen = {}
-    for start in range(0, len(known), 500):
-        chunk = known[start:start + 500]
-        marks = ", ".join("?" * len(chunk))
-        for target_id, certificate_id, last_seen in db.execute(_SEEN.format(marks=marks), chunk):
-            seen.setdefault(target_id, {})[certificate_id] = last_seen
-    db.executemany(_INSERT, rows(results, pairs, seen, origin, merge_window_s, probes))
+    each probe, None: one each), in the transaction ``db`` of
+    ``connection`` that records them, before their observations are
+    written: ``seen``, each target's stored sightings, is read unless the
+    caller has it (``new_targets``: targets this transaction inserted, none
+    stored)."""
+    if seen is None:
+        seen = {}
+        known = sorted({t for t, _ in pairs if t not in new_targets})
+        for start in range(0, len(known), _SEEN_CHUNK):
+            where, parameters = connection.in_list(
+                "target_id", known[start:start + _SEEN_CHUNK])
+            for target_id, certificate_id, last_seen in db.execute(
+                _SEEN.format(targets=where), parameters
+            ):
+                seen.setdefault(target_id, {})[certificate_id] = last_seen
+    connection.insert_rows(
+        db, "changes", COLUMNS, rows(results, pairs, seen, origin, merge_window_s, probes)
+    )
 
 
 #: Each target's stored certificates (ids) and their last sighting.
@@ -166,28 +191,35 @@ def rows(
     return made
 
 
-def position(db: sqlite3.Connection) -> int:
-    """The sequence number of the newest row ever written (0: none): a
-    follower starting now reads after it."""
-    row = db.execute(_POSITION).fetchone()
-    return row[0] if row is not None else 0
+def position_of(row: Sequence[int]) -> int:
+    """The position a ``POSITION`` row gives: the sequence number of the
+    newest row ever written (0: none), the one a follower starting now
+    reads after."""
+    return max(row)
 
 
-def read(db: sqlite3.Connection, after: int, limit: int) -> FeedPage:
-    """Up to ``limit`` rows after the position ``after``, oldest first."""
+def position(db: Transaction) -> int:
+    return position_of(db.execute(POSITION).fetchone())
+
+
+def read(db: Transaction, after: int, limit: int) -> FeedPage:
+    """Up to ``limit`` rows after the position ``after``, oldest first (in a
+    snapshot: ``missed`` is of the same rows)."""
     missed = after < db.execute(_PRUNED_THROUGH).fetchone()[0]
     changes = tuple(
-        Change(seq, Target(host, port), sha256, bool(changed), origin)
+        Change(seq, Target(host, port), bytes(sha256), bool(changed), origin)
         for seq, host, port, sha256, changed, origin in db.execute(_READ, (after, limit))
     )
     return FeedPage(changes, missed)
 
 
-def prune(db: sqlite3.Connection, max_rows: int) -> int:
-    """Keep the newest ``max_rows`` rows (in a transaction); return how many
-    were deleted."""
+def prune(db: Transaction, max_rows: int, for_update: str = "") -> int:
+    """Keep the newest ``max_rows`` rows (in a transaction; ``for_update``:
+    the connection's, so two nodes' writers prune one after the other);
+    return how many were deleted."""
+    pruned = db.execute(_PRUNED_THROUGH + for_update).fetchone()[0]
     through = position(db) - max_rows
-    if through <= db.execute(_PRUNED_THROUGH).fetchone()[0]:
+    if through <= pruned:
         return 0
     deleted = db.execute("DELETE FROM changes WHERE seq <= ?", (through,)).rowcount
     db.execute("UPDATE settings SET value = ? WHERE name = 'feed_pruned_through'", (through,))

@@ -1,7 +1,9 @@
 """The transparency log's rows on PostgreSQL, for the nodes of a fleet
 sharing one database (``notary.state.pgstore``): the operations of
-:class:`notary.state.tlogstore.LogStore`, with the same rows and the same
-append algorithm (``tlogstore.append_rows``).
+:class:`notary.state.tlogstore.LogStore`, with the same rows, the same
+statements and the same append algorithm (``tlogstore.LogEngine``,
+``tlogstore.append_rows``); this module adds the tables' types and the
+sequencer's lock.
 
 One sequencer per logical notary: the lock holder; the others wait. A
 batch is appended in one transaction that first takes a transaction-level
@@ -30,27 +32,17 @@ store's migration advisory lock, so nodes starting at once do not race.
 
 Synchronous, like ``LogStore``: the Trio edge runs these methods in worker
 threads. Resource handling: a ``PostgresLogStore`` owns one
-``PostgresConnection`` (``notary.state.pgconnection``: autocommit,
+``PostgresConnection`` (``notary.state.connection``: autocommit,
 explicit transactions); ``close()`` releases it. A connection the server
 dropped is made again, as that module says. Error handling: every
 ``psycopg`` error is raised as ``StoreError`` naming the database without
-its password (``pgconnection.describe_dsn``).
+its password (``notary.state.dsn``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from notary.state.pgconnection import MIGRATION_LOCK, PostgresConnection
-from notary.state.tlogstore import (
-    Appended,
-    CheckpointSigner,
-    LogEngine,
-    LogHead,
-    append_rows,
-    check_batch,
-)
+from notary.state.connection import PostgresConnection, Transaction
+from notary.state.tlogstore import LogEngine
 
 __all__ = ["LOCK_TIMEOUT_MS", "LOG_LOCK", "SCHEMA", "PostgresLogStore"]
 
@@ -89,93 +81,13 @@ class PostgresLogStore(LogEngine):
         )
         self.path = self._db.path  # what messages name (LogStore's path)
         try:
-            with self._db.transaction() as db:
-                db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-                db.execute(SCHEMA)
+            self._db.create_tables(SCHEMA)
         except BaseException:
             self._db.close()
             raise
 
-    def close(self) -> None:
-        self._db.close()
-
-    # -- reads (any node) ----------------------------------------------------------
-
-    def head(self) -> LogHead | None:
-        """The newest checkpoint (None: nothing was ever appended)."""
-        rows = self._db.read("SELECT size, checkpoint FROM log_head WHERE id = 1")
-        return LogHead(int(rows[0][0]), rows[0][1]) if rows else None
-
-    def tile(self, level: int, index: int) -> bytes | None:
-        """The stored hashes of a tile (a partial tile: those there so far)."""
-        rows = self._db.read(
-            "SELECT hashes FROM log_tiles WHERE level = %s AND idx = %s", (level, index)
-        )
-        return bytes(rows[0][0]) if rows else None
-
-    def entries(self, start: int, end: int) -> list[bytes]:
-        """The entries at indices ``start`` to ``end`` - 1 that exist, in order."""
-        rows = self._db.read(
-            "SELECT entry FROM log_entries WHERE idx >= %s AND idx < %s ORDER BY idx",
-            (start, end),
-        )
-        return [bytes(row[0]) for row in rows]
-
-    # -- the sequencer -------------------------------------------------------------
-
-    def append(self, entries: Sequence[bytes], sign: CheckpointSigner) -> Appended:
-        """Append ``entries`` (at most ``MAX_BATCH``, in order) after the
-        stored tree, in one transaction holding ``LOG_LOCK`` that also
-        writes their tiles and the checkpoint ``sign`` makes of the new
-        tree. Returns their indices and inclusion proofs to that checkpoint.
-
-        Error handling: ``StoreError`` (nothing written) when the database
-        fails or the lock is not had within ``LOCK_TIMEOUT_MS``;
-        ``LogCorrupted`` when stored tiles contradict the tree;
-        ``ValueError`` for an empty or oversized batch, or an entry longer
-        than a tile bundle allows (65,535 bytes)."""
-        check_batch(entries)
-        with self._db.transaction() as db:
-            db.execute("SET LOCAL synchronous_commit = on")
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (LOG_LOCK,))
-            return append_rows(_PostgresRows(db), entries, sign, f"database {self.path}")
-
-
-class _PostgresRows:
-    """``LogRows`` on the connection of a transaction holding ``LOG_LOCK``
-    (each statement, read committed, sees the previous holder's commit)."""
-
-    def __init__(self, db: Any) -> None:
-        self._db = db
-
-    def size(self) -> int:
-        row = self._db.execute("SELECT size FROM log_head WHERE id = 1").fetchone()
-        return int(row[0]) if row is not None else 0
-
-    def tile(self, level: int, index: int) -> bytes | None:
-        row = self._db.execute(
-            "SELECT hashes FROM log_tiles WHERE level = %s AND idx = %s", (level, index)
-        ).fetchone()
-        return bytes(row[0]) if row is not None else None
-
-    def put_tile(self, level: int, index: int, hashes: bytes) -> None:
-        self._db.execute(
-            "INSERT INTO log_tiles (level, idx, hashes) VALUES (%s, %s, %b) "
-            "ON CONFLICT (level, idx) DO UPDATE SET hashes = excluded.hashes",
-            (level, index, hashes),
-        )
-
-    def put_entries(self, first: int, entries: Sequence[bytes]) -> None:
-        # One statement (unnest of two arrays), not a round trip per entry.
-        self._db.execute(
-            "INSERT INTO log_entries (idx, entry) SELECT * FROM unnest(%b::bigint[], %b::bytea[])",
-            (list(range(first, first + len(entries))), list(entries)),
-        )
-
-    def put_head(self, size: int, checkpoint: str) -> None:
-        self._db.execute(
-            "INSERT INTO log_head (id, size, checkpoint) VALUES (1, %s, %s) "
-            "ON CONFLICT (id) DO UPDATE SET size = excluded.size, "
-            "checkpoint = excluded.checkpoint",
-            (size, checkpoint),
-        )
+    def _take_turn(self, db: Transaction) -> None:
+        """The sequencer's lock, ``LOG_LOCK`` (a wait bounded by
+        ``LOCK_TIMEOUT_MS``), and a commit that waits for the WAL flush."""
+        db.execute("SET LOCAL synchronous_commit = on")
+        db.execute("SELECT pg_advisory_xact_lock(?)", (LOG_LOCK,))

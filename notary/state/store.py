@@ -1,14 +1,18 @@
-"""The observation store: SQLite in WAL mode, schema migrations, and the two
-operations the notary needs (load one target's timeline, record a batch of
-probe results in one transaction).
+"""The observation store on SQLite (WAL mode): its schema migrations, and
+its own way of recording a batch of probe results in one transaction
+(set-based, with memoised row ids); the rest of what a store does is
+written once for both engines (``notary.state.observationstore``, whose
+``ObservationStore`` callers type against; ``notary.state.pgstore`` is the
+PostgreSQL engine).
 
 Synchronous on purpose: the Trio edge (``notary.outbound.writer``) runs these
 methods in worker threads, one connection per thread role, so the event loop
 never waits on the disk.
 
-Resource handling: a ``Store`` owns one ``sqlite3.Connection``; ``close()``
-releases it (also via ``with``). A connection must be used by one thread at a
-time: callers serialise access (the Trio edge uses a limiter of 1 per store).
+Resource handling: a ``Store`` owns one ``SqliteConnection``
+(``notary.state.connection``); ``close()`` releases it (also via ``with``).
+A connection must be used by one thread at a time: callers serialise access
+(the Trio edge uses a limiter of 1 per store).
 
 What it keeps is bounded (README "What the notary keeps"): with
 ``TimelineLimits`` a target keeps its newest certificates, each its newest
@@ -24,7 +28,7 @@ Files: the database and its ``-wal`` and ``-shm`` files are created with
 mode), and a writable open sets the mode of existing ones.
 
 Error handling: every ``sqlite3`` error is raised as ``StoreError`` with the
-path and a short reason.
+path and a short reason (``notary.state.connection``).
 """
 
 from __future__ import annotations
@@ -32,27 +36,35 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field, fields
+from contextlib import suppress
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from notary.errors import StoreError
 from notary.model.observations import (
     DEFAULT_MERGE_WINDOW_S,
     Certificate,
-    Observation,
     ProbeResult,
     Run,
-    Timeline,
     TimelineLimits,
     add_sighting,
 )
-from notary.model.targets import Target
 from notary.state import claims, feed
+from notary.state.connection import SqliteConnection, Transaction
+from notary.state.observationstore import (
+    SCHEMA_VERSION,
+    EngineOperations,
+    PruneReport,
+    StoreStatistics,
+)
+
+__all__ = [
+    "DATABASE_FILE_MODE", "DATABASE_GROUP_FILE_MODE", "MAX_ADDRESSES", "MIGRATIONS",
+    "SCHEMA_VERSION", "PruneReport", "Store", "StoreStatistics", "database_file_mode",
+]
 
 #: Migrations, applied in order; ``PRAGMA user_version`` is the index of the
 #: last applied one. Never edit a released migration: append a new one.
@@ -130,10 +142,7 @@ MIGRATIONS: tuple[str, ...] = (
     # 6: probe claims (``notary.state.claims``).
     claims.MIGRATION,
 )
-SCHEMA_VERSION = len(MIGRATIONS)
 BUSY_TIMEOUT_MS = 5000
-#: Pause between attempts to switch a file other processes hold to WAL.
-WAL_SWITCH_RETRY_S = 0.01
 #: ``INSERT ... RETURNING`` (``Store.record``) came with SQLite 3.35.
 MIN_SQLITE_VERSION = (3, 35, 0)
 MAX_ADDRESSES = 8
@@ -141,11 +150,6 @@ MAX_ADDRESSES = 8
 #: service group (``[node] group``) the group may read too.
 DATABASE_FILE_MODE = 0o600
 DATABASE_GROUP_FILE_MODE = 0o640
-#: Targets removed per transaction by ``prune_unasked`` (the writer lock is
-#: held that long; batches go in between).
-PRUNE_CHUNK_TARGETS = 500
-#: Targets per transaction of ``enforce_limits`` (target ids, a range).
-SWEEP_CHUNK_TARGETS = 10_000
 
 
 def database_file_mode(group: str) -> int:
@@ -154,82 +158,11 @@ def database_file_mode(group: str) -> int:
     return DATABASE_GROUP_FILE_MODE if group else DATABASE_FILE_MODE
 
 
-_LOAD_TIMELINE = """
-    SELECT c.id, c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
-           o.first_seen, o.last_seen, o.addresses
-    FROM targets t
-    JOIN observations o ON o.target_id = t.id
-    JOIN certificates c ON c.id = o.certificate_id
-    WHERE t.host = ? AND t.port = ?
-"""
-_LOAD_RUNS = """
-    SELECT r.certificate_id, r.start, r.end
-    FROM targets t
-    JOIN runs r ON r.target_id = t.id
-    WHERE t.host = ? AND t.port = ?
-    ORDER BY r.start
-"""
-_LOAD_TARGET_ROWS = """
-    SELECT c.id, c.der, c.sha1, c.sha256, c.md5, c.spki_sha256,
-           o.first_seen, o.last_seen, o.addresses
-    FROM observations o JOIN certificates c ON c.id = o.certificate_id
-    WHERE o.target_id = ?
-"""
-_LOAD_TARGET_RUNS = "SELECT certificate_id, start, end FROM runs WHERE target_id = ? ORDER BY start"
 _COUNT_OBSERVATIONS = "SELECT count(*) FROM observations WHERE target_id = ?"
 _COUNT_RUNS = "SELECT count(*) FROM runs WHERE target_id = ? AND certificate_id = ?"
 _DELETIONS = "SELECT value FROM settings WHERE name = 'deletions'"
 _COUNT_DELETION = "UPDATE settings SET value = value + 1 WHERE name = 'deletions' RETURNING value"
-# A certificate no observation refers to any more (runs rows always belong
-# to an observation's pair).
-_DELETE_ORPHAN_CERTIFICATE = """
-    DELETE FROM certificates WHERE id = ?
-    AND NOT EXISTS (SELECT 1 FROM observations WHERE certificate_id = ?)
-    RETURNING sha256
-"""
 _NOTE_ASKED = "UPDATE targets SET asked_at = ? WHERE host = ? AND port = ? AND asked_at < ?"
-# Rows beyond the limits among targets first_id..last_id, oldest first, as
-# ``Timeline.bounded`` drops them: runs by start, observations in the
-# timeline's order (newest last_seen, first_seen, sha256 first).
-_RUNS_BEYOND_LIMIT = """
-    SELECT target_id, certificate_id, start FROM (
-        SELECT target_id, certificate_id, start, row_number() OVER (
-            PARTITION BY target_id, certificate_id ORDER BY start DESC) AS newer
-        FROM runs WHERE target_id BETWEEN ? AND ?)
-    WHERE newer > ?
-"""
-_OBSERVATIONS_BEYOND_LIMIT = """
-    SELECT target_id, certificate_id FROM (
-        SELECT o.target_id, o.certificate_id, row_number() OVER (
-            PARTITION BY o.target_id
-            ORDER BY o.last_seen DESC, o.first_seen DESC, c.sha256 DESC) AS newer
-        FROM observations o JOIN certificates c ON c.id = o.certificate_id
-        WHERE o.target_id BETWEEN ? AND ?)
-    WHERE newer > ?
-"""
-#: The limits ``settings`` records the rows to be within.
-_LIMIT_NAMES = tuple(f.name for f in fields(TimelineLimits))
-
-
-def _timeline_of(target: Target, rows: list[tuple], run_rows: list[tuple]) -> Timeline:
-    """The timeline of ``target`` from its rows (``_LOAD_TIMELINE`` and
-    ``_LOAD_RUNS`` shapes): a pair without runs rows has one run,
-    ``first_seen``..``last_seen``."""
-    runs: dict[int, list[tuple[int, int]]] = {}
-    for certificate_id, start, end in run_rows:
-        runs.setdefault(certificate_id, []).append((start, end))
-    return Timeline(target, tuple(
-        Observation(
-            certificate=Certificate(der, sha1, sha256, md5, spki),
-            first_seen=first,
-            last_seen=last,
-            addresses=tuple(a for a in addresses.split(",") if a),
-            runs=tuple(runs.get(certificate_id, ())) or ((first, last),),
-        )
-        for certificate_id, der, sha1, sha256, md5, spki, first, last, addresses in rows
-    ))
-
-
 #: Entries of each id memo before it is cleared.
 ID_MEMO_ENTRIES = 100_000
 
@@ -266,45 +199,35 @@ def _flat(rows: list[tuple], columns: int) -> list:
     return flat
 
 
+@cache
+def _insert_sql(table: str, columns: tuple[str, ...], returning: str, rows: int) -> str:
+    """Insert ``rows`` rows of ``columns`` into ``table`` unless there (NULL
+    padding rows are skipped); return ``returning`` of those inserted."""
+    picked = ", ".join(f"column{i}" for i in range(1, len(columns) + 1))
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {picked} FROM ("
+        + _values(rows, len(columns))
+        + f") WHERE column1 IS NOT NULL ON CONFLICT DO NOTHING RETURNING {returning}"
+    )
+
+
 # A join with the batch (a CTE of its rows), not ``IN (VALUES ...)``: SQLite
 # plans the latter as a scan of the whole table. NULL padding rows match no row.
 @cache
-def _insert_targets_sql(rows: int) -> str:
-    """A new target counts as asked about when first observed (a probe
-    follows a query, or a rescan of a target asked about lately)."""
+def _select_sql(table: str, keys: tuple[str, ...], rows: int) -> str:
+    """The id and ``keys`` of each row of ``table`` whose ``keys`` are among
+    ``rows`` rows of parameters."""
     return (
-        "INSERT INTO targets (host, port, asked_at) SELECT column1, column2, column3 FROM ("
-        + _values(rows, 3)
-        + ") WHERE column1 IS NOT NULL ON CONFLICT DO NOTHING RETURNING id, host, port"
+        f"WITH wanted ({', '.join(keys)}) AS (" + _values(rows, len(keys)) + ")"
+        f" SELECT t.id, {', '.join(f't.{key}' for key in keys)} FROM wanted b JOIN {table} t"
+        " ON " + " AND ".join(f"t.{key} = b.{key}" for key in keys)
     )
 
 
-@cache
-def _select_targets_sql(rows: int) -> str:
-    return (
-        "WITH wanted_targets (host, port) AS (" + _values(rows, 2) + ")"
-        " SELECT t.id, t.host, t.port FROM wanted_targets b JOIN targets t"
-        " ON t.host = b.host AND t.port = b.port"
-    )
-
-
-@cache
-def _insert_certificates_sql(rows: int) -> str:
-    return (
-        "INSERT INTO certificates (sha256, sha1, md5, spki_sha256, der)"
-        " SELECT column1, column2, column3, column4, column5 FROM ("
-        + _values(rows, 5)
-        + ") WHERE column1 IS NOT NULL ON CONFLICT DO NOTHING RETURNING id, sha256"
-    )
-
-
-@cache
-def _select_certificates_sql(rows: int) -> str:
-    return (
-        "WITH wanted_certificates (sha256) AS (" + _values(rows, 1) + ")"
-        " SELECT c.id, c.sha256 FROM wanted_certificates b"
-        " JOIN certificates c ON c.sha256 = b.sha256"
-    )
+#: A new target counts as asked about when first observed (a probe follows
+#: a query, or a rescan of a target asked about lately).
+_TARGET_COLUMNS = ("host", "port", "asked_at")
+_CERTIFICATE_COLUMNS = ("sha256", "sha1", "md5", "spki_sha256", "der")
 
 
 @cache
@@ -391,41 +314,6 @@ def _remember(memo: dict, learnt: dict) -> None:
     memo.update(learnt)
 
 
-@dataclass(frozen=True, slots=True)
-class StoreStatistics:
-    schema_version: int
-    targets: int
-    certificates: int
-    observations: int
-    file_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class PruneReport:
-    """Rows removed (``ders_dropped``: certificates whose DER was dropped,
-    their hashes kept). Reports add up with ``+``."""
-
-    targets: int = 0
-    observations: int = 0
-    runs: int = 0
-    certificates: int = 0
-    ders_dropped: int = 0
-
-    def __add__(self, other: PruneReport) -> PruneReport:
-        return PruneReport(*(getattr(self, f.name) + getattr(other, f.name)
-                             for f in fields(PruneReport)))
-
-    def __bool__(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(PruneReport))
-
-    def __str__(self) -> str:
-        return (
-            f"{self.targets} targets, {self.observations} observations, {self.runs} runs, "
-            f"{self.certificates} certificates removed; {self.ders_dropped} certificates' "
-            "DER dropped"
-        )
-
-
 def _ensure_file_mode(path: Path, mode: int) -> None:
     """Create the database file ``path`` with ``mode`` if it is missing, and
     give it and its existing ``-wal``/``-shm`` files exactly ``mode``.
@@ -457,99 +345,8 @@ def _ensure_file_mode(path: Path, mode: int) -> None:
                 ) from None
 
 
-class EngineOperations:
-    """What both engines (this SQLite ``Store`` and
-    ``notary.state.pgstore.PostgresStore``) do alike on top of their own
-    primitives (``prune_unasked``, ``_recorded_settings``,
-    ``target_id_ranges``, ``enforce_limits_in``, ``record_limits``,
-    ``delete_orphans``, ``_shrink``, ``close``)."""
-
-    limits: TimelineLimits | None
-    #: Whether ``wait_for_changes`` wakes on a commit (PostgreSQL's NOTIFY);
-    #: else a follower reads the feed at its interval.
-    notifies = False
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def prune(self, now: int, forget_unasked_after_s: int) -> PruneReport:
-        """``prune_unasked`` until no target nobody asked about within
-        ``forget_unasked_after_s`` of ``now`` is left."""
-        report = PruneReport()
-        while True:
-            chunk = self.prune_unasked(now - forget_unasked_after_s)
-            report += chunk
-            if chunk.targets < PRUNE_CHUNK_TARGETS:
-                return report
-
-    def limits_enforced(self) -> bool:
-        """Whether the rows are known to be within ``limits``: ``settings``
-        records limits no looser than them (then ``record`` keeps them so).
-        True without limits."""
-        if self.limits is None:
-            return True
-        recorded = self._recorded_settings()
-        return all(
-            name in recorded and recorded[name] <= getattr(self.limits, name)
-            for name in _LIMIT_NAMES
-        )
-
-    def enforce_limits(self, *, force: bool = False) -> PruneReport:
-        """Bring every target's rows within ``limits``, as
-        :meth:`Timeline.bounded` does in memory, unless they are known to be
-        (``force``: check all the same), a transaction per
-        ``SWEEP_CHUNK_TARGETS`` targets (``enforce_limits_in``), then record
-        the limits (``record_limits``)."""
-        if self.limits is None or (not force and self.limits_enforced()):
-            return PruneReport()
-        report = PruneReport()
-        for first_id, last_id in self.target_id_ranges():
-            report += self.enforce_limits_in(first_id, last_id)
-        return report + self.record_limits()
-
-    def compact(self, now: int, forget_unasked_after_s: int) -> PruneReport:
-        """``notary db compact``: targets nobody asked about within
-        ``forget_unasked_after_s`` of ``now`` removed, every other one within
-        ``limits`` (checked whatever ``settings`` records), orphans removed,
-        then the engine's own shrinking (``_shrink``)."""
-        report = self.prune(now, forget_unasked_after_s)
-        report += self.enforce_limits(force=True)
-        report += self.delete_orphans()
-        self._shrink()
-        return report
-
-    # The engines' primitives, documented where each engine defines them.
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def prune_unasked(self, asked_before: int) -> PruneReport:
-        raise NotImplementedError
-
-    def _recorded_settings(self) -> dict[str, int]:
-        raise NotImplementedError
-
-    def target_id_ranges(self) -> list[tuple[int, int]]:
-        raise NotImplementedError
-
-    def enforce_limits_in(self, first_id: int, last_id: int) -> PruneReport:
-        raise NotImplementedError
-
-    def record_limits(self) -> PruneReport:
-        raise NotImplementedError
-
-    def delete_orphans(self) -> PruneReport:
-        raise NotImplementedError
-
-    def _shrink(self) -> None:
-        raise NotImplementedError
-
-
 class Store(EngineOperations):
-    """One connection to the observation database.
+    """One connection to the observation database on SQLite.
 
     ``limits``: what a target keeps (``TimelineLimits``): ``record`` keeps
     the rows within them and ``load_timeline`` reads within them; None keeps
@@ -557,6 +354,8 @@ class Store(EngineOperations):
     ``file_mode``, and set that mode on the existing files (the database,
     ``-wal``, ``-shm``); a reader opens with ``create=False`` and touches no
     mode."""
+
+    _db: SqliteConnection
 
     def __init__(
         self,
@@ -589,61 +388,19 @@ class Store(EngineOperations):
             )
         if create:
             _ensure_file_mode(self.path, file_mode)
+        self._db = SqliteConnection.open(
+            self.path, synchronous=synchronous.upper(), busy_timeout_ms=BUSY_TIMEOUT_MS,
+            foreign_keys=True,
+        )
         try:
-            self._db = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-        try:
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._enable_wal()
-            self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            self._db.execute("PRAGMA foreign_keys = ON")
             self.migrate()
-            self._deletions = self._db.execute(_DELETIONS).fetchone()[0]
-        except BaseException as exc:
+            self._deletions = self._db.read(_DELETIONS)[0][0]
+        except BaseException:
             self._db.close()  # a failed open leaves no connection behind
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"database {self.path}: {exc}") from None
             raise
 
-    def _enable_wal(self) -> None:
-        """Switch the file to WAL. The switch needs the file to itself and
-        SQLite reports "locked" at once, without waiting, while another
-        process (a worker starting beside this one) opens or switches it:
-        retry for up to the busy timeout."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-        while True:
-            try:
-                mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                break
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(WAL_SWITCH_RETRY_S)
-        if mode.lower() != "wal":
-            raise StoreError(f"database {self.path}: cannot enable WAL mode")
-
-    def close(self) -> None:
-        self._db.close()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
     def schema_version(self) -> int:
-        return self._db.execute("PRAGMA user_version").fetchone()[0]
+        return int(self._db.read("PRAGMA user_version")[0][0])
 
     def migrate(self) -> int:
         """Apply pending migrations; return how many this connection ran.
@@ -656,7 +413,7 @@ class Store(EngineOperations):
         ran = 0
         # Read without the write lock first: the usual case is up to date.
         while (version := self.schema_version()) < SCHEMA_VERSION:
-            with self._transaction() as db:
+            with self._db.transaction() as db:
                 version = db.execute("PRAGMA user_version").fetchone()[0]
                 if version >= SCHEMA_VERSION:  # another process migrated it
                     continue
@@ -674,29 +431,6 @@ class Store(EngineOperations):
                 f"database {self.path} has schema {version}, newer than this "
                 f"notary's {SCHEMA_VERSION}"
             )
-
-    def load_timeline(self, target: Target) -> Timeline:
-        """Every observation of ``target`` (an empty timeline if unknown),
-        with its runs (one, ``first_seen``..``last_seen``, if it has no runs
-        rows), within ``limits``."""
-        try:
-            rows = self._db.execute(_LOAD_TIMELINE, (target.host, target.port)).fetchall()
-            run_rows = self._db.execute(_LOAD_RUNS, (target.host, target.port)).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-        timeline = _timeline_of(target, rows, run_rows)
-        return timeline if self.limits is None else timeline.bounded(self.limits)
-
-    def iter_target_keys(self, chunk_rows: int = 10_000) -> Iterator[list[str]]:
-        """The key (``Target.key``) of every stored target, ``chunk_rows`` at a
-        time, streamed (memory stays bounded by the chunk, whatever the
-        store's size). Raises ``StoreError``."""
-        try:
-            cursor = self._db.execute("SELECT host, port FROM targets")
-            while rows := cursor.fetchmany(chunk_rows):
-                yield [Target(host, port).key for host, port in rows]
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
 
     def record(
         self, results: Sequence[ProbeResult], origin: str = "",
@@ -736,7 +470,7 @@ class Store(EngineOperations):
         # a rolled-back insert must not leave an id that names no row.
         learnt_targets: dict[tuple[str, int], int] = {}
         learnt_certificates: dict[bytes, int] = {}
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             deletions = db.execute(_DELETIONS).fetchone()[0]
             if deletions != self._deletions:  # rows were deleted: ids may name others
                 self._target_ids.clear()
@@ -747,7 +481,8 @@ class Store(EngineOperations):
                 db, results, learnt_certificates
             )
             pairs = list(zip(target_ids, certificate_ids, strict=True))
-            feed.write(db, results, pairs, new_targets, origin, self.merge_window_s, probes)
+            feed.write(self._db, db, results, pairs, origin, self.merge_window_s, probes,
+                       new_targets=new_targets)
             dropped = self._write(db, pairs, results, new_targets, new_certificates)
             deleted = self._delete_orphans(db, dropped)
             if deleted:
@@ -760,18 +495,6 @@ class Store(EngineOperations):
         _remember(self._target_ids, learnt_targets)
         _remember(self._certificate_ids, learnt_certificates)
 
-    def _delete_orphans(self, db: sqlite3.Connection, certificate_ids: Iterable[int]) -> list[bytes]:
-        """Delete those of ``certificate_ids`` no observation refers to;
-        return their SHA-256."""
-        deleted = []
-        for certificate_id in certificate_ids:
-            row = db.execute(
-                _DELETE_ORPHAN_CERTIFICATE, (certificate_id, certificate_id)
-            ).fetchone()
-            if row is not None:
-                deleted.append(row[0])
-        return deleted
-
     def _target_ids_of(
         self, db: sqlite3.Connection, results: Sequence[ProbeResult],
         learnt: dict[tuple[str, int], int],
@@ -783,7 +506,7 @@ class Store(EngineOperations):
         ids = list(map(self._target_ids.get, keys))
         inserted: set[int] = set()
         if None not in ids:
-            return ids, inserted
+            return cast(list[int], ids), inserted
         asked_at: dict[tuple[str, int], int] = {}
         for key, i, result in zip(keys, ids, results, strict=True):
             if i is None:
@@ -791,14 +514,15 @@ class Store(EngineOperations):
         missing = list(asked_at)
         rows = [(host, port, asked_at[(host, port)]) for host, port in missing]
         for chunk in _chunks(rows):
-            sql = _insert_targets_sql(_padded_rows(len(chunk)))
+            sql = _insert_sql("targets", _TARGET_COLUMNS, "id, host, port",
+                              _padded_rows(len(chunk)))
             for row_id, host, port in db.execute(sql, _flat(chunk, 3)).fetchall():
                 learnt[(host, port)] = row_id
                 inserted.add(row_id)
         # Not inserted: the row exists (it left the memo when the memo was
         # cleared, or another connection inserted it).
         for chunk in _chunks([k for k in missing if k not in learnt]):
-            sql = _select_targets_sql(_padded_rows(len(chunk)))
+            sql = _select_sql("targets", ("host", "port"), _padded_rows(len(chunk)))
             for row_id, host, port in db.execute(sql, _flat(chunk, 2)).fetchall():
                 learnt[(host, port)] = row_id
         return [learnt[k] if i is None else i for k, i in zip(keys, ids, strict=True)], inserted
@@ -814,7 +538,7 @@ class Store(EngineOperations):
         ids = list(map(self._certificate_ids.get, shas))
         inserted: set[int] = set()
         if None not in ids:
-            return ids, inserted
+            return cast(list[int], ids), inserted
         missing: dict[bytes, Certificate] = {}
         for sha256, i, result in zip(shas, ids, results, strict=True):
             if i is None and sha256 not in missing:
@@ -826,12 +550,13 @@ class Store(EngineOperations):
             for c in missing.values()
         ]
         for chunk in _chunks(rows):
-            sql = _insert_certificates_sql(_padded_rows(len(chunk)))
+            sql = _insert_sql("certificates", _CERTIFICATE_COLUMNS, "id, sha256",
+                              _padded_rows(len(chunk)))
             for row_id, sha256 in db.execute(sql, _flat(chunk, 5)).fetchall():
                 learnt[sha256] = row_id
                 inserted.add(row_id)
         for chunk in _chunks([(s,) for s in missing if s not in learnt]):
-            sql = _select_certificates_sql(_padded_rows(len(chunk)))
+            sql = _select_sql("certificates", ("sha256",), _padded_rows(len(chunk)))
             for row_id, sha256 in db.execute(sql, _flat(chunk, 1)).fetchall():
                 learnt[sha256] = row_id
         return [learnt[s] if i is None else i for s, i in zip(shas, ids, strict=True)], inserted
@@ -873,8 +598,8 @@ class Store(EngineOperations):
             for (t, c), result in zip(pairs, results, strict=True):
                 if t in rewritten:
                     sightings.setdefault(t, []).append((result, c))
-            for t, seen in sightings.items():
-                dropped |= self._rewrite(db, t, seen)
+            targets = {seen[0][0].target: t for t, seen in sightings.items()}
+            dropped = self._rewrite(db, sightings, self._timelines(db, targets))
         return dropped
 
     def _read_near(
@@ -892,7 +617,9 @@ class Store(EngineOperations):
                     if t not in new_targets and c not in new_certificates]
         else:
             read = [(t, c, r.observed_at) for (t, c), r in singles.items()]
-        bounds = [value for t, c, seen in read for value in (t, c, seen - window, seen + window)]
+        bounds: list[int | None] = [
+            value for t, c, seen in read for value in (t, c, seen - window, seen + window)
+        ]
         for (t, c), rs in groups.items():
             if t not in new_targets and c not in new_certificates:
                 times = [r.observed_at for r in rs]
@@ -1007,36 +734,6 @@ class Store(EngineOperations):
                 exceeding.add(pair[0])
         return exceeding
 
-    def _rewrite(
-        self, db: sqlite3.Connection, target_id: int, sightings: list[tuple[ProbeResult, int]]
-    ) -> set[int]:
-        """Merge ``sightings`` (results with their certificate ids, in
-        recording order) into the stored timeline of ``target_id`` one at a
-        time with ``limits``, as the cache does, and write the result in
-        place of its rows. Return the ids of the certificates it dropped."""
-        limits = self.limits
-        assert limits is not None
-        rows = db.execute(_LOAD_TARGET_ROWS, (target_id,)).fetchall()
-        run_rows = db.execute(_LOAD_TARGET_RUNS, (target_id,)).fetchall()
-        ids = {row[3]: row[0] for row in rows}
-        timeline = _timeline_of(sightings[0][0].target, rows, run_rows).bounded(limits)
-        for result, certificate_id in sightings:
-            ids[result.leaf.sha256] = certificate_id
-            timeline = timeline.merged(result, self.merge_window_s, limits)
-        db.execute("DELETE FROM runs WHERE target_id = ?", (target_id,))
-        db.execute("DELETE FROM observations WHERE target_id = ?", (target_id,))
-        kept = {ids[o.certificate.sha256]: o for o in timeline.observations}
-        db.executemany(_INSERT_OBSERVATIONS, [
-            (target_id, c, o.first_seen, o.last_seen, ",".join(o.addresses))
-            for c, o in kept.items()
-        ])
-        db.executemany(_INSERT_RUNS, [
-            (target_id, c, start, end)
-            for c, o in kept.items() if len(o.timespans) > 1
-            for start, end in o.timespans
-        ])
-        return set(ids.values()) - kept.keys()
-
     def _write_group(
         self, pair: tuple[int, int], results: list[ProbeResult], row: tuple | None,
         touching: list[Run] | None, writes: _Writes,
@@ -1094,206 +791,26 @@ class Store(EngineOperations):
         rows = [(at, host, port, at) for host, port in targets]
         if not rows:
             return 0
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             return db.executemany(_NOTE_ASKED, rows).rowcount
 
-    def prune_unasked(self, asked_before: int, max_targets: int = PRUNE_CHUNK_TARGETS
-                      ) -> PruneReport:
-        """Remove up to ``max_targets`` targets last asked about before
-        ``asked_before`` (Unix seconds), with their observations and runs and
-        the certificates no other target refers to, in one transaction. A
-        report of fewer than ``max_targets`` targets means none is left."""
-        if not 1 <= max_targets <= ROWS_PER_STATEMENT:
-            raise ValueError(f"max_targets must be 1-{ROWS_PER_STATEMENT}")
-        with self._transaction() as db:
-            ids = [row[0] for row in db.execute(
-                "SELECT id FROM targets WHERE asked_at < ? LIMIT ?", (asked_before, max_targets)
-            )]
-            if not ids:
-                return PruneReport()
-            marks = ", ".join("?" * len(ids))
-            certificates = [row[0] for row in db.execute(
-                f"SELECT DISTINCT certificate_id FROM observations WHERE target_id IN ({marks})",
-                ids,
-            )]
-            runs = db.execute(f"DELETE FROM runs WHERE target_id IN ({marks})", ids).rowcount
-            observations = db.execute(
-                f"DELETE FROM observations WHERE target_id IN ({marks})", ids
-            ).rowcount
-            targets = db.execute(f"DELETE FROM targets WHERE id IN ({marks})", ids).rowcount
-            deleted = self._delete_orphans(db, certificates)
-            self._deleted(db)
-        return PruneReport(targets, observations, runs, len(deleted))
-
-    def _recorded_settings(self) -> dict[str, int]:
-        try:
-            return dict(self._db.execute("SELECT name, value FROM settings").fetchall())
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
-    def target_id_ranges(self) -> list[tuple[int, int]]:
-        """Ranges of target ids, ``SWEEP_CHUNK_TARGETS`` wide, covering every
-        stored target."""
-        try:
-            last = self._db.execute("SELECT max(id) FROM targets").fetchone()[0] or 0
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-        return [(first, first + SWEEP_CHUNK_TARGETS - 1)
-                for first in range(1, last + 1, SWEEP_CHUNK_TARGETS)]
-
-    def enforce_limits_in(self, first_id: int, last_id: int) -> PruneReport:
-        """Bring the rows of the targets with ids ``first_id``..``last_id``
-        within ``limits`` (runs, then observations, as ``Timeline.bounded``)
-        in one transaction."""
-        limits = self.limits
-        if limits is None:
-            return PruneReport()
-        with self._transaction() as db:
-            runs = db.execute(_RUNS_BEYOND_LIMIT, (
-                first_id, last_id, limits.max_runs_per_certificate)).fetchall()
-            db.executemany(_DELETE_RUNS, runs)
-            for pair in {(t, c) for t, c, _ in runs}:
-                kept = db.execute(
-                    "SELECT start FROM runs WHERE target_id = ? AND certificate_id = ?"
-                    " ORDER BY start", pair,
-                ).fetchall()
-                db.execute(
-                    "UPDATE observations SET first_seen = ?"
-                    " WHERE target_id = ? AND certificate_id = ?", (kept[0][0], *pair),
-                )
-                if len(kept) == 1:  # one run keeps no row: first_seen..last_seen
-                    db.execute(
-                        "DELETE FROM runs WHERE target_id = ? AND certificate_id = ?", pair
-                    )
-            doomed = db.execute(_OBSERVATIONS_BEYOND_LIMIT, (
-                first_id, last_id, limits.max_certificates_per_target)).fetchall()
-            dropped_runs = sum(
-                db.execute("DELETE FROM runs WHERE target_id = ? AND certificate_id = ?",
-                           pair).rowcount
-                for pair in doomed
-            )
-            db.executemany(
-                "DELETE FROM observations WHERE target_id = ? AND certificate_id = ?", doomed
-            )
-            deleted = self._delete_orphans(db, {c for _, c in doomed})
-            if runs or doomed:
-                self._deleted(db)
-        return PruneReport(0, len(doomed), len(runs) + dropped_runs, len(deleted))
-
-    def record_limits(self) -> PruneReport:
-        """Drop the DER of certificates larger than ``limits`` allows and
-        record the limits in ``settings`` (``limits_enforced``): call it
-        once every target is within them (``enforce_limits_in``)."""
-        limits = self.limits
-        if limits is None:
-            return PruneReport()
-        with self._transaction() as db:
-            stripped = db.execute(
-                "UPDATE certificates SET der = x'' WHERE length(der) > ?",
-                (limits.max_certificate_bytes,),
-            ).rowcount
-            db.executemany(
-                "INSERT INTO settings VALUES (?, ?)"
-                " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                [(name, getattr(limits, name)) for name in _LIMIT_NAMES],
-            )
-        return PruneReport(ders_dropped=stripped)
-
-    def delete_orphans(self) -> PruneReport:
-        """Delete runs rows of no observation and certificates no observation
-        refers to (none should be left: ``record`` and ``prune`` delete their
-        own), in one transaction."""
-        with self._transaction() as db:
-            runs = db.execute(
-                "DELETE FROM runs WHERE NOT EXISTS (SELECT 1 FROM observations o"
-                " WHERE o.target_id = runs.target_id"
-                " AND o.certificate_id = runs.certificate_id)"
-            ).rowcount
-            certificates = db.execute(
-                "DELETE FROM certificates WHERE NOT EXISTS (SELECT 1 FROM observations o"
-                " WHERE o.certificate_id = certificates.id)"
-            ).rowcount
-            if runs or certificates:
-                self._deleted(db)
-        return PruneReport(runs=runs, certificates=certificates)
-
-    def _shrink(self) -> None:
-        """``VACUUM`` (the file shrinks to what is kept; it needs as much free
-        disk again while it runs), then the WAL truncated."""
-        try:
-            self._db.execute("VACUUM")
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
-    # -- the change feed ---------------------------------------------------------
-
-    def feed_position(self) -> int:
-        """The newest change's sequence number (0: none yet)."""
-        try:
-            return feed.position(self._db)
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
-    def read_feed(self, after: int, limit: int) -> feed.FeedPage:
-        """Up to ``limit`` changes after the position ``after``, read in one
-        snapshot (``FeedPage.missed``: some were pruned unread)."""
-        try:
-            self._db.execute("BEGIN")
-            try:
-                return feed.read(self._db, after, limit)
-            finally:
-                self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
-    def prune_feed(self, max_rows: int) -> int:
-        """Keep the newest ``max_rows`` changes; return how many went."""
-        with self._transaction() as db:
-            return feed.prune(db, max_rows)
-
-    # -- probe claims ------------------------------------------------------------
-
-    def claim_probe(self, target: Target, holder: str, now_ms: int, ttl_ms: int) -> claims.Claim:
-        """Claim ``target``'s probe for ``holder`` (``notary.state.claims``);
-        the claim that stands, ``holder``'s or another's."""
-        with self._transaction() as db:
-            return claims.claim(db, target, holder, now_ms, ttl_ms)
-
-    def read_claim(self, target: Target) -> claims.Claim | None:
-        try:
-            return claims.read(self._db, target)
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
-    def release_claim(
-        self, target: Target, holder: str, failure: str | None, now_ms: int, linger_ms: int
-    ) -> None:
-        """``holder``'s probe of ``target`` ended (``failure``: why it failed)."""
-        with self._transaction() as db:
-            claims.release(db, target, holder, failure, now_ms, linger_ms)
-
-    def delete_expired_claims(self, now_ms: int) -> int:
-        with self._transaction() as db:
-            return claims.delete_expired(db, now_ms)
-
-    def _deleted(self, db: sqlite3.Connection) -> None:
+    def _deleted(self, db: Transaction) -> None:
         """This transaction deleted rows: count it (``settings``) and forget
         the memoised ids (the rows of some may be gone)."""
         self._deletions = db.execute(_COUNT_DELETION).fetchone()[0]
         self._target_ids.clear()
         self._certificate_ids.clear()
 
-    def statistics(self) -> StoreStatistics:
-        try:
-            count = self._db.execute
-            targets = count("SELECT count(*) FROM targets").fetchone()[0]
-            certificates = count("SELECT count(*) FROM certificates").fetchone()[0]
-            observations = count("SELECT count(*) FROM observations").fetchone()[0]
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
+    def _shrink(self) -> None:
+        """``VACUUM`` (the file shrinks to what is kept; it needs as much free
+        disk again while it runs), then the WAL truncated."""
+        self._db.change("VACUUM")
+        self._db.change("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _size(self) -> int:
+        """The bytes of the database file and its WAL."""
         size = 0
         for suffix in ("", "-wal"):
             with suppress(FileNotFoundError):
                 size += os.stat(f"{self.path}{suffix}").st_size
-        return StoreStatistics(self.schema_version(), targets, certificates, observations, size)
+        return size

@@ -19,31 +19,38 @@ Append-only: rows are only inserted, and tiles only grow (a partial tile is
 rewritten with the same hashes first; ``append`` checks this and refuses to
 write anything else, ``LogCorrupted``).
 
-The sequencing algorithm is written once, here, for both engines:
-``append_rows`` appends a batch through a ``LogRows`` (one engine's rows,
-inside its write transaction) and ``LogEngine`` derives proofs from any
-engine's ``head`` and ``tile``; ``notary.state.pgtlogstore`` is the
-PostgreSQL engine (a fleet's log: one sequencer, the holder of an advisory
-lock).
+The sequencing algorithm and the log's SQL are written once, here, for
+both engines, over their connections (``notary.state.connection``):
+``append_rows`` appends a batch through a ``LogRows`` (the rows, inside an
+engine's write transaction) and ``LogEngine`` reads, appends and derives
+proofs from any engine's ``head`` and ``tile``; an engine brings its
+connection, its tables' types and how a sequencer takes its turn
+(``_take_turn``). ``notary.state.pgtlogstore`` is the PostgreSQL engine (a
+fleet's log: one sequencer, the holder of an advisory lock).
 
 Synchronous, like ``notary.state.store``: the Trio edge
 (``notary.outbound.logappender``) runs these functions in a worker thread.
-Resource handling: ``LogStore`` owns its ``sqlite3.Connection``;
-``close()`` releases it. Error handling: ``sqlite3`` errors are raised as
+Resource handling: ``LogStore`` owns its ``SqliteConnection``; ``close()``
+releases it. Error handling: ``sqlite3`` errors are raised as
 ``StoreError`` naming the file.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Self
+from typing import Protocol
 
 from notary.errors import StoreError
 from notary.protocol import tlog
+from notary.state.connection import (
+    Columns,
+    Connection,
+    ConnectionOwner,
+    SqliteConnection,
+    Transaction,
+)
 
 __all__ = [
     "MAX_BATCH", "SCHEMA", "Appended", "CheckpointSigner", "LogCorrupted", "LogEngine", "LogHead",
@@ -72,6 +79,10 @@ SCHEMA = """
 BUSY_TIMEOUT_MS = 10_000
 #: Entries appended per transaction at most (the caller splits larger batches).
 MAX_BATCH = 4096
+#: ``log_entries``'s columns (``Connection.insert_rows``).
+_ENTRY_COLUMNS: Columns = (("idx", "bigint"), ("entry", "bytea"))
+_HEAD = "SELECT size, checkpoint FROM log_head WHERE id = 1"
+_TILE = "SELECT hashes FROM log_tiles WHERE level = ? AND idx = ?"
 
 #: Signs the checkpoint of a tree: (size, root hash) -> the signed note.
 CheckpointSigner = Callable[[int, bytes], str]
@@ -187,34 +198,57 @@ def append_rows(
     return Appended(LogHead(size, checkpoint), first, proofs)
 
 
-class LogEngine:
-    """What every engine of the log offers (``LogStore`` here,
-    ``pgtlogstore.PostgresLogStore``): its reads, ``append`` and ``close``,
-    with the proofs derived here from its ``head()`` and ``tile()``;
-    ``path`` names the database in messages. A context manager closing it."""
+class LogEngine(ConnectionOwner):
+    """One connection to the log's rows, of either engine (``LogStore``
+    here, ``pgtlogstore.PostgresLogStore``): its reads, ``append`` and
+    ``close``, with the proofs derived here from its ``head()`` and
+    ``tile()``; ``path`` names the database in messages. A context manager
+    closing it."""
 
     path: object
 
+    # -- reads (any process, any node) -------------------------------------------------
+
     def head(self) -> LogHead | None:
-        raise NotImplementedError
+        """The newest checkpoint (None: nothing was ever appended)."""
+        rows = self._db.read(_HEAD)
+        return LogHead(int(rows[0][0]), rows[0][1]) if rows else None
 
     def tile(self, level: int, index: int) -> bytes | None:
-        raise NotImplementedError
+        """The stored hashes of a tile (a partial tile: those there so far)."""
+        rows = self._db.read(_TILE, (level, index))
+        return bytes(rows[0][0]) if rows else None
 
     def entries(self, start: int, end: int) -> list[bytes]:
-        raise NotImplementedError
+        """The entries at indices ``start`` to ``end`` - 1 that exist, in order."""
+        rows = self._db.read(
+            "SELECT entry FROM log_entries WHERE idx >= ? AND idx < ? ORDER BY idx", (start, end)
+        )
+        return [bytes(row[0]) for row in rows]
+
+    # -- the sequencer -----------------------------------------------------------------
 
     def append(self, entries: Sequence[bytes], sign: CheckpointSigner) -> Appended:
-        raise NotImplementedError
+        """Append ``entries`` (at most ``MAX_BATCH``, in order) after the
+        stored tree, in one write transaction (once this sequencer's turn
+        came: ``_take_turn``) that also writes their tiles and the
+        checkpoint ``sign`` makes of the new tree. Returns their indices and
+        inclusion proofs to that checkpoint.
 
-    def close(self) -> None:
-        raise NotImplementedError
+        Error handling: ``StoreError`` (nothing written) when the database
+        fails (PostgreSQL: or the turn does not come within its lock
+        timeout); ``LogCorrupted`` when stored tiles contradict the tree;
+        ``ValueError`` for an empty or oversized batch, or an entry longer
+        than a tile bundle allows (65,535 bytes)."""
+        check_batch(entries)
+        with self._db.transaction() as db:
+            self._take_turn(db)
+            return append_rows(_LogRows(self._db, db), entries, sign, f"database {self.path}")
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _take_turn(self, db: Transaction) -> None:
+        """What this engine does first in an append's transaction for the
+        sequencers to take turns (SQLite: nothing, ``BEGIN IMMEDIATE`` took
+        the file's write lock)."""
 
     def consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
         """RFC 9162's consistency proof between two sizes of the stored tree.
@@ -243,95 +277,33 @@ class LogStore(LogEngine):
     """See the module docstring. ``path``: the SQLite database file."""
 
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+        if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
+            raise StoreError(f"the log needs synchronous NORMAL or stronger, not {synchronous}")
         self.path = path
-        try:
-            self._db = sqlite3.connect(
-                str(path), isolation_level=None, check_same_thread=False,
-                timeout=BUSY_TIMEOUT_MS / 1000,
-            )
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
-                raise StoreError(f"the log needs synchronous NORMAL or stronger, not {synchronous}")
-            self._db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            self._db.executescript(SCHEMA)
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {path}: {exc}") from None
-
-    def close(self) -> None:
-        self._db.close()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
-    def _read(self, sql: str, parameters: tuple = ()) -> list[tuple]:
-        try:
-            return self._db.execute(sql, parameters).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
-    # -- reads (any process) ---------------------------------------------------
-
-    def head(self) -> LogHead | None:
-        """The newest checkpoint (None: nothing was ever appended)."""
-        rows = self._read("SELECT size, checkpoint FROM log_head WHERE id = 1")
-        return LogHead(rows[0][0], rows[0][1]) if rows else None
-
-    def tile(self, level: int, index: int) -> bytes | None:
-        """The stored hashes of a tile (a partial tile: those there so far)."""
-        rows = self._read(
-            "SELECT hashes FROM log_tiles WHERE level = ? AND idx = ?", (level, index)
+        self._db = SqliteConnection.open(
+            path, synchronous=synchronous.upper(), busy_timeout_ms=BUSY_TIMEOUT_MS
         )
-        return bytes(rows[0][0]) if rows else None
-
-    def entries(self, start: int, end: int) -> list[bytes]:
-        """The entries at indices ``start`` to ``end`` - 1 that exist, in order."""
-        rows = self._read(
-            "SELECT entry FROM log_entries WHERE idx >= ? AND idx < ? ORDER BY idx", (start, end)
-        )
-        return [bytes(row[0]) for row in rows]
-
-    # -- the sequencer ---------------------------------------------------------
-
-    def append(self, entries: Sequence[bytes], sign: CheckpointSigner) -> Appended:
-        """Append ``entries`` (at most ``MAX_BATCH``, in order) after the
-        stored tree, in one write transaction that also writes their tiles
-        and the checkpoint ``sign`` makes of the new tree. Returns their
-        indices and inclusion proofs to that checkpoint.
-
-        Error handling: ``StoreError`` (nothing written) when the database
-        fails; ``LogCorrupted`` when stored tiles contradict the tree;
-        ``ValueError`` for an empty or oversized batch, or an entry longer
-        than a tile bundle allows (65,535 bytes)."""
-        check_batch(entries)
-        with self._transaction() as db:
-            return append_rows(_SqliteRows(db), entries, sign, f"database {self.path}")
+        try:
+            self._db.create_tables(SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
 
 
-class _SqliteRows:
-    """``LogRows`` on the connection of a ``BEGIN IMMEDIATE`` transaction."""
+class _LogRows:
+    """``LogRows`` in a transaction ``db`` of ``connection`` that holds the
+    sequencer's turn (each statement sees the previous holder's commit)."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, connection: Connection, db: Transaction) -> None:
+        self._connection = connection
         self._db = db
 
     def size(self) -> int:
-        row = self._db.execute("SELECT size FROM log_head WHERE id = 1").fetchone()
+        row = self._db.execute(_HEAD).fetchone()
         return int(row[0]) if row is not None else 0
 
     def tile(self, level: int, index: int) -> bytes | None:
-        row = self._db.execute(
-            "SELECT hashes FROM log_tiles WHERE level = ? AND idx = ?", (level, index)
-        ).fetchone()
+        row = self._db.execute(_TILE, (level, index)).fetchone()
         return bytes(row[0]) if row is not None else None
 
     def put_tile(self, level: int, index: int, hashes: bytes) -> None:
@@ -342,10 +314,9 @@ class _SqliteRows:
         )
 
     def put_entries(self, first: int, entries: Sequence[bytes]) -> None:
-        self._db.executemany(
-            "INSERT INTO log_entries (idx, entry) VALUES (?, ?)",
-            ((first + offset, entry) for offset, entry in enumerate(entries)),
-        )
+        self._connection.insert_rows(self._db, "log_entries", _ENTRY_COLUMNS, [
+            (first + offset, entry) for offset, entry in enumerate(entries)
+        ])
 
     def put_head(self, size: int, checkpoint: str) -> None:
         self._db.execute(

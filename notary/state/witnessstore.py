@@ -20,27 +20,25 @@ cosigned survives a power loss (a rolled-back size would let it cosign a
 fork).
 
 Engines: ``WitnessStore`` (SQLite file), ``PostgresWitnessStore`` (the
-fleet's database, ``[store] dsn``). Synchronous: the Trio edge
-(``notary.server.witness``) runs these methods in a worker thread.
-Resource handling: each store owns its one connection; ``close()``
-releases it. ``PostgresWitnessStore``'s is a ``PostgresConnection``
-(``notary.state.pgconnection``): one the server dropped is made again, as
-that module says. Error handling: database errors are raised as
-``StoreError`` naming the database (PostgreSQL: never its password).
+fleet's database, ``[store] dsn``), each its tables' types and its
+connection (``notary.state.connection``), the SQL written once
+(``WitnessRows``). Synchronous: the Trio edge (``notary.server.witness``)
+runs these methods in a worker thread. Resource handling: each store owns
+its one connection; ``close()`` releases it. A PostgreSQL connection the
+server dropped is made again, as that module says. Error handling:
+database errors are raised as ``StoreError`` naming the database
+(PostgreSQL: never its password).
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from notary.errors import StoreError
 from notary.protocol.tlog import HeldCheckpoint
-from notary.state.pgconnection import MIGRATION_LOCK, PostgresConnection
+from notary.state.connection import ConnectionOwner, PostgresConnection, SqliteConnection
 
-__all__ = ["PostgresWitnessStore", "WitnessEngine", "WitnessStore"]
+__all__ = ["PostgresWitnessStore", "WitnessEngine", "WitnessRows", "WitnessStore"]
 
 SCHEMA = """
     CREATE TABLE IF NOT EXISTS witness_checkpoints (
@@ -59,14 +57,14 @@ PG_SCHEMA = """
     );
 """
 BUSY_TIMEOUT_MS = 10_000
-_SELECT = "SELECT size, root, checkpoint FROM witness_checkpoints WHERE origin = {p}"
+_SELECT = "SELECT size, root, checkpoint FROM witness_checkpoints WHERE origin = ?"
 _INSERT = (
-    "INSERT INTO witness_checkpoints (origin, size, root, checkpoint) VALUES ({p}, {p}, {p}, {p}) "
+    "INSERT INTO witness_checkpoints (origin, size, root, checkpoint) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (origin) DO NOTHING"
 )
 _UPDATE = (
-    "UPDATE witness_checkpoints SET size = {p}, root = {p}, checkpoint = {p} "
-    "WHERE origin = {p} AND size = {p} AND root = {p}"
+    "UPDATE witness_checkpoints SET size = ?, root = ?, checkpoint = ? "
+    "WHERE origin = ? AND size = ? AND root = ?"
 )
 
 
@@ -83,65 +81,38 @@ class WitnessEngine(Protocol):
     def close(self) -> None: ...
 
 
-class _WitnessRows:
-    """``held`` and ``swap`` over an engine's ``_read(sql, parameters)`` (the
-    rows) and ``_execute(sql, parameters)`` (how many rows it changed): the
-    SQL written once, ``{p}`` its parameter placeholder."""
-
-    def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
-        raise NotImplementedError
-
-    def _execute(self, sql: str, parameters: Sequence[Any]) -> int:
-        raise NotImplementedError
+class WitnessRows(ConnectionOwner):
+    """``held`` and ``swap`` over an engine's connection ``_db``: the SQL
+    written once."""
 
     def held(self, origin: str) -> HeldCheckpoint | None:
-        rows = self._read(_SELECT, (origin,))
+        rows = self._db.read(_SELECT, (origin,))
         return HeldCheckpoint(int(rows[0][0]), bytes(rows[0][1]), rows[0][2]) if rows else None
 
     def swap(self, origin: str, held: HeldCheckpoint | None, new: HeldCheckpoint) -> bool:
         if held is None:
-            changed = self._execute(_INSERT, (origin, new.size, new.root, new.note))
+            changed = self._db.change(_INSERT, (origin, new.size, new.root, new.note))
         else:
-            changed = self._execute(
+            changed = self._db.change(
                 _UPDATE, (new.size, new.root, new.note, origin, held.size, held.root)
             )
         return changed == 1
 
 
-class WitnessStore(_WitnessRows):
+class WitnessStore(WitnessRows):
     """See the module docstring. ``path``: the SQLite database file."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = path
+        self._db = SqliteConnection.open(path, synchronous="FULL", busy_timeout_ms=BUSY_TIMEOUT_MS)
         try:
-            self._db = sqlite3.connect(
-                str(path), isolation_level=None, check_same_thread=False,
-                timeout=BUSY_TIMEOUT_MS / 1000,
-            )
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = FULL")
-            self._db.executescript(SCHEMA)
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {path}: {exc}") from None
-
-    def close(self) -> None:
-        self._db.close()
-
-    def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
-        try:
-            return self._db.execute(sql.format(p="?"), tuple(parameters)).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
-
-    def _execute(self, sql: str, parameters: Sequence[Any]) -> int:
-        try:
-            return self._db.execute(sql.format(p="?"), tuple(parameters)).rowcount
-        except sqlite3.Error as exc:
-            raise StoreError(f"database {self.path}: {exc}") from None
+            self._db.create_tables(SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
 
 
-class PostgresWitnessStore(_WitnessRows):
+class PostgresWitnessStore(WitnessRows):
     """See the module docstring. ``dsn``: the store's (``[store] dsn``)."""
 
     def __init__(self, dsn: str) -> None:
@@ -150,18 +121,7 @@ class PostgresWitnessStore(_WitnessRows):
         )
         self.path = self._db.path
         try:
-            with self._db.transaction() as db:
-                db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-                db.execute(PG_SCHEMA)
+            self._db.create_tables(PG_SCHEMA)
         except BaseException:
             self._db.close()
             raise
-
-    def close(self) -> None:
-        self._db.close()
-
-    def _read(self, sql: str, parameters: Sequence[Any]) -> list[Any]:
-        return self._db.read(sql.format(p="%s"), tuple(parameters))
-
-    def _execute(self, sql: str, parameters: Sequence[Any]) -> int:
-        return self._db.execute(sql.format(p="%s"), tuple(parameters))
