@@ -1,5 +1,6 @@
 """Fixtures every test module may use: ``engine`` (each store engine in
-turn), ``pg_server`` and ``postgres_server`` (``tests.support.postgres``);
+turn) and ``postgres_store`` (each PostgreSQL store in turn:
+``tests.support.engines``), ``postgres_server`` (``tests.support.postgres``);
 and, for every test, the root logger as it was before it."""
 
 import logging
@@ -7,9 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.postgres import engine, pg_server, postgres_server
+from tests.support.engines import engine, postgres_store
+from tests.support.postgres import postgres_server
 
-__all__ = ["engine", "pg_server", "postgres_server"]
+__all__ = ["engine", "postgres_server", "postgres_store"]
 
 
 @pytest.fixture(autouse=True)

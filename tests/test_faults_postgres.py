@@ -8,8 +8,8 @@ its answers, stalls or resets its connections at any moment.
 * Opening each PostgreSQL store (observations, log, witness) against each
   fault fails with ``StoreError`` within the connect timeout.
 * A call on an open store whose server stalls fails with ``StoreError``
-  within the call timeout; the stores that reconnect work again once the
-  server answers.
+  within the call timeout; every store works again once the server
+  answers.
 * A notary whose PostgreSQL stalls keeps answering cache hits and
   ``/healthz``, answers a miss within its query deadline, recovers when
   the server answers again, and stops within its bounds when it never
@@ -35,9 +35,9 @@ import pytest
 import trio
 
 from notary.errors import StoreError
-from notary.model.targets import Target
 from notary.outbound import writer
-from notary.state import connection, crypto, pgstore, pgtlogstore, witnessstore
+from notary.state import connection, crypto
+from tests.support.engines import POSTGRES_STORES, PostgresStoreKind
 from tests.support.faults import ProxyMode, ServerFault, open_faulty_proxy, open_faulty_server
 from tests.support.notaries import legacy_query, load_each_key_once, open_notary
 from tests.support.postgres import PostgresServer
@@ -62,14 +62,6 @@ def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(connection, "MAX_CALL_S", CALL_TIMEOUT_S)
     monkeypatch.setattr(crypto, "generate_rsa_key", lambda *args, **kwargs: _RSA_KEY)
     load_each_key_once(monkeypatch)
-
-
-#: The PostgreSQL stores, by name.
-STORES: dict[str, Callable[[str], Any]] = {
-    "observations": pgstore.PostgresStore,
-    "log": pgtlogstore.PostgresLogStore,
-    "witness": witnessstore.PostgresWitnessStore,
-}
 
 
 def dsn(port: int, database: str = "postgres") -> str:
@@ -101,7 +93,7 @@ async def open_each_store(port: int, database: str) -> dict[str, BaseException |
 
     async def open_one(name: str) -> None:
         try:
-            store = await in_thread(partial(STORES[name], dsn(port, database)))
+            store = await in_thread(partial(POSTGRES_STORES[name].open, dsn(port, database)))
         except StoreError as exc:
             raised[name] = exc
         else:
@@ -109,7 +101,7 @@ async def open_each_store(port: int, database: str) -> dict[str, BaseException |
             store.close()
 
     async with trio.open_nursery() as nursery:
-        for name in STORES:
+        for name in POSTGRES_STORES:
             nursery.start_soon(open_one, name)
     return raised
 
@@ -134,36 +126,27 @@ async def test_opening_a_store_on_a_faulty_server_fails(
         async with open_faulty_server(fault, startup_answer) as server:
             raised = await open_each_store(server.port, "postgres")
     assert {name: type(exc) for name, exc in raised.items()} == dict.fromkeys(
-        STORES, StoreError
+        POSTGRES_STORES, StoreError
     )
 
 
-#: A call of each store, and whether the store connects again afterwards.
-CALLS: dict[str, tuple[Callable[[Any], Any], bool]] = {
-    "observations": (lambda store: store.load_timeline(Target(SITE, 443)), True),
-    "log": (lambda store: store.head(), True),
-    "witness": (lambda store: store.held("log.test/origin"), False),  # issue 30, item 4
-}
-
-
-@pytest.mark.parametrize("name", list(STORES))
 async def test_a_call_on_a_stalled_server_fails_in_time(
-    name: str, postgres_server: PostgresServer,
+    postgres_store: PostgresStoreKind, postgres_server: PostgresServer,
 ) -> None:
-    call, reconnects = CALLS[name]
+    """Every store fails a call the stalled server holds, and works again
+    on the next call once the server answers (the connection made again)."""
     database = database_of(postgres_server)
     async with open_faulty_proxy((LOCALHOST, postgres_server.port)) as proxy:
-        store = await in_thread(partial(STORES[name], dsn(proxy.port, database)))
+        store = await in_thread(partial(postgres_store.open, dsn(proxy.port, database)))
         try:
-            await in_thread(partial(call, store))
+            await in_thread(partial(postgres_store.call, store, 1))
             proxy.mode = ProxyMode.STALL
             try:
                 with pytest.raises(StoreError):
-                    await in_thread(partial(call, store))
+                    await in_thread(partial(postgres_store.call, store, 2))
             finally:
                 proxy.mode = ProxyMode.PASS  # a call still waiting gets its answer
-            if reconnects:
-                await in_thread(partial(call, store))
+            await in_thread(partial(postgres_store.call, store, 3))
         finally:
             store.close()
 

@@ -11,17 +11,17 @@ import pytest
 
 from notary.model.targets import Target
 from notary.state.store import Store
+from tests.support.engines import Engine
 from tests.support.observations import certificate, probe_result
-from tests.support.postgres import PostgresServer, engine_store
 
 HOST = "www.example.test"
 T0 = 1_700_000_000
 
 
 @pytest.fixture
-def store(engine: str, tmp_path: Path, pg_server: PostgresServer | None) -> Iterator[Store]:
-    """A store of each engine (``tests.support.postgres``)."""
-    with engine_store(engine, tmp_path, pg_server) as opened:
+def store(engine: Engine) -> Iterator[Store]:
+    """A store of each engine (``tests.support.engines``)."""
+    with engine.observations() as opened:
         yield opened
 
 

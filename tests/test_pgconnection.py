@@ -1,9 +1,11 @@
-"""``notary.state.pgconnection``: every PostgreSQL store (observations,
-the log's rows, the witness's checkpoints) on its one connection layer, on
-a throwaway server on loopback (``tests.support.postgres``; skipped
-without one). A restart of the server, and the window while it is
-stopped, as each store's caller sees them: a ``StoreError`` while it is
-away (at once, never a hang), and working calls once it is back."""
+"""``notary.state.connection``'s PostgreSQL side: every PostgreSQL store
+(the observations with their change feed and probe claims, the log's rows,
+the witness's checkpoints: ``tests.support.engines.POSTGRES_STORES``) on
+its one connection layer, on a throwaway server on loopback
+(``tests.support.postgres``; skipped without one). A restart of the
+server, and the window while it is stopped, as each store's caller sees
+them: a ``StoreError`` while it is away (at once, never a hang), and
+working calls once it is back."""
 
 from __future__ import annotations
 
@@ -11,122 +13,56 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from notary.errors import StoreError
-from notary.model.targets import Target
+from tests.support.engines import PostgresStoreKind
 from tests.support.postgres import PostgresServer
 
 T0 = 1_700_000_000
 
 
-@dataclass(frozen=True)
-class PostgresEngine:
-    """How to open one of the PostgreSQL stores, and one call of it that
-    writes and reads: ``call(store, i)`` for i = 1, 2, ... (each moves the
-    store on, and checks it read back what it wrote)."""
-
-    open: Callable[[str], Any]
-    call: Callable[[Any, int], None]
-
-
-def _open_observations(dsn: str) -> Any:
-    from notary.state.pgstore import PostgresStore
-
-    return PostgresStore(dsn)
-
-
-def _observe(store: Any, i: int) -> None:
-    from tests.support.observations import probe_result
-
-    store.record([probe_result(at=T0 + i)])
-    (observation,) = store.load_timeline(Target("www.example.test", 443)).observations
-    assert observation.last_seen == T0 + i
-
-
-def _open_log(dsn: str) -> Any:
-    from notary.state.pgtlogstore import PostgresLogStore
-
-    return PostgresLogStore(dsn)
-
-
-def _append(store: Any, i: int) -> None:
-    appended = store.append([b"entry %d" % i], lambda size, root: f"checkpoint {size}\n")
-    head = store.head()
-    assert head is not None and head.size == appended.head.size
-    assert store.entries(head.size - 1, head.size) == [b"entry %d" % i]
-
-
-def _open_witness(dsn: str) -> Any:
-    from notary.state.witnessstore import PostgresWitnessStore
-
-    return PostgresWitnessStore(dsn)
-
-
-def _cosign(store: Any, i: int) -> None:
-    from notary.protocol.tlog import HeldCheckpoint
-
-    held = store.held("log")
-    assert store.swap("log", held, HeldCheckpoint(i, bytes([i]) * 32, f"note {i}\n"))
-    assert store.held("log").size == i
-
-
-ENGINES = {
-    "observations": PostgresEngine(_open_observations, _observe),
-    "log": PostgresEngine(_open_log, _append),
-    "witness": PostgresEngine(_open_witness, _cosign),
-}
-
-
-@pytest.fixture(params=sorted(ENGINES))
-def engine(request: pytest.FixtureRequest) -> PostgresEngine:
-    return ENGINES[request.param]
-
-
 def test_every_store_works_again_after_the_server_restarted(
-    engine: PostgresEngine, postgres_server: PostgresServer,
+    postgres_store: PostgresStoreKind, postgres_server: PostgresServer,
 ) -> None:
     """The server ended the session of the idle connection: the next call
     finds it dropped before it sends anything, connects again and works
     (the caller sees nothing of the restart)."""
-    store = engine.open(postgres_server.new_database())
+    store = postgres_store.open(postgres_server.new_database())
     try:
-        engine.call(store, 1)
+        postgres_store.call(store, 1)
         for i in range(1, 4):
             postgres_server.restart()
-            engine.call(store, 2 * i)
-            engine.call(store, 2 * i + 1)
+            postgres_store.call(store, 2 * i)
+            postgres_store.call(store, 2 * i + 1)
     finally:
         store.close()
 
 
 def test_while_the_server_is_stopped_every_call_is_a_quick_store_error(
-    engine: PostgresEngine, postgres_server: PostgresServer,
+    postgres_store: PostgresStoreKind, postgres_server: PostgresServer,
 ) -> None:
-    store = engine.open(postgres_server.new_database())
+    store = postgres_store.open(postgres_server.new_database())
     try:
-        engine.call(store, 1)
+        postgres_store.call(store, 1)
         postgres_server.stop()
         try:
             for i in range(2, 5):
                 started = time.monotonic()
                 with pytest.raises(StoreError, match=r"postgresql://postgres@127\.0\.0\.1"):
-                    engine.call(store, i)
+                    postgres_store.call(store, i)
                 assert time.monotonic() - started < 2  # refused at once: no wait
         finally:
             postgres_server.start()
-        engine.call(store, 5)
+        postgres_store.call(store, 5)
     finally:
         store.close()
 
 
 def test_a_server_that_never_answers_is_a_store_error_within_the_connect_timeout(
-    engine: PostgresEngine, postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch,
+    postgres_store: PostgresStoreKind, postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """In the server's place a listener that accepts (the kernel completes
     the handshake) and never answers: the call gives up after
@@ -134,19 +70,19 @@ def test_a_server_that_never_answers_is_a_store_error_within_the_connect_timeout
     from notary.state import connection
 
     monkeypatch.setattr(connection, "CONNECT_TIMEOUT_S", 2)  # libpq's least
-    store = engine.open(postgres_server.new_database())
+    store = postgres_store.open(postgres_server.new_database())
     try:
-        engine.call(store, 1)
+        postgres_store.call(store, 1)
         postgres_server.stop()
         try:
             with socket.create_server(("127.0.0.1", postgres_server.port)):
                 started = time.monotonic()
                 with pytest.raises(StoreError, match="timeout"):
-                    engine.call(store, 2)
+                    postgres_store.call(store, 2)
                 assert 1.5 < time.monotonic() - started < 4
         finally:
             postgres_server.start()
-        engine.call(store, 3)
+        postgres_store.call(store, 3)
     finally:
         store.close()
 
@@ -232,37 +168,37 @@ def test_the_database_is_named_without_its_password(dsn: str) -> None:
 
 @pytest.mark.parametrize("dsn", MALFORMED.values(), ids=MALFORMED.keys())
 def test_every_store_refuses_a_malformed_dsn_without_quoting_it(
-    engine: PostgresEngine, dsn: str,
+    postgres_store: PostgresStoreKind, dsn: str,
 ) -> None:
     pytest.importorskip("psycopg")
     with pytest.raises(StoreError, match=INVALID) as refused:
-        engine.open(dsn)
+        postgres_store.open(dsn)
     assert_no_secret(str(refused.value))
 
 
 @pytest.mark.parametrize("dsn", WELL_FORMED.values(), ids=WELL_FORMED.keys())
 def test_every_store_names_a_database_it_cannot_reach_without_its_password(
-    engine: PostgresEngine, dsn: str,
+    postgres_store: PostgresStoreKind, dsn: str,
 ) -> None:
     pytest.importorskip("psycopg")
     with pytest.raises(StoreError, match=r"postgresql://notary@127\.0\.0\.1:1/notary: ") as failed:
-        engine.open(dsn)
+        postgres_store.open(dsn)
     assert_no_secret(str(failed.value))
 
 
 def test_every_store_refused_its_password_does_not_quote_it(
-    engine: PostgresEngine, postgres_server: PostgresServer,
+    postgres_store: PostgresStoreKind, postgres_server: PostgresServer,
 ) -> None:
     dsn = postgres_server.password_role("notary_pw", "right-password")
     with pytest.raises(StoreError, match="password authentication failed") as refused:
-        engine.open(f"{dsn} password=s3cret-xyzzy")
+        postgres_store.open(f"{dsn} password=s3cret-xyzzy")
     assert_no_secret(str(refused.value))
     assert "postgresql://notary_pw@127.0.0.1:" in str(refused.value)
     # A password that is also the user's name: said nowhere, the user's name neither.
     with pytest.raises(StoreError, match="password authentication failed") as refused:
-        engine.open(f"{dsn} password=notary_pw")
+        postgres_store.open(f"{dsn} password=notary_pw")
     assert "notary_pw" not in str(refused.value) and "postgresql://***@" in str(refused.value)
-    engine.open(f"{dsn} password=right-password").close()
+    postgres_store.open(f"{dsn} password=right-password").close()
 
 
 @pytest.mark.parametrize("dsn", MALFORMED.values(), ids=MALFORMED.keys())

@@ -20,8 +20,8 @@ from notary.errors import StoreError
 from notary.model.observations import MAX_ADDRESSES_PER_OBSERVATION, Timeline
 from notary.model.targets import Target
 from notary.state.store import MAX_ADDRESSES, MIGRATIONS, SCHEMA_VERSION, Store
+from tests.support.engines import Engine
 from tests.support.observations import certificate, probe_result
-from tests.support.postgres import PostgresServer, engine_store
 
 T0 = 1_700_000_000
 WWW = Target("www.example.test", 443)
@@ -33,9 +33,9 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(engine: str, tmp_path: Path, pg_server: PostgresServer | None) -> Iterator[Store]:
-    """A store of each engine (``tests.support.postgres``)."""
-    with engine_store(engine, tmp_path, pg_server) as store:
+def store(engine: Engine) -> Iterator[Store]:
+    """A store of each engine (``tests.support.engines``)."""
+    with engine.observations() as store:
         yield store
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import random
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from notary.model.targets import Target
 from notary.protocol import convergence, perspectives, v2
 from notary.state.store import PruneReport, Store
 from notary.web.certificates import details_of
+from tests.support.engines import Engine
 from tests.support.observations import certificate
 
 T0 = 1_700_000_000
@@ -170,27 +170,31 @@ results_strategy = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    st.lists(st.tuples(st.lists(results_strategy, min_size=1, max_size=8),
-                       st.sampled_from(["keep", "reopen", "clear memo"])),
-             min_size=1, max_size=8),
-    st.sampled_from([SMALL, replace(SMALL, max_runs_per_certificate=1),
-                     replace(SMALL, max_certificates_per_target=1)]),
-)
-def test_batches_within_limits_match_the_in_memory_merge(
-    tmp_path: Path, steps: list, limits: TimelineLimits,
-) -> None:
+_STEPS = st.lists(st.tuples(st.lists(results_strategy, min_size=1, max_size=8),
+                            st.sampled_from(["keep", "reopen", "clear memo"])),
+                  min_size=1, max_size=8)
+_LIMITS = st.sampled_from([SMALL, replace(SMALL, max_runs_per_certificate=1),
+                           replace(SMALL, max_certificates_per_target=1)])
+#: Examples per engine (PostgreSQL's round trips make each slower).
+_EXAMPLES = {"sqlite": 200, "postgresql": 60}
+
+
+def test_batches_within_limits_match_the_in_memory_merge(engine: Engine) -> None:
     """Any batches (certificates dropped and seen again, runs dropped, late
     sightings, a sighting of a dropped certificate in the same batch) leave
-    in the store exactly the timelines the cache builds with the same
-    limits, and no certificate row that no target keeps."""
-    with tempfile.TemporaryDirectory(dir=tmp_path) as name:
-        path = Path(name) / "n.db"
+    in the store, on either engine, exactly the timelines the cache builds
+    with the same limits, and no certificate row that no target keeps."""
+
+    @settings(max_examples=_EXAMPLES[engine.name], deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_STEPS, _LIMITS)
+    def check(steps: list, limits: TimelineLimits) -> None:
+        engine.reset()
         check_batches_match_the_model(
-            lambda: Store(path, merge_window_s=WINDOW, limits=limits), steps, limits
+            lambda: engine.observations(merge_window_s=WINDOW, limits=limits), steps, limits
         )
+
+    check()
 
 
 def check_batches_match_the_model(open_store, steps: list, limits: TimelineLimits) -> None:
@@ -205,7 +209,7 @@ def check_batches_match_the_model(open_store, steps: list, limits: TimelineLimit
             if between == "reopen":
                 store.close()
                 store = open_store()
-            elif between == "clear memo":
+            elif between == "clear memo" and isinstance(store, Store):  # SQLite's id memos
                 store._target_ids.clear()
                 store._certificate_ids.clear()
         expected = model([batch for batch, _ in steps], limits)
@@ -280,16 +284,15 @@ def test_a_deletion_by_another_connection_invalidates_memoised_ids(tmp_path: Pat
 
 
 def test_rows_written_under_looser_limits_are_swept_as_the_cache_bounds_them(
-    tmp_path: Path,
+    engine: Engine,
 ) -> None:
-    path = tmp_path / "n.db"
     batches = [[sighting(_CERTS[i % 4], T0 + t) for i, t in enumerate(range(0, 600, 50))],
                [sighting(synthetic_certificate(9, size=1000), T0 + 700)]]
-    with Store(path, merge_window_s=WINDOW) as store:  # no limits
+    with engine.observations(merge_window_s=WINDOW) as store:  # no limits
         for batch in batches:
             store.record(batch)
     unbounded = model(batches, None)[WWW]
-    with Store(path, merge_window_s=WINDOW, limits=SMALL) as store:
+    with engine.observations(merge_window_s=WINDOW, limits=SMALL) as store:
         assert not store.limits_enforced()
         report = store.enforce_limits()
         assert report.observations == len(unbounded.observations) - 2
@@ -298,35 +301,33 @@ def test_rows_written_under_looser_limits_are_swept_as_the_cache_bounds_them(
         assert store.limits_enforced()
         assert store.enforce_limits() == PruneReport()
         assert store.load_timeline(WWW) == unbounded.bounded(SMALL)
-    assert table_counts(path)["certificates"] == 2
-    with Store(path, limits=replace(SMALL, max_certificates_per_target=5)) as store:
+    assert engine.table_counts("certificates") == {"certificates": 2}
+    with engine.observations(limits=replace(SMALL, max_certificates_per_target=5)) as store:
         assert store.limits_enforced()  # looser limits: nothing to sweep
-    with Store(path, limits=replace(SMALL, max_runs_per_certificate=1)) as store:
+    with engine.observations(limits=replace(SMALL, max_runs_per_certificate=1)) as store:
         assert not store.limits_enforced()
 
 
-def test_one_run_left_after_the_sweep_keeps_no_runs_row(tmp_path: Path) -> None:
-    path = tmp_path / "n.db"
+def test_one_run_left_after_the_sweep_keeps_no_runs_row(engine: Engine) -> None:
     cert = synthetic_certificate(1)
-    with Store(path, merge_window_s=WINDOW) as store:
+    with engine.observations(merge_window_s=WINDOW) as store:
         store.record([sighting(cert, T0 + t) for t in (0, 100, 200)])
     limits = replace(SMALL, max_runs_per_certificate=1)
-    with Store(path, merge_window_s=WINDOW, limits=limits) as store:
+    with engine.observations(merge_window_s=WINDOW, limits=limits) as store:
         assert store.enforce_limits().runs == 2  # the last one keeps no row
         (observation,) = store.load_timeline(WWW).observations
         assert observation.runs == ((T0 + 200, T0 + 200),)
         assert observation.first_seen == T0 + 200
-    assert table_counts(path)["runs"] == 0
+    assert engine.table_counts("runs") == {"runs": 0}
 
 
 # -- retention of targets nobody asked about ----------------------------------------------
 
 
-def test_targets_nobody_asked_about_are_pruned_with_their_rows(tmp_path: Path) -> None:
-    path = tmp_path / "n.db"
+def test_targets_nobody_asked_about_are_pruned_with_their_rows(engine: Engine) -> None:
     a, b, c = (Target(f"{n}.example.test", 443) for n in "abc")
     shared = synthetic_certificate(1)
-    with Store(path, merge_window_s=WINDOW) as store:
+    with engine.observations(merge_window_s=WINDOW) as store:
         store.record([sighting(shared, T0, target=a), sighting(shared, T0, target=b),
                       sighting(synthetic_certificate(2), T0, target=c)])
         store.record([sighting(shared, T0 + 100, target=a)])  # a second run: runs rows
@@ -341,19 +342,20 @@ def test_targets_nobody_asked_about_are_pruned_with_their_rows(tmp_path: Path) -
         # A target seen again is a new row, asked about when observed.
         store.record([sighting(shared, T0 + 91 * DAY, target=a)])
         assert store.prune(T0 + 91 * DAY, 60 * DAY) == PruneReport()
-    assert table_counts(path) == {"targets": 2, "certificates": 1, "observations": 2, "runs": 0}
+    assert engine.table_counts("targets", "certificates", "observations", "runs") == {
+        "targets": 2, "certificates": 1, "observations": 2, "runs": 0}
 
 
-def test_asked_at_never_moves_back(tmp_path: Path) -> None:
-    with Store(tmp_path / "n.db") as store:
+def test_asked_at_never_moves_back(engine: Engine) -> None:
+    with engine.observations() as store:
         store.record([sighting(synthetic_certificate(1), T0)])
         assert store.note_asked([("www.example.test", 443)], T0 + 10) == 1
         assert store.note_asked([("www.example.test", 443)], T0 + 5) == 0
         assert store.prune(T0 + 8 + 10, 10) == PruneReport()
 
 
-def test_pruning_goes_a_chunk_at_a_time(tmp_path: Path) -> None:
-    with Store(tmp_path / "n.db") as store:
+def test_pruning_goes_a_chunk_at_a_time(engine: Engine) -> None:
+    with engine.observations() as store:
         store.record([sighting(synthetic_certificate(i), T0, target=Target(f"h{i}.test", 443))
                       for i in range(7)])
         assert store.prune_unasked(T0 + 1, max_targets=3).targets == 3
@@ -413,33 +415,3 @@ def test_observation_for_runs_helper_is_sorted() -> None:
     (kept,) = Timeline(WWW, (observation,)).bounded(
         TimelineLimits(max_runs_per_certificate=2)).observations
     assert kept.runs == ((T0 + 100, T0 + 100), (T0 + 200, T0 + 300))
-
-
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    st.lists(st.tuples(st.lists(results_strategy, min_size=1, max_size=8),
-                       st.sampled_from(["keep", "reopen"])),
-             min_size=1, max_size=8),
-    st.sampled_from([SMALL, replace(SMALL, max_runs_per_certificate=1),
-                     replace(SMALL, max_certificates_per_target=1)]),
-)
-def test_postgresql_batches_within_limits_match_the_in_memory_merge(
-    postgres_database: str, steps: list, limits: TimelineLimits,
-) -> None:
-    """The same property on the PostgreSQL engine: its rows are the timelines
-    the cache builds with the same limits, and no certificate row is left
-    that no target keeps."""
-    from notary.state.pgstore import PostgresStore
-
-    with PostgresStore(postgres_database) as store:
-        store._db.change("TRUNCATE runs, observations, certificates, targets, changes")
-    check_batches_match_the_model(
-        lambda: PostgresStore(postgres_database, merge_window_s=WINDOW, limits=limits),
-        steps, limits,
-    )
-
-
-@pytest.fixture
-def postgres_database(postgres_server) -> str:
-    return postgres_server.new_database()

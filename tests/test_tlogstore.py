@@ -1,45 +1,23 @@
-"""``notary.state.tlogstore``: the log's rows in SQLite. Batches appended
-across tile boundaries agree with RFC 9162 computed naively here; the log
-survives reopening; a store whose tiles contradict the tree refuses to
-append; two connections (two workers) append one after the other."""
+"""``notary.state.tlogstore``: the log's rows, on both engines
+(``tests.support.engines``; ``tests/test_tlogstore_postgres.py`` has what
+only PostgreSQL does). Batches appended across tile boundaries agree with
+RFC 9162 computed naively; the log survives reopening; a store whose tiles
+contradict the tree refuses to append; two connections (two workers, or
+two nodes) append one after the other."""
 
 from __future__ import annotations
-
-import hashlib
-import sqlite3
-from pathlib import Path
 
 import pytest
 
 from notary.protocol import tlog
-from notary.state.tlogstore import LogCorrupted, LogStore
+from notary.state.tlogstore import LogCorrupted
+from tests.support.engines import Engine, naive_root, signer
 
 
-def naive_root(entries: list[bytes]) -> bytes:
-    leaves = [hashlib.sha256(b"\x00" + entry).digest() for entry in entries]
-
-    def mth(part: list[bytes]) -> bytes:
-        if len(part) == 1:
-            return part[0]
-        k = 1
-        while k * 2 < len(part):
-            k *= 2
-        return hashlib.sha256(b"\x01" + mth(part[:k]) + mth(part[k:])).digest()
-
-    return mth(leaves) if leaves else hashlib.sha256(b"").digest()
-
-
-def signer(made: list[tuple[int, bytes]]):
-    def sign(size: int, root: bytes) -> str:
-        made.append((size, root))
-        return f"checkpoint {size} {root.hex()}\n"
-    return sign
-
-
-def test_batches_across_tiles_agree_with_rfc_9162(tmp_path: Path) -> None:
+def test_batches_across_tiles_agree_with_rfc_9162(engine: Engine) -> None:
     entries = [b"entry %d" % i for i in range(600)]
     made: list[tuple[int, bytes]] = []
-    with LogStore(tmp_path / "log.db") as store:
+    with engine.log() as store:
         assert store.head() is None
         position = 0
         for size in (1, 2, 253, 1, 1, 300, 42):  # crosses 256 and 512
@@ -61,18 +39,21 @@ def test_batches_across_tiles_agree_with_rfc_9162(tmp_path: Path) -> None:
         assert store.tile(2, 0) is None
         proof = store.consistency_proof(257, 600)
         tlog.verify_consistency(257, 600, naive_root(entries[:257]), made[-1][1], proof)
+        proof = store.inclusion_proof(300, 600)
+        tlog.verify_inclusion(tlog.leaf_hash(entries[300]), 300, 600, proof, made[-1][1])
         with pytest.raises(ValueError):
             store.consistency_proof(10, 601)
     # Reopened: the tree goes on where it was.
-    with LogStore(tmp_path / "log.db") as store:
-        assert store.head() is not None and store.head().size == 600
+    with engine.log() as store:
+        head = store.head()
+        assert head is not None and head.size == 600 and head.checkpoint.startswith("checkpoint 600")
         store.append([b"after"], signer(made))
         assert made[-1] == (601, naive_root([*entries, b"after"]))
 
 
-def test_two_connections_append_one_after_the_other(tmp_path: Path) -> None:
+def test_two_connections_append_one_after_the_other(engine: Engine) -> None:
     made: list[tuple[int, bytes]] = []
-    with LogStore(tmp_path / "log.db") as first, LogStore(tmp_path / "log.db") as second:
+    with engine.log() as first, engine.log() as second:
         first.append([b"a", b"b"], signer(made))
         appended = second.append([b"c"], signer(made))
         assert appended.first_index == 2
@@ -80,20 +61,21 @@ def test_two_connections_append_one_after_the_other(tmp_path: Path) -> None:
         assert made[-1] == (4, naive_root([b"a", b"b", b"c", b"d"]))
 
 
-def test_a_contradicting_tile_stops_appends(tmp_path: Path) -> None:
-    path = tmp_path / "log.db"
-    with LogStore(path) as store:
+def test_a_contradicting_tile_stops_appends(engine: Engine) -> None:
+    with engine.log() as store:
         store.append([b"x%d" % i for i in range(10)], signer([]))
-    with sqlite3.connect(path) as db:  # a tile losing a hash
-        db.execute("UPDATE log_tiles SET hashes = substr(hashes, 1, 288)")
-    with LogStore(path) as store, pytest.raises(LogCorrupted):
+        # A tile losing a hash (substr: SQLite's and PostgreSQL's).
+        store._db.change("UPDATE log_tiles SET hashes = substr(hashes, 1, 288)")
+    with engine.log() as store, pytest.raises(LogCorrupted):
         store.append([b"more"], signer([]))
-    with LogStore(path) as store:
-        assert store.head() is not None and store.head().size == 10  # nothing written
+    with engine.log() as store:
+        head = store.head()
+        assert head is not None and head.size == 10  # nothing written
+        assert len(store.entries(0, 20)) == 10
 
 
-def test_batch_bounds(tmp_path: Path) -> None:
-    with LogStore(tmp_path / "log.db") as store:
+def test_batch_bounds(engine: Engine) -> None:
+    with engine.log() as store:
         with pytest.raises(ValueError):
             store.append([], signer([]))
         with pytest.raises(ValueError):

@@ -1,35 +1,23 @@
 """``notary.state.witnessstore``: what a witness holds, on both engines
-(PostgreSQL on a throwaway loopback server, skipped without one): the
-compare-and-swap lets one of two requests checked against the same held
-checkpoint win, and survives reopening."""
+(``tests.support.engines``: PostgreSQL on a throwaway loopback server,
+skipped without one): the compare-and-swap lets one of two requests
+checked against the same held checkpoint win, and survives reopening."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-
-import pytest
 
 from notary.protocol.tlog import HeldCheckpoint
-from notary.state.witnessstore import PostgresWitnessStore, WitnessEngine, WitnessStore
-from tests.support.postgres import PostgresServer
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[type, str]:
-    if request.param == "sqlite":
-        return WitnessStore, str(tmp_path / "notary.db")
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return PostgresWitnessStore, server.new_database()
+from notary.state.witnessstore import WitnessEngine
+from tests.support.engines import Engine
 
 
 def held(size: int, byte: int = 1) -> HeldCheckpoint:
     return HeldCheckpoint(size, bytes([byte]) * 32, f"note {size}\n")
 
 
-def test_the_swap_moves_only_from_what_is_held(where: tuple[type, str]) -> None:
-    engine, path = where
-    store: WitnessEngine = engine(path)
+def test_the_swap_moves_only_from_what_is_held(engine: Engine) -> None:
+    store: WitnessEngine = engine.witness()
     try:
         assert store.held("log") is None
         assert store.swap("log", None, held(3))
@@ -41,18 +29,17 @@ def test_the_swap_moves_only_from_what_is_held(where: tuple[type, str]) -> None:
         assert store.held("other") is None
     finally:
         store.close()
-    reopened: WitnessEngine = engine(path)
+    reopened: WitnessEngine = engine.witness()
     try:
         assert reopened.held("log") == held(5)
     finally:
         reopened.close()
 
 
-def test_of_requests_racing_from_one_held_checkpoint_one_wins(where: tuple[type, str]) -> None:
-    engine, path = where
-    first: WitnessEngine = engine(path)
+def test_of_requests_racing_from_one_held_checkpoint_one_wins(engine: Engine) -> None:
+    first: WitnessEngine = engine.witness()
     first.swap("log", None, held(1))
-    stores = [engine(path) for _ in range(8)]
+    stores = [engine.witness() for _ in range(8)]
     results: list[bool] = []
     barrier = threading.Barrier(len(stores))
 

@@ -5,9 +5,8 @@ that directory; run as the ``postgres`` system user when the tests run as
 root (PostgreSQL refuses root). Stopped by ``pg_ctl`` and, if it lingers,
 by the PID in its ``postmaster.pid``.
 
-``engine_store(engine, directory)`` opens a store of either engine; each
-PostgreSQL store gets a database of its own. When PostgreSQL is not
-installed, the PostgreSQL cases skip with that reason.
+When PostgreSQL is not installed, the PostgreSQL cases skip with that
+reason. ``tests.support.engines`` opens the stores of either engine on it.
 """
 
 from __future__ import annotations
@@ -25,11 +24,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ENGINES = ("sqlite", "postgresql")
 _databases = itertools.count(1)
 
 
@@ -165,30 +162,3 @@ def _kill_lingering(data: Path) -> None:
     except ProcessLookupError:
         return
     time.sleep(0.1)
-
-
-def engine_store(engine: str, directory: Path, server: PostgresServer | None, **options: Any):
-    """A new store of ``engine`` (``Store`` options as keywords)."""
-    from notary.state.store import Store
-
-    if engine == "sqlite":
-        return Store(directory / "notary.db", **options)
-    from notary.state.pgstore import PostgresStore
-
-    assert server is not None
-    options.pop("synchronous", None)
-    options.pop("file_mode", None)
-    return PostgresStore(server.new_database(), **options)
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-def pg_server(engine: str, request: pytest.FixtureRequest) -> PostgresServer | None:
-    """The server for a PostgreSQL case (None for SQLite)."""
-    if engine != "postgresql":
-        return None
-    return request.getfixturevalue("postgres_server")
