@@ -12,10 +12,10 @@ moment (``release``), long enough for its observation to be committed, and
 leaves a failure on it, so the waiters share the outcome instead of each
 probing again; expired claims are deleted by the writer's maintenance.
 
-One statement each, for both engines: these functions take the
-``Transaction`` (``notary.state.connection``) of the store calling them
+Written once for both engines: these functions take the ``Transaction``
+(``notary.state.connection``) of the store calling them
 (``notary.state.observationstore``), ``claim`` and ``release`` in a write
-transaction; ``READ`` is read on its own. Errors are the connection's
+transaction; the store reads ``READ`` on its own. Errors are the connection's
 (``StoreError``).
 """
 
