@@ -486,22 +486,23 @@ class Storage:
 
 @asynccontextmanager
 async def open_storage(
-    path: Path,
+    path: Path | None,
     store: StoreConfig = KEEP_EVERYTHING,
     *,
     file_mode: int = DATABASE_FILE_MODE,
     clock: Callable[[], float] = time.time,
     timings: BatchTimings | None = None,
 ) -> AsyncIterator[Storage]:
-    """Open the database at ``path`` (created and migrated if needed, its
-    files given ``file_mode``) and run its writer and its maintenance
-    (module docstring) by the ``[store]`` section ``store`` until the block
-    exits: its limits are what a target keeps (``TimelineLimits``), its
+    """Open the store of ``[store] backend`` (SQLite: the file ``path``;
+    PostgreSQL: ``[store] dsn``, ``path`` None), created and migrated if
+    needed (SQLite: its files given ``file_mode``), and run its writer and
+    its maintenance (module docstring) by the ``[store]`` section ``store``
+    until the block exits: its limits are what a target keeps (``TimelineLimits``), its
     ``forget_unasked_after_s`` the retention of targets nobody asked about
     (None: for ever), by ``clock`` (Unix seconds); ``timings``, if given, is
     told the rows and write seconds of each committed batch. Raises
     ``StoreError`` if it cannot be opened, ``ValueError`` for a limit out of
-    range."""
+    range or a SQLite store without a path."""
     open_writer, connect = store_openers(path, store, file_mode)
     writer = await trio.to_thread.run_sync(open_writer)
     try:
