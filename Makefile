@@ -50,8 +50,10 @@ bench-quick: $(STAMP)
 	.ci/install-tools bench
 	$(PY) bench/run.py --quick
 
+# ruff over everything; mypy over notary/ ([tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(PY) -m ruff check notary tests bench
+	$(PY) -m mypy
 
 clean:
 	rm -rf build *.egg-info notary/*.so notary/*/*.so notary/_fastcache.c notary/protocol/_fastrequest.c .pytest_cache

@@ -186,7 +186,7 @@ class LRUCache:
         return self._count
 
     def __contains__(self, key: object) -> bool:
-        node = self._map.get(key)  # type: ignore[call-overload]
+        node = self._map.get(key)
         return node is not None and node.prev is not None
 
     def __repr__(self) -> str:

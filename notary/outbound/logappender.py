@@ -141,16 +141,16 @@ class LogAppender:
         )
 
     async def read_head(self) -> LogHead | None:
-        return await self._on_reader("head")  # type: ignore[no-any-return]
+        return await self._on_reader("head")
 
     async def read_tile(self, level: int, index: int) -> bytes | None:
-        return await self._on_reader("tile", level, index)  # type: ignore[no-any-return]
+        return await self._on_reader("tile", level, index)
 
     async def read_entries(self, start: int, end: int) -> list[bytes]:
-        return await self._on_reader("entries", start, end)  # type: ignore[no-any-return]
+        return await self._on_reader("entries", start, end)
 
     async def read_consistency_proof(self, old_size: int, new_size: int) -> list[bytes]:
-        return await self._on_reader(  # type: ignore[no-any-return]
+        return await self._on_reader(
             "consistency_proof", old_size, new_size
         )
 

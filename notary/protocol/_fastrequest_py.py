@@ -72,7 +72,7 @@ class Request:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Request:
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
+        return self._fields() == other._fields()
 
     def __hash__(self) -> int:
         return hash(self._fields())
