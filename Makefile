@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed-stamp
 VAR    := var
 CONFIG := $(VAR)/notary.toml
 
-.PHONY: run test test-compiled test-pure lint setup var bench bench-quick clean distclean
+.PHONY: run test test-compiled test-pure lint setup var bench bench-quick clean distclean \
+        firefox-addon firefox-lint firefox-unit
 
 setup: $(STAMP)
 
@@ -26,12 +27,41 @@ var: $(STAMP)
 run: var
 	$(PY) -m notary serve --config $(CONFIG)
 
+# The Firefox add-on (clients/firefox/): `make firefox-addon` builds the
+# .xpi to load in Firefox (README, "The Firefox add-on"). npm installs only
+# web-ext, pinned in package-lock.json, for `make firefox-lint`; the
+# add-on itself has no npm dependency. Without npm the stamp is not made
+# and the lint test says so (a failure under CI).
+FIREFOX := clients/firefox
+XPI     := build/notary-check.xpi
+WEBEXT  := $(FIREFOX)/node_modules/.installed-stamp
+
+firefox-addon: $(XPI)
+
+$(XPI): $(FIREFOX)/manifest.json $(shell find $(FIREFOX)/src -type f 2>/dev/null)
+	$(PYTHON) $(FIREFOX)/tools/build_xpi.py $@
+
+$(WEBEXT): $(FIREFOX)/package.json $(FIREFOX)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd $(FIREFOX) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed-stamp; \
+	else echo "npm is missing: web-ext lint of the Firefox add-on cannot run"; fi
+
+firefox-lint: $(WEBEXT)
+	cd $(FIREFOX) && npm run --silent lint
+
+# The add-on's pure logic in Node's test runner (make test runs it too,
+# from tests/test_firefox_addon_unit.py, against freshly signed fixtures).
+firefox-unit:
+	cd $(FIREFOX) && node --test test/*.test.mjs
+
 # The whole suite twice: once requiring the compiled extensions (so a
 # silently failed build cannot pass), once forcing the pure-Python twins.
 # The two passes run at once, one per core (each alone takes ~6.5 minutes
 # on a 2-core machine, one after the other ~13); each pass's output is shown
 # as it ends, and make fails if either does.
-test: $(STAMP)
+# The add-on's tests (Node unit tests, web-ext lint, a real Firefox) run in
+# the compiled pass only: they do not exercise the twins.
+test: $(STAMP) $(WEBEXT)
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-compiled test-pure
 
 test-compiled: $(STAMP)

@@ -26,6 +26,16 @@ test("a bundle without v2 keys is asked with the Convergence API", async () => {
   assert.match(describePins(bundle)[0], /no v2 key/);
 });
 
+test("a log key whose base64 holds '+' parses (name+id+base64 is split at the first two)", async () => {
+  const { parseVerifierKey, noteKeyId } = await import("../src/lib/tlog.js");
+  for (let seed = 0; seed < 64; seed += 1) {
+    const raw = Uint8Array.from({ length: 32 }, (_, i) => (i * 31 + seed * 7) & 255);
+    const material = Buffer.concat([Buffer.of(1), raw]).toString("base64");
+    const id = Buffer.from(await noteKeyId("log.test/x", raw)).toString("hex");
+    assert.deepEqual((await parseVerifierKey(`log.test/x+${id}+${material}`)).publicRaw, raw);
+  }
+});
+
 test("invalid bundles are refused with the reason", async () => {
   const good = JSON.parse(fixtures.bundle);
   const bad = async (change, pattern) => {

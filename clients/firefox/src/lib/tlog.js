@@ -54,8 +54,14 @@ export async function noteKeyId(name, publicRaw) {
  * throws for anything else, including a key id that is not the key's. */
 export async function parseVerifierKey(text) {
   if (typeof text !== "string" || text.length > 1024) throw new Error("malformed verifier key");
-  const [name, keyIdHex, material, extra] = text.split("+");
-  if (extra !== undefined || !validKeyName(name)) throw new Error("verifier key has an invalid name");
+  // name+hex8+base64: the base64 may hold "+" too, the name never does.
+  const first = text.indexOf("+");
+  const second = text.indexOf("+", first + 1);
+  if (first < 0 || second < 0) throw new Error("malformed verifier key");
+  const name = text.slice(0, first);
+  const keyIdHex = text.slice(first + 1, second);
+  const material = text.slice(second + 1);
+  if (!validKeyName(name)) throw new Error("verifier key has an invalid name");
   if (!/^[0-9a-f]{8}$/.test(keyIdHex ?? "")) throw new Error("verifier key id is not 8 hex digits");
   const raw = fromBase64(material ?? "");
   if (raw.length !== 33 || raw[0] !== ED25519_TYPE) throw new Error("verifier key is not an Ed25519 key");

@@ -1,0 +1,439 @@
+"""The Firefox add-on (clients/firefox/) in a real, headless Firefox ESR,
+driven over Marionette (tests/support/firefox.py), against real notaries
+of this project on loopback.
+
+One Firefox per module; each test starts its own notaries and sites and
+configures the add-on through its options page (an import, as a user
+pastes an export). Cases (issue 33): notaries agree -> the page loads and
+the button says verified; a rogue certificate from the same trusted CA
+that the notaries never saw (DigiNotar) -> the add-on's block page, and a
+sub-resource from it is cancelled; a site serving several certificates
+from several addresses -> loads; one of two notaries down -> the vote as
+the threshold says; a tampered answer -> not counted; a notary asked
+through another's relay; a locked captive portal; internal addresses and
+an organisation's own notaries; strict mode's withheld cookies. The
+profile stays on loopback (its prefs, and nothing reached the proxy but
+the lab's names).
+
+Screenshots of the popup and the block page go to
+``$NOTARY_TEST_ARTIFACTS`` (default ``tests/artifacts/``);
+``docs/screenshots/make_screenshots.py`` keeps the README's copies.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import ssl
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+import pytest
+import trio
+
+from notary.model.targets import Target
+from notary.protocol.bundle import BundleHost, make_bundle
+from notary.state import crypto
+from tests.support.firefox import (
+    LOOPBACK_PREFS,
+    PIXEL,
+    Lab,
+    Site,
+    _Handler,
+    html_page,
+    open_lab,
+    require_firefox,
+    wait_until,
+)
+from tests.support.notaries import NotaryUnderTest, open_notary
+from tests.support.tls_targets import StaticResolver, closed_port, static_resolver
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    require_firefox()
+    yield from open_lab(tmp_path_factory.mktemp("firefox"))
+
+
+@pytest.fixture
+def sites() -> Iterator[Callable[..., Site]]:
+    """Make sites that are closed after the test."""
+    made: list[Site] = []
+
+    def make(address: str, certificate: Any, **fields: Any) -> Site:
+        site = Site(address, certificate, **fields)
+        made.append(site)
+        return site
+
+    yield make
+    for site in made:
+        site.close()
+
+
+def artifacts() -> Path:
+    return Path(os.environ.get("NOTARY_TEST_ARTIFACTS") or Path(__file__).parent / "artifacts")
+
+
+async def drive(function: Callable[[], T]) -> T:
+    """Run Marionette calls in a worker thread while the notaries serve."""
+    return await trio.to_thread.run_sync(function)
+
+
+@dataclass
+class LabNotary:
+    notary: NotaryUnderTest
+    bundle: str
+    name: str
+    host: str
+    resolver: StaticResolver
+
+
+def notary_files(lab: Lab, directory: Path, host: str) -> tuple[Path, Path, Path, str, str]:
+    """A lab notary's TLS key and certificate (from the lab's CA, an RSA key:
+    it signs Convergence answers too) and Ed25519 key: their files, the
+    certificate's PEM and the v2 public key in base64."""
+    directory.mkdir(parents=True, exist_ok=True)
+    leaf = lab.leaf(host, rsa=True)
+    key_file, cert_file, v2_file = directory / "tls.key", directory / "tls.crt", directory / "v2.key"
+    leaf.private_key_pem.write_to_path(str(key_file))
+    leaf.cert_chain_pems[0].write_to_path(str(cert_file))
+    v2_key = crypto.generate_ed25519_key()
+    crypto.write_ed25519_private_key(v2_file, v2_key)
+    v2_public = base64.b64encode(crypto.ed25519_public_raw(v2_key)).decode("ascii")
+    return key_file, cert_file, v2_file, leaf.cert_chain_pems[0].bytes().decode("ascii"), v2_public
+
+
+@asynccontextmanager
+async def open_lab_notary(
+    lab: Lab, directory: Path, host: str, *, name: str | None = None,
+    names: dict[str, list[str]] | None = None, **sections: Any,
+) -> AsyncIterator[LabNotary]:
+    """A v2 notary on ``host`` (:func:`notary_files`) and its bundle pinning
+    its certificate and its Ed25519 key; ``names`` is its resolver's map
+    (``LabNotary.resolver.mapping``, to edit)."""
+    key_file, cert_file, v2_file, pem, v2_public = notary_files(lab, directory, host)
+    name = name or f"Notary {host}"
+    resolver = static_resolver(names or {})
+    async with open_notary(
+        directory / "n", resolver=resolver, host=host,
+        server={"key_file": key_file, "cert_file": cert_file},
+        v2={"key_file": v2_file}, answers={"failures_at_deadline": False}, **sections,
+    ) as notary:
+        bundle = make_bundle(
+            name=name, location=f"https://{host}/lab.notary",
+            hosts=[BundleHost(host, notary.port, notary.relay_port, pem, v2_key=v2_public)],
+        )
+        yield LabNotary(notary, bundle.to_json().decode("utf-8"), name, host, resolver)
+
+
+def absent_notary_bundle(lab: Lab, host: str, name: str) -> str:
+    """The bundle of a notary whose host does not answer (nothing listens)."""
+    leaf = lab.leaf(host, rsa=True)
+    return make_bundle(
+        name=name, location=f"https://{host}/lab.notary",
+        hosts=[BundleHost(host, closed_port(), closed_port(), leaf.cert_chain_pems[0].bytes().decode("ascii"),
+                          v2_key=base64.b64encode(crypto.ed25519_public_raw(crypto.generate_ed25519_key())).decode())],
+    ).to_json().decode("utf-8")
+
+
+LAB_SETTINGS = {"checkInternalAddresses": True, "timeoutMs": 5000}
+
+
+def test_profile_keeps_firefox_on_loopback(lab: Lab) -> None:
+    """The running profile has every pref that keeps Firefox's own traffic
+    off (updates, telemetry, safe browsing, remote settings, captive-portal
+    detection's default URL, prefetching, DoH), and routes every name to the
+    lab's proxy."""
+    for name, value in LOOPBACK_PREFS.items():
+        assert lab.browser.pref(name) == value, name
+    assert lab.browser.pref("captivedetect.canonicalURL").startswith("http://127.0.0.1:")
+    assert lab.browser.pref("network.proxy.type") == 2
+    assert "PROXY 127.0.0.1:" in unquote(str(lab.browser.pref("network.proxy.autoconfig_url")))
+
+
+async def test_notaries_agree_the_page_loads_verified(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    site = sites("127.0.0.2", lab.leaf("127.0.0.2"), pages={
+        "/": html_page("A site the notaries know", '<img id="px" src="/pixel.png">'), "/pixel.png": PIXEL,
+    })
+    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A") as a, \
+            open_lab_notary(lab, tmp_path / "b", "127.0.0.4", name="Notary B") as b:
+
+        def browse() -> tuple[Any, Any, str]:
+            lab.browser.configure({**LAB_SETTINGS, "threshold": "consensus"}, [a.bundle, b.bundle])
+            page = lab.browser.visit(site.url())
+            image = lab.browser.m.execute_script("return document.getElementById('px').naturalWidth")
+            popup = lab.browser.popup(site.url())
+            lab.browser.m.set_window_rect(width=560, height=480)
+            body = lab.browser.m.find_element("css selector", "body")
+            (artifacts() / "firefox-popup.png").parent.mkdir(parents=True, exist_ok=True)
+            (artifacts() / "firefox-popup.png").write_bytes(
+                lab.browser.m.screenshot(element=body, format="binary"))
+            lab.browser.m.set_window_rect(width=1100, height=900)
+            return page, (image, popup), lab.browser.options_text()
+
+        page, (image, popup), options = await drive(browse)
+    assert page.title == "A site the notaries know"
+    assert image == 1
+    assert popup["status"] == f"Verified: 127.0.0.2:{site.port}"
+    assert popup["words"] == "verified by 2 of 2 notaries"
+    assert sorted(row[0] for row in popup["rows"]) == ["Notary A", "Notary B"]
+    assert all(row[1] == "vouches" for row in popup["rows"])
+    # The options page shows each notary's pins and its recent reliability.
+    assert "Notary A" in options and "certificate SHA-1" in options and "v2 key" in options
+    assert "1 vouched" in options
+
+
+async def test_rogue_certificate_from_the_same_ca_is_blocked(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    """DigiNotar: the browser's CA check passes (same trusted CA), but the
+    notaries, on other network paths, see the genuine certificate."""
+    genuine = sites("127.0.0.5", lab.leaf("bank.test"), pages={"/": html_page("Genuine bank")})
+    rogue = sites("127.0.0.6", lab.leaf("bank.test"), pages={
+        "/": html_page("Rogue bank"), "/pixel.png": PIXEL, "/echo-cookie": ("text/plain", b"")})
+    # On the browser's path, bank.test is the attacker's server.
+    lab.proxy.map("bank.test", genuine.port, "127.0.0.6", to_port=rogue.port)
+    friendly = sites("127.0.0.7", lab.leaf("127.0.0.7"), pages={
+        "/": html_page("A page with a rogue image", f'<img id="px" src="https://bank.test:{genuine.port}/pixel.png">'),
+    })
+    names = {"bank.test": ["127.0.0.5"]}
+    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A", names=names) as a, \
+            open_lab_notary(lab, tmp_path / "b", "127.0.0.4", name="Notary B", names=names) as b:
+        url = genuine.url("/", host="bank.test")
+
+        def browse() -> Any:
+            lab.browser.configure(LAB_SETTINGS, [a.bundle, b.bundle])
+            blocked = lab.browser.visit(url)
+            lab.browser.screenshot(artifacts() / "firefox-block.png", width=1000, height=1000)
+            with_image = lab.browser.visit(friendly.url())
+            image = lab.browser.m.execute_script("return document.getElementById('px').naturalWidth")
+            popup = lab.browser.popup(friendly.url())
+            # The user chooses "trust this certificate once".
+            lab.browser.visit(url)
+            lab.browser.m.find_element("id", "once").click()
+            wait_until(lambda: lab.browser.m.get_url() == url and lab.browser.m.execute_script(
+                "return document.readyState === 'complete'"))
+            trusted = lab.browser.page()
+            return blocked, (with_image, image, popup), trusted
+
+        blocked, (with_image, image, popup), trusted = await drive(browse)
+    assert blocked.url.startswith(lab.browser.addon + "/src/pages/block.html?id=")
+    assert "Your notaries do not vouch for this site's certificate" in blocked.text
+    assert f"bank.test:{genuine.port} by public notaries" in blocked.text
+    assert blocked.text.count("objects") == 2
+    assert rogue.requests and not genuine.requests  # only the notaries' probes reached it
+    # A sub-resource from the rogue server is cancelled; the page loads.
+    assert with_image.title == "A page with a rogue image"
+    assert image == 0
+    assert "1 requests blocked" in popup["resources"]
+    assert trusted.title == "Rogue bank"
+
+
+async def test_site_serving_several_certificates_loads(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    """A name served from two addresses, each with its own certificate; the
+    notaries saw both."""
+    first = sites("127.0.0.8", lab.leaf("multi.test"), close_connections=True,
+                  pages={"/": html_page("Several certificates")})
+    second = sites("127.0.0.9", lab.leaf("multi.test"), port=first.port, close_connections=True,
+                   pages={"/": html_page("Several certificates")})
+    lab.proxy.map("multi.test", first.port, "127.0.0.8", "127.0.0.9")
+    names = {"multi.test": ["127.0.0.8"]}
+    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A", names=names) as a:
+        # The notary sees each address in turn (a notary of issue 31 probes
+        # every address of a name at once).
+        target = Target("multi.test", first.port)
+        await a.notary.running.records.refresh(target)
+        a.resolver.mapping["multi.test"] = ["127.0.0.9"]
+        a.notary.clock.advance(1)
+        await a.notary.running.records.refresh(target)
+        url = first.url("/", host="multi.test")
+
+        def browse() -> list[Any]:
+            lab.browser.configure({**LAB_SETTINGS, "threshold": "consensus"}, [a.bundle])
+            return [(lab.browser.visit(url), lab.browser.popup(url)) for _ in range(2)]
+
+        visits = await drive(browse)
+    for page, popup in visits:
+        assert page.title == "Several certificates"
+        assert popup["words"] == "verified by 1 of 1 notaries"
+    # Firefox reached both addresses (one certificate each), beside the probes.
+    assert [m for m, _, _ in first.requests] == ["GET"]
+    assert [m for m, _, _ in second.requests] == ["GET"]
+
+
+async def test_one_of_two_notaries_down_votes_as_the_threshold_says(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    site = sites("127.0.0.10", lab.leaf("127.0.0.10"), pages={"/": html_page("One notary answers")})
+    down = absent_notary_bundle(lab, "127.0.0.11", "Notary down")
+    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A") as a:
+
+        def browse() -> Any:
+            lab.browser.configure({**LAB_SETTINGS, "threshold": "consensus"}, [a.bundle, down])
+            stands_aside = (lab.browser.visit(site.url()), lab.browser.popup(site.url()))
+            lab.browser.configure({**LAB_SETTINGS, "threshold": "majority", "strictVote": True}, [a.bundle, down])
+            counts_against = lab.browser.visit(site.url())
+            return stands_aside, counts_against
+
+        (page, popup), counted = await drive(browse)
+    assert page.title == "One notary answers"
+    assert popup["words"] == "verified by 1 of 2 notaries"
+    assert sorted((row[0], row[1]) for row in popup["rows"]) == [("Notary A", "vouches"), ("Notary down", "no answer")]
+    assert counted.url.startswith(lab.browser.addon + "/src/pages/block.html")
+    assert "1 of 2 counted notaries vouch (threshold: majority, silent notaries count against)" in counted.text
+
+
+class _Tamperer(_Handler):
+    """Forwards the add-on's queries to a real notary and turns each
+    ``mismatch`` of the signed answer into a ``match``."""
+
+    def do_POST(self) -> None:
+        site = self.server.site
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        upstream = http.client.HTTPSConnection(
+            site.upstream[0], site.upstream[1], timeout=10, context=ssl._create_unverified_context())
+        upstream.request("POST", self.path, body, {"Content-Type": "application/json"})
+        answer = upstream.getresponse().read().replace(b'"verdict":"mismatch"', b'"verdict":"match"')
+        site.tampered += answer.count(b'"verdict":"match"')
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+
+async def test_tampered_answer_is_not_counted(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    """An answer altered on its way (by whoever holds the notary's TLS key,
+    or a terminator in front of it) fails its Ed25519 signature: that
+    notary's failure, never a vote for the rogue certificate."""
+    genuine = sites("127.0.0.5", lab.leaf("bank.test"), pages={"/": html_page("Genuine bank")})
+    rogue = sites("127.0.0.6", lab.leaf("bank.test"), pages={"/": html_page("Rogue bank")})
+    lab.proxy.map("bank.test", genuine.port, "127.0.0.6", to_port=rogue.port)
+    async with open_lab_notary(lab, tmp_path / "b", "127.0.0.4", name="Notary B",
+                               names={"bank.test": ["127.0.0.5"]}) as b:
+        tamperer = sites("127.0.0.12", lab.leaf("127.0.0.12", rsa=True))
+        tamperer.upstream = (b.host, b.notary.port)
+        tamperer.tampered = 0
+        tamperer._server.RequestHandlerClass = _Tamperer
+        document = json.loads(b.bundle)
+        document["hosts"][0].update(host="127.0.0.12", ssl_port=tamperer.port,
+                                    certificate=tamperer.certificate.cert_chain_pems[0].bytes().decode())
+        tampered_bundle = json.dumps(document)
+
+        def browse() -> Any:
+            lab.browser.configure({**LAB_SETTINGS, "threshold": "minority"}, [tampered_bundle])
+            return lab.browser.visit(genuine.url("/", host="bank.test"))
+
+        page = await drive(browse)
+    assert tamperer.tampered == 1
+    assert page.url.startswith(lab.browser.addon + "/src/pages/block.html")
+    assert "bad signed answer: bad answer signature" in page.text
+    assert "0 of 1 counted notaries vouch" in page.text
+
+
+async def test_notary_asked_through_a_relay(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    """The add-on's question goes through notary R's bounce relay to notary
+    B's port 4242 (R dials B's real port: [relay] dial_port, for a lab of
+    several notaries on one machine): R sees who asks, B what is asked."""
+    site = sites("127.0.0.13", lab.leaf("127.0.0.13"), pages={"/": html_page("Asked through a relay")})
+    async with open_lab_notary(lab, tmp_path / "b", "127.0.0.14", name="Notary B") as b:
+        async with open_lab_notary(lab, tmp_path / "r", "127.0.0.15", name="Relay R",
+                                   relay={"destinations": "public", "dial_port": b.notary.port}) as r:
+
+            def browse() -> Any:
+                lab.browser.configure({**LAB_SETTINGS, "relay": "Relay R"}, [b.bundle, r.bundle])
+                return lab.browser.visit(site.url()), lab.browser.popup(site.url())
+
+            page, popup = await drive(browse)
+            relayed = r.notary.running.relay_handler.statistics()
+    assert page.title == "Asked through a relay"
+    assert popup["words"] == "verified by 1 of 1 notaries"
+    assert popup["rows"][0][0] == "Notary B\nvia relay Relay R"
+    assert relayed.tunnels_opened >= 1
+
+
+async def test_locked_captive_portal_lets_its_page_through_unverified(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    genuine = sites("127.0.0.5", lab.leaf("portal.test"), pages={"/": html_page("Genuine")})
+    portal = sites("127.0.0.6", lab.leaf("portal.test"), pages={"/": html_page("Sign in to the Wi-Fi")})
+    lab.proxy.map("portal.test", genuine.port, "127.0.0.6", to_port=portal.port)
+    url = genuine.url("/", host="portal.test")
+    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A",
+                               names={"portal.test": ["127.0.0.5"]}) as a:
+
+        def browse() -> Any:
+            lab.browser.configure(LAB_SETTINGS, [a.bundle])
+            lab.captive.locked = True
+            lab.browser.recheck_captive_portal()
+            wait_until(lambda: lab.browser.captive_state() == "locked_portal")
+            locked = lab.browser.visit(url), lab.browser.popup(url)
+            lab.captive.locked = False
+            lab.browser.recheck_captive_portal()
+            wait_until(lambda: lab.browser.captive_state() != "locked_portal")
+            return locked, lab.browser.visit(url)
+
+        (page, popup), after = await drive(browse)
+    assert page.title == "Sign in to the Wi-Fi"
+    assert popup["status"] == f"Captive portal: portal.test:{genuine.port}"
+    assert "unverified until you sign in" in popup["words"]
+    assert after.url.startswith(lab.browser.addon + "/src/pages/block.html")  # checking resumed
+
+
+async def test_internal_addresses_and_an_organisations_own_notaries(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    internal = sites("127.0.0.16", lab.leaf("127.0.0.16"), pages={"/": html_page("Internal by address")})
+    intranet = sites("127.0.0.17", lab.leaf("intranet.test"), pages={"/": html_page("Intranet")})
+    lab.proxy.map("intranet.test", intranet.port, "127.0.0.17")
+    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Public notary") as public, \
+            open_lab_notary(lab, tmp_path / "o", "127.0.0.18", name="Corp notary",
+                            names={"intranet.test": ["127.0.0.17"]}) as corp:
+        url = intranet.url("/", host="intranet.test")
+
+        def browse() -> Any:
+            lab.browser.configure(
+                {"internalDomains": [{"domain": "intranet.test", "notaries": ["Corp notary"]}]},
+                [public.bundle, corp.bundle])
+            return ((lab.browser.visit(internal.url()), lab.browser.popup(internal.url())),
+                    (lab.browser.visit(url), lab.browser.popup(url)))
+
+        (page, popup), (intra, intra_popup) = await drive(browse)
+    assert page.title == "Internal by address"
+    assert popup["status"] == f"Internal site: 127.0.0.16:{internal.port}"
+    assert popup["words"] == "a loopback address: not checkable by public notaries"
+    assert intra.title == "Intranet"
+    assert intra_popup["words"] == "verified by 1 of 1 notaries (organisation notaries for intranet.test)"
+    assert [row[0] for row in intra_popup["rows"]] == ["Corp notary"]
+
+
+async def test_strict_mode_sends_no_cookie_before_the_host_is_verified(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    genuine = sites("127.0.0.5", lab.leaf("shop.test"), pages={"/": html_page("Genuine shop")})
+    rogue = sites("127.0.0.6", lab.leaf("shop.test"), pages={"/set-cookie": html_page("Rogue shop")})
+    lab.proxy.map("shop.test", genuine.port, "127.0.0.6", to_port=rogue.port)
+    good = sites("127.0.0.19", lab.leaf("127.0.0.19"), pages={"/set-cookie": html_page("Good shop")})
+    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A",
+                               names={"shop.test": ["127.0.0.5"]}) as a:
+
+        def browse() -> Any:
+            # Cookies set earlier, while checking was paused.
+            lab.browser.configure({**LAB_SETTINGS, "enabled": False}, [a.bundle])
+            lab.browser.visit(genuine.url("/set-cookie", host="shop.test"))
+            lab.browser.visit(good.url("/set-cookie"))
+            lab.browser.configure({**LAB_SETTINGS, "strictMode": True}, [a.bundle])
+            rogue_page = lab.browser.visit(genuine.url("/echo-cookie", host="shop.test"))
+            good_page = lab.browser.visit(good.url("/echo-cookie"))
+            return rogue_page, good_page
+
+        rogue_page, good_page = await drive(browse)
+    sent = {path: headers.get("Cookie") for method, path, headers in rogue.requests}
+    assert sent["/set-cookie"] is None
+    assert "/echo-cookie" in sent and sent["/echo-cookie"] is None  # withheld, then blocked
+    assert rogue_page.url.startswith(lab.browser.addon + "/src/pages/block.html")
+    assert good_page.text == "cookie: session=secret"  # verified first, then sent
+
+
+def test_nothing_left_loopback(lab: Lab) -> None:
+    """Whatever Firefox tried beyond the lab's names reached the proxy,
+    which refused it: nothing did."""
+    assert lab.proxy.refused == []
