@@ -27,15 +27,14 @@ import http.client
 import json
 import os
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import pytest
 import trio
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from notary.model.targets import Target
 from notary.protocol.bundle import BundleHost, make_bundle
@@ -48,11 +47,12 @@ from tests.support.firefox import (
     _Handler,
     html_page,
     open_lab,
+    open_lab_notary,
     require_firefox,
     wait_until,
 )
-from tests.support.notaries import NotaryUnderTest, open_notary
-from tests.support.tls_targets import StaticResolver, closed_port, static_resolver
+from tests.support.notaries import open_notary
+from tests.support.tls_targets import closed_port
 
 T = TypeVar("T")
 
@@ -87,53 +87,6 @@ async def drive(function: Callable[[], T]) -> T:
     return await trio.to_thread.run_sync(function)
 
 
-@dataclass
-class LabNotary:
-    notary: NotaryUnderTest
-    bundle: str
-    name: str
-    host: str
-    resolver: StaticResolver
-
-
-def notary_files(lab: Lab, directory: Path, host: str) -> tuple[Path, Path, Path, str, str]:
-    """A lab notary's TLS key and certificate (from the lab's CA, an RSA key:
-    it signs Convergence answers too) and Ed25519 key: their files, the
-    certificate's PEM and the v2 public key in base64."""
-    directory.mkdir(parents=True, exist_ok=True)
-    leaf = lab.leaf(host, rsa=True)
-    key_file, cert_file, v2_file = directory / "tls.key", directory / "tls.crt", directory / "v2.key"
-    leaf.private_key_pem.write_to_path(str(key_file))
-    leaf.cert_chain_pems[0].write_to_path(str(cert_file))
-    v2_key = crypto.generate_ed25519_key()
-    crypto.write_ed25519_private_key(v2_file, v2_key)
-    v2_public = base64.b64encode(crypto.ed25519_public_raw(v2_key)).decode("ascii")
-    return key_file, cert_file, v2_file, leaf.cert_chain_pems[0].bytes().decode("ascii"), v2_public
-
-
-@asynccontextmanager
-async def open_lab_notary(
-    lab: Lab, directory: Path, host: str, *, name: str | None = None,
-    names: dict[str, list[str]] | None = None, **sections: Any,
-) -> AsyncIterator[LabNotary]:
-    """A v2 notary on ``host`` (:func:`notary_files`) and its bundle pinning
-    its certificate and its Ed25519 key; ``names`` is its resolver's map
-    (``LabNotary.resolver.mapping``, to edit)."""
-    key_file, cert_file, v2_file, pem, v2_public = notary_files(lab, directory, host)
-    name = name or f"Notary {host}"
-    resolver = static_resolver(names or {})
-    async with open_notary(
-        directory / "n", resolver=resolver, host=host,
-        server={"key_file": key_file, "cert_file": cert_file},
-        v2={"key_file": v2_file}, answers={"failures_at_deadline": False}, **sections,
-    ) as notary:
-        bundle = make_bundle(
-            name=name, location=f"https://{host}/lab.notary",
-            hosts=[BundleHost(host, notary.port, notary.relay_port, pem, v2_key=v2_public)],
-        )
-        yield LabNotary(notary, bundle.to_json().decode("utf-8"), name, host, resolver)
-
-
 def absent_notary_bundle(lab: Lab, host: str, name: str) -> str:
     """The bundle of a notary whose host does not answer (nothing listens)."""
     leaf = lab.leaf(host, rsa=True)
@@ -142,6 +95,19 @@ def absent_notary_bundle(lab: Lab, host: str, name: str) -> str:
         hosts=[BundleHost(host, closed_port(), closed_port(), leaf.cert_chain_pems[0].bytes().decode("ascii"),
                           v2_key=base64.b64encode(crypto.ed25519_public_raw(crypto.generate_ed25519_key())).decode())],
     ).to_json().decode("utf-8")
+
+
+def v2_key_file(directory: Path) -> Path:
+    """An Ed25519 key in ``directory`` (made once)."""
+    path = directory / "v2.key"
+    if not path.exists():
+        crypto.write_ed25519_private_key(path, crypto.generate_ed25519_key())
+    return path
+
+
+def v2_public(directory: Path) -> str:
+    key = crypto.load_ed25519_private_key(v2_key_file(directory))
+    return base64.b64encode(crypto.ed25519_public_raw(key)).decode("ascii")
 
 
 LAB_SETTINGS = {"checkInternalAddresses": True, "timeoutMs": 5000}
@@ -163,8 +129,9 @@ async def test_notaries_agree_the_page_loads_verified(lab: Lab, sites: Any, tmp_
     site = sites("127.0.0.2", lab.leaf("127.0.0.2"), pages={
         "/": html_page("A site the notaries know", '<img id="px" src="/pixel.png">'), "/pixel.png": PIXEL,
     })
+    # A asks with the v2 API, B (a bundle without v2 key) with Convergence's.
     async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A") as a, \
-            open_lab_notary(lab, tmp_path / "b", "127.0.0.4", name="Notary B") as b:
+            open_lab_notary(lab, tmp_path / "b", "127.0.0.4", name="Notary B", legacy=True) as b:
 
         def browse() -> tuple[Any, Any, str]:
             lab.browser.configure({**LAB_SETTINGS, "threshold": "consensus"}, [a.bundle, b.bundle])
@@ -188,7 +155,8 @@ async def test_notaries_agree_the_page_loads_verified(lab: Lab, sites: Any, tmp_
     assert all(row[1] == "vouches" for row in popup["rows"])
     # The options page shows each notary's pins and its recent reliability.
     assert "Notary A" in options and "certificate SHA-1" in options and "v2 key" in options
-    assert "1 vouched" in options
+    assert "Convergence API (RSA)" in options and "v2 API (Ed25519)" in options
+    assert options.count("1 vouched") == 2
 
 
 async def test_rogue_certificate_from_the_same_ca_is_blocked(lab: Lab, sites: Any, tmp_path: Path) -> None:
@@ -270,16 +238,26 @@ async def test_site_serving_several_certificates_loads(lab: Lab, sites: Any, tmp
 async def test_one_of_two_notaries_down_votes_as_the_threshold_says(lab: Lab, sites: Any, tmp_path: Path) -> None:
     site = sites("127.0.0.10", lab.leaf("127.0.0.10"), pages={"/": html_page("One notary answers")})
     down = absent_notary_bundle(lab, "127.0.0.11", "Notary down")
-    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A") as a:
+    async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A") as a, \
+            open_lab_notary(lab, tmp_path / "c", "127.0.0.20", name="Notary C") as c:
+        # C's bundle pins another certificate than C serves: Firefox trusts
+        # C's (the lab CA's), the add-on does not, and C is not heard.
+        wrong_pin = json.loads(c.bundle)
+        wrong_pin["hosts"][0]["certificate"] = lab.leaf("127.0.0.20", rsa=True).cert_chain_pems[0].bytes().decode()
+        wrong_pin = json.dumps(wrong_pin)
 
         def browse() -> Any:
+            lab.browser.configure({**LAB_SETTINGS, "threshold": "consensus"}, [a.bundle, wrong_pin])
+            pinned = lab.browser.popup(lab.browser.visit(site.url()).url)
             lab.browser.configure({**LAB_SETTINGS, "threshold": "consensus"}, [a.bundle, down])
             stands_aside = (lab.browser.visit(site.url()), lab.browser.popup(site.url()))
             lab.browser.configure({**LAB_SETTINGS, "threshold": "majority", "strictVote": True}, [a.bundle, down])
             counts_against = lab.browser.visit(site.url())
-            return stands_aside, counts_against
+            return pinned, stands_aside, counts_against
 
-        (page, popup), counted = await drive(browse)
+        pinned, (page, popup), counted = await drive(browse)
+    assert sorted((row[0], row[1]) for row in pinned["rows"]) == [("Notary A", "vouches"), ("Notary C", "no answer")]
+    assert "its host presented a certificate its bundle does not pin" in pinned["rows"][1 if pinned["rows"][1][0] == "Notary C" else 0][2]
     assert page.title == "One notary answers"
     assert popup["words"] == "verified by 1 of 2 notaries"
     assert sorted((row[0], row[1]) for row in popup["rows"]) == [("Notary A", "vouches"), ("Notary down", "no answer")]
@@ -437,3 +415,31 @@ def test_nothing_left_loopback(lab: Lab) -> None:
     """Whatever Firefox tried beyond the lab's names reached the proxy,
     which refused it: nothing did."""
     assert lab.proxy.refused == []
+
+
+async def test_self_signed_notary_accepted_once_in_firefox(lab: Lab, sites: Any, tmp_path: Path) -> None:
+    """A notary whose host certificate is self-signed (make run's): once the
+    user has accepted that certificate in Firefox (a certificate exception,
+    as "Accept the Risk and Continue" stores it), the add-on asks it, and
+    still holds it to the bundle's pin."""
+    site = sites("127.0.0.21", lab.leaf("127.0.0.21"), pages={"/": html_page("Checked by a self-signed notary")})
+    async with open_notary(tmp_path / "s", host="127.0.0.22", v2={"key_file": v2_key_file(tmp_path)},
+                           answers={"failures_at_deadline": False}) as notary:
+        bundle = make_bundle(
+            name="Self-signed notary", location="https://127.0.0.22/local.notary",
+            hosts=[BundleHost("127.0.0.22", notary.port, notary.relay_port,
+                              crypto.certificate_pem(notary.certificate).decode("ascii"),
+                              v2_key=v2_public(tmp_path))],
+        ).to_json().decode("utf-8")
+        der = notary.certificate.public_bytes(Encoding.DER)
+
+        def browse() -> Any:
+            lab.browser.configure(LAB_SETTINGS, [bundle])
+            before = lab.browser.popup(lab.browser.visit(site.url()).url)
+            lab.browser.accept_certificate("127.0.0.22", notary.port, der)
+            lab.browser.configure(LAB_SETTINGS, [bundle])
+            return before, lab.browser.popup(lab.browser.visit(site.url()).url)
+
+        before, after = await drive(browse)
+    assert before["rows"][0][1] == "no answer"  # Firefox refuses the untrusted certificate
+    assert after["words"] == "verified by 1 of 1 notaries"

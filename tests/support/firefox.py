@@ -22,6 +22,7 @@ and fails under CI (``CI`` set, as .ci/run's environment has it), where
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.server
 import json
@@ -36,12 +37,19 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
+
+from notary.protocol.bundle import BundleHost, make_bundle
+from notary.state import crypto
+from tests.support.notaries import NotaryUnderTest, open_notary
+from tests.support.tls_targets import StaticResolver, static_resolver
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "clients" / "firefox" / "tools"))
@@ -518,6 +526,18 @@ class Browser:
                   default: return null;
                 }""", [name])
 
+    def accept_certificate(self, host: str, port: int, der: bytes) -> None:
+        """What "Accept the Risk and Continue" stores: a certificate
+        exception for host:port (nsICertOverrideService)."""
+        with self.m.using_context("chrome"):
+            self.m.execute_script("""
+                const [host, port, b64] = arguments;
+                const cert = Cc["@mozilla.org/security/x509certdb;1"]
+                    .getService(Ci.nsIX509CertDB).constructX509FromBase64(b64);
+                Cc["@mozilla.org/security/certoverride;1"].getService(Ci.nsICertOverrideService)
+                    .rememberValidityOverride(host, port, {}, cert, false);""",
+                [host, port, base64.b64encode(der).decode("ascii")])
+
     def recheck_captive_portal(self) -> str:
         """Ask Firefox's captive-portal service to look again; its state."""
         with self.m.using_context("chrome"):
@@ -570,11 +590,12 @@ class Lab:
         return self.ca.issue_cert(*names, key_type=key_type)
 
 
-def open_lab(directory: Path, *, with_addon: bool = True,
+def open_lab(directory: Path, *, with_addon: bool = True, ca: trustme.CA | None = None,
              prefs: Mapping[str, object] | None = None) -> Iterator[Lab]:
     """Start the lab and Firefox (with the add-on installed temporarily
-    unless ``with_addon`` is false); stop them after the block."""
-    ca = trustme.CA(key_type=trustme.KeyType.RSA)
+    unless ``with_addon`` is false; ``ca``: the lab's CA, a new one by
+    default); stop them after the block."""
+    ca = ca or trustme.CA(key_type=trustme.KeyType.RSA)
     proxy = HostsProxy()
     captive = CaptivePortal()
     profile = make_profile(directory, ca)
@@ -604,6 +625,58 @@ def open_lab(directory: Path, *, with_addon: bool = True,
         finally:
             proxy.close()
             captive.close()
+
+
+# -- notaries of the lab ---------------------------------------------------------------
+
+
+@dataclass
+class LabNotary:
+    notary: NotaryUnderTest
+    bundle: str
+    name: str
+    host: str
+    resolver: StaticResolver
+
+
+def notary_files(lab: Lab, directory: Path, host: str) -> tuple[Path, Path, Path, str, str]:
+    """A lab notary's TLS key and certificate (from the lab's CA, an RSA key:
+    it signs Convergence answers too) and Ed25519 key: their files, the
+    certificate's PEM and the v2 public key in base64."""
+    directory.mkdir(parents=True, exist_ok=True)
+    leaf = lab.leaf(host, rsa=True)
+    key_file, cert_file, v2_file = directory / "tls.key", directory / "tls.crt", directory / "v2.key"
+    leaf.private_key_pem.write_to_path(str(key_file))
+    leaf.cert_chain_pems[0].write_to_path(str(cert_file))
+    v2_key = crypto.generate_ed25519_key()
+    crypto.write_ed25519_private_key(v2_file, v2_key)
+    v2_public = base64.b64encode(crypto.ed25519_public_raw(v2_key)).decode("ascii")
+    return key_file, cert_file, v2_file, leaf.cert_chain_pems[0].bytes().decode("ascii"), v2_public
+
+
+@asynccontextmanager
+async def open_lab_notary(
+    lab: Lab, directory: Path, host: str, *, name: str | None = None,
+    names: dict[str, list[str]] | None = None, legacy: bool = False, **sections: Any,
+) -> AsyncIterator[LabNotary]:
+    """A v2 notary on ``host`` (:func:`notary_files`) and its bundle pinning
+    its certificate and its Ed25519 key (``legacy``: no v2 key, as a 2011
+    bundle: the add-on asks it with the Convergence API); ``names`` is its
+    resolver's map (``LabNotary.resolver.mapping``, to edit)."""
+    key_file, cert_file, v2_file, pem, v2_public = notary_files(lab, directory, host)
+    name = name or f"Notary {host}"
+    resolver = static_resolver(names or {})
+    async with open_notary(
+        directory / "n", resolver=resolver, host=host,
+        server={"key_file": key_file, "cert_file": cert_file},
+        v2={"key_file": v2_file}, answers={"failures_at_deadline": False}, **sections,
+    ) as notary:
+        bundle = make_bundle(
+            name=name, location=f"https://{host}/lab.notary",
+            hosts=[BundleHost(host, notary.port, notary.relay_port, pem,
+                              v2_key=None if legacy else v2_public)],
+        )
+        yield LabNotary(notary, bundle.to_json().decode("utf-8"), name, host, resolver)
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = TIMEOUT_S) -> None:

@@ -45,6 +45,7 @@ const trustedOnce = new BoundedCache(1024); // "host:port:sha256" trusted for th
 const sessionVerified = new BoundedCache(4096); // "host:port" -> sha256 verified this session
 const preflights = new Map(); // "host:port" -> Promise (strict mode)
 const relayRoutes = new Map(); // "host:port" of a notary -> {relay, count}
+const wrongPins = new BoundedCache(256); // URL of a notary request cancelled for its certificate
 const reports = new BoundedCache(256); // block page reports by id
 const tabs = new BoundedCache(512); // tabId -> what the popup shows
 let reportSequence = 0;
@@ -83,6 +84,28 @@ async function load() {
     reliability.loaded = true;
   }
   verdicts.clear();
+  updateListeners();
+}
+
+/** The listeners that only some settings need, on or off: each one Firefox
+ * waits for costs every request a round trip to this process (the bench:
+ * bench/bench_firefox.py). Strict mode's header check only in strict mode;
+ * the relay's proxy.onRequest only with a relay, and only for the
+ * notaries' hosts. */
+function updateListeners() {
+  const strict = state.settings.strictMode && state.settings.enabled;
+  const hasStrict = browser.webRequest.onBeforeSendHeaders.hasListener(onBeforeSendHeaders);
+  if (strict && !hasStrict) {
+    browser.webRequest.onBeforeSendHeaders.addListener(onBeforeSendHeaders, { urls: ["https://*/*", "wss://*/*"] }, ["blocking", "requestHeaders"]);
+  } else if (!strict && hasStrict) {
+    browser.webRequest.onBeforeSendHeaders.removeListener(onBeforeSendHeaders);
+  }
+  browser.proxy.onRequest.removeListener(onProxyRequest);
+  if (state.settings.relay !== "off" && state.notaries.length > 1) {
+    const hosts = [...new Set(state.notaries.flatMap((n) => n.bundle.hosts.map((h) => h.host)))];
+    const urls = hosts.map((h) => `https://${h.includes(":") ? `[${h}]` : h}/*`);
+    browser.proxy.onRequest.addListener(onProxyRequest, { urls });
+  }
 }
 
 let saveTimer = null;
@@ -120,7 +143,7 @@ async function readBounded(response, limit) {
 
 /** One request to a notary host, under timeoutMs, through relay if given;
  * its certificate is checked against the bundle's pins in
- * onHeadersReceived (checkOwnResponse). */
+ * onHeadersReceived (checkNotaryResponse). */
 async function transport({ url, method, body, contentType, timeoutMs, relay }) {
   const endpoint = targetKey(new URL(url).hostname, Number(new URL(url).port || 443));
   const controller = new AbortController();
@@ -138,6 +161,10 @@ async function transport({ url, method, body, contentType, timeoutMs, relay }) {
     return { status: response.status, text: await readBounded(response, MAX_NOTARY_ANSWER_BYTES) };
   } catch (error) {
     if (error instanceof TransportError) throw error;
+    if (wrongPins.get(url)) {
+      wrongPins.delete(url);
+      throw new TransportError("its host presented a certificate its bundle does not pin");
+    }
     throw new TransportError(controller.signal.aborted ? `timed out after ${timeoutMs} ms`
       : relay ? `not reachable through the relay ${relay.name}` : "not reachable (connection or TLS failed)");
   } finally {
@@ -164,21 +191,28 @@ function onProxyRequest(details) {
   return { type: "http", host: route.relay.host, port: route.relay.port, failoverTimeout: 1 };
 }
 
-async function checkOwnResponse(details, url) {
+/** A response from a notary's host (host:port of a bundle): authenticated
+ * by the bundle's pins, never by asking notaries (which would ask about
+ * itself). The add-on's own request is cancelled when the pin does not
+ * match; a page the user opens there is blocked the same way. Null: not a
+ * notary's endpoint. */
+async function checkNotaryResponse(details, url) {
   const endpoint = targetKey(url.hostname, Number(url.port || 443));
   const pins = state.endpoints.get(endpoint);
-  if (!pins) return null; // not a notary: a strict-mode preflight or a bundle download
+  if (!pins) return null;
   try {
-    const info = await browser.webRequest.getSecurityInfo(details.requestId, { rawDER: true });
-    const leaf = info?.certificates?.[0];
-    if (!leaf) return { cancel: true };
-    const { sha1 } = await certificateHashes(leaf.rawDER);
-    const pin = sha1.toUpperCase().match(/../g).join(":");
-    return pins.includes(pin) ? {} : { cancel: true };
+    const info = await browser.webRequest.getSecurityInfo(details.requestId, {});
+    const sha1 = String(info?.certificates?.[0]?.fingerprint?.sha1 ?? "").toUpperCase();
+    if (pins.includes(sha1)) {
+      if (!isOwn(details)) record(details, { host: url.hostname, port: Number(url.port || 443), status: "verified", words: "a notary you trust (its pinned certificate)" });
+      return {};
+    }
   } catch (error) {
     console.warn("notary check: cannot check a notary's certificate", error);
-    return { cancel: true };
   }
+  if (isOwn(details)) wrongPins.set(details.url, true);
+  else record(details, { host: url.hostname, port: Number(url.port || 443), status: "blocked", words: "a notary's host presenting a certificate its bundle does not pin" });
+  return { cancel: true };
 }
 
 // -- judging a response ---------------------------------------------------------
@@ -234,7 +268,8 @@ function record(details, entry) {
     if (!(key in tab.resources) && keys.length >= 64) delete tab.resources[keys[0]];
     const seen = tab.resources[key];
     tab.resources[key] = { ...entry, count: (seen?.count ?? 0) + 1 };
-    if (entry.status === "blocked") tab.blocked += 1;
+    if (entry.status !== "blocked") return; // the button shows the page and what was blocked
+    tab.blocked += 1;
   }
   showOnButton(details.tabId);
 }
@@ -267,26 +302,28 @@ function certificateOf(leaf, hashes) {
 async function judge(details) {
   await ready;
   const url = new URL(details.url);
-  if (isOwn(details)) {
-    const own = await checkOwnResponse(details, url);
-    if (own !== null) return own;
-  }
+  const notary = await checkNotaryResponse(details, url);
+  if (notary !== null) return notary;
+  // The fast path asks Firefox for the certificate's SHA-256 fingerprint
+  // only: a cached verdict needs no DER and no hashing. The DER is fetched
+  // and hashed here (SHA-256, SHA-1, SPKI SHA-256) when notaries are asked
+  // or a page is blocked.
   let info;
   try {
-    info = await browser.webRequest.getSecurityInfo(details.requestId, { rawDER: true });
+    info = await browser.webRequest.getSecurityInfo(details.requestId, {});
   } catch {
     return {};
   }
   const leaf = info?.certificates?.[0];
-  if (!leaf || !leaf.rawDER || !["secure", "weak"].includes(info.state)) return {}; // Firefox's own error page
+  if (!leaf || !["secure", "weak"].includes(info.state)) return {}; // Firefox's own error page
   const host = normaliseHost(url.hostname);
   const port = Number(url.port || 443);
-  const hashes = await certificateHashes(leaf.rawDER);
-  const base = { host, port, sha256: hashes.sha256, url: details.url };
+  const sha256 = String(leaf.fingerprint?.sha256 ?? "").replaceAll(":", "").toLowerCase();
+  const base = { host, port, sha256, url: details.url };
   const decision = decide({ host, ip: details.ip ?? null, captive: state.captive, settings: state.settings, notaries: state.notaries });
   const endpoint = `${host}:${port}`;
-  if (trustedOnce.has(`${endpoint}:${hashes.sha256}`) || (state.alwaysTrust[targetKey(host, port)] ?? []).includes(hashes.sha256)) {
-    sessionVerified.set(targetKey(host, port), hashes.sha256);
+  if (trustedOnce.has(`${endpoint}:${sha256}`) || (state.alwaysTrust[targetKey(host, port)] ?? []).includes(sha256)) {
+    sessionVerified.set(targetKey(host, port), sha256);
     record(details, { ...base, status: Mark.TRUSTED_BY_USER, words: "trusted by you (certificate exception)" });
     return {};
   }
@@ -294,18 +331,30 @@ async function judge(details) {
     record(details, { ...base, status: decision.mark, words: decision.reason });
     return {};
   }
-  const entry = { host, port, sha256: hashes.sha256, sha1: hashes.sha1 };
-  const report = await vote(entry, decision.notaries);
+  let hashes = null;
+  const hashed = async () => {
+    if (!hashes) {
+      const full = await browser.webRequest.getSecurityInfo(details.requestId, { rawDER: true });
+      hashes = await certificateHashes(full.certificates[0].rawDER);
+      if (hashes.sha256 !== sha256) throw new Error("the certificate's hash is not Firefox's fingerprint");
+    }
+    return hashes;
+  };
+  let report = verdicts.lookup(host, port, sha256);
+  if (!report) {
+    const { sha1 } = await hashed();
+    report = await vote({ host, port, sha256, sha1 }, decision.notaries);
+  }
   const action = actionFor(report.tally.outcome, state.settings);
   const words = `${summary(report)}${decision.scope.startsWith("organisation") ? ` (${decision.scope})` : ""}`;
   if (action === "allow") {
-    if (report.tally.outcome === Outcome.VERIFIED) sessionVerified.set(targetKey(host, port), hashes.sha256);
+    if (report.tally.outcome === Outcome.VERIFIED) sessionVerified.set(targetKey(host, port), sha256);
     record(details, { ...base, status: report.tally.outcome === Outcome.VERIFIED ? "verified" : "unverified", words, report });
     return {};
   }
   reportSequence += 1;
   const id = `r${reportSequence}`;
-  reports.set(id, { id, url: details.url, type: details.type, tabId: details.tabId, certificate: certificateOf(leaf, hashes), report, scope: decision.scope });
+  reports.set(id, { id, url: details.url, type: details.type, tabId: details.tabId, certificate: certificateOf(leaf, await hashed()), report, scope: decision.scope });
   record(details, { ...base, status: "blocked", words, report, reportId: id });
   if (details.type === "main_frame") {
     return { redirectUrl: browser.runtime.getURL(`src/pages/block.html?id=${id}`) };
@@ -528,8 +577,6 @@ browser.storage.onChanged.addListener((changes, area) => {
 });
 browser.tabs.onRemoved.addListener((tabId) => tabs.delete(tabId));
 browser.runtime.onMessage.addListener(onMessage);
-browser.proxy.onRequest.addListener(onProxyRequest, { urls: ["<all_urls>"] });
 browser.webRequest.onHeadersReceived.addListener(onHeadersReceived, { urls: ["https://*/*", "wss://*/*"] }, ["blocking"]);
-browser.webRequest.onBeforeSendHeaders.addListener(onBeforeSendHeaders, { urls: ["https://*/*", "wss://*/*"] }, ["blocking", "requestHeaders"]);
 watchCaptivePortal();
 const ready = load().catch((error) => console.error("notary check: settings could not be loaded", error));

@@ -50,6 +50,12 @@ async function show() {
     document.getElementById("resources").textContent =
       `Sub-resources from ${resources.length} host${resources.length === 1 ? "" : "s"}: ${verified} verified, ${tab.blocked} requests blocked`
       + (tab.withheld ? `, credentials withheld from ${tab.withheld} requests (strict mode)` : "") + ".";
+    const others = resources.filter((r) => r.status !== "verified").slice(0, 8);
+    if (others.length) {
+      document.getElementById("resources").after(el("ul", { id: "unverified", class: "muted" },
+        others.map((r) => el("li", {}, `${r.host}:${r.port}: ${r.words}`,
+          r.report ? ` (${r.report.answers.map((a) => `${a.notary}: ${a.detail || a.verdict}`).join("; ")})` : ""))));
+    }
   }
 }
 
