@@ -5,8 +5,10 @@ clients/firefox/test/make_fixtures.py run, not only the committed file),
 
 Like the Firefox tests, the Node and lint tests run in make test's compiled
 pass only, and skip with a reason where Node or web-ext is missing
-(a failure under CI, whose ``.ci/run`` has both: Node from the machine,
-web-ext from ``make test``'s ``npm ci``).
+(a failure under CI, whose ``.ci/run`` has both: Node and npm from
+``.ci/install-tools tests``, web-ext from ``make test``'s ``npm ci``). Node
+18 (Debian 12's) is enough: web-ext is pinned at the last release that runs
+on it, and test/webcrypto.mjs gives Node 18 the global ``crypto``.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+import "./webcrypto.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { BundleError, describePins, parseBundle, protocolOf } from "../src/lib/bundle.js";

@@ -1,3 +1,4 @@
+import "./webcrypto.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { canonicalJson } from "../src/lib/canonical.js";

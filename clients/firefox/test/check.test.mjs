@@ -1,3 +1,4 @@
+import "./webcrypto.mjs";
 // The check's orchestration with a fake transport: a notary written here in
 // JavaScript signs with its own Ed25519 key (the Python notary's answers are
 // tested in v2.test.mjs; this is about batching, deadlines, failures and

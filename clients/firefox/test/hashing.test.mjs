@@ -1,3 +1,4 @@
+import "./webcrypto.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { colonHex, fromBase64, fromHex, toBase64, toHex } from "../src/lib/bytes.js";

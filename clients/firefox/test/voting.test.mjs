@@ -1,3 +1,4 @@
+import "./webcrypto.mjs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { classify, tally, Verdict as V } from "../src/lib/voting.js";
