@@ -141,6 +141,13 @@ LOOPBACK_PREFS: dict[str, object] = {
     "media.gmp-manager.updateEnabled": False,
     "geo.provider.network.url": "",
     "network.connectivity-service.enabled": False,
+    "network.connectivity-service.IPv4.url": "http://127.0.0.1:9/ipv4",
+    "network.connectivity-service.IPv6.url": "http://127.0.0.1:9/ipv6",
+    "security.certerrors.mitm.priming.enabled": False,
+    "browser.discovery.enabled": False,
+    "datareporting.usage.uploadEnabled": False,
+    "doh-rollout.disable-heuristics": True,
+    "dom.push.serverURL": "ws://127.0.0.1:9/",
     "network.dns.disablePrefetch": True,
     "network.dns.native-is-localhost": True,
     "network.prefetch-next": False,
@@ -526,6 +533,29 @@ class Browser:
                   default: return null;
                 }""", [name])
 
+    def accept_dialog(self) -> None:
+        """Answer OK to the page's ``confirm()`` (or ``alert()``)."""
+        from marionette_driver.marionette import Alert
+
+        wait_until(lambda: _dialog_open(self.m))
+        Alert(self.m).accept()
+
+    def proxy_for(self, url: str) -> tuple[str, str, int]:
+        """How Firefox would route a request for ``url``: (type, host, port)
+        of the proxy its settings give (``("direct", "", -1)`` for none).
+        Computed by the proxy service alone: nothing is connected or
+        resolved (the lab's proxy auto-config calls no DNS function)."""
+        with self.m.using_context("chrome"):
+            route = self.m.execute_async_script("""
+                const [spec, resolve] = arguments;
+                const { NetUtil } = ChromeUtils.importESModule("resource://gre/modules/NetUtil.sys.mjs");
+                const channel = NetUtil.newChannel({ uri: spec, loadUsingSystemPrincipal: true });
+                Cc["@mozilla.org/network/protocol-proxy-service;1"].getService(Ci.nsIProtocolProxyService)
+                    .asyncResolve(channel, 0, { onProxyAvailable(request, ch, info) {
+                        resolve(info ? [info.type, info.host, info.port] : ["direct", "", -1]);
+                    } });""", [url])
+        return str(route[0]), str(route[1]), int(route[2])
+
     def accept_certificate(self, host: str, port: int, der: bytes) -> None:
         """What "Accept the Risk and Continue" stores: a certificate
         exception for host:port (nsICertOverrideService)."""
@@ -553,6 +583,17 @@ class Browser:
                 const service = Cc["@mozilla.org/network/captive-portal-service;1"]
                     .getService(Ci.nsICaptivePortalService);
                 return ["unknown", "not_captive", "unlocked_portal", "locked_portal"][service.state];"""))
+
+
+def _dialog_open(m: Marionette) -> bool:
+    from marionette_driver.errors import NoAlertPresentException
+    from marionette_driver.marionette import Alert
+
+    try:
+        Alert(m).text  # noqa: B018 - raises without a dialog
+    except NoAlertPresentException:
+        return False
+    return True
 
 
 def _quote(text: str) -> str:
