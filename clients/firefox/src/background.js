@@ -274,14 +274,15 @@ function record(details, entry) {
   showOnButton(details.tabId);
 }
 
-/** The vote about (host, port, certificate): cached, joined, or asked. */
-function vote(entry, notaries) {
+/** The vote about (host, port, certificate): cached, joined, or asked
+ * (now: at once, for a page's own document). */
+function vote(entry, notaries, now) {
   const key = VerdictCache.key(entry.host, entry.port, entry.sha256);
   const cached = verdicts.lookup(entry.host, entry.port, entry.sha256);
   if (cached) return Promise.resolve(cached);
   let running = pending.get(key);
   if (!running) {
-    running = checkCertificate(entry, notaries, state.clients, state.settings).then((report) => {
+    running = checkCertificate(entry, notaries, state.clients, state.settings, { now }).then((report) => {
       for (const answer of report.answers) reliability.record(answer.notary, answer.verdict, report.checkedAt);
       saveReliabilitySoon();
       verdicts.remember(report);
@@ -343,7 +344,7 @@ async function judge(details) {
   let report = verdicts.lookup(host, port, sha256);
   if (!report) {
     const { sha1 } = await hashed();
-    report = await vote({ host, port, sha256, sha1 }, decision.notaries);
+    report = await vote({ host, port, sha256, sha1 }, decision.notaries, details.type === "main_frame");
   }
   const action = actionFor(report.tally.outcome, state.settings);
   const words = `${summary(report)}${decision.scope.startsWith("organisation") ? ` (${decision.scope})` : ""}`;

@@ -84,6 +84,22 @@ test("one page's certificates become one batched query per notary", async () => 
   assert.equal(answers[1].detail, "sees another certificate");
 });
 
+test("a page's own document is asked at once, with what waits in the batch", async () => {
+  const a = await fakeNotary("A", { "a.test:443": "aa".repeat(32), "b.test:443": "bb".repeat(32) }, { port: 1001 });
+  const calls = [];
+  const client = new NotaryClient(a, { transport: transportFor([a], { calls }), clock, settings: { batchWindowMs: 60_000 } });
+  const waiting = client.ask(entry("b.test", "bb".repeat(32)));
+  const asked = Promise.all([client.ask(entry("a.test", "aa".repeat(32)), { now: true }), waiting]);
+  let timer;
+  const late = new Promise((resolve) => { timer = setTimeout(resolve, 5000, "waited for the window"); });
+  const answers = await Promise.race([asked, late]);
+  clearTimeout(timer);
+  assert.notEqual(answers, "waited for the window");
+  assert.equal(calls.length, 1);
+  assert.deepEqual(a.requests[0].targets.map((t) => t.host), ["b.test", "a.test"]);
+  assert.deepEqual(answers.map((x) => x.verdict), ["success", "success"]);
+});
+
 test("agreement, a notary down, a tampered answer: the vote as the threshold says", async () => {
   const seen = { "site.test:443": "aa".repeat(32) };
   const notaries = [await fakeNotary("A", seen, { port: 1001 }), await fakeNotary("B", seen, { port: 1002 })];

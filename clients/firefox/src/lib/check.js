@@ -7,7 +7,9 @@
 //    carries the others' questions and is not asked itself.
 // 2. v2 notaries are asked in batches: the certificates of one page (30
 //    resources from 5 hosts) become one POST /v2/query per notary, with a
-//    nonce, verified with Ed25519 against the bundle's keys.
+//    nonce, verified with Ed25519 against the bundle's keys. A page's own
+//    document is asked at once (`now`): nothing of its page can join its
+//    batch, since its sub-resources wait for it.
 // 3. Notaries with only the Convergence API are asked one target at a time
 //    and their RSA signature checked against the bundle's certificate.
 // 4. Whatever one notary sends (or fails to) is that notary's answer, never
@@ -99,25 +101,28 @@ export class NotaryClient {
     this.keys = null;
   }
 
-  /** The answer of this notary about entry {host, port, sha256, sha1}. */
-  ask(entry, { relay = null } = {}) {
+  /** The answer of this notary about entry {host, port, sha256, sha1};
+   * now: send the batch (with whatever waits in it) without waiting for
+   * the batch window. */
+  ask(entry, { relay = null, now = false } = {}) {
     if (this.protocol === "convergence") return this.askConvergence(entry, relay);
     return new Promise((resolve) => {
       const key = relay ? relay.name : "";
       let queue = this.queues.get(key);
       if (!queue) {
         queue = [];
+        queue.timer = setTimeout(() => this.flush(key, relay), this.settings.batchWindowMs);
         this.queues.set(key, queue);
-        setTimeout(() => this.flush(key, relay), this.settings.batchWindowMs);
       }
       queue.push({ entry, resolve });
-      if (queue.length >= v2.MAX_BATCH) this.flush(key, relay);
+      if (now || queue.length >= v2.MAX_BATCH) this.flush(key, relay);
     });
   }
 
   flush(key, relay) {
     const queue = this.queues.get(key);
     if (!queue || !queue.length) return;
+    clearTimeout(queue.timer);
     this.queues.delete(key);
     this.askV2(queue, relay).catch((error) => {
       for (const item of queue) {
@@ -262,13 +267,14 @@ export function verdictExpiry(outcome, answers, nowMs, settings) {
 }
 
 /** Ask clients (NotaryClient by name) about a certificate and vote.
- * entry: {host, port, sha256, sha1}. Never throws for a notary's fault. */
-export async function checkCertificate(entry, notaries, clients, settings, { clock = () => Date.now(), random = Math.random } = {}) {
+ * entry: {host, port, sha256, sha1}; now: ask without the batch window (a
+ * page's own document). Never throws for a notary's fault. */
+export async function checkCertificate(entry, notaries, clients, settings, { clock = () => Date.now(), random = Math.random, now = false } = {}) {
   const s = { ...DEFAULTS, ...settings };
   const [asked, relay] = pickNotaries(notaries, s, random);
   const answers = await Promise.all(asked.map(async (notary) => {
     try {
-      return await clients.get(notary.name).ask(entry, { relay });
+      return await clients.get(notary.name).ask(entry, { relay, now });
     } catch (error) {
       return answer(notary, Verdict.CONNECTIVITY_FAILURE, { detail: `unexpected error (${error})` });
     }
