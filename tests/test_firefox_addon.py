@@ -9,15 +9,17 @@ the button says verified; a rogue certificate from the same trusted CA
 that the notaries never saw (DigiNotar) -> the add-on's block page, and a
 sub-resource from it is cancelled; a site serving several certificates
 from several addresses -> loads; one of two notaries down -> the vote as
-the threshold says; a tampered answer -> not counted; a notary asked
-through another's relay; a locked captive portal; internal addresses and
-an organisation's own notaries; strict mode's withheld cookies. The
+the threshold says; a notary whose pin is wrong or whose answer is
+tampered -> not counted; a notary asked through another's relay; a locked
+captive portal; internal addresses and an organisation's own notaries;
+strict mode's withheld cookies; a self-signed notary; one question per new
+certificate and none when cached; adding and removing a notary. The
 profile stays on loopback (its prefs, and nothing reached the proxy but
 the lab's names).
 
 Screenshots of the popup and the block page go to
-``$NOTARY_TEST_ARTIFACTS`` (default ``tests/artifacts/``);
-``docs/screenshots/make_screenshots.py`` keeps the README's copies.
+``$NOTARY_TEST_ARTIFACTS`` (default ``tests/artifacts/``); the README's are
+made with ``NOTARY_TEST_ARTIFACTS=docs/screenshots`` (docs/firefox.md).
 """
 
 from __future__ import annotations
