@@ -3,7 +3,7 @@
 Modes a to d2, then a diagnosis of the batched writer (``--no-diagnosis``
 skips it); what each part measures, and the workload: ``bench/README.md``.
 ``--part bounds``: the bytes the database takes in the worst cases that the
-project README's "What the notary keeps" quotes (its table says what each counts).
+docs/storage.md quotes (its table says what each counts).
 
     .venv/bin/python bench/bench_writer.py                # full run (a minute or two)
     .venv/bin/python bench/bench_writer.py --quick        # smoke run (seconds)

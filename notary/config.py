@@ -127,8 +127,7 @@ class ProbeConfig:
     #: Bytes a target may send before its certificates are in.
     max_handshake_bytes: int = 256 * 1024
     #: Addresses of a name a probe handshakes with (the policy-allowed
-    #: ones, in the resolver's order; README "Sites that serve several
-    #: certificates").
+    #: ones, in the resolver's order; docs/sites.md).
     max_addresses: int = 8
     #: Handshakes with each address at most when the target was seen
     #: serving more than one certificate within [answers] fresh_for_s.
@@ -187,7 +186,7 @@ class HttpConfig:
 
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
-    """Per-client and per-target limits (README "Security model"): the
+    """Per-client and per-target limits (docs/security.md "Security model"): the
     node's; each of N workers enforces its share (``shared_by``). A rate of
     0 turns that limit off."""
 
@@ -217,7 +216,7 @@ class LimitsConfig:
     #: /48; bucket of ``destination_probe_burst``); beyond: as a failed probe.
     probes_per_s_per_destination_prefix: float = 10.0
     destination_probe_burst: int = 50
-    #: Bytes of log entries (README "What the notary keeps") the statements
+    #: Bytes of log entries (docs/storage.md "What the notary keeps") the statements
     #: a client prefix's queries make the notary sign may add per second
     #: (bucket of ``log_burst_bytes``; a statement is charged when signed,
     #: into debt); a client in debt gets 429 for a query that would start a
@@ -225,7 +224,7 @@ class LimitsConfig:
     log_bytes_per_s_per_prefix: float = 1024.0
     log_burst_bytes: int = 256 * 1024
     #: Entries each rate table (client prefixes, targets, target prefixes)
-    #: holds at most (about 160 bytes each; README "Security model").
+    #: holds at most (about 160 bytes each; docs/security.md "Security model").
     max_tracked: int = 16384
 
     def shared_by(self, workers: int) -> LimitsConfig:
@@ -279,7 +278,7 @@ class StoreConfig:
     #: Sightings of a certificate closer than this form one run of the
     #: history (Perspectives timespans); a longer gap starts a new run.
     merge_window_s: int = 48 * 3600
-    #: What a target keeps (README "What the notary keeps"), in every
+    #: What a target keeps (docs/storage.md "What the notary keeps"), in every
     #: protocol's answer alike: a leaf certificate larger than this is kept
     #: by its hashes only (no protocol answer needs its DER; 0: never keep
     #: the DER)...
@@ -292,14 +291,13 @@ class StoreConfig:
     #: (at least ``[rescan] forget_after_s``, so no rescanned target goes).
     forget_unasked_after_s: int = 90 * 86400  # None, set in code only: for ever
     #: How often each process reads the change feed (what the node's other
-    #: workers committed: README "Workers and the change feed")...
+    #: workers committed: docs/operating.md, "Workers and the change feed")...
     feed_interval_ms: int = 100
     #: ...and how many of its newest rows the store keeps (a worker that
     #: falls further behind drops its whole cache).
     feed_max_rows: int = 100_000
     #: The engine: "sqlite" (the file ``[server] db_file``, one machine) or
-    #: "postgresql" (``dsn``, shared by the nodes of a fleet: README
-    #: "Running a fleet").
+    #: "postgresql" (``dsn``, shared by the nodes of a fleet: docs/fleet.md).
     backend: str = "sqlite"
     #: PostgreSQL connection string (libpq keywords or a URL, checked at
     #: load: libpq must read it as written); the password best from
@@ -411,7 +409,7 @@ class V2Config:
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """The transparency log of the v2 statements (README "The notary's
+    """The transparency log of the v2 statements (docs/log.md, "The notary's
     log"): with ``enabled`` (and v2 served) every statement the notary signs
     is appended to an append-only Merkle log kept in the store, and served
     as tiles under ``/v2/log/``."""
@@ -429,7 +427,7 @@ class LogConfig:
     #: Statements signed but not yet sequenced, at most (beyond: a v2 query
     #: needing a new statement is answered 503 until the log catches up).
     max_pending: int = 100_000
-    #: Witnesses asked to cosign each new checkpoint (README "Witnesses"):
+    #: Witnesses asked to cosign each new checkpoint (docs/log.md "Witnesses"):
     #: a list of tables ``{url = "https://host:port/v2/witness", key =
     #: "<witness vkey>", pin = "<SHA-1 of its TLS certificate, hex>"}``.
     witnesses: tuple[LogWitness, ...] = ()
@@ -440,7 +438,7 @@ class LogConfig:
     #: A target's v2 statement is signed again (so logged) for a change of
     #: its observations at most this many times an hour, and as many at
     #: once (a token bucket per target); first statements and renewals are
-    #: not counted (README "What the notary keeps"). 0: no such limit.
+    #: not counted (docs/storage.md "What the notary keeps"). 0: no such limit.
     statements_per_target_per_hour: float = 12.0
 
     def shared_by(self, workers: int) -> LogConfig:
@@ -475,7 +473,7 @@ class LogWitness:
 
 @dataclass(frozen=True, slots=True)
 class WitnessConfig:
-    """The notary as a witness of other logs (C2SP tlog-witness; README
+    """The notary as a witness of other logs (C2SP tlog-witness; docs/log.md
     "Witnesses"): with ``enabled`` (and v2 served) ``POST
     /v2/witness/add-checkpoint`` cosigns, with the v2 key, checkpoints of
     the ``logs`` it is given with a consistency proof from the last one it

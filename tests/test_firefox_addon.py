@@ -18,8 +18,8 @@ profile stays on loopback (its prefs, and nothing reached the proxy but
 the lab's names).
 
 Screenshots of the popup and the block page go to
-``$NOTARY_TEST_ARTIFACTS`` (default ``tests/artifacts/``); the README's are
-made with ``NOTARY_TEST_ARTIFACTS=docs/screenshots`` (docs/firefox.md).
+``$NOTARY_TEST_ARTIFACTS`` (default ``tests/artifacts/``); docs/firefox.md's are
+made with ``NOTARY_TEST_ARTIFACTS=docs/screenshots`` (docs/firefox-reference.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Misbehaving targets probed by a running notary, end to end: each gets a
-503 without a signed list (README "Answers and status codes"), within the
+503 without a signed list (docs/protocols.md "Answers and status codes"), within the
 probe deadline, with a bounded number of bytes read from it, and the
 notary keeps answering about good sites meanwhile, logging no error.
 
@@ -418,7 +418,7 @@ async def test_a_misbehaving_address_beside_good_ones_leaves_their_certificates_
 
 # -- names that are not public DNS names ---------------------------------------------------
 
-#: Special-use and private names (README "What it refuses"), each mapped by
+#: Special-use and private names (docs/security.md "What it refuses"), each mapped by
 #: the notary's resolver to the local site: were one resolved, its query
 #: would be answered.
 NOT_PUBLIC = (

@@ -1,5 +1,5 @@
 """The folders of ``notary/`` are layers, and imports only point inwards
-(see README, "How the code is organised"): a layer imports the layers
+(see docs/architecture.md, "Layers"): a layer imports the layers
 listed for it and nothing else; only the layers that do I/O import Trio;
 nothing imports the command line."""
 

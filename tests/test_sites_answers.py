@@ -79,7 +79,7 @@ def current_at_latest(keys: list[tuple[str, list[tuple[int, int]]]], fp: str) ->
     """Whether the key ``fp`` has a timespan holding the latest end of any
     key of one notary's reply: all a notary can do for a split site. (The
     2008 client then counts only the first such key of each reply:
-    tests/protocol/test_split_sites_legacy.py, README "Sites that serve
+    tests/protocol/test_split_sites_legacy.py, docs/sites.md "Sites that serve
     several certificates".)"""
     latest = max(end for _, spans in keys for _, end in spans)
     return any(

@@ -2,7 +2,7 @@
 write lock held by another connection past the busy timeout, a full disk,
 damaged files, and a writer killed with SIGKILL under load.
 
-What must hold (README "What a crash can lose"): queries keep being
+What must hold (docs/storage.md "What a crash can lose"): queries keep being
 answered from memory and probes while the database cannot be used; a store
 that cannot be opened is a clear one-line error; nothing committed is ever
 lost, and nothing queued is dropped while the notary runs.

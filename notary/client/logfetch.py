@@ -1,4 +1,4 @@
-"""Reading a notary's transparency log over HTTPS (README, "Watching a
+"""Reading a notary's transparency log over HTTPS (docs/log.md, "Watching a
 notary's log"): ``GET`` requests under ``/v2/log/`` to the first host of a
 bundle that answers, over TLS pinned to the bundle's certificate as
 ``notary check`` does (:mod:`notary.client.check`), on one keep-alive
@@ -21,7 +21,7 @@ response) is :class:`LogUnreachable` with a one-line reason; a response
 with any status is returned (the caller decides what 404 means), but for
 interim answers (1xx), which are skipped, and a notary's ``429``/``503``
 with ``Retry-After`` (its per-client budget, or the bytes it holds for
-slow readers: README, "Limits"), which is asked again after that wait,
+slow readers: docs/security.md, "Limits"), which is asked again after that wait,
 at most :data:`MAX_RETRY_AFTER_S` each and :data:`MAX_RETRIES` times.
 """
 

@@ -1,4 +1,4 @@
-"""Auditing and watching a notary's transparency log (issue 22; README,
+"""Auditing and watching a notary's transparency log (issue 22; docs/log.md,
 "Watching a notary's log"): ``notary log verify`` and ``notary log watch``.
 
 An I/O edge (Trio), over :class:`~notary.client.logfetch.LogFetcher`

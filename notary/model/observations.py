@@ -4,7 +4,7 @@ Pure values and pure functions (no I/O, no clock): the store persists them, the
 cache holds them, the protocol modules serialise them.
 
 One probe of a target handshakes with each of its addresses, some several
-times (README, "Sites that serve several certificates"): each handshake is
+times (docs/sites.md, "Sites that serve several certificates"): each handshake is
 a :class:`ProbeResult`, the probe a :class:`ProbeReport` of them all. A
 target's *current set* (:meth:`Timeline.current`) is every certificate seen
 at any of its addresses within ``fresh_for_s``, and the newest whatever its
@@ -262,7 +262,7 @@ class Observation:
 
 @dataclass(frozen=True, slots=True)
 class TimelineLimits:
-    """What one target's timeline keeps (README "What the notary keeps").
+    """What one target's timeline keeps (docs/storage.md "What the notary keeps").
 
     - A certificate's DER only up to ``max_certificate_bytes``: a larger one
       is kept by its hashes, with ``der`` empty (no protocol answer needs the

@@ -31,7 +31,7 @@ DEV_ADMIN_PORT = 9142
 CONFIG_HEADER = "# Made by `notary dev-init` for `make run`: a notary on loopback only."
 
 CONFIG_TEMPLATE = CONFIG_HEADER + """
-# Every key is documented in README.md ("Configuration").
+# Every key is documented in docs/configuration.md ("Configuration").
 
 [server]
 key_file = "notary.key"
@@ -69,7 +69,7 @@ listen = ["{host}:{perspectives_port}"]
 key_file = "v2.key"
 
 [log]
-# Every v2 statement goes to a transparency log (README "The notary's log"):
+# Every v2 statement goes to a transparency log (docs/log.md):
 # GET https://{host}:{api_port}/v2/log/checkpoint, /v2/log/tile/...
 enabled = true
 origin = "{host}:{api_port}/v2/log"

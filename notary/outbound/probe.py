@@ -7,7 +7,7 @@ the client side of a TLS handshake with each allowed address (at most
 ``max_addresses``, in the resolver's order; an IP literal is one address),
 all at once, far enough to receive the server's certificates. What it saw
 is one :class:`~notary.model.observations.ProbeReport`: every handshake's
-result, every address probed, the failures of the others (README, "Sites
+result, every address probed, the failures of the others (docs/sites.md, "Sites
 that serve several certificates").
 
 Rules this module keeps:

@@ -1,5 +1,5 @@
 """Witness cosignatures for the notary's log (C2SP tlog-witness, the
-log's side; README "Witnesses"): a Trio task beside the log's appender
+log's side; docs/log.md "Witnesses"): a Trio task beside the log's appender
 that submits each new checkpoint to the witnesses of ``[log] witnesses``
 and keeps the cosignatures they return, which ``/v2/log/checkpoint`` then
 serves appended to the checkpoint (more signature lines of its note).

@@ -20,7 +20,7 @@ line. A crash or power loss loses what was still queued: at most
 from memory meanwhile), plus, with ``synchronous=NORMAL``, the last committed
 transactions on power loss (never corruption: WAL).
 
-What is kept (README "What the notary keeps"): the writer keeps each
+What is kept (docs/storage.md "What the notary keeps"): the writer keeps each
 target within ``limits`` (``notary.state.observationstore``); a maintenance task, on the
 writer's connection between batches, first brings rows written under looser
 limits within them, then every ``ASKED_FLUSH_INTERVAL_S`` writes the

@@ -6,7 +6,7 @@ host with the certificate clients pin.
 
 Two optional extensions, which the 2011 readers ignore (they read only the
 members they know): each host's ``v2_key``, and the notary's transparency
-``log`` (:class:`BundleLog`, README "The client's trusted notaries"):
+``log`` (:class:`BundleLog`, docs/security.md "The client's trusted notaries"):
 
     "log": {"origin": "notary.example.org/v2/log",
             "key": "notary.example.org/v2/log+1a2b3c4d+AQ...",

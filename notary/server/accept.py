@@ -7,7 +7,7 @@ until it overflows (measured: ``bench/RESULTS.md``, scenario 6). Here each
 wake-up accepts every connection queued (up to ``ACCEPT_BATCH``) before
 yielding.
 
-Nothing that happens to one connection ends the listener (README,
+Nothing that happens to one connection ends the listener (docs/security.md,
 "Security model"): a connection the peer reset before or while it was
 accepted is skipped, whether ``accept`` or the stream's construction (a TLS
 socket's, which reads the socket) notices; an error a handler raises is

@@ -1,5 +1,4 @@
-"""The notary's transparency log over HTTP, under ``/v2/log/`` (README,
-"The notary's log"): the C2SP tlog-tiles layout, so any tiles client can
+"""The notary's transparency log over HTTP, under ``/v2/log/`` (docs/log.md): the C2SP tlog-tiles layout, so any tiles client can
 fetch and verify it, plus one proof endpoint for clients that keep a
 checkpoint.
 

@@ -370,7 +370,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_log_appended", "log", "appended", "Statements this worker appended to the "
              "notary's transparency log."),
     _counter("notary_log_appended_bytes", "log", "appended_bytes", "Bytes of the entries this "
-             "worker appended to the log (kept for good: README \"What the notary keeps\")."),
+             "worker appended to the log (kept for good: docs/storage.md)."),
     _counter("notary_log_statements_deferred", "records", lambda r: {
         "target": r.deferred_target, "client": r.deferred_client,
     }, "Changes of a target's v2 statement not signed (so not logged) when asked for, the "

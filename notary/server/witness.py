@@ -1,5 +1,5 @@
 """The notary as a witness of other transparency logs (C2SP tlog-witness;
-README "Witnesses"): ``POST /v2/witness/add-checkpoint``.
+docs/log.md "Witnesses"): ``POST /v2/witness/add-checkpoint``.
 
 A request brings a log's new checkpoint and a consistency proof from the
 size the witness last cosigned for that log. The rules and their statuses

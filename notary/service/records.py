@@ -34,7 +34,7 @@ not see, carried from the verdict before while the TLSA records are the
 same: ``DaneVerdict.carrying``), so that each answer judges the certificate
 asked about by its own verdict, whichever address answered first.
 
-With a log (README, "The notary's log"; issue 30 item 5), every v2
+With a log (docs/log.md; issue 30 item 5), every v2
 statement signed is appended for good, so ``RecordSigner`` signs one again
 only when needed (``RecordSigner.serve_statement``), keeping the one signed
 last, carried from record to record of a target, until then:

@@ -14,7 +14,7 @@ Resource handling: a ``Store`` owns one ``SqliteConnection``
 A connection must be used by one thread at a time: callers serialise access
 (the Trio edge uses a limiter of 1 per store).
 
-What it keeps is bounded (README "What the notary keeps"): with
+What it keeps is bounded (docs/storage.md "What the notary keeps"): with
 ``TimelineLimits`` a target keeps its newest certificates, each its newest
 runs, and a certificate's DER only up to a size, exactly as
 ``Timeline.merged`` does in memory; targets nobody asked about for a while

@@ -1,5 +1,5 @@
 """Auditing a notary's transparency log from the outside (docs/v2.md, rule
-S7; README, "Watching a notary's log"): what ``notary log verify`` and
+S7; docs/log.md, "Watching a notary's log"): what ``notary log verify`` and
 ``notary log watch`` check, without I/O.
 
 * :func:`open_log_checkpoint`: a served checkpoint, signed by the notary's
