@@ -10,9 +10,11 @@ from notary.config import Endpoint
 from notary.errors import StoreError
 from notary.outbound.writer import StorageStatistics
 from notary.server.admin import readiness_problems
+from tests.support.http_client import http_get
+from tests.support.metrics import value
 from tests.support.notaries import legacy_query, open_notary
+from tests.support.polling import wait_for
 from tests.support.tls_targets import open_tls_target
-from tests.test_metrics import http_get, value, wait_for
 
 NAME = "www.example.test"
 OTHER = "other.example.test"

@@ -35,9 +35,10 @@ from tests.support.fakedns import (
     validated_root,
     zone_answers,
 )
+from tests.support.http_client import http_get
 from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
+from tests.support.polling import wait_for
 from tests.support.tls_targets import TLSTarget, open_tls_target
-from tests.test_metrics import http_get, wait_for
 
 NAME = "www.test"
 
@@ -243,7 +244,7 @@ async def v2_of(notary: NotaryUnderTest, site: TLSTarget, name: str, der: bytes)
 
 
 async def dane_checks(notary: NotaryUnderTest, outcome: str) -> float:
-    from tests.test_metrics import value
+    from tests.support.metrics import value
 
     metrics = notary.running.metrics
     assert metrics is not None

@@ -24,9 +24,9 @@ from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
 from tests.model.test_dane import spki
 from tests.support.dnssec import INSECURE_ZONE, DnssecStack, dnssec_stack
+from tests.support.metrics import value
 from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
 from tests.support.tls_targets import TLSTarget, open_tls_target
-from tests.test_metrics import value
 
 MATCH, TA, MISMATCH, PLAIN = "match.test", "ta.test", "mismatch.test", "plain.test"
 UNSIGNED = f"www.{INSECURE_ZONE.rstrip('.')}"
@@ -330,7 +330,7 @@ async def test_a_resolver_that_does_not_validate_is_refused_at_start(
     validate would: ``notary serve`` refuses to start, naming it, unless
     ``[dns] require_validation = false`` (then a warning in the log and in
     ``/readyz``'s body, which stays 200). The validating unbound passes."""
-    from tests.test_metrics import http_get
+    from tests.support.http_client import http_get
 
     with dnssec_stack([]) as stack:
         where = f"{stack.authority[0]}:{stack.authority[1]}"

@@ -39,10 +39,10 @@ from notary.outbound import writer
 from notary.state import connection, crypto
 from tests.support.engines import POSTGRES_STORES, PostgresStoreKind
 from tests.support.faults import ProxyMode, ServerFault, open_faulty_proxy, open_faulty_server
+from tests.support.http_client import http_get
 from tests.support.notaries import legacy_query, load_each_key_once, open_notary
 from tests.support.postgres import PostgresServer
 from tests.support.tls_targets import LOCALHOST, open_tls_target
-from tests.test_metrics import http_get
 
 SITE, OTHER = "www.example.test", "other.example.test"
 #: psycopg's least connect timeout.

@@ -133,8 +133,9 @@ async def test_while_the_database_is_away_a_node_answers_and_then_catches_up(
     tmp_path: Path, postgres_server: PostgresServer,
 ) -> None:
     from notary.state.pgstore import PostgresStore
+    from tests.support.http_client import http_get
+    from tests.support.polling import wait_for
     from tests.test_admin import admin_port
-    from tests.test_metrics import http_get, wait_for
 
     store = fleet_store(postgres_server, postgres_server.new_database())
     async with open_tls_target(names=[SITE, "new.example.test"]) as site:

@@ -17,9 +17,9 @@ import trio
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from notary.protocol import tlog, v2
+from tests.support.metrics import value
 from tests.support.notaries import NotaryUnderTest, open_v2_notary, send_raw
 from tests.support.tls_targets import open_tls_target
-from tests.test_metrics import value
 
 SITE, OTHER = "www.example.test", "other.example.test"
 ORIGIN = "notary.test/v2/log"

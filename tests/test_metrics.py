@@ -9,9 +9,6 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import trio
@@ -20,56 +17,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from notary.config import Endpoint, LimitsConfig
 from notary.model.ratelimit import RateLimited
 from notary.outbound.probe import ProbeStatistics
-from notary.outbound.writer import StorageStatistics
 from notary.protocol.convergence import format_fingerprint
 from notary.server import metrics as metrics_module
-from notary.server.metrics import NotaryMetrics, Timings
+from notary.server.metrics import NotaryMetrics
 from notary.server.websocket import WebSocketLimits
 from notary.service.abuse import AbuseControls, ProbeThrottled
-from notary.service.query import QUERY_PROTOCOLS
 from notary.service.records import RecordsStatistics
-from notary.service.stored_targets import StoredTargetsStatistics
 from notary.state import crypto
 from notary.state._cachecommon import CacheStatistics
+from tests.support.http_client import http_get
+from tests.support.metrics import ROOT, metrics_of, samples, stand_ins, value
 from tests.support.notaries import LOCALHOST, legacy_query, open_notary, send_raw
+from tests.support.polling import wait_for
 from tests.support.tls_targets import open_tls_target
-from tests.test_websocket import Server, ask, open_client
+from tests.support.websocket import Server, ask, open_client
 
 NAME = "www.example.test"
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of an exposition: (name, sorted labels) -> value."""
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(text: str, name: str, **labels: str) -> float:
-    return samples(text).get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
-    """Poll ``check`` until it is true (counters and HTTP answers: no event)."""
-    with trio.fail_after(timeout_s):
-        while not await check():  # noqa: ASYNC110
-            await trio.sleep(0.02)
-
-
-async def http_get(port: int, path: str, method: str = "GET") -> tuple[int, bytes, bytes]:
-    """Status, head and body of one HTTP/1.0 request to the admin port."""
-    with trio.fail_after(20):
-        stream = await trio.open_tcp_stream(LOCALHOST, port)
-        async with stream:
-            await stream.send_all(f"{method} {path} HTTP/1.0\r\n\r\n".encode())
-            data = b""
-            while chunk := await stream.receive_some(65536):
-                data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), head, body
 
 
 async def scrape(notary) -> str:
@@ -220,39 +183,6 @@ async def test_periodic_folding(tmp_path, autojump_clock):
 # -- stand-ins -----------------------------------------------------------------------
 
 
-def stand_ins(**overrides) -> SimpleNamespace:
-    """Components with the counters NotaryMetrics reads, settable by tests."""
-    parts = SimpleNamespace(
-        cache_stats=CacheStatistics(0, 0, 10, 1000, 0, 0, 0, 0),
-        stored_stats=StoredTargetsStatistics(False, 0, 0, None),
-        storage_stats=StorageStatistics(0, 0, 0, 0, 0),
-        probe_stats=ProbeStatistics(0, 0, 0, {}),
-        records_stats=RecordsStatistics(0, 0, 0),
-    )
-    parts.service = SimpleNamespace(answered={name: Counter() for name in QUERY_PROTOCOLS})
-    parts.cache = SimpleNamespace(statistics=lambda: parts.cache_stats)
-    parts.stored = SimpleNamespace(statistics=lambda: parts.stored_stats)
-    parts.storage = SimpleNamespace(statistics=lambda: parts.storage_stats)
-    parts.prober = SimpleNamespace(statistics=lambda: parts.probe_stats)
-    parts.timings = Timings()
-    parts.records = SimpleNamespace(statistics=lambda: parts.records_stats)
-    parts.signer = SimpleNamespace(signatures_made=0)
-    parts.listener = SimpleNamespace(open_connections=0, refused_connections=0,
-                                     tls_handshakes=0, tls_resumed=0)
-    vars(parts).update(overrides)
-    return parts
-
-
-def metrics_of(
-    parts: SimpleNamespace, rejections: tuple[Counter[tuple[str, int]], ...] = ()
-) -> NotaryMetrics:
-    return NotaryMetrics(
-        service=parts.service, cache=parts.cache, stored=parts.stored, storage=parts.storage,
-        prober=parts.prober, records=parts.records, signers={"convergence": parts.signer},
-        listeners={"api": parts.listener}, rejections=rejections, timings=parts.timings,
-    )
-
-
 def test_counters_advance_by_the_delta_and_gauges_are_set() -> None:
     parts = stand_ins()
     rejected: Counter[tuple[str, int]] = Counter()
@@ -381,50 +311,11 @@ def test_the_metrics_table_is_consistent() -> None:
 # -- the multiprocess mode -----------------------------------------------------------
 
 
-def run_worker(queries: int, open_connections: int) -> None:
-    """A worker's part (in a child process): count, fold, leave."""
-    parts = stand_ins()
-    metrics = metrics_of(parts)
-    parts.service.answered["convergence"][200] = queries
-    parts.listener.open_connections = open_connections
-    parts.timings.probe_done(0.2, None)
-    metrics.fold()
-
-
-def supervise(directory: str) -> None:
-    """A supervisor (in a child process): prepare the directory, run one
-    forked and one spawned worker, render the aggregate before and after the
-    forked one is declared dead; print both renders and the pids as JSON."""
-    import prometheus_client  # noqa: F401  (imported before the variable is set)
-
-    path = Path(directory)
-    path.mkdir()
-    (path / "stale_123.db").write_bytes(b"left over from a previous run")
-    metrics_module.prepare_multiprocess_dir(path)
-    assert not (path / "stale_123.db").exists()
-    forked = os.fork()
-    if forked == 0:
-        try:
-            run_worker(3, 2)
-        finally:
-            os._exit(0)
-    os.waitpid(forked, 0)
-    spawned = subprocess.run(
-        [sys.executable, "-c", "from tests.test_metrics import run_worker; run_worker(4, 5)"],
-        cwd=ROOT, check=True,
-    )
-    assert spawned.returncode == 0
-    both = metrics_module.multiprocess_exposition(path).decode()
-    metrics_module.worker_exited(forked)
-    one_left = metrics_module.multiprocess_exposition(path).decode()
-    print(json.dumps({"both": both, "one_left": one_left}))
-
-
 def test_workers_are_aggregated_in_the_multiprocess_mode(tmp_path) -> None:
     environment = {k: v for k, v in os.environ.items() if k != metrics_module.MULTIPROC_DIR_ENV}
     result = subprocess.run(
         [sys.executable, "-c",
-         f"from tests.test_metrics import supervise; supervise({str(tmp_path / 'm')!r})"],
+         f"from tests.support.metrics import supervise; supervise({str(tmp_path / 'm')!r})"],
         cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr

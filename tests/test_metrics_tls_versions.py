@@ -11,9 +11,9 @@ import pytest
 
 from notary.model.targets import Target
 from notary.outbound.probe import ProbeStatistics
+from tests.support.metrics import metrics_of, samples, stand_ins, value
 from tests.support.notaries import open_notary
 from tests.support.tls_targets import open_tls_target
-from tests.test_metrics import metrics_of, samples, stand_ins, value
 
 
 def test_probes_are_counted_by_tls_version() -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests.support.metrics import value
 from tests.support.notaries import client_context, open_notary
 from tests.support.tls_targets import LOCALHOST
-from tests.test_metrics import value
 
 INDEX = b"GET / HTTP/1.0\r\n\r\n"
 
