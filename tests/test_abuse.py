@@ -14,7 +14,6 @@ import json
 import math
 import ssl
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from notary.server.connection import serve_http_connection
 from notary.server.websocket import WebSocketLimits, WebSocketService
 from notary.service.abuse import AbuseControls, ProbeThrottled
 from notary.state import crypto
+from tests.support.legacy_tls import local_openssl_speaks_tls10, tls10_index
 from tests.support.notaries import (
     client_context,
     legacy_query,
@@ -666,68 +666,6 @@ async def test_rate_tables_stay_bounded(tmp_path: Path) -> None:
 
 
 # -- the notary's own TLS ------------------------------------------------------------------
-
-
-def tls10_client_context() -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        context.minimum_version = ssl.TLSVersion.TLSv1
-        context.maximum_version = ssl.TLSVersion.TLSv1
-    context.set_ciphers("DEFAULT:@SECLEVEL=0")
-    return context
-
-
-def local_openssl_speaks_tls10(tmp_path: Path) -> bool:
-    """Whether this OpenSSL completes a TLS 1.0 handshake with itself at all
-    (in memory, at security level 0)."""
-    key = crypto.generate_rsa_key()
-    cert = crypto.make_self_signed_certificate(key, "127.0.0.1")
-    (tmp_path / "k.pem").write_bytes(crypto.private_key_pem(key))
-    (tmp_path / "c.pem").write_bytes(crypto.certificate_pem(cert))
-    try:
-        server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            server_context.minimum_version = ssl.TLSVersion.TLSv1
-        server_context.set_ciphers("DEFAULT:@SECLEVEL=0")
-        server_context.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
-        client_context_ = tls10_client_context()
-    except (ssl.SSLError, ValueError):
-        return False
-    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
-    client = client_context_.wrap_bio(to_client, to_server)
-    server = server_context.wrap_bio(to_server, to_client, server_side=True)
-    for _ in range(10):
-        done = True
-        for side in (client, server):
-            try:
-                side.do_handshake()
-            except ssl.SSLWantReadError:
-                done = False
-            except ssl.SSLError:
-                return False
-        if done:
-            return client.version() == "TLSv1"
-    return False
-
-
-async def tls10_index(port: int) -> int:
-    with trio.fail_after(10):
-        tcp = await trio.open_tcp_stream("127.0.0.1", port)
-        stream = trio.SSLStream(
-            tcp, tls10_client_context(), server_hostname=None, https_compatible=True
-        )
-        async with stream:
-            await stream.do_handshake()
-            assert stream.version() == "TLSv1"
-            await stream.send_all(b"GET / HTTP/1.0\r\n\r\n")
-            data = b""
-            while chunk := await stream.receive_some(65536):
-                data += chunk
-    return parse_response(data).status
 
 
 async def test_legacy_tls_off_refuses_tls10_and_on_accepts_it(

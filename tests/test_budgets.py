@@ -69,8 +69,8 @@ async def test_only_targets_a_probe_reached_are_registered(tmp_path: Path) -> No
 
 
 async def test_a_v2_entry_over_the_probe_budget_registers_nothing(tmp_path: Path) -> None:
+    from tests.support.http_client import post_json
     from tests.support.notaries import open_v2_notary
-    from tests.test_v2_server import post_json
 
     limits = {**NO_EXEMPTIONS, "probes_per_s_per_prefix": 0.01, "probe_burst": 1}
     async with open_tls_target(names=[NAME, "b.example.test"]) as site:
@@ -167,8 +167,9 @@ def test_cross_site_requests_are_told_from_programs_and_our_own_pages() -> None:
 
 
 async def test_every_probing_endpoint_refuses_another_sites_page(tmp_path: Path) -> None:
+    from tests.support.http_client import http_get
     from tests.support.notaries import send_raw
-    from tests.test_perspectives_server import http_get, open_perspectives_notary
+    from tests.support.perspectives import open_perspectives_notary
 
     async with open_tls_target(names=[NAME]) as site:
         async with open_perspectives_notary(tmp_path, {NAME: [site.host]}) as (notary, _):

@@ -139,7 +139,7 @@ async def test_ip_literal_targets_are_decided_by_the_perspective_without_dns(
     secure: the perspective decides (and the statement says DANE found the
     target insecure); under DANE alone it is inconclusive (303, unknown).
     Not one datagram reaches the resolver, for IPv4 and IPv6 literals."""
-    from tests.test_dane_serve import ask_v2
+    from tests.support.v2_queries import ask_v2
 
     for backends in (("dane", "perspective"), ("dane",)):
         async with open_fake_resolver(zone_answers({})) as fake:
@@ -238,7 +238,7 @@ async def test_the_name_lookup_says_how_dnssec_failed() -> None:
 
 
 async def v2_of(notary: NotaryUnderTest, site: TLSTarget, name: str, der: bytes) -> dict:
-    from tests.test_dane_serve import ask_v2
+    from tests.support.v2_queries import ask_v2
 
     return await ask_v2(notary, site, name, der)
 

@@ -27,6 +27,7 @@ from tests.support.dnssec import INSECURE_ZONE, DnssecStack, dnssec_stack
 from tests.support.metrics import value
 from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
 from tests.support.tls_targets import TLSTarget, open_tls_target
+from tests.support.v2_queries import ask_v2
 
 MATCH, TA, MISMATCH, PLAIN = "match.test", "ta.test", "mismatch.test", "plain.test"
 UNSIGNED = f"www.{INSECURE_ZONE.rstrip('.')}"
@@ -93,24 +94,6 @@ def sites_stack(site: TLSTarget, **options: Any) -> Iterator[DnssecStack]:
 async def ask(notary: NotaryUnderTest, site: TLSTarget, name: str, der: bytes | None):
     fingerprint = format_fingerprint(hashlib.sha1(der).digest()) if der is not None else None
     return await legacy_query(notary.port, f"{name}+{site.port}", fingerprint)
-
-
-async def ask_v2(notary: NotaryUnderTest, site: TLSTarget, name: str, der: bytes) -> dict:
-    """The v2 result for ``name`` and its statement, as JSON."""
-    document = {"targets": [{
-        "host": name, "port": site.port, "sha256": hashlib.sha256(der).hexdigest(),
-    }]}
-    body = json.dumps(document).encode()
-    answer = await send_raw(notary.port, (
-        "POST /v2/query HTTP/1.0\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body)
-    assert answer.status == 200, answer.body
-    parsed = json.loads(answer.body)
-    result = parsed["answer"]["results"][0]
-    statements = {entry["signature"]: entry["statement"] for entry in parsed["statements"]}
-    return {"verdict": result["verdict"],
-            "statement": statements.get(result.get("statement_signature"))}
 
 
 async def test_dane_alone_answers_each_outcome(tmp_path: Path) -> None:

@@ -22,16 +22,12 @@ import pytest
 import trio
 
 from notary.protocol.convergence import format_fingerprint
+from tests.support.http_client import http_get
+from tests.support.legacy_tls import local_openssl_speaks_tls10, tls10_index
 from tests.support.notaries import legacy_query, send_raw
 from tests.support.odd_certificates import ODD_KEYS, odd_certificate
+from tests.support.perspectives import independent_verify, md5_fp, open_perspectives_notary
 from tests.support.tls_targets import open_certificate_only_target, open_tls_target
-from tests.test_abuse import local_openssl_speaks_tls10, tls10_index
-from tests.test_perspectives_server import (
-    http_get,
-    independent_verify,
-    md5_fp,
-    open_perspectives_notary,
-)
 
 
 def fingerprints(body: bytes) -> list[str]:

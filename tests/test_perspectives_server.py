@@ -1,84 +1,30 @@
 """The Perspectives protocol served end to end (plain-HTTP port and HTTPS API
 ports), on loopback, answering from the same observations as Convergence.
 
-Replies are checked by an independent verifier written here from
-PROTOCOLS.md 2.3 (xml.etree + struct + cryptography), not by our parser.
+Replies are checked by an independent verifier written from PROTOCOLS.md
+2.3 (xml.etree + struct + cryptography, ``tests.support.perspectives``), not
+by our parser.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import struct
-import xml.etree.ElementTree as ElementTree
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import padding
 
-from notary.config import Endpoint
 from notary.errors import StoreError
 from notary.model.targets import Target
 from notary.outbound.writer import Storage
 from notary.service.stored_targets import StoredTargets
 from notary.state import crypto
-from tests.support.notaries import NotaryUnderTest, open_notary, parse_response, send_raw
+from tests.support.http_client import header, http_get
+from tests.support.notaries import NotaryUnderTest, open_notary, send_raw
+from tests.support.perspectives import independent_verify, md5_fp, open_perspectives_notary
 from tests.support.tls_targets import open_tls_target
 
 SITE = "www.example.test"
 HOUR = 3600
-
-
-@asynccontextmanager
-async def open_perspectives_notary(
-    tmp_path: Path, names: dict[str, list[str]]
-) -> AsyncIterator[tuple[NotaryUnderTest, object]]:
-    key_path = tmp_path / "perspectives.key"
-    key = crypto.generate_perspectives_key()
-    crypto.write_new_file(key_path, crypto.private_key_pem(key), mode=0o600)
-    section = {"key_file": key_path, "listen": (Endpoint("127.0.0.1", 0),)}
-    async with open_notary(tmp_path / "n", names=names, perspectives=section) as notary:
-        yield notary, key.public_key()
-
-
-async def http_get(port: int, target: str) -> tuple[int, bytes, bytes]:
-    with trio.fail_after(20):
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-        async with stream:
-            await stream.send_all(f"GET {target} HTTP/1.0\r\n\r\n".encode())
-            data = b""
-            while chunk := await stream.receive_some(65536):
-                data += chunk
-    answer = parse_response(data)
-    return answer.status, answer.headers.get(b"content-type", b""), answer.body
-
-
-def independent_verify(xml: bytes, service: str, public_key) -> list[tuple[str, list[tuple[int, int]]]]:
-    """PROTOCOLS.md 2.3 from scratch: returns the keys (fp, timespans) if the
-    signature verifies, raises otherwise."""
-    root = ElementTree.fromstring(xml)
-    assert root.tag == "notary_reply"
-    assert (root.get("version"), root.get("sig_type")) == ("1", "rsa-md5")
-    keys = []
-    for key in root.findall("key"):
-        assert key.get("type") == "ssl"
-        spans = [(int(t.get("start")), int(t.get("end"))) for t in key.findall("timestamp")]
-        keys.append((key.get("fp"), spans))
-    blob = service.encode() + b"\0"
-    for fp, spans in reversed(keys):
-        blob += struct.pack(">HHB", len(spans), 16, 3) + bytes.fromhex(fp.replace(":", ""))
-        for start, end in spans:
-            blob += struct.pack(">II", start, end)
-    public_key.verify(base64.b64decode(root.get("sig")), blob, padding.PKCS1v15(), hashes.MD5())
-    return keys
-
-
-def md5_fp(der: bytes) -> str:
-    return ":".join(f"{b:02x}" for b in hashlib.md5(der).digest())
 
 
 async def wait_for_probe(notary: NotaryUnderTest, count: int) -> None:
@@ -96,8 +42,8 @@ async def test_unknown_service_is_404_then_probed_then_200(tmp_path: Path) -> No
             status, _, body = await http_get(port, query)
             assert status == 404 and b"ask again" in body
             await wait_for_probe(notary, 1)
-            status, content_type, xml = await http_get(port, query)
-            assert (status, content_type) == (200, b"text/xml")
+            status, head, xml = await http_get(port, query)
+            assert (status, header(head, b"content-type")) == (200, b"text/xml")
             keys = independent_verify(xml, f"{SITE}:{site.port},2", public)
             observed_at = int(notary.clock())
             assert keys == [(md5_fp(site.leaf_der(SITE)), [(pytest.approx(observed_at, abs=5),) * 2])]
@@ -143,8 +89,8 @@ async def test_a_certificate_change_gives_two_keys_with_their_runs(tmp_path: Pat
 async def test_index_page_and_bad_parameters(tmp_path: Path) -> None:
     async with open_perspectives_notary(tmp_path, {}) as (notary, public):
         port = notary.running.perspectives[0].port
-        status, content_type, body = await http_get(port, "/")
-        assert (status, content_type) == (200, b"text/html; charset=utf-8")
+        status, head, body = await http_get(port, "/")
+        assert (status, header(head, b"content-type")) == (200, b"text/html; charset=utf-8")
         assert crypto.public_key_pem(public).strip().splitlines()[1].encode() in body
         for query, expected in (
             ("/?host=&port=443", 400),

@@ -23,10 +23,11 @@ from notary.protocol import v2
 from notary.protocol.convergence import format_fingerprint
 from notary.service.query import Outcome
 from notary.state import crypto
+from tests.support.http_client import http_get, post_json
 from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary
+from tests.support.perspectives import independent_verify, md5_fp
 from tests.support.sites import has_ipv6_loopback, open_site
-from tests.test_perspectives_server import http_get, independent_verify, md5_fp
-from tests.test_v2_server import post_json, public_keys
+from tests.support.v2_queries import public_keys
 
 #: ``[limits] probes_per_minute_per_target`` (4): one probe every 15 s.
 TARGET_SPACING_S = 16

@@ -13,25 +13,12 @@ import trio
 from notary.model.targets import Target
 from notary.protocol import v2
 from notary.state import crypto
-from tests.support.notaries import NotaryUnderTest, open_notary, open_v2_notary, send_raw
+from tests.support.http_client import post_json
+from tests.support.notaries import open_notary, open_v2_notary, send_raw
 from tests.support.tls_targets import closed_port, open_tls_target
+from tests.support.v2_queries import public_keys
 
 SITE, OTHER = "www.example.test", "other.example.test"
-
-
-async def post_json(port: int, path: str, document: object) -> tuple[int, bytes]:
-    body = json.dumps(document).encode()
-    answer = await send_raw(port, (
-        f"POST {path} HTTP/1.0\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body)
-    return answer.status, answer.body
-
-
-async def public_keys(notary: NotaryUnderTest) -> dict:
-    answer = await send_raw(notary.port, b"GET /v2/key HTTP/1.0\r\n\r\n")
-    assert answer.status == 200 and answer.headers[b"content-type"] == b"application/json"
-    return v2.trusted_keys(v2.parse_key_document(answer.body), now=int(notary.clock()))
 
 
 async def test_batch_query_is_signed_and_bound_to_the_nonce(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 from notary.model.consistency import ConsistencyKind
 from notary.model.observations import subject_public_key_info
 from notary.protocol import v2
+from tests.support.http_client import post_json
 from tests.support.notaries import open_v2_notary
 from tests.support.tls_targets import open_tls_target
-from tests.test_v2_server import post_json, public_keys
+from tests.support.v2_queries import public_keys
 
 SITE = "www.example.test"
 
