@@ -70,6 +70,7 @@ from tests.support.faults import (  # noqa: F401 (the clock: a fixture)
     open_faulty_server,
     patient_autojump_clock,
 )
+from tests.support.log_notaries import get, logged_statement
 from tests.support.notaries import (
     NotaryUnderTest,
     legacy_query,
@@ -77,8 +78,7 @@ from tests.support.notaries import (
     open_notary,
 )
 from tests.support.tls_targets import LOCALHOST, open_tls_target
-from tests.test_log_serve import get, logged_statement
-from tests.test_log_witnesses import OTHER, SITE, WITNESS_NAME, open_log_notary
+from tests.support.witnessed_log import OTHER, SITE, WITNESS_NAME, open_log_notary
 
 FRESH = "fresh.example.test"
 PROBE_TIMEOUT_S = 5.0

@@ -1,8 +1,9 @@
 """The notary's transparency log served end to end (issue 22): v2 statements
 carry the log's promise, then their inclusion proof; the log is served as
-C2SP tiles under /v2/log/, and what the tiles hold is checked here with an
-implementation of RFC 9162 and of C2SP signed-note written in this file
-from the specifications (not the project's functions)."""
+C2SP tiles under /v2/log/, and what the tiles hold is checked with an
+implementation of RFC 9162 and of C2SP signed-note written from the
+specifications, not the project's functions (``tests.support.merkle``,
+``tests.support.log_notaries``)."""
 
 from __future__ import annotations
 
@@ -17,96 +18,21 @@ import trio
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from notary.protocol import tlog, v2
+from tests.support.log_notaries import LOG, ORIGIN, get, logged_statement, open_checkpoint, query
+from tests.support.merkle import rfc_leaf, rfc_mth, rfc_path
 from tests.support.metrics import value
 from tests.support.notaries import NotaryUnderTest, open_v2_notary, send_raw
 from tests.support.tls_targets import open_tls_target
 
 SITE, OTHER = "www.example.test", "other.example.test"
-ORIGIN = "notary.test/v2/log"
-LOG = {"enabled": True, "origin": ORIGIN, "checkpoint_interval_s": 0.1, "max_merge_delay_s": 30}
-
-
-# -- RFC 9162 and C2SP, from the texts -------------------------------------------
-
-
-def rfc_leaf(entry: bytes) -> bytes:
-    return hashlib.sha256(b"\x00" + entry).digest()
-
-
-def rfc_mth(leaves: list[bytes]) -> bytes:
-    """RFC 9162 2.1.1: MTH over the leaf hashes (naive recursion)."""
-    if not leaves:
-        return hashlib.sha256(b"").digest()
-    if len(leaves) == 1:
-        return leaves[0]
-    k = 1
-    while k * 2 < len(leaves):
-        k *= 2
-    return hashlib.sha256(b"\x01" + rfc_mth(leaves[:k]) + rfc_mth(leaves[k:])).digest()
-
-
-def rfc_path(m: int, leaves: list[bytes]) -> list[bytes]:
-    """RFC 9162 2.1.3.1: PATH(m, D[n])."""
-    if len(leaves) == 1:
-        return []
-    k = 1
-    while k * 2 < len(leaves):
-        k *= 2
-    if m < k:
-        return [*rfc_path(m, leaves[:k]), rfc_mth(leaves[k:])]
-    return [*rfc_path(m - k, leaves[k:]), rfc_mth(leaves[:k])]
-
-
-def open_checkpoint(note: str, public_raw: bytes) -> tuple[str, int, bytes]:
-    """C2SP signed-note and tlog-checkpoint: (origin, size, root) of a note
-    signed by ``public_raw`` under the key name ORIGIN."""
-    text, _, signatures = note.partition("\n\n")
-    text += "\n"
-    key_id = hashlib.sha256(ORIGIN.encode() + b"\n\x01" + public_raw).digest()[:4]
-    verified = False
-    for line in signatures.splitlines():
-        dash, name, blob = line.split(" ")
-        assert dash == "\u2014"
-        raw = base64.b64decode(blob)
-        if name == ORIGIN and raw[:4] == key_id:
-            ed25519.Ed25519PublicKey.from_public_bytes(public_raw).verify(raw[4:], text.encode())
-            verified = True
-    assert verified
-    origin, size, root = text.splitlines()[:3]
-    return origin, int(size), base64.b64decode(root)
 
 
 # -- helpers --------------------------------------------------------------------
 
 
-async def query(notary: NotaryUnderTest, *targets: tuple[str, int]) -> bytes:
-    body = json.dumps({"targets": [{"host": h, "port": p} for h, p in targets]}).encode()
-    answer = await send_raw(notary.port, (
-        f"POST /v2/query HTTP/1.0\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body)
-    assert answer.status == 200, answer.body
-    return answer.body
-
-
-async def get(notary: NotaryUnderTest, path: str) -> tuple[int, bytes]:
-    answer = await send_raw(notary.port, f"GET {path} HTTP/1.0\r\n\r\n".encode())
-    return answer.status, answer.body
-
-
 def public_raw(notary: NotaryUnderTest) -> bytes:
     signer = notary.running.signers["v2"]
     return signer.public_raw  # type: ignore[attr-defined, no-any-return]
-
-
-async def logged_statement(notary: NotaryUnderTest, *target: tuple[str, int]) -> v2.ParsedStatement:
-    """The statement of ``target`` once the log has sequenced it."""
-    with trio.fail_after(10):
-        while True:
-            (statement,) = v2.parse_answer_document(await query(notary, *target)).statements
-            if statement.inclusion is not None:
-                return statement
-            await trio.sleep(0.05)
 
 
 async def all_entries(notary: NotaryUnderTest, size: int) -> list[bytes]:
@@ -158,14 +84,14 @@ async def test_statements_are_promised_then_proven_in_the_served_log(tmp_path: P
             entries = await all_entries(notary, size)
             assert len(entries) == size
             leaves = [rfc_leaf(entry) for entry in entries]
-            assert rfc_mth(leaves) == root
+            assert rfc_mth(entries) == root
             assert statement.entry_bytes in entries and other.entry_bytes in entries
             # The answer's proof is RFC 9162's PATH in the tree of its checkpoint.
             inclusion = statement.inclusion
             _, proven_size, proven_root = open_checkpoint(inclusion.checkpoint, key)
             assert entries[inclusion.index] == statement.entry_bytes
-            assert list(inclusion.proof) == rfc_path(inclusion.index, leaves[:proven_size])
-            assert rfc_mth(leaves[:proven_size]) == proven_root
+            assert list(inclusion.proof) == rfc_path(inclusion.index, entries[:proven_size])
+            assert rfc_mth(entries[:proven_size]) == proven_root
             # Each entry is a statement the notary signed.
             for entry in entries:
                 parsed = v2.parse_statement_entry(0, json.loads(entry))

@@ -20,15 +20,17 @@ import trustme
 
 from notary.protocol import tlog, v2
 from notary.state import crypto
-from tests.support.notaries import NotaryUnderTest, open_notary, open_v2_notary
+from tests.support.log_notaries import get, logged_statement
+from tests.support.notaries import NotaryUnderTest, open_v2_notary
 from tests.support.tls_targets import RawTarget, closed_port, open_raw_target, open_tls_target
-from tests.test_log_serve import get, logged_statement
-
-SITE, OTHER, THIRD = "www.example.test", "other.example.test", "third.example.test"
-ORIGIN = "a.test/v2/log"
-WITNESS_NAME = "b.test/witness"
-LOG = {"enabled": True, "origin": ORIGIN, "checkpoint_interval_s": 0.1, "max_merge_delay_s": 30,
-       "witness_timeout_s": 2.0, "witness_retry_s": 0.5}
+from tests.support.witnessed_log import (
+    ORIGIN,
+    OTHER,
+    SITE,
+    THIRD,
+    WITNESS_NAME,
+    open_log_notary,
+)
 
 
 def log_vkey(key_path: Path) -> str:
@@ -43,19 +45,6 @@ def witness_entry(witness: NotaryUnderTest) -> dict[str, str]:
         "key": tlog.cosigner_key(WITNESS_NAME, public),
         "pin": witness.sha1_pin.hex(),
     }
-
-
-@asynccontextmanager
-async def open_log_notary(
-    directory: Path, key_path: Path, site_host: str, witnesses: list[dict[str, str]],
-    db_file: Path,
-) -> AsyncIterator[NotaryUnderTest]:
-    async with open_notary(
-        directory, names={name: [site_host] for name in (SITE, OTHER, THIRD)}, v2={"key_file": key_path},
-        answers={"failures_at_deadline": False}, server={"db_file": db_file},
-        log={**LOG, "witnesses": tuple(witnesses)},
-    ) as notary:
-        yield notary
 
 
 async def cosigned_checkpoint(notary: NotaryUnderTest, vkey: str, size: int) -> str:

@@ -138,9 +138,9 @@ async def test_two_nodes_of_a_fleet_keep_one_log(
     every statement is proven in the tree of the checkpoint it carries, and
     the log then holds both nodes' statements in one tree whose signed
     checkpoint verifies and matches what both nodes serve."""
+    from tests.support.log_notaries import LOG, ORIGIN, get, logged_statement, open_checkpoint
     from tests.support.notaries import open_notary
     from tests.support.tls_targets import open_tls_target
-    from tests.test_log_serve import LOG, ORIGIN, get, logged_statement, open_checkpoint
 
     store = {"backend": "postgresql", "dsn": dsn, "batch_interval_ms": 10}
     v2_key = tmp_path / "v2.key"

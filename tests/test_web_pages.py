@@ -9,16 +9,16 @@ import re
 from pathlib import Path
 
 from notary.config import Endpoint
-from notary.web.headers import CONTENT_SECURITY_POLICY
+from tests.support.http_client import get
 from tests.support.notaries import RawResponse, send_raw
 from tests.support.tls_targets import closed_port, open_tls_target
-from tests.support.web import SEEDED_RUNS, SITE, open_web_notary, seed_three_certificates
-
-HTML = b"text/html; charset=utf-8"
-
-
-async def get(port: int, path: str) -> RawResponse:
-    return await send_raw(port, f"GET {path} HTTP/1.0\r\n\r\n".encode())
+from tests.support.web import (
+    SEEDED_RUNS,
+    SITE,
+    assert_page,
+    open_web_notary,
+    seed_three_certificates,
+)
 
 
 async def post(
@@ -28,15 +28,6 @@ async def post(
     if origin is not None:
         extra += f"Origin: {origin}\r\nHost: 127.0.0.1:{port}\r\n"
     return await send_raw(port, f"POST {path} HTTP/1.0\r\n{extra}Content-Length: 0\r\n\r\n".encode())
-
-
-def assert_page(response: RawResponse, status: int) -> str:
-    assert response.status == status, response.body[:300]
-    assert response.headers[b"content-type"] == HTML
-    assert response.headers[b"content-security-policy"] == CONTENT_SECURITY_POLICY
-    assert response.headers[b"x-content-type-options"] == b"nosniff"
-    assert response.headers[b"referrer-policy"] == b"no-referrer"
-    return response.body.decode()
 
 
 async def test_index_shows_identity_figures_and_offers(tmp_path: Path) -> None:

@@ -20,10 +20,10 @@ import pytest
 from notary.model.observations import Observation, Timeline
 from notary.model.targets import Target
 from notary.web import pages, timeline_svg
+from tests.support.http_client import get
 from tests.support.observations import certificate, sightings_timeline
 from tests.support.tls_targets import open_tls_target, static_resolver
-from tests.support.web import SITE, open_web_notary
-from tests.test_web_pages import assert_page, get
+from tests.support.web import SITE, assert_page, open_web_notary
 
 SVG = "{http://www.w3.org/2000/svg}"
 DAY = 86400

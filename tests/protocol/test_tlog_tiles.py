@@ -38,7 +38,7 @@ from notary.protocol.tlog import (
     verify_consistency,
     verify_inclusion,
 )
-from tests.protocol.test_tlog_merkle import RfcTree, make_entries, rfc_mth
+from tests.support.merkle import RfcTree, make_entries, rfc_mth
 
 # --- Paths ------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ of it that writes and reads back.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.merkle import rfc_mth as naive_root
 from tests.support.postgres import PostgresServer
 
 __all__ = [
@@ -128,21 +128,6 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
 
 
 # -- the log ---------------------------------------------------------------------------
-
-
-def naive_root(entries: list[bytes]) -> bytes:
-    """RFC 9162's tree head of ``entries``, computed the slow way."""
-    leaves = [hashlib.sha256(b"\x00" + entry).digest() for entry in entries]
-
-    def mth(part: list[bytes]) -> bytes:
-        if len(part) == 1:
-            return part[0]
-        k = 1
-        while k * 2 < len(part):
-            k *= 2
-        return hashlib.sha256(b"\x01" + mth(part[:k]) + mth(part[k:])).digest()
-
-    return mth(leaves) if leaves else hashlib.sha256(b"").digest()
 
 
 def signer(made: list[tuple[int, bytes]]) -> Callable[[int, bytes], str]:

@@ -6,6 +6,9 @@ at moments set with the notary's clock, over about three weeks before now,
 swapping the site's certificate between them (merge window: the default
 48 h): certificate A in runs 1-2 (a gap of four days between), B in one
 run, C in runs 1-2. Only loopback is ever contacted.
+
+``assert_page`` checks what every page carries (its status, HTML, the
+security headers) and gives its text.
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from tests.support.notaries import NotaryUnderTest, open_v2_notary
+from notary.web.headers import CONTENT_SECURITY_POLICY
+from tests.support.notaries import NotaryUnderTest, RawResponse, open_v2_notary
 from tests.support.tls_targets import TLSTarget
 
 SITE = "www.example.test"
 DAY_S = 86400
 #: Runs per certificate that ``seed_three_certificates`` makes, oldest first.
 SEEDED_RUNS = (2, 1, 2)
+HTML = b"text/html; charset=utf-8"
 
 
 @asynccontextmanager
@@ -50,3 +55,12 @@ async def seed_three_certificates(notary: NotaryUnderTest, site: TLSTarget) -> N
             await records.refresh(target)
     finally:
         notary.clock.offset = 0.0
+
+
+def assert_page(response: RawResponse, status: int) -> str:
+    assert response.status == status, response.body[:300]
+    assert response.headers[b"content-type"] == HTML
+    assert response.headers[b"content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert response.headers[b"x-content-type-options"] == b"nosniff"
+    assert response.headers[b"referrer-policy"] == b"no-referrer"
+    return response.body.decode()
