@@ -28,9 +28,10 @@ from notary.errors import ProbeConnectFailed
 from notary.outbound import dialer
 from notary.state import crypto
 from tests.support.notaries import NotaryUnderTest, open_notary
-from tests.test_relay import (
+from tests.support.relay import (
     A_HOST,
     B_HOST,
+    TIMEOUT_S,
     connect_request,
     open_client,
     open_pair,
@@ -40,7 +41,6 @@ from tests.test_relay import (
     refused,
 )
 
-TIMEOUT_S = 20
 DESTINATION = "127.0.0.4"  # where open_recording_destination listens
 
 _RSA_KEY = crypto.generate_rsa_key()
