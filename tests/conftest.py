@@ -8,8 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.engines import engine, postgres_store
-from tests.support.postgres import postgres_server
+# Helpers moved out of test modules keep pytest's detailed assertion
+# messages; registered before the first import of tests.support.
+pytest.register_assert_rewrite("tests.support")
+
+from tests.support.engines import engine, postgres_store  # noqa: E402
+from tests.support.postgres import postgres_server  # noqa: E402
 
 __all__ = ["engine", "postgres_server", "postgres_store"]
 

@@ -12,7 +12,7 @@ from notary.outbound.writer import StorageStatistics
 from notary.server.admin import readiness_problems
 from tests.support.http_client import http_get
 from tests.support.metrics import value
-from tests.support.notaries import legacy_query, open_notary
+from tests.support.notaries import admin_port, legacy_query, open_notary
 from tests.support.polling import wait_for
 from tests.support.tls_targets import open_tls_target
 
@@ -20,10 +20,6 @@ NAME = "www.example.test"
 OTHER = "other.example.test"
 THIRD = "third.example.test"
 LOOPBACK_0 = (Endpoint("127.0.0.1", 0),)
-
-
-def admin_port(notary) -> int:
-    return notary.running.admin[0].port
 
 
 async def test_health_and_readiness_of_a_running_notary(tmp_path):

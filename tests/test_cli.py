@@ -32,6 +32,8 @@ from notary.model.targets import Target
 from notary.protocol.bundle import parse_bundle
 from notary.state import crypto
 from notary.state.store import SCHEMA_VERSION, Store
+from tests.support.command_line import python_m_notary
+from tests.support.config_files import write_config
 from tests.support.observations import probe_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,14 +56,6 @@ def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert err.endswith("\n")
     assert lines[0].startswith("notary: error: ")
     return lines[0].removeprefix("notary: error: ")
-
-
-def python_m_notary(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "notary", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )
 
 
 def sha1_pin_of_pem(pem: str) -> str:
@@ -747,19 +741,6 @@ def test_db_compact_of_a_missing_database_is_a_runtime_error(
 
 
 # -- serve -----------------------------------------------------------------------
-
-
-def write_config(directory: Path, key: Path, cert: Path, extra: str = "") -> Path:
-    """A config on loopback port 0 (the relay too); ``extra`` follows [server]."""
-    path = directory / "notary.toml"
-    relay = '[relay]\nlisten = ["127.0.0.1:0"]\n'
-    if "[relay]\n" in extra:
-        extra, relay = extra.replace("[relay]\n", relay), ""
-    path.write_text(
-        f'[server]\nkey_file = "{key}"\ncert_file = "{cert}"\ndb_file = "notary.db"\n'
-        f'api = ["127.0.0.1:0"]\n{extra}\n{relay}'
-    )
-    return path
 
 
 def test_serve_check_config_good(

@@ -37,23 +37,9 @@ from notary.protocol.bundle import Bundle, BundleHost, make_bundle, parse_bundle
 from notary.protocol.convergence import format_fingerprint
 from notary.protocol.voting import Outcome, Threshold, Verdict
 from notary.state import crypto
+from tests.support.client_world import NOTARY_HOSTS, SITE, bundle_of, open_world, run_check
 from tests.support.notaries import NotaryUnderTest, open_notary
-from tests.support.tls_targets import closed_port, open_tls_target, static_resolver
-
-SITE = "site.example.test"
-MITM_HOST = "127.0.0.5"
-NOTARY_HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
-
-
-def bundle_of(notary: NotaryUnderTest, name: str) -> Bundle:
-    host = notary.running.api[0].host
-    pem = crypto.certificate_pem(notary.certificate).decode("ascii")
-    relay_port = notary.running.relay[0].port if notary.running.relay else 80
-    return make_bundle(
-        name=name,
-        location=f"https://{host}/{name}.notary",
-        hosts=[BundleHost(host, notary.port, relay_port, pem)],
-    )
+from tests.support.tls_targets import closed_port, open_tls_target
 
 
 def dead_bundle(name: str, certificate_pem: str) -> Bundle:
@@ -61,39 +47,6 @@ def dead_bundle(name: str, certificate_pem: str) -> Bundle:
         name=name,
         location="https://127.0.0.1/dead.notary",
         hosts=[BundleHost("127.0.0.1", closed_port(), closed_port(), certificate_pem)],
-    )
-
-
-@asynccontextmanager
-async def open_world(tmp_path: Path, *, with_v2: bool = False) -> AsyncIterator[tuple[object, list[NotaryUnderTest]]]:
-    """The site on 127.0.0.1, an impostor on 127.0.0.5 (same port, its own
-    certificate for the same name), and three notaries: the third one's route
-    to the site leads to the impostor."""
-    async with AsyncExitStack() as stack:
-        site = await stack.enter_async_context(open_tls_target(names=[SITE]))
-        await stack.enter_async_context(
-            open_tls_target(names=[SITE], host=MITM_HOST, port=site.port)
-        )
-        notaries = []
-        for index, host in enumerate(NOTARY_HOSTS):
-            route = MITM_HOST if index == 2 else site.host
-            sections = {}
-            if with_v2:
-                key_path = tmp_path / f"v2-{index}.key"
-                crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
-                sections["v2"] = {"key_file": key_path}
-            notaries.append(await stack.enter_async_context(
-                open_notary(tmp_path / f"n{index}", host=host, names={SITE: [route]}, **sections)
-            ))
-        yield site, notaries
-
-
-async def run_check(site, bundles, **options) -> client.CheckReport:
-    options.setdefault("relay", None)
-    options.setdefault("timeout_s", 10.0)
-    return await client.check(
-        Target(SITE, site.port), bundles, resolver=static_resolver({SITE: [site.host]}),
-        **options,
     )
 
 

@@ -32,9 +32,9 @@ from notary.protocol.bundle import Bundle, BundleHost, make_bundle
 from notary.protocol.http import Response
 from notary.protocol.voting import Threshold, Verdict, tally
 from notary.state import crypto
+from tests.support.client_world import SITE, bundle_of, open_world, run_check
 from tests.support.observations import certificate, sightings_timeline
 from tests.support.tls_targets import open_tls_target, static_resolver
-from tests.test_client import SITE, bundle_of, open_world, run_check
 
 DAY = 86400
 TARGET = Target("www.example.test", 443)

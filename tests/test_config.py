@@ -26,19 +26,9 @@ from notary.config import (
 )
 from notary.errors import ConfigError, UsageError
 from notary.model.observations import TimelineLimits
+from tests.support.config_files import FILES, server_file, write
 
-FILES = 'key_file = "notary.key"\ncert_file = "notary.crt"\ndb_file = "notary.db"\n'
 REQUIRED = {"key_file": "k.pem", "cert_file": "c.pem", "db_file": "n.db"}
-
-
-def write(tmp_path: Path, text: str, name: str = "notary.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def server_file(tmp_path: Path, server_extra: str = "", rest: str = "") -> Path:
-    return write(tmp_path, "[server]\n" + FILES + server_extra + "\n" + rest)
 
 
 def config_error(tmp_path: Path, server_extra: str = "", rest: str = "") -> str:

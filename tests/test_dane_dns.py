@@ -16,7 +16,7 @@ import trustme
 from notary.model.dane import DaneOutcome, DnssecStatus, verdict
 from notary.model.targets import Target
 from notary.outbound.tlsa import lookup_tlsa
-from tests.model.test_dane import chain_of, spki
+from tests.support.chains import chain_of, spki
 from tests.support.dnssec import INSECURE_ZONE, dnssec_stack
 
 HOST = "www.test"

@@ -25,7 +25,7 @@ from notary.outbound.dialer import system_resolver
 from notary.outbound.tlsa import lookup_tlsa, resolver_through
 from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
-from tests.model.test_dane import spki
+from tests.support.chains import spki
 from tests.support.fakedns import (
     Answerer,
     FakeResolver,

@@ -22,7 +22,7 @@ from notary.config import Endpoint
 from notary.outbound.dialer import system_resolver
 from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
-from tests.model.test_dane import spki
+from tests.support.chains import spki
 from tests.support.dnssec import INSECURE_ZONE, DnssecStack, dnssec_stack
 from tests.support.metrics import value
 from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
@@ -257,8 +257,8 @@ async def test_check_v2_shows_that_dane_vouched(tmp_path: Path) -> None:
     from notary.client import check as client
     from notary.model.targets import Target
     from notary.protocol.voting import Verdict
+    from tests.support.client_world import bundle_of
     from tests.support.tls_targets import static_resolver
-    from tests.test_client import bundle_of
 
     async with open_tls_target(names=SITES) as site:
         with sites_stack(site) as stack:
@@ -339,7 +339,8 @@ def test_notary_serve_refuses_a_resolver_that_does_not_validate(tmp_path: Path) 
     (checked once by the supervisor before any worker starts): status 2 and
     one line naming the resolver, no traceback."""
     from notary.cli import main
-    from tests.test_cli import python_m_notary, write_config
+    from tests.support.command_line import python_m_notary
+    from tests.support.config_files import write_config
 
     key, cert = tmp_path / "notary.key", tmp_path / "notary.crt"
     assert main(["keygen", "--out-key", str(key), "--out-cert", str(cert),

@@ -13,11 +13,11 @@ import trio
 from notary.model.targets import Target
 from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
+from tests.support.nodes import get, plain_port, run_node
 from tests.support.notaries import LOCALHOST, legacy_query, open_notary
 from tests.support.sites import open_site
 from tests.support.tls_targets import open_tls_target
 from tests.support.watching import watching
-from tests.test_node import get, plain_port, run_node
 
 WORKERS = 4
 CHANGES = 6

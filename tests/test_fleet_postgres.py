@@ -134,8 +134,8 @@ async def test_while_the_database_is_away_a_node_answers_and_then_catches_up(
 ) -> None:
     from notary.state.pgstore import PostgresStore
     from tests.support.http_client import http_get
+    from tests.support.notaries import admin_port
     from tests.support.polling import wait_for
-    from tests.test_admin import admin_port
 
     store = fleet_store(postgres_server, postgres_server.new_database())
     async with open_tls_target(names=[SITE, "new.example.test"]) as site:
@@ -184,7 +184,7 @@ async def test_a_node_killed_under_write_load_leaves_a_whole_store_and_the_other
     import signal
 
     from notary.state.pgstore import PostgresStore
-    from tests.test_node import get, run_node, tls_targets
+    from tests.support.nodes import get, run_node, tls_targets
 
     dsn = postgres_server.new_database()
     config = f'[store]\nbackend = "postgresql"\ndsn = "{dsn}"\n'

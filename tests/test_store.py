@@ -21,6 +21,7 @@ from notary.model.observations import MAX_ADDRESSES_PER_OBSERVATION, Timeline
 from notary.model.targets import Target
 from notary.state.store import MAX_ADDRESSES, MIGRATIONS, SCHEMA_VERSION, Store
 from tests.support.engines import Engine
+from tests.support.migrations import DOWNGRADE_TO_3
 from tests.support.observations import certificate, probe_result
 
 T0 = 1_700_000_000
@@ -556,13 +557,6 @@ def test_runs_do_not_depend_on_arrival_order(
     for t in shuffled:
         timeline = timeline.merged(probe_result(at=T0 + t), window)
     assert timeline.observations[0].runs == runs
-
-
-#: Undoes migration 4 (a database of schema 3 from one of today's).
-DOWNGRADE_TO_3 = """
-    DROP TABLE probe_claims; DROP TABLE changes; DROP TABLE settings; DROP INDEX targets_by_asked_at; DROP INDEX observations_by_certificate;
-    DROP INDEX runs_by_certificate; ALTER TABLE targets DROP COLUMN asked_at;
-"""
 
 
 def test_migration_keeps_history_recorded_before_runs(tmp_path: Path) -> None:

@@ -368,7 +368,7 @@ def test_pruning_goes_a_chunk_at_a_time(engine: Engine) -> None:
 def test_existing_targets_count_as_asked_at_the_upgrade(tmp_path: Path) -> None:
     """Migration 4 gives every stored target asked_at = the time it ran, so
     the upgrade forgets nothing."""
-    from tests.test_store import DOWNGRADE_TO_3
+    from tests.support.migrations import DOWNGRADE_TO_3
 
     path = tmp_path / "n.db"
     with Store(path) as store:

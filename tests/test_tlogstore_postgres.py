@@ -183,7 +183,7 @@ def test_a_fleet_may_keep_the_log(tmp_path: Path) -> None:
     """``[log] enabled`` with the PostgreSQL store is a valid configuration
     (needs no server: nothing connects at load)."""
     from notary.config import load_config
-    from tests.test_config import server_file
+    from tests.support.config_files import server_file
 
     config = load_config(server_file(tmp_path, rest=(
         '[store]\nbackend = "postgresql"\ndsn = "host=db dbname=notary"\n'

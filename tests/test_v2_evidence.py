@@ -50,8 +50,8 @@ from notary.protocol.v2 import QueryResult, TargetQuery, VerificationError
 from notary.protocol.v2.evidence import verification
 from notary.protocol.voting import Outcome, Verdict
 from notary.state import crypto
-from tests.support.tls_targets import static_resolver
-from tests.test_client_hostile import LOCALHOST, http, open_hostile_notary, read_request, sends
+from tests.support.hostile_notaries import http, open_hostile_notary, read_request, sends
+from tests.support.tls_targets import LOCALHOST, static_resolver
 
 HOST = "www.example.test"
 TARGET = Target(HOST, 443)

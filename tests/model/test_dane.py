@@ -6,13 +6,10 @@ intermediate, a leaf)."""
 from __future__ import annotations
 
 import hashlib
-import ssl
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import trustme
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from notary.model.dane import (
     DaneJudgement,
@@ -28,24 +25,10 @@ from notary.model.dane import (
     verdict,
     verdict_on,
 )
+from tests.support.chains import chain_of, der_of, spki
 
 HOST = "www.example.test"
 NOW = datetime.now(UTC)
-
-
-def der_of(pem: bytes) -> bytes:
-    return ssl.PEM_cert_to_DER_cert(pem.decode("ascii"))
-
-
-def chain_of(leaf: trustme.LeafCert) -> list[bytes]:
-    """What the server sends: the leaf, then the intermediates (no root)."""
-    return [der_of(blob.bytes()) for blob in leaf.cert_chain_pems]
-
-
-def spki(der: bytes) -> bytes:
-    return x509.load_der_x509_certificate(der).public_key().public_bytes(
-        Encoding.DER, PublicFormat.SubjectPublicKeyInfo
-    )
 
 
 def record(usage: int, selector: int, matching_type: int, der: bytes) -> Tlsa:

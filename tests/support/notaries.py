@@ -87,6 +87,11 @@ class NotaryUnderTest:
         return hashlib.sha1(self.certificate.public_bytes(Encoding.DER)).digest()
 
 
+def admin_port(notary: NotaryUnderTest) -> int:
+    """The port of the notary's first admin listener."""
+    return notary.running.admin[0].port
+
+
 def make_notary_files(
     directory: Path, name: str = LOCALHOST
 ) -> tuple[Path, Path, x509.Certificate]:
@@ -279,6 +284,7 @@ async def legacy_query(port: int, target: str, fingerprint: str | None) -> RawRe
 __all__ = [
     "FakeClock",
     "NotaryUnderTest",
+    "admin_port",
     "exchange_over_tls",
     "legacy_query",
     "legacy_request",
