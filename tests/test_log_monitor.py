@@ -28,6 +28,7 @@ from notary.protocol.bundle import Bundle, BundleHost, make_bundle
 from notary.protocol.v2.logaudit import LogReplay, check_log_entry, public_key_of
 from notary.state import crypto
 from notary.state.tlogstore import LogStore
+from tests.support.log_notaries import query
 from tests.support.notaries import NotaryUnderTest, open_v2_notary, send_raw
 from tests.support.tls_targets import open_tls_target
 
@@ -64,15 +65,6 @@ def write_bundle(path: Path, bundle: Bundle) -> Path:
     return path
 
 
-async def query(notary: NotaryUnderTest, host: str, port: int) -> None:
-    body = json.dumps({"targets": [{"host": host, "port": port}]}).encode()
-    answer = await send_raw(notary.port, (
-        f"POST /v2/query HTTP/1.0\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body)
-    assert answer.status == 200, answer.body
-
-
 async def log_size(notary: NotaryUnderTest) -> int:
     answer = await send_raw(notary.port, b"GET /v2/log/checkpoint HTTP/1.0\r\n\r\n")
     if answer.status == 404:
@@ -96,7 +88,7 @@ async def open_logged_world(tmp_path: Path) -> AsyncIterator[tuple[object, Notar
             tmp_path, {name: [site.host] for name in names}, log=LOG, serve_bundle=True
         ) as notary:
             for name in (*IN_DOMAIN, *OUTSIDE):
-                await query(notary, name, site.port)
+                await query(notary, (name, site.port))
             await wait_for_size(notary, len(IN_DOMAIN) + len(OUTSIDE))
             yield site, notary
 
@@ -274,7 +266,7 @@ async def test_watch_prints_the_domain_and_its_subdomains_and_keeps_state(
         assert f"# {ORIGIN}: 4 entries, 0 new entries verified" in out
         # One more statement for a subdomain: only it, checked from size 4
         # by a consistency proof.
-        await query(notary, LATER, site.port)
+        await query(notary, (LATER, site.port))
         await wait_for_size(notary, 5)
         status, out, _err = await run_cli(capsys, *watch)
     assert status == 0
@@ -327,7 +319,7 @@ async def test_watch_reports_a_log_whose_new_entries_are_not_signed(tmp_path: Pa
         watch = ("log", "watch", path, "--domain", DOMAIN, "--once", "--state", str(state))
         assert (await run_cli(capsys, *watch))[0] == 0
         kept = state.read_text()
-        await query(notary, LATER, site.port)
+        await query(notary, (LATER, site.port))
         await wait_for_size(notary, 5)
         db = database(tmp_path)
         document = json.loads(db.execute("SELECT entry FROM log_entries WHERE idx = 4").fetchone()[0])
