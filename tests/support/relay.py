@@ -1,11 +1,11 @@
 """The bounce relay's lab for tests, on loopback only: notary B on
 127.0.0.2 (``B_HOST``, its own key and bundle) and notary A on 127.0.0.1
 (``A_HOST``) whose relay trusts B's bundle and dials B's API port
-(``open_pair``); a client's connection to A's relay (``open_client``) and
-the reads of its answers; a plain TCP destination on 127.0.0.4 that records
-who connects (``open_recording_destination``). Names reach loopback
-addresses through the notaries' injected resolver. Each context manager
-stops what it started when its block exits."""
+(``open_pair``); a client's connection to A's relay (``open_client``: the
+caller closes it) and the reads of its answers; a plain TCP destination on
+127.0.0.4 that records who connects (``open_recording_destination``). Names
+reach loopback addresses through the notaries' injected resolver. Each
+context manager stops what it started when its block exits."""
 
 from __future__ import annotations
 
