@@ -38,6 +38,7 @@ from tests.support.notaries import (
     open_notary,
     parse_response,
     send_raw,
+    sha1_fp,
 )
 from tests.support.tls_targets import (
     closed_port,
@@ -48,10 +49,6 @@ from tests.support.tls_targets import (
 NAME = "www.example.test"
 ABSENT_FP = ":".join(["AB"] * 20)
 NO_EXEMPTIONS = {"exempt_clients": ()}
-
-
-def sha1_fp(der: bytes) -> str:
-    return ":".join(f"{b:02X}" for b in hashlib.sha1(der).digest())
 
 
 def random_fp(i: int) -> str:

@@ -15,15 +15,11 @@ import trio
 
 from notary.config import ProbeConfig
 from notary.model.targets import Target
-from tests.support.notaries import legacy_query, open_notary
+from tests.support.notaries import legacy_query, open_notary, sha1_fp
 from tests.support.tls_targets import closed_port, open_tls_target
 
 NAME = "www.example.test"
 NO_EXEMPTIONS = {"exempt_clients": ()}
-
-
-def sha1_fp(der: bytes) -> str:
-    return ":".join(f"{b:02X}" for b in hashlib.sha1(der).digest())
 
 
 def random_fp(i: int) -> str:

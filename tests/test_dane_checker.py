@@ -17,7 +17,7 @@ from notary.model.observations import Certificate, ProbeReport, ProbeResult
 from notary.model.targets import Target
 from notary.service.dane import DaneChecker, needs_chain
 from notary.service.records import _dane_substance
-from tests.model.test_dane import HOST, chain_of, record
+from tests.support.chains import HOST, chain_of, record
 
 TARGET = Target(HOST, 443)
 NOW = 1_770_000_000

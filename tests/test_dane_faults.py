@@ -25,7 +25,7 @@ from notary.outbound.dialer import system_resolver
 from notary.outbound.tlsa import lookup_tlsa, resolver_through
 from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
-from tests.support.chains import spki
+from tests.support.chains import ee_record
 from tests.support.fakedns import (
     Answerer,
     FakeResolver,
@@ -41,10 +41,6 @@ from tests.support.polling import wait_for
 from tests.support.tls_targets import TLSTarget, open_tls_target
 
 NAME = "www.test"
-
-
-def ee_record(der: bytes) -> str:
-    return f"3 1 1 {hashlib.sha256(spki(der)).hexdigest()}"
 
 
 def site_records(site: TLSTarget, name: str = NAME) -> dict[tuple[str, str], list[str]]:

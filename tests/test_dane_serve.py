@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-from collections.abc import Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,10 @@ import pytest
 import trio
 
 from notary.config import Endpoint
-from notary.outbound.dialer import system_resolver
 from notary.protocol.convergence import format_fingerprint
 from notary.state import crypto
-from tests.support.chains import spki
+from tests.support.chains import ee_record
+from tests.support.dane_notaries import dane_notary, dane_sections
 from tests.support.dnssec import INSECURE_ZONE, DnssecStack, dnssec_stack
 from tests.support.metrics import value
 from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, send_raw
@@ -33,10 +33,6 @@ MATCH, TA, MISMATCH, PLAIN = "match.test", "ta.test", "mismatch.test", "plain.te
 UNSIGNED = f"www.{INSECURE_ZONE.rstrip('.')}"
 OUTSIDE = "outside.test"  # its A record is outside allow_targets: never connected to
 SITES = (MATCH, TA, MISMATCH, PLAIN, UNSIGNED)
-
-
-def ee_record(der: bytes) -> str:
-    return f"3 1 1 {hashlib.sha256(spki(der)).hexdigest()}"
 
 
 def zone_for(site: TLSTarget) -> tuple[list, list]:
@@ -58,30 +54,6 @@ def zone_for(site: TLSTarget) -> tuple[list, list]:
         (f"_{port}._tcp.{UNSIGNED}.", "TLSA", ee_record(site.leaf_der(UNSIGNED))),
     ]
     return signed, unsigned
-
-
-def dane_sections(resolver: tuple[str, int], backends: tuple[str, ...]) -> dict[str, Any]:
-    return {
-        "verify": {"backends": backends},
-        "dns": {"resolvers": (Endpoint(*resolver),), "timeout_s": 1.0},
-        "answers": {"failures_at_deadline": False},
-    }
-
-
-@asynccontextmanager
-async def dane_notary(
-    tmp_path: Path, stack_resolver: tuple[str, int], backends: tuple[str, ...],
-    name: str = "n", **sections: Mapping[str, object],
-):
-    """A notary with DANE among ``backends`` and v2 on, resolving names as
-    in production: through the validating resolver (``system_resolver`` is
-    given, so the notary picks ``[dns] resolvers``)."""
-    key_path = tmp_path / f"{name}-v2.key"
-    crypto.write_ed25519_private_key(key_path, crypto.generate_ed25519_key())
-    settings = dane_sections(stack_resolver, backends) | {"v2": {"key_file": key_path}}
-    settings.update(sections)
-    async with open_notary(tmp_path / name, resolver=system_resolver, **settings) as notary:
-        yield notary
 
 
 @contextmanager

@@ -19,14 +19,15 @@ from notary.client import check as client
 from notary.model.dane import Tlsa
 from notary.protocol import v2
 from notary.protocol.voting import Verdict
+from tests.support.chains import ee_record
+from tests.support.client_world import bundle_of
+from tests.support.dane_notaries import dane_notary
 from tests.support.dnssec import dnssec_stack
-from tests.support.notaries import NotaryUnderTest, legacy_query, send_raw
+from tests.support.http_client import post_json
+from tests.support.notaries import NotaryUnderTest, legacy_query, send_raw, sha1_fp
 from tests.support.sites import Site, open_site
 from tests.support.tls_targets import static_resolver
-from tests.test_client import bundle_of
-from tests.test_dane_serve import dane_notary, ee_record
-from tests.test_sites_answers import sha1_fp
-from tests.test_v2_server import post_json, public_keys
+from tests.support.v2_queries import public_keys
 
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 UNSERVED = hashlib.sha256(b"a certificate nobody serves").digest()

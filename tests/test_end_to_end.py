@@ -13,9 +13,8 @@ import trio
 from notary.config import Endpoint
 from notary.model.targets import Target
 from notary.protocol import convergence
-from notary.protocol.convergence import format_fingerprint
 from notary.state.crypto import verify_convergence_signature
-from tests.support.notaries import legacy_query, open_notary, parse_response, send_raw
+from tests.support.notaries import legacy_query, open_notary, parse_response, send_raw, sha1_fp
 from tests.support.tls_targets import (
     closed_port,
     open_stalled_target,
@@ -25,12 +24,6 @@ from tests.support.tls_targets import (
 NAME = "www.example.test"
 OTHER = "other.example.test"
 ABSENT_FP = ":".join(["AB"] * 20)
-
-
-def sha1_fp(der: bytes) -> str:
-    import hashlib
-
-    return format_fingerprint(hashlib.sha1(der).digest())
 
 
 def fingerprints_of(body: bytes) -> list[str]:

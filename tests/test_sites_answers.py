@@ -20,11 +20,10 @@ import pytest
 from notary.config import Endpoint
 from notary.model.targets import Target
 from notary.protocol import v2
-from notary.protocol.convergence import format_fingerprint
 from notary.service.query import Outcome
 from notary.state import crypto
 from tests.support.http_client import http_get, post_json
-from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary
+from tests.support.notaries import NotaryUnderTest, legacy_query, open_notary, sha1_fp
 from tests.support.perspectives import independent_verify, md5_fp
 from tests.support.sites import has_ipv6_loopback, open_site
 from tests.support.v2_queries import public_keys
@@ -32,10 +31,6 @@ from tests.support.v2_queries import public_keys
 #: ``[limits] probes_per_minute_per_target`` (4): one probe every 15 s.
 TARGET_SPACING_S = 16
 UNSERVED = hashlib.sha256(b"a certificate nobody serves").digest()
-
-
-def sha1_fp(der: bytes) -> str:
-    return format_fingerprint(hashlib.sha1(der).digest())
 
 
 @asynccontextmanager

@@ -25,17 +25,9 @@ from notary.model.dane import (
     verdict,
     verdict_on,
 )
-from tests.support.chains import chain_of, der_of, spki
+from tests.support.chains import HOST, chain_of, der_of, record
 
-HOST = "www.example.test"
 NOW = datetime.now(UTC)
-
-
-def record(usage: int, selector: int, matching_type: int, der: bytes) -> Tlsa:
-    selected = der if selector == 0 else spki(der)
-    data = {0: selected, 1: hashlib.sha256(selected).digest(),
-            2: hashlib.sha512(selected).digest()}[matching_type]
-    return Tlsa(usage, selector, matching_type, data)
 
 
 @pytest.fixture(scope="module")

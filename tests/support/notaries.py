@@ -276,6 +276,12 @@ def legacy_request(target: str, fingerprint: str | None) -> bytes:
     return request
 
 
+def sha1_fp(der: bytes) -> str:
+    """The certificate ``der``'s fingerprint as a Convergence query sends it:
+    its SHA-1 in upper-case hex pairs joined by ``:``."""
+    return ":".join(f"{b:02X}" for b in hashlib.sha1(der).digest())
+
+
 async def legacy_query(port: int, target: str, fingerprint: str | None) -> RawResponse:
     """Ask the notary on ``port`` as the 2011 add-on did."""
     return await send_raw(port, legacy_request(target, fingerprint))
@@ -292,4 +298,5 @@ __all__ = [
     "open_notary",
     "open_v2_notary",
     "send_raw",
+    "sha1_fp",
 ]
