@@ -19,7 +19,7 @@ HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
 
 def documents() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
-            *sorted(ROOT.glob("*/README.md"))]
+            *sorted(p for p in ROOT.glob("*/README.md") if not p.parent.name.startswith("."))]
 
 
 def anchor_of(heading: str) -> str:
