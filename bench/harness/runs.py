@@ -1,0 +1,176 @@
+"""Measured runs: the record of one run of a load generator against a
+server with its CPU figures (``Run``, taken by a ``Meter``; ``best`` keeps
+the best run its warnings do not flag), a load benchmark's start and
+interleaved rounds, and a micro-benchmark's best of N."""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .machine import (
+    busy_shares,
+    choose_cpus,
+    cpu_times,
+    describe_busy,
+    machine_busy_seconds,
+    wait_quiet,
+)
+from .report import print_preamble
+
+#: ``Run.warnings`` flags a server core busy below MIN_SERVER_CORE, a client's above MAX_WRK_CORE.
+MIN_SERVER_CORE = 0.90
+MAX_WRK_CORE = 0.95
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run of a load generator against a server, with its CPU figures."""
+
+    rate: float  # requests (handshakes, messages) per second
+    count: int
+    elapsed_s: float
+    #: CPU seconds of the server's processes (None: not measured) and of the
+    #: client (the children reaped meanwhile: wrk, the s_time processes).
+    server_cpu_s: float | None = None
+    client_cpu_s: float = 0.0
+    #: Busy share of the server's and the client's cores, softirq time
+    #: included (None: not watched).
+    server_busy: float | None = None
+    client_busy: float | None = None
+    machine_busy_s: float = 0.0  # busy CPU seconds of every core during the run
+    latency_avg: str = "?"
+    latency_p99: str = "?"
+    latency_us: dict[str, int] = field(default_factory=dict)  # from LATENCY_LUA, if run
+    errors: dict[str, int] = field(default_factory=dict)  # socket errors, non-2xx answers
+    output: str = ""
+
+    @property
+    def server_us(self) -> float:
+        """The server's CPU time per request (0 when not measured)."""
+        return (self.server_cpu_s or 0.0) / self.count * 1e6
+
+    @property
+    def client_us(self) -> float:
+        return self.client_cpu_s / self.count * 1e6
+
+    @property
+    def server_core(self) -> float | None:
+        """The server's share of one core (near 100%: it was the bottleneck)."""
+        return self.server_cpu_s / self.elapsed_s if self.server_cpu_s is not None else None
+
+    @property
+    def client_core(self) -> float:
+        return self.client_cpu_s / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def other_cores(self) -> float:
+        """Cores busy with everything else (other benchmarks, idle servers)."""
+        rest = self.machine_busy_s - (self.server_cpu_s or 0.0) - self.client_cpu_s
+        return max(0.0, rest) / self.elapsed_s
+
+    def warnings(self) -> list[str]:
+        """Why this run does not measure the server: its core (or process) not
+        saturated, or the client's saturated (one wrk thread per core assumed)."""
+        found = []
+        if self.server_busy is not None and self.client_busy is not None:
+            if self.server_busy < MIN_SERVER_CORE:
+                found.append(f"server core {self.server_busy:.0%} busy (< "
+                             f"{MIN_SERVER_CORE:.0%}: the server was not the limit)")
+            if self.client_busy > MAX_WRK_CORE:
+                found.append(f"client core {self.client_busy:.0%} busy (> "
+                             f"{MAX_WRK_CORE:.0%}: the generator was the limit)")
+            return found
+        if self.server_core is not None and self.server_core < MIN_SERVER_CORE:
+            found.append(f"server used {self.server_core:.0%} of its core "
+                         f"(< {MIN_SERVER_CORE:.0%}: not CPU-bound)")
+        if self.client_core > MAX_WRK_CORE:
+            found.append(f"wrk used {self.client_core:.0%} of a core "
+                         f"(> {MAX_WRK_CORE:.0%}: the generator was the limit)")
+        return found
+
+
+class Meter:
+    """CPU accounting from its creation to ``run``: ``server_cpu()`` (the server's
+    CPU seconds so far), the children reaped (the client), ``cpus``, the machine."""
+
+    def __init__(self, server_cpu: Callable[[], float] | None = None,
+                 cpus: Sequence[int] = ()) -> None:
+        self.server_cpu, self.cpus = server_cpu, tuple(cpus)
+        self.server_s = server_cpu() if server_cpu else 0.0
+        self.children = self._children()
+        self.cores = cpu_times(self.cpus) if self.cpus else {}
+        self.machine = machine_busy_seconds()
+        self.started = time.monotonic()
+
+    @staticmethod
+    def _children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    def run(self, rate: float, count: int, **fields: Any) -> Run:
+        """The ``Run`` of ``count`` at ``rate``; ``fields``: latency, errors..."""
+        elapsed = time.monotonic() - self.started
+        shares = busy_shares(self.cores, cpu_times(self.cpus)) if self.cpus else {}
+        busy: list[float | None] = [shares[cpu] for cpu in self.cpus] or [None]
+        figures: dict[str, Any] = {
+            "server_cpu_s": self.server_cpu() - self.server_s if self.server_cpu else None,
+            "client_cpu_s": self._children() - self.children, "server_busy": busy[0],
+            "client_busy": busy[-1], "machine_busy_s": machine_busy_seconds() - self.machine}
+        return Run(rate, count, elapsed, **{**figures, **fields})
+
+
+def best(runs: Sequence[Any]) -> Any:
+    """The best run (by ``rate``) not flagged by its ``warnings()`` (of all, if every one is)."""
+    clean = [r for r in runs if not r.warnings()]
+    return max(clean or runs, key=lambda r: r.rate)
+
+
+def run_rounds(args: argparse.Namespace, items: Sequence[Any], measure: Callable[[Any], Any],
+               progress: Callable[[Any, Any], str], *, key: Callable[[Any], Any] | None = None,
+               quiet_cpus: Sequence[int] = ()) -> dict[Any, list[Any]]:
+    """``args.rounds`` interleaved rounds of ``measure(item)`` over ``items``,
+    a progress line after each run, a wait (<= 30 s, ``--wait-quiet``) for idle
+    ``quiet_cpus`` before each further round. Returns the runs by ``key(item)``."""
+    key = key or (lambda item: item.key)
+    runs: dict[Any, list[Any]] = {key(item): [] for item in items}
+    for round_number in range(args.rounds):
+        if round_number and quiet_cpus and args.wait_quiet:
+            wait_quiet(quiet_cpus, min(args.wait_quiet, 30.0))
+        for item in items:
+            run = measure(item)
+            runs[key(item)].append(run)
+            print(f"  round {round_number + 1} {progress(item, run)}"
+                  + "".join(f"  WARNING: {w}" for w in run.warnings()), flush=True)
+    return runs
+
+
+def start_load(args: argparse.Namespace, title: str, wrk: str | None,
+               describe: Callable[[int, int], Sequence[str]] = lambda s, c: (), *,
+               cpus: Sequence[int] | None = None, note: str = "") -> tuple[int, int]:
+    """Every load benchmark's start: cores, preamble, ``describe(server_cpu,
+    client_cpu)``'s lines, ``--wait-quiet`` for ``cpus`` (default: the two
+    chosen), their other load. Returns (server core, client core)."""
+    server_cpu, client_cpu = choose_cpus(args)
+    print_preamble(title, wrk, note)
+    for line in describe(server_cpu, client_cpu):
+        print(line)
+    watched = list(cpus) if cpus is not None else [server_cpu, client_cpu]
+    if args.wait_quiet:
+        wait_quiet(watched, args.wait_quiet)
+    print(describe_busy(watched, "before the runs"), flush=True)
+    return server_cpu, client_cpu
+
+
+def best_seconds(run: Callable[[], float], repeat: int) -> float:
+    """The best of ``repeat`` calls of ``run`` (which returns the seconds it
+    measured): on a shared machine, noise only ever adds time."""
+    return min(run() for _ in range(repeat))
+
+
+def rate(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
