@@ -24,7 +24,11 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
-import harness  # also puts the project root on sys.path
+# Importing harness also puts the project root on sys.path.
+from harness.options import argument_parser, repetitions
+from harness.project import ROOT
+from harness.report import format_rate, format_ratio, header, print_table
+from harness.runs import best_seconds, rate
 
 from notary.state._cachecommon import CacheStatistics
 
@@ -147,7 +151,7 @@ def time_digest_checks(digest: Callable[[bytes], bytes], bloom: Any, items: Sequ
 
 def best_rates(passes: dict[str, tuple[int, Callable[[], float]]], repeat: int) -> dict[str, float]:
     """Operations per second of each pass (operations, timed loop), best of ``repeat``, in order."""
-    return {key: harness.rate(count, harness.best_seconds(run, repeat))
+    return {key: rate(count, best_seconds(run, repeat))
             for key, (count, run) in passes.items()}
 
 
@@ -156,10 +160,10 @@ def print_rates(title: str, labels: dict[str, str], rates: dict[str, dict[str, f
     names = list(rates)
     pairs = list(itertools.combinations(names, 2))
     print(f"{title}\n")
-    harness.print_table(
+    print_table(
         ["operation", *names, *(f"{a} / {b}" for a, b in pairs)],
-        [[label, *(harness.format_rate(rates[name][key]) for name in names),
-          *(harness.format_ratio(rates[a][key] / rates[b][key]) for a, b in pairs)]
+        [[label, *(format_rate(rates[name][key]) for name in names),
+          *(format_ratio(rates[a][key] / rates[b][key]) for a, b in pairs)]
          for key, label in labels.items()],
     )
 
@@ -210,7 +214,7 @@ def bench_lru(impls: dict[str, Callable[[int, int], Any]], quick: bool, repeat: 
         mixed = partial(time_mixed, cache.get, cache.put, mixed_ops, value, size)
         mixed()  # warm up to the steady state
         before = cache.statistics()
-        rates[name]["mixed"] = harness.rate(n_ops, harness.best_seconds(mixed, repeat))
+        rates[name]["mixed"] = rate(n_ops, best_seconds(mixed, repeat))
         after = cache.statistics()
         hits, misses = after.hits - before.hits, after.misses - before.misses
         hit_rates[name] = hits / (hits + misses) if hits + misses else 0.0
@@ -229,7 +233,7 @@ def bench_lru(impls: dict[str, Callable[[int, int], Any]], quick: bool, repeat: 
     print("Mixed-workload get hit rate at steady state: "
           + ", ".join(f"{name} {rate:.1%}" for name, rate in hit_rates.items()))
     print(f"Reference: the empty `for` loop over the same keys runs at "
-          f"{harness.format_rate(loop_rate)} ({1e9 / loop_rate:.0f} ns per iteration, "
+          f"{format_rate(loop_rate)} ({1e9 / loop_rate:.0f} ns per iteration, "
           f"included in every figure above).\n")
 
 
@@ -321,7 +325,7 @@ def bench_memory(quick: bool) -> None:
     results: dict[tuple[str, str], dict[str, float]] = {}
     for impl, method in itertools.product(impls, ("tracemalloc", "rss")):
         command = [sys.executable, __file__, "--memory-child", impl, str(targets), method]
-        out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=harness.ROOT)
+        out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
         results[impl, method] = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"## Memory per cached target ({targets:,} targets, one subprocess per "
           f"implementation and method)\n")
@@ -329,7 +333,7 @@ def bench_memory(quick: bool) -> None:
           "`(body, (first_seen, last_seen))` with a distinct 300-byte `bytes` body; "
           "the declared size is a fresh `int` per put.\n")
     data = results["compiled", "tracemalloc"]["data"]
-    harness.print_table(
+    print_table(
         ["implementation", "cache overhead, tracemalloc", "cache overhead, RSS delta",
          "overhead / data"],
         [[impl, f"{results[impl, 'tracemalloc']['cache']:.0f} B/target",
@@ -348,22 +352,22 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["--memory-child"]:
         memory_child(argv[1], int(argv[2]), argv[3])
         return
-    parser = harness.argument_parser(__doc__.split("\n", 1)[0])
+    parser = argument_parser(__doc__.split("\n", 1)[0])
     parser.add_argument("--skip-memory", action="store_true",
                         help="leave out the memory measurement (the slowest part)")
     args = parser.parse_args(argv)
-    repeat = harness.repetitions(args, full=3)
+    repeat = repetitions(args, full=3)
     try:
         compiled = importlib.import_module(MODULES["compiled"])
     except ImportError as exc:
         sys.exit(f"bench_cache: the compiled cache {MODULES['compiled']} does not import ({exc}).\n"
-                 f"Build it first: cd {harness.ROOT} && .venv/bin/python setup.py build_ext --inplace")
+                 f"Build it first: cd {ROOT} && .venv/bin/python setup.py build_ext --inplace")
     modules = {"compiled": compiled, "twin": importlib.import_module(MODULES["twin"])}
     impls = {name: module.LRUCache for name, module in modules.items()}
     impls["OrderedDict"] = OrderedDictLRU
-    harness.header("Cache micro-benchmark",
-                   " ".join([".venv/bin/python bench/bench_cache.py", *argv]))
-    print(f"compiled module: {os.path.relpath(compiled.__file__, harness.ROOT)}")
+    header("Cache micro-benchmark",
+           " ".join([".venv/bin/python bench/bench_cache.py", *argv]))
+    print(f"compiled module: {os.path.relpath(compiled.__file__, ROOT)}")
     check_same_semantics(impls)
     print("Semantics check: compiled, twin and OrderedDict baseline return the same "
           "results and counters on 30,000 random operations.\n")
@@ -373,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
         bench_memory(args.quick)
     verdict = "met" if membership >= BLOOM_GOAL_RATIO else "NOT met"
     print(f"Goal: compiled bloom membership checks >= {BLOOM_GOAL_RATIO:.0f}x the twin: "
-          f"{harness.format_ratio(membership)} (the lower of present/absent): {verdict}.")
+          f"{format_ratio(membership)} (the lower of present/absent): {verdict}.")
 
 
 if __name__ == "__main__":

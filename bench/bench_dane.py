@@ -25,10 +25,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import harness
 import trio
 import trustme
-from harness import BenchError, Processes
+from harness.loopback import free_ports
+from harness.machine import describe_busy
+from harness.processes import Processes, run_benchmark
+from harness.project import BenchError
+from harness.report import format_rate, format_ratio, print_table
+from harness.runs import best_seconds, start_load
 
 from notary.config import ProbeConfig
 from notary.errors import ProbeError, ProbeResolveFailed
@@ -148,7 +152,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                 tool, flag in zip(tools, ("-V", "-v"), strict=True)]  # nsd's is on stderr
     versions = [(out.stdout + out.stderr).split("ersion ")[-1].split()[0] for out in versions]
     ta_count = round(args.targets * args.ta_share)
-    server_cpu, client_cpu = harness.start_load(
+    server_cpu, client_cpu = start_load(
         args, "DANE verdicts on cache misses (issue 20), against the perspective probe", None,
         lambda s, c: [f"this process: CPU {s}; unbound {versions[0]}, nsd {versions[1]}, the TLS "
                       f"farm: CPU {c}; {args.targets:,} names ({ta_count:,} {TA}, the others "
@@ -158,7 +162,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     issued = trustme.CA(key_type=ECDSA).issue_cert("127.0.0.1", key_type=ECDSA)
     cert, key = directory / "farm.crt", directory / "farm.key"
     issued.cert_chain_pems[0].write_to_path(cert), issued.private_key_pem.write_to_path(key)
-    ports = harness.free_ports(-(-args.targets // ADDRESSES))
+    ports = free_ports(-(-args.targets // ADDRESSES))
     farm = processes.start("farm", [
         sys.executable, str(FARM), "--farm", "--farm-ports", ",".join(map(str, ports)),
         "--addresses", str(ADDRESSES), "--cert", str(cert), "--key", str(key)], cpu=client_cpu)
@@ -210,11 +214,11 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         rows.append([name, text, f"{one.count:,}", " / ".join(f"{p.rate:,.0f}" for p in runs[label]),
                      f"{one.cpu / one.seconds:.0%}", *(f"{one.us(cpu):,.0f}" for cpu in (
                          one.cpu, one.stack.get("unbound", 0), one.stack.get("nsd", 0))),
-                     harness.format_ratio(one.rate / probe.rate),
-                     harness.format_ratio(one.us(one.cpu) / probe.us(probe.cpu))])
-    harness.print_table(["check", "pass", "targets", "per s (runs; best kept)", "core use",
-                         "notary CPU us/check", "unbound CPU us/check", "nsd CPU us/check",
-                         "rate / probe's", "notary CPU / probe's"], rows)
+                     format_ratio(one.rate / probe.rate),
+                     format_ratio(one.us(one.cpu) / probe.us(probe.cpu))])
+    print_table(["check", "pass", "targets", "per s (runs; best kept)", "core use",
+                 "notary CPU us/check", "unbound CPU us/check", "nsd CPU us/check",
+                 "rate / probe's", "notary CPU / probe's"], rows)
 
     def verdicts(items: Sequence[Item]) -> float:
         started = time.perf_counter()
@@ -225,18 +229,18 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     alone = []
     for kind, items in (("EE", ee), ("TA", ta)):
         if items:
-            us = harness.best_seconds(functools.partial(verdicts, items), args.repeat) * 1e6
+            us = best_seconds(functools.partial(verdicts, items), args.repeat) * 1e6
             us, warm = us / len(items), best[f"{kind} warm"]
-            alone.append([f"DANE-{kind}", f"{us:,.1f}", harness.format_rate(1e6 / us),
+            alone.append([f"DANE-{kind}", f"{us:,.1f}", format_rate(1e6 / us),
                           f"{us / warm.us(warm.cpu):.0%}"])
-    harness.print_table(["verdict() alone (no I/O)", "us per verdict", "per s per core",
-                         "share of a warm check's notary CPU"], alone)
-    print(harness.describe_busy([server_cpu, client_cpu], "after the runs"))
+    print_table(["verdict() alone (no I/O)", "us per verdict", "per s per core",
+                 "share of a warm check's notary CPU"], alone)
+    print(describe_busy([server_cpu, client_cpu], "after the runs"))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return harness.run_benchmark("bench_dane", parse_args(argv), run)
+    return run_benchmark("bench_dane", parse_args(argv), run)
 
 
 if __name__ == "__main__":

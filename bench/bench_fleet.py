@@ -29,8 +29,10 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_writer
-import harness
-from harness import Processes
+from harness.options import argument_parser
+from harness.processes import Processes, run_benchmark
+from harness.report import format_rate, print_preamble, print_table
+from harness.servers import start_postgres
 
 from notary.config import StoreConfig
 from notary.outbound.writer import open_storage
@@ -43,8 +45,8 @@ def engines(processes: Processes, directory: Path) -> dict[str, StoreConfig]:
     made = {"SQLite (WAL, NORMAL)": DEFAULTS}
     for label, settings in (("PostgreSQL (defaults)", ()),
                             ("PostgreSQL (synchronous_commit off)", ("synchronous_commit=off",))):
-        dsn = harness.start_postgres(processes, directory / f"pg{len(made)}", cpu=None,
-                                     settings=settings)
+        dsn = start_postgres(processes, directory / f"pg{len(made)}", cpu=None,
+                             settings=settings)
         made[label] = replace(DEFAULTS, backend="postgresql", dsn=dsn)
     return made
 
@@ -120,34 +122,34 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    harness.print_preamble("Fleet: the store engines side by side", None)
+    print_preamble("Fleet: the store engines side by side", None)
     count = 10_000 if args.quick else 100_000
     seconds = 3.0 if args.quick else 20.0
     rows_writer, rows_feed = [], []
     for number, (label, store) in enumerate(engines(processes, directory).items()):
         path = directory / f"notary{number}.db"
         rate = trio.run(committed_per_second, path, store, count)
-        rows_writer.append([label, f"{count:,}", harness.format_rate(rate)])
+        rows_writer.append([label, f"{count:,}", format_rate(rate)])
         commit, record = trio.run(feed_delays, directory / f"feed{number}.db", store,
                                   args.rate, seconds)
         rows_feed.append([label, f"{len(commit):,}", *(
             f"{percentile(values, share):.0f}" for values in (commit, record)
             for share in (0.5, 0.99))])
     print(f"\n## 1. Observations committed per second (batched writer, {count:,} observations)\n")
-    harness.print_table(["engine", "observations", "committed"], rows_writer)
+    print_table(["engine", "observations", "committed"], rows_writer)
     print(f"\n## 2. Change feed delay at {args.rate:g} observations/s for {seconds:g} s "
           f"(feed_interval_ms {DEFAULTS.feed_interval_ms}, batch_interval_ms "
           f"{DEFAULTS.batch_interval_ms})\n")
-    harness.print_table(["engine", "observations", "commit->read p50 ms", "p99 ms",
-                         "record->read p50 ms", "p99 ms"], rows_feed)
+    print_table(["engine", "observations", "commit->read p50 ms", "p99 ms",
+                 "record->read p50 ms", "p99 ms"], rows_feed)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = harness.argument_parser(__doc__.split("\n", 1)[0])
+    parser = argument_parser(__doc__.split("\n", 1)[0])
     parser.add_argument("--rate", type=float, default=400.0,
                         help="observations per second in part 2 (default 400: a core's probes)")
-    return harness.run_benchmark("bench_fleet", parser.parse_args(argv), run)
+    return run_benchmark("bench_fleet", parser.parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
-from harness import LOOPBACK, BenchError, Processes, Run
+from harness.loopback import LOOPBACK, exchange, free_ports, post_request
+from harness.machine import cpu_seconds, describe_busy
+from harness.options import finish_load_args, load_parser
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import BenchError
+from harness.report import print_table, short_path
+from harness.runs import Run, run_rounds, start_load
+from harness.runs import best as best_run
+from harness.servers import (
+    MINIMAL_SERVER,
+    RunningNotary,
+    new_notary,
+    notary_argv,
+    start_notary,
+    start_server,
+)
+from harness.tools import ensure_wrk
+from harness.wrk import run_wrk, wrk_script
 
 GOAL = 0.80  # the issue: notary plain keep-alive >= 80% of the minimal Trio server
 ROW_ORDER = "cabdef"  # each round's runs and the table's rows
@@ -35,10 +51,10 @@ ROW_ORDER = "cabdef"  # each round's runs and the table's rows
 def wrk_run(wrk: str, processes: Processes, url: str, script: Path, args: argparse.Namespace,
             cpu: int, server_pid: int | None = None) -> Run:
     """This script's wrk run: ``--threads``, ``--connections``, ``--duration``."""
-    return harness.run_wrk(
+    return run_wrk(
         wrk, processes, url, script, threads=args.threads, connections=args.connections,
         seconds=args.duration, cpu=cpu,
-        server_cpu_seconds=(lambda: harness.cpu_seconds(server_pid)) if server_pid else None)
+        server_cpu_seconds=(lambda: cpu_seconds(server_pid)) if server_pid else None)
 
 
 def url(port: int, path: str, *, tls: bool) -> str:
@@ -60,7 +76,7 @@ class Target:
 
 
 def report(targets: Sequence[Target], runs: dict[str, list[Run]]) -> float:
-    best = {key: harness.best(results) for key, results in runs.items()}
+    best = {key: best_run(results) for key, results in runs.items()}
     cpu = {key: min((r.server_us for r in results if r.server_us), default=0.0)
            for key, results in runs.items()}
     base = best["c"].rate
@@ -78,7 +94,7 @@ def report(targets: Sequence[Target], runs: dict[str, list[Run]]) -> float:
             f"{top.latency_avg} / {top.latency_p99}",
         ])
     run_headers = [f"run {i + 1} req/s" for i in range(max(len(r) for r in runs.values()))]
-    harness.print_table(
+    print_table(
         ["server", *run_headers, "best req/s", "vs (c)", "vs its ceiling",
          "server CPU us/req (min)", "server core use (best)", "latency avg / p99 (best)"], rows)
     ratio = best["a"].rate / base
@@ -99,7 +115,7 @@ def report(targets: Sequence[Target], runs: dict[str, list[Run]]) -> float:
     return ratio
 
 
-def profile_notary(wrk: str, processes: Processes, notary: harness.RunningNotary, script: Path,
+def profile_notary(wrk: str, processes: Processes, notary: RunningNotary, script: Path,
                    args: argparse.Namespace, server_cpu: int, client_cpu: int) -> None:
     """Restart the notary under ``args.profile`` (cProfile or py-spy: bench/README.md)
     and print where its time goes while wrk loads it over plain HTTP."""
@@ -112,9 +128,9 @@ def profile_notary(wrk: str, processes: Processes, notary: harness.RunningNotary
     if not cprofile and py_spy is None:
         raise BenchError("--profile py-spy: py-spy not found (.venv/bin/python -m pip install py-spy)")
     processes.stop(notary.process)
-    argv = harness.notary_argv(setup, profile_out=stats_path if cprofile else None)
-    restarted = harness.start_notary(processes, setup, "notary (profiled)", cpu=server_cpu,
-                                     log=log, argv=argv)
+    argv = notary_argv(setup, profile_out=stats_path if cprofile else None)
+    restarted = start_notary(processes, setup, "notary (profiled)", cpu=server_cpu,
+                             log=log, argv=argv)
     if restarted.answer != notary.answer:
         raise BenchError("the restarted notary answers different bytes")
     profiled = restarted.process
@@ -131,7 +147,7 @@ def profile_notary(wrk: str, processes: Processes, notary: harness.RunningNotary
         time.sleep(0.5)  # let dump_stats finish writing
         processes.stop(profiled)
         if not stats_path.exists():
-            raise BenchError(f"the profiled notary wrote no stats:\n{harness.tail(log)}")
+            raise BenchError(f"the profiled notary wrote no stats:\n{tail(log)}")
         print_cprofile(stats_path, result, args.top)
         return
     sampler = processes.start(
@@ -145,7 +161,7 @@ def profile_notary(wrk: str, processes: Processes, notary: harness.RunningNotary
     processes.stop(sampler)
     processes.stop(profiled)
     if not raw.exists():
-        raise BenchError(f"py-spy wrote nothing:\n{harness.tail(setup.directory / 'py-spy.log')}")
+        raise BenchError(f"py-spy wrote nothing:\n{tail(setup.directory / 'py-spy.log')}")
     print_py_spy(raw, result, args.top)
 
 
@@ -158,12 +174,12 @@ def print_cprofile(stats_path: Path, result: Run, top: int) -> None:
           f"{total_s / requests * 1e6:.1f} us profiled per request.")
     print()
     entries = sorted(table.items(), key=lambda item: item[1][2], reverse=True)
-    rows = [[f"{harness.short_path(filename)}:{line}({name})", f"{calls / requests:.2f}",
+    rows = [[f"{short_path(filename)}:{line}({name})", f"{calls / requests:.2f}",
              f"{tottime / requests * 1e6:.2f}", f"{tottime / total_s:.1%}",
              f"{cumtime / requests * 1e6:.2f}"]
             for (filename, line, name), (_cc, calls, tottime, cumtime, _callers) in entries[:top]]
-    harness.print_table(["function (by own time)", "calls/req", "own us/req", "own share",
-                         "cumulative us/req"], rows)
+    print_table(["function (by own time)", "calls/req", "own us/req", "own share",
+                 "cumulative us/req"], rows)
 
 
 def print_py_spy(raw: Path, result: Run, top: int) -> None:
@@ -182,7 +198,7 @@ def print_py_spy(raw: Path, result: Run, top: int) -> None:
             other_threads += int(count_text)
             continue
         # "func (path/to/file.py)" -> "func (package/file.py)"
-        frames = [f"{name} ({harness.short_path(where.rstrip(')'))})" if where else name
+        frames = [f"{name} ({short_path(where.rstrip(')'))})" if where else name
                   for name, _, where in (frame.partition(" (") for frame in stack.split(";"))]
         own[frames[-1]] += int(count_text)
         inclusive.update(dict.fromkeys(frames, int(count_text)))
@@ -195,14 +211,14 @@ def print_py_spy(raw: Path, result: Run, top: int) -> None:
           "of one core per request (us/req = share x that).")
     print()
     for title, counts in (("own time", own), ("inclusive time", inclusive)):
-        harness.print_table([f"function ({title})", "share", "us/req"], [
+        print_table([f"function ({title})", "share", "us/req"], [
             [frame, f"{count / total:.1%}", f"{count / total * per_request_us:.2f}"]
             for frame, count in counts.most_common(top)])
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.load_parser(__doc__.split("\n\n")[0], rounds=2,
-                                 quick="2 s per run instead of 10: a smoke run, not a measurement")
+    parser = load_parser(__doc__.split("\n\n")[0], rounds=2,
+                         quick="2 s per run instead of 10: a smoke run, not a measurement")
     parser.add_argument("--no-limits-row", action="store_true",
                         help="skip (f), the notary with per-client limits on")
     parser.add_argument("--no-httptools-row", action="store_true",
@@ -211,11 +227,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="then profile the notary under load (plain HTTP): cProfile "
                         "(calls per request) or py-spy (truer shares; pip install it)")
     parser.add_argument("--top", type=int, default=30, help="profile rows to print")
-    return harness.finish_load_args(parser.parse_args(argv), quick_rounds=2)
+    return finish_load_args(parser.parse_args(argv), quick_rounds=2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return harness.run_benchmark("bench_http", parse_args(argv), run)
+    return run_benchmark("bench_http", parse_args(argv), run)
 
 
 #: Row (f): every per-client limit applies to the loopback load client (no client exempt:
@@ -226,15 +242,15 @@ LIMITS_ON: dict[str, dict[str, object]] = {"limits": {
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = harness.ensure_wrk()
-    server_cpu, client_cpu = harness.start_load(
+    wrk = ensure_wrk()
+    server_cpu, client_cpu = start_load(
         args, "End to end: cache-hit POST /target requests per second (wrk)", wrk,
         lambda server, client: [
             f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s, pinned to CPU "
             f"{client}; each server pinned to CPU {server}; {args.rounds} runs per target"])
-    setup = harness.new_notary(directory / "notary")
+    setup = new_notary(directory / "notary")
     log = directory / "notary.log"
-    notary = harness.start_notary(processes, setup, "notary", cpu=server_cpu, log=log)
+    notary = start_notary(processes, setup, "notary", cpu=server_cpu, log=log)
     body, answer = notary.body, notary.answer
     response_file = directory / "response.bin"
     response_file.write_bytes(answer)
@@ -242,11 +258,11 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     print(f"query: POST {setup.path} (the notary's own HTTPS port), body {body}")
     print(f"answer: {len(answer)} bytes, {head}\n")
 
-    script = harness.wrk_script(directory, body)
+    script = wrk_script(directory, body)
     targets = {key: Target(key, label, url(port, setup.path, tls=tls), notary.pid, script)
                for key, label, port, tls in (("a", "notary, plain HTTP", setup.plain_port, False),
                                             ("b", "notary, HTTPS", setup.api_port, True))}
-    minimal = [sys.executable, str(harness.MINIMAL_SERVER), "--response", str(response_file)]
+    minimal = [sys.executable, str(MINIMAL_SERVER), "--response", str(response_file)]
     tls_files = ["--cert", str(setup.cert), "--key", str(setup.key)]
     minimal_rows = [("c", "minimal Trio server, plain HTTP (ceiling)", [], False),
                     ("d", "minimal Trio server, TLS (HTTPS ceiling)", tls_files, True)]
@@ -254,23 +270,23 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         minimal_rows.append(("e", "minimal Trio server + httptools parser, plain",
                              ["--parser", "httptools"], False))
     for key, label, options, tls in minimal_rows:
-        port = harness.free_ports(1)[0]
-        pid = harness.start_server(processes, f"({key}) {label}", [
+        port = free_ports(1)[0]
+        pid = start_server(processes, f"({key}) {label}", [
             *minimal, "--port", str(port), *options], [port], cpu=server_cpu,
             log=directory / f"minimal-{key}.log").pid
-        got = harness.exchange(port, harness.post_request(port, setup.path, body), tls=tls,
-                               count=2)
+        got = exchange(port, post_request(port, setup.path, body), tls=tls,
+                       count=2)
         if got != [answer, answer]:
             raise BenchError(f"({key}) {label} does not answer the notary's bytes: {got!r}")
         targets[key] = Target(key, label, url(port, setup.path, tls=tls), pid, script)
     if not args.no_limits_row:
-        limited_setup = harness.new_notary(directory / "limited", LIMITS_ON)
-        limited = harness.start_notary(processes, limited_setup, "notary (limits on)",
-                                       cpu=server_cpu, log=directory / "limited" / "notary.log")
+        limited_setup = new_notary(directory / "limited", LIMITS_ON)
+        limited = start_notary(processes, limited_setup, "notary (limits on)",
+                               cpu=server_cpu, log=directory / "limited" / "notary.log")
         targets["f"] = Target(
             "f", "notary, plain HTTP, per-client limits on (loopback not exempt)",
             url(limited_setup.plain_port, limited_setup.path, tls=False), limited.pid,
-            harness.wrk_script(directory, limited.body, name="limited"))
+            wrk_script(directory, limited.body, name="limited"))
 
     def measure(target: Target) -> Run:
         result = wrk_run(wrk, processes, target.url, target.script, args, client_cpu, target.pid)
@@ -278,14 +294,14 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         return result
 
     rows = [targets[key] for key in ROW_ORDER if key in targets]
-    runs = harness.run_rounds(args, rows, measure, lambda target, result: (
+    runs = run_rounds(args, rows, measure, lambda target, result: (
         f"({target.key}) {target.label}: {result.rate:,.0f} req/s, server "
         f"{result.server_us:.1f} us CPU/req, {result.server_core:.0%} of its core, wrk "
         f"{result.client_core:.0%} of its core"))
     print()
     ratio = report(rows, runs)
-    print(harness.describe_busy([server_cpu, client_cpu], "after the runs (servers idle)"))
-    problems = harness.tail(log)
+    print(describe_busy([server_cpu, client_cpu], "after the runs (servers idle)"))
+    problems = tail(log)
     if problems.strip():
         print(f"notary log (warnings and errors):\n{problems}\n")
     if args.profile:

@@ -25,9 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # also puts the project root on sys.path
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from harness import LOOPBACK, BenchError, Processes, Run
+
+# Importing harness also puts the project root on sys.path.
+from harness.loopback import LOOPBACK, body_of, connect, exchange, free_ports, status_of
+from harness.machine import cpu_seconds, describe_busy
+from harness.options import finish_load_args, load_parser
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import BenchError
+from harness.report import print_table
+from harness.runs import Run, run_rounds, start_load
+from harness.runs import best as best_run
+from harness.servers import NotarySetup, RunningNotary, new_notary, start_notary
+from harness.tools import ensure_wrk
+from harness.wrk import run_wrk, wrk_script
 
 from notary.config import load_config
 from notary.model.observations import Certificate, Observation, Timeline
@@ -191,7 +202,7 @@ def part_appends(args: argparse.Namespace, directory: Path, signer: Ed25519Signe
                          f"{plain.rate:,.0f}", f"{plain.ms_per_batch:,.2f}",
                          f"{plain.cpu_ms_per_batch:,.2f}", f"{log.rate / plain.rate:.1%}",
                          f"{(log.cpu_s / log.entries - plain.cpu_s / plain.entries) * 1e6:,.1f}"])
-    harness.print_table(
+    print_table(
         ["synchronous", "batch", "log entries/s", "log ms/batch", "log CPU ms/batch",
          "INSERT entries/s", "INSERT ms/batch", "INSERT CPU ms/batch", "log / INSERT",
          "Merkle bookkeeping, CPU us/entry"], rows)
@@ -388,7 +399,7 @@ def part_proofs(args: argparse.Namespace, directory: Path, signer: Ed25519Signer
     db.close()
     path.unlink()
     print()
-    harness.print_table(
+    print_table(
         ["size", "proof", "memory cold: median / p99 us", "memory warm", "SQLite cold",
          "SQLite warm", "LogStore API", "tile reads/proof cold", "tile reads/proof warm",
          "hashes/proof"], rows)
@@ -440,11 +451,11 @@ def https(port: int, method: str, path: str, body: str = "") -> bytes:
     head = f"{method} {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
     if method == "POST":
         head += f"Content-Type: {JSON_TYPE}\r\nContent-Length: {len(body)}\r\n"
-    response = harness.exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
-                                timeout_s=30.0)[0]
-    if harness.status_of(response) != 200:
+    response = exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
+                        timeout_s=30.0)[0]
+    if status_of(response) != 200:
         raise BenchError(f"{method} {path} answered {response[:300]!r}")
-    return harness.body_of(response)
+    return body_of(response)
 
 
 def query_body(ports: Sequence[int], sha256: str, size: int) -> str:
@@ -455,7 +466,7 @@ def query_body(ports: Sequence[int], sha256: str, size: int) -> str:
 @dataclass
 class HitNotary:
     name: str
-    notary: harness.RunningNotary
+    notary: RunningNotary
     ports: list[int]
     bodies: dict[int, str]
     answers: dict[int, bytes]
@@ -488,7 +499,7 @@ def check_answer(answer: bytes, body: str, keys: Sequence[v2.PublishedKey], *,
     return size
 
 
-def prefill_log(setup: harness.NotarySetup, size: int, tiles: Tiles) -> None:
+def prefill_log(setup: NotarySetup, size: int, tiles: Tiles) -> None:
     """Make the log in ``setup``'s database (before it starts) a tree of ``size`` leaves:
     its tiles, and a head whose checkpoint its v2 key signs. The notary then appends after
     them, so its statements' proofs are as long as in a log of that size."""
@@ -508,16 +519,16 @@ def prefill_log(setup: harness.NotarySetup, size: int, tiles: Tiles) -> None:
 def start_hit_notary(processes: Processes, directory: Path, name: str, cpu: int,
                      options: dict[str, dict[str, object]],
                      prefill: tuple[int, Tiles] | None = None) -> HitNotary:
-    ports = harness.free_ports(HIT_TARGETS + 6)
+    ports = free_ports(HIT_TARGETS + 6)
     api_ports = ports[:HIT_TARGETS]
-    setup = harness.new_notary(directory / name, options,
-                               [api_ports[0], api_ports[1], *ports[HIT_TARGETS:]])
+    setup = new_notary(directory / name, options,
+                       [api_ports[0], api_ports[1], *ports[HIT_TARGETS:]])
     add_api_ports(setup.config, api_ports[2:])
     if prefill is not None:
         prefill_log(setup, *prefill)
-    notary = harness.start_notary(processes, setup, name, cpu=cpu,
-                                  log=directory / f"{name}.log")
-    with harness.connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
+    notary = start_notary(processes, setup, name, cpu=cpu,
+                          log=directory / f"{name}.log")
+    with connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
         sha256 = hashlib.sha256(sock.getpeercert(binary_form=True)).hexdigest()
     bodies = {n: query_body(api_ports, sha256, n) for n in HIT_BATCHES}
     https(api_ports[0], "POST", "/v2/query", bodies[HIT_TARGETS])  # probes every target
@@ -564,22 +575,22 @@ def part_hit(args: argparse.Namespace, processes: Processes, directory: Path, wr
                   + (f", every statement with its inclusion proof (tree of {size})"
                      if key == "on" else ""))
     print(flush=True)
-    scripts = {(key, n): harness.wrk_script(directory, hit.bodies[n], name=f"{key}-{n}",
-                                            content_type=JSON_TYPE)
+    scripts = {(key, n): wrk_script(directory, hit.bodies[n], name=f"{key}-{n}",
+                                    content_type=JSON_TYPE)
                for key, hit in notaries.items() for n in HIT_BATCHES}
     rows = [(key, n) for n in HIT_BATCHES for key in ("off", "on")]
 
     def measure(row: tuple[str, int]) -> Run:
         hit = notaries[row[0]]
-        result = harness.run_wrk(
+        result = run_wrk(
             wrk, processes, f"https://{LOOPBACK}:{hit.ports[0]}/v2/query", scripts[row],
             threads=args.threads, connections=args.connections, seconds=args.duration,
-            cpu=client_cpu, server_cpu_seconds=lambda: harness.cpu_seconds(hit.notary.pid),
+            cpu=client_cpu, server_cpu_seconds=lambda: cpu_seconds(hit.notary.pid),
             cpus=[server_cpu, client_cpu])
         hit.notary.check_alive()
         return result
 
-    runs = harness.run_rounds(args, rows, measure, lambda row, result: (
+    runs = run_rounds(args, rows, measure, lambda row, result: (
         f"log {row[0]}, {row[1]} target(s): {result.rate:,.0f} req/s, server "
         f"{result.server_us:.1f} us CPU/req, server core {result.server_busy:.0%} busy, "
         f"client core {result.client_busy:.0%}, other load {result.other_cores:.2f} cores"),
@@ -593,7 +604,7 @@ def part_hit(args: argparse.Namespace, processes: Processes, directory: Path, wr
                 print(f"  note: log {key}, {n} target(s): answer {len(after):,} bytes after "
                       f"the runs, {len(hit.answers[n]):,} before")
     print()
-    best = {row: harness.best(results) for row, results in runs.items()}
+    best = {row: best_run(results) for row, results in runs.items()}
     table, verdicts = [], []
     for n in HIT_BATCHES:
         off, on = best[("off", n)], best[("on", n)]
@@ -608,15 +619,15 @@ def part_hit(args: argparse.Namespace, processes: Processes, directory: Path, wr
                           f"{run.latency_us.get('p99', 0) / 1000:.1f}",
                           "" if key == "off" else f"{on.rate / off.rate:.1%} / "
                           f"{on.server_us / off.server_us:.1%}"])
-    harness.print_table(["targets", "log", "req/s per run", "best req/s", "server CPU us/req",
-                         "answer bytes", "server core busy", "CPU us/req, median run", "p99 ms",
-                         "on / off: rate / CPU per req"], table)
+    print_table(["targets", "log", "req/s per run", "best req/s", "server CPU us/req",
+                 "answer bytes", "server core busy", "CPU us/req, median run", "p99 ms",
+                 "on / off: rate / CPU per req"], table)
     for n, by_rate, by_cpu in verdicts:
         met = by_rate < GOAL and by_cpu < GOAL
         print(f"goal (log costs a cache hit < {GOAL:.0%}), {n} target(s): {by_rate:+.1%} by rate, "
               f"{by_cpu:+.1%} by CPU per request: {'met' if met else 'NOT met'}")
     for hit in notaries.values():
-        problems = harness.tail(hit.notary.log)
+        problems = tail(hit.notary.log)
         if problems.strip():
             print(f"notary {hit.name} log (warnings and errors):\n{problems}\n")
 
@@ -625,9 +636,9 @@ def part_hit(args: argparse.Namespace, processes: Processes, directory: Path, wr
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.load_parser(__doc__.split("\n\n")[0], rounds=3, cpus="the notaries and "
-                                 "parts 1-2", quick="a few seconds per part: a smoke run, not "
-                                 "a measurement")
+    parser = load_parser(__doc__.split("\n\n")[0], rounds=3, cpus="the notaries and "
+                         "parts 1-2", quick="a few seconds per part: a smoke run, not "
+                         "a measurement")
     parser.add_argument("--part", default=",".join(PARTS),
                         help=f"comma-separated parts ({', '.join(PARTS)}; default all)")
     parser.add_argument("--append-seconds", type=float, default=None,
@@ -639,7 +650,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-size", type=int, default=None,
                         help="entries in the logging notary's log before part 3 (synthetic "
                         "tiles; default --max-size; 0: an empty log)")
-    args = harness.finish_load_args(parser.parse_args(argv))
+    args = finish_load_args(parser.parse_args(argv))
     args.parts = [part.strip() for part in args.part.split(",")]
     if not set(args.parts) <= set(PARTS) or not args.parts:
         parser.error(f"--part: choose from {', '.join(PARTS)}")
@@ -653,8 +664,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = harness.ensure_wrk() if "hit" in args.parts else None
-    server_cpu, client_cpu = harness.start_load(
+    wrk = ensure_wrk() if "hit" in args.parts else None
+    server_cpu, client_cpu = start_load(
         args, "The transparency log (issue 22): appends, proofs, a v2 cache hit with the log",
         wrk, lambda server, client: [
             f"parts: {', '.join(args.parts)}; parts 1-2 in this process pinned to CPU {server}; "
@@ -668,24 +679,24 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         try:
             if "appends" in args.parts:
                 part_appends(args, directory, signer)
-                print(harness.describe_busy([server_cpu, client_cpu], "after part 1"), "\n",
+                print(describe_busy([server_cpu, client_cpu], "after part 1"), "\n",
                       flush=True)
             if "proofs" in args.parts:
                 built = part_proofs(args, directory, signer)
-                print(harness.describe_busy([server_cpu, client_cpu], "after part 2"), "\n",
+                print(describe_busy([server_cpu, client_cpu], "after part 2"), "\n",
                       flush=True)
         finally:
             os.sched_setaffinity(0, affinity)
     if "hit" in args.parts:
         assert wrk is not None
         part_hit(args, processes, directory, wrk, server_cpu, client_cpu, built)
-        print(harness.describe_busy([server_cpu, client_cpu], "after part 3 (notaries idle)"))
+        print(describe_busy([server_cpu, client_cpu], "after part 3 (notaries idle)"))
     print(f"took {time.monotonic() - started:.0f} s")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return harness.run_benchmark("bench_log", parse_args(argv), run)
+    return run_benchmark("bench_log", parse_args(argv), run)
 
 
 if __name__ == "__main__":

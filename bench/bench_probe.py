@@ -21,9 +21,21 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import harness
 import trio
-from harness import LOOPBACK, BenchError, Processes
+from harness.loopback import (
+    LOOPBACK,
+    client_tls_context,
+    free_ports,
+    get_metrics,
+    post_request,
+    status_of,
+)
+from harness.machine import cpu_seconds, describe_busy, proc_status
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import BenchError
+from harness.report import print_table
+from harness.runs import start_load
+from harness.servers import new_notary, start_notary
 
 GOAL_VS_HANDSHAKES = 0.70
 GROWTH_TOLERANCE = 0.05  # more growth of the RSS peak (last third over first) is "GROWING"
@@ -73,7 +85,7 @@ def handshake_main(args: argparse.Namespace) -> int:
     """The baseline: handshakes against every target in turn, ``--concurrency``
     at once, for ``--duration`` seconds; prints the count as JSON."""
     targets = target_list(args.addresses, args.farm_ports)
-    context = harness.client_tls_context()
+    context = client_tls_context()
     done = failed = 0
 
     async def worker(offset: int, deadline: float) -> None:
@@ -113,9 +125,9 @@ class Sampler:
         self.in_flight: list[float] = []
 
     def sample(self) -> None:
-        self.rss.append(harness.proc_status(self.pid)["VmRSS"])
+        self.rss.append(proc_status(self.pid)["VmRSS"])
         if self.admin_port is not None:
-            found = [value for name, value in harness.get_metrics(self.admin_port)
+            found = [value for name, value in get_metrics(self.admin_port)
                      if name.split("{")[0] == "notary_probes_in_flight"]
             self.in_flight += found[:1]
 
@@ -148,7 +160,7 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
                 host, target_port = targets[next_index]
                 next_index += 1
                 path = f"/target/{host}+{target_port}"
-                request = (harness.post_request(port, path, body) if post
+                request = (post_request(port, path, body) if post
                            else f"GET {path} HTTP/1.1\r\nHost: n\r\n\r\n".encode())
                 await stream.send_all(request)
                 while b"\r\n\r\n" not in buffer:
@@ -161,7 +173,7 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
                 while len(rest) < length:
                     rest += await stream.receive_some(65536)
                 buffer = rest[length:]
-                statuses[harness.status_of(head)] += 1
+                statuses[status_of(head)] += 1
                 if re.search(rb"(?i)\r\nconnection: *close", head):
                     return  # the connection's last request: open another
 
@@ -219,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return farm_main(args)
     if args.handshake:
         return handshake_main(args)
-    return harness.run_benchmark("bench_probe", args, run)
+    return run_benchmark("bench_probe", args, run)
 
 
 def start_farm(processes: Processes, directory: Path, child: Sequence[str], cpu: int) -> None:
@@ -240,9 +252,9 @@ def start_farm(processes: Processes, directory: Path, child: Sequence[str], cpu:
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    server_cpu, client_cpu = harness.start_load(
+    server_cpu, client_cpu = start_load(
         args, "Scenario 3: cache misses, every query a probe", None)
-    farm_ports = harness.free_ports(args.ports)
+    farm_ports = free_ports(args.ports)
     targets = target_list(args.addresses, farm_ports)
     child = [sys.executable, str(Path(__file__).resolve()), "--farm-ports",
              ",".join(map(str, farm_ports)), "--addresses", str(args.addresses)]
@@ -261,22 +273,22 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         # A fresh notary (new database: every target is new to it), serving plain HTTP; a
         # capacity test, not an abuse test: the per-target and per-destination probe limits
         # (every farm target is in 127.0.0.0/24) are off.
-        setup = harness.new_notary(directory / f"round{number}", {
+        setup = new_notary(directory / f"round{number}", {
             "answers": {"fresh_for_s": 1, "reprobe_after_s": 0},
             "limits": {"probes_per_minute_per_target": 0,
                        "probes_per_s_per_destination_prefix": 0}})
-        notary = harness.start_notary(processes, setup, "notary", cpu=server_cpu,
-                                      log=setup.directory / "notary.log", prime=False)
+        notary = start_notary(processes, setup, "notary", cpu=server_cpu,
+                              log=setup.directory / "notary.log", prime=False)
         rates = {}
         for phase, post, rounds_over in PHASES:
             # Phase 2 goes round after round over the same targets: each query probes again.
             duration = args.memory_duration if post and last else args.duration
             sampler = Sampler(notary.pid, setup.admin_port)
-            cpu_before = harness.cpu_seconds(notary.pid)
+            cpu_before = cpu_seconds(notary.pid)
             statuses, seconds = trio.run(functools.partial(
                 load, setup.plain_port, targets * rounds_over, post=post,
                 concurrency=args.concurrency, duration_s=duration, sampler=sampler))
-            cpu = harness.cpu_seconds(notary.pid) - cpu_before
+            cpu = cpu_seconds(notary.pid) - cpu_before
             notary.check_alive()
             ok = statuses[200] + statuses[409]
             rates[phase] = ok / seconds
@@ -290,7 +302,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                 in_flight, f"{cpu / seconds:.0%}", f"{cpu / max(1, ok) * 1e6:,.0f}",
                 f"{min(sampler.rss) / 2**20:.0f} / {max(sampler.rss) / 2**20:.0f}",
                 f"{sampler.growth():+.1%}"])
-        problems = harness.tail(notary.log)
+        problems = tail(notary.log)
         processes.stop(notary.process)
         # The baseline right after, on the same core: the notary is stopped.
         baseline = processes.start("handshake client", [
@@ -309,7 +321,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             ratios[phase].append(rate / handshake_rate)
         if problems.strip():
             print(f"\nnotary log, round {number} (warnings and errors):\n{problems}")
-    harness.print_table(
+    print_table(
         ["round", "run", "queries", "per s", "statuses", "probes in flight", "notary core use",
          "notary CPU us/probe", "RSS min / max MiB", "RSS growth, last third"], rows)
     for phase, shares in ratios.items():
@@ -320,7 +332,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
               f"{GOAL_VS_HANDSHAKES:.0%}: {verdict})")
     print(f"memory, probing without end for {args.memory_duration:g} s (round {args.rounds}, "
           f"phase 2): RSS growth {growth:+.1%} ({'none' if growth <= GROWTH_TOLERANCE else 'GROWING'})")
-    print(harness.describe_busy([server_cpu, client_cpu], "after the runs"))
+    print(describe_busy([server_cpu, client_cpu], "after the runs"))
     return 0
 
 

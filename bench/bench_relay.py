@@ -28,8 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # also puts the project root on sys.path
-from harness import LOOPBACK, BenchError, Processes
+# Importing harness also puts the project root on sys.path.
+from harness.loopback import LOOPBACK, connect, free_ports
+from harness.machine import CLOCK_TICK, all_proc_stats, cores_and_load, proc_stat
+from harness.options import argument_parser, repetitions
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import BenchError
+from harness.report import header, print_table
+from harness.servers import start_server
+from harness.tools import ensure_tool
 
 from notary.config import RelayConfig
 
@@ -59,7 +66,7 @@ NAN = float("nan")
 def client_connection(route: Route) -> Iterator[socket.socket]:
     """A connection to the route's port on 127.0.0.1 (an IP literal: no
     lookup); through the relay, past its ``200`` answer."""
-    with harness.connect(route.port, tls=False, timeout_s=SOCKET_TIMEOUT_S) as sock:
+    with connect(route.port, tls=False, timeout_s=SOCKET_TIMEOUT_S) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if route.name == "relay":
             sock.sendall(CONNECT_REQUEST)
@@ -164,7 +171,7 @@ def run_relay(args: argparse.Namespace) -> int:
     return 0
 
 
-# Not harness.Meter: transfers last a few ms (schedstat counts ns, /proc/<pid>/stat
+# Not harness.runs.Meter: transfers last a few ms (schedstat counts ns, /proc/<pid>/stat
 # 10 ms ticks), the client is this process, not a reaped child, and socat is a group.
 def schedstat_seconds(pid: int) -> tuple[float, float]:
     """Seconds the threads of ``pid`` have run so far, and seconds they spent
@@ -187,16 +194,16 @@ def socat_seconds(pid: int) -> tuple[float, float]:
     = pid) once the last connections' children have exited (bounded wait):
     socat, its reaped children (cutime + cstime) and live ones (zombies too)."""
     def children() -> list[int]:
-        return [member for member, fields in harness.all_proc_stats().items()
+        return [member for member, fields in all_proc_stats().items()
                 if member != pid and fields[2] == str(pid)]
 
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while children() and time.monotonic() < deadline:
         time.sleep(0.002)
     try:
-        fields = harness.proc_stat(pid)
+        fields = proc_stat(pid)
         total = (schedstat_seconds(pid)[0]
-                 + (int(fields[13]) + int(fields[14])) / harness.CLOCK_TICK)
+                 + (int(fields[13]) + int(fields[14])) / CLOCK_TICK)
     except (OSError, IndexError, ValueError):
         return NAN, NAN
     for child in children():
@@ -373,10 +380,10 @@ def measure_all(args: argparse.Namespace, routes: list[Route], sink_pid: int) ->
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    socat_executable = harness.ensure_tool("socat")
+    socat_executable = ensure_tool("socat")
     # Before pinning, which changes the usable cores.
-    harness.header("Bounce relay throughput",
-                   " ".join([".venv/bin/python", "bench/bench_relay.py", *sys.argv[1:]]))
+    header("Bounce relay throughput",
+           " ".join([".venv/bin/python", "bench/bench_relay.py", *sys.argv[1:]]))
     usable = sorted(os.sched_getaffinity(0))
     relay_cpus, other_cpus = ({usable[0]}, set(usable[1:])) if len(usable) > 1 else (None, None)
     if other_cpus:
@@ -402,7 +409,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         print("note: the relay runs under cProfile; its figures are slowed by the profiler")
     print(flush=True)
 
-    sink_port, relay_port, socat_port = harness.free_ports(3)
+    sink_port, relay_port, socat_port = free_ports(3)
     me = [sys.executable, os.path.abspath(__file__), "--concurrency", str(args.concurrency)]
     profile = ["--profile-relay", os.path.abspath(args.profile_relay)] if args.profile_relay else []
     children = {}
@@ -415,8 +422,8 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         ("socat", socat_command(socat_executable, socat_port, sink_port, args.socat_buffer),
          socat_port, relay_cpus),
     ):
-        children[name] = harness.start_server(processes, name, argv, [port], cpu=cpus,
-                                              log=directory / f"{name}.log", connect=False)
+        children[name] = start_server(processes, name, argv, [port], cpu=cpus,
+                                      log=directory / f"{name}.log", connect=False)
     routes = [Route("direct", sink_port),
               Route("relay", relay_port, lambda: schedstat_seconds(children["relay"].pid)),
               Route("socat", socat_port, lambda: socat_seconds(children["socat"].pid))]
@@ -426,7 +433,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         for name, process in children.items():
             if process.poll() is not None:
                 raise BenchError(f"the {name} process exited with status {process.returncode}: "
-                                 f"{harness.tail(directory / f'{name}.log')} "
+                                 f"{tail(directory / f'{name}.log')} "
                                  f"({type(exc).__name__}: {exc})") from exc
         raise BenchError(f"{type(exc).__name__}: {exc}") from exc
     # socat first; then the relay (SIGTERM: it writes its statistics and
@@ -435,14 +442,14 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     processes.stop(children["relay"], timeout_s=30.0)
     processes.stop(children["sink"])
     print("## Rates\n")
-    harness.print_table(
+    print_table(
         ["measurement", "direct", "via relay", "via socat", "relay/direct", "relay/socat",
          "direct runs", "relay runs", "socat runs"],
         [result.rate_row() for result in results])
     print("Best of the runs in the first columns (each run's figure at the right); socat forks "
           "a process per connection, the relay answers a CONNECT per tunnel (bench/README.md).")
     print("\n## CPU of the forwarders (best run)\n")
-    harness.print_table(
+    print_table(
         ["measurement", "relay CPU (+waiting)", "relay CPU cost", "socat CPU", "socat CPU cost",
          "relay cost/socat cost", "client+sink CPU (direct / relay / socat)"],
         [result.cpu_row() for result in results])
@@ -450,7 +457,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
           "taken: noise); socat: its whole process group; CPU cost: CPU time per MB or tunnel, "
           "the figure least disturbed by other load (bench/README.md).")
     print(f"finished: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "
-          f"load average {harness.cores_and_load()[2]}")
+          f"load average {cores_and_load()[2]}")
     for line in (directory / "relay.log").read_text(errors="replace").splitlines():
         if line.startswith("STATS "):
             print(f"relay statistics at exit: {line[6:]}")
@@ -463,7 +470,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = harness.argument_parser(
+    parser = argument_parser(
         "Bounce relay throughput (MB/s through one tunnel, tunnels/s) against direct loopback "
         "TCP and socat, measured in the same run; best of --repeat runs (default 3).")
     parser.add_argument("--mb", type=int, help="MB (10^6 bytes) per direction through one "
@@ -490,11 +497,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("mb", "tunnels", "concurrency", "socat_buffer"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    args.repeat = harness.repetitions(args, full=3)
+    args.repeat = repetitions(args, full=3)
     args.max_tunnels = max(RelayConfig().max_tunnels, 4 * args.concurrency)
     if args.role:
         return run_sink(args) if args.role == "sink" else run_relay(args)
-    return harness.run_benchmark("bench_relay", args, run)
+    return run_benchmark("bench_relay", args, run)
 
 
 if __name__ == "__main__":

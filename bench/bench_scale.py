@@ -31,8 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
-from harness import LOOPBACK, ROOT, BenchError, Processes, RunningNotary
+from harness.loopback import LOOPBACK, get_metrics, post_request, read_response
+from harness.machine import cpu_seconds, describe_busy, listen_queue, proc_status, wait_quiet
+from harness.options import finish_load_args, load_parser
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import ROOT, BenchError
+from harness.report import print_table, short_path
+from harness.runs import Run, start_load
+from harness.servers import NotarySetup, RunningNotary, new_notary, notary_argv, start_notary
+from harness.tools import ensure_wrk
+from harness.wrk import run_wrk, wrk_script
 
 from notary.config import CacheConfig
 from notary.model.observations import Certificate, ProbeResult
@@ -86,7 +94,7 @@ KNOWN_WARNING = re.compile(r"known targets: \d+ targets exceed .*")
 
 def accept_queue(port: int) -> int:
     """Connections waiting in the accept queue of the listener on ``port``."""
-    queued = harness.listen_queue(port)
+    queued = listen_queue(port)
     if queued is None:
         raise BenchError(f"no listener on port {port} in /proc/net/tcp")
     return queued
@@ -110,7 +118,7 @@ def plain_metrics(notary: RunningNotary) -> dict[str, float]:
     if notary.setup.admin_port is None:
         raise BenchError("the bench config has no admin listener")
     figures = {"open": 0.0, "refused": 0.0}
-    for name, value in harness.get_metrics(notary.setup.admin_port):
+    for name, value in get_metrics(notary.setup.admin_port):
         if 'listener="plain_api"' not in name:
             continue
         if name.startswith("notary_http_connections{"):
@@ -123,7 +131,7 @@ def plain_metrics(notary: RunningNotary) -> dict[str, float]:
 @dataclass(frozen=True)
 class LoadRun:
     connections: int
-    wrk: harness.Run
+    wrk: Run
     rss_before: int
     peak_rss: int
     #: The notary's open connections at SAMPLE_AT fractions of the run, and
@@ -166,7 +174,7 @@ def load_run(args: argparse.Namespace, wrk: str, processes: Processes, notary: R
     url = f"http://{LOOPBACK}:{notary.setup.plain_port}{notary.setup.path}"
     drained_s = wait_drained(notary)
     refused_before = plain_metrics(notary)["refused"]
-    rss_before = harness.proc_status(notary.pid)["VmRSS"]
+    rss_before = proc_status(notary.pid)["VmRSS"]
     try:  # VmHWM back to the current RSS (Linux >= 4.0, same user or root)
         Path(f"/proc/{notary.pid}/clear_refs").write_text("5", encoding="ascii")
     except OSError:
@@ -189,15 +197,15 @@ def load_run(args: argparse.Namespace, wrk: str, processes: Processes, notary: R
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        result = harness.run_wrk(
+        result = run_wrk(
             wrk, processes, url, script, threads=args.threads, connections=connections,
             seconds=args.duration, cpu=client_cpu, allow_errors=True,
-            server_cpu_seconds=lambda: harness.cpu_seconds(notary.pid),
+            server_cpu_seconds=lambda: cpu_seconds(notary.pid),
             extra=[f"--timeout={WRK_TIMEOUT_S}s"])
     finally:
         stop.set()
         sampler.join()
-    peak = harness.proc_status(notary.pid)["VmHWM"]
+    peak = proc_status(notary.pid)["VmHWM"]
     time.sleep(SETTLE_S)  # /metrics folds every [admin] metrics_interval_s
     refused = plain_metrics(notary)["refused"] - refused_before
     return LoadRun(connections, result, rss_before, peak, tuple(samples), tuple(queued),
@@ -208,11 +216,11 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
                      cpus: tuple[int, int]) -> None:
     server_cpu, client_cpu = cpus
     max_connections = max(args.connections) + CONNECTION_MARGIN
-    setup = harness.new_notary(directory / "connections",
-                               {"http": {"max_connections": max_connections}})
-    notary = harness.start_notary(processes, setup, "notary-connections", cpu=server_cpu,
-                                  log=directory / "notary-connections.log")
-    script = harness.wrk_script(directory, notary.body)
+    setup = new_notary(directory / "connections",
+                       {"http": {"max_connections": max_connections}})
+    notary = start_notary(processes, setup, "notary-connections", cpu=server_cpu,
+                          log=directory / "notary-connections.log")
+    script = wrk_script(directory, notary.body)
     limits = re.search(r"Max open files\s+(\S+)\s+(\S+)",
                        Path(f"/proc/{notary.pid}/limits").read_text())
     somaxconn = Path("/proc/sys/net/core/somaxconn").read_text().strip()
@@ -239,7 +247,7 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
                   "for the previous run's connections to go", flush=True)
     print()
     when = " / ".join(f"{f:.0%}" for f in SAMPLE_AT)
-    harness.print_table(
+    print_table(
         ["connections (wrk -c)", "req/s", "latency p50", "latency p99", "N / rate",
          "socket errors connect / read / write / timeout", "non-2xx", "server CPU us/req",
          "server core use", "wrk core use", f"open at the notary at {when} of the run",
@@ -269,7 +277,7 @@ def part_connections(args: argparse.Namespace, processes: Processes, directory: 
           "not yet by the notary); peak RSS: VmHWM, reset at the start of each run.")
     print()
     processes.stop(notary.process)
-    text = harness.tail(notary.log)
+    text = tail(notary.log)
     if text.strip():
         print(f"notary log (warnings and errors):\n{text}\n")
 
@@ -297,7 +305,7 @@ def open_idle(sockets: contextlib.ExitStack, port: int, request: bytes, answer: 
         sock = sockets.enter_context(socket.create_connection((LOOPBACK, port), timeout=30.0))
         socks.append(sock)
         sock.sendall(request)
-        if harness.read_response(sock, bytearray()) != answer:
+        if read_response(sock, bytearray()) != answer:
             raise BenchError("an idle connection's first answer differs from the primed one")
     return socks
 
@@ -320,16 +328,16 @@ def idle_run(processes: Processes, directory: Path, connections: int, server_cpu
     """One fresh notary holding ``connections`` idle ones; with ``trace``,
     under tracemalloc, and its allocations per connection printed."""
     name = f"idle-{connections}" + ("-traced" if trace else "")
-    setup = harness.new_notary(directory / name, {"http": {
+    setup = new_notary(directory / name, {"http": {
         "max_connections": max_connections, "keepalive_timeout_s": IDLE_KEEPALIVE_S}})
     prefix = directory / f"{name}.snapshot"
-    serve = harness.notary_argv(setup)
+    serve = notary_argv(setup)
     traced = [sys.executable, "-c", TRACE_WRAPPER, str(prefix), str(TRACE_FRAMES),
               *serve[serve.index("serve"):]]
-    notary = harness.start_notary(processes, setup, f"notary-{name}", cpu=server_cpu,
-                                  argv=traced if trace else None,
-                                  log=directory / f"notary-{name}.log")
-    request = harness.post_request(setup.plain_port, setup.path, notary.body)
+    notary = start_notary(processes, setup, f"notary-{name}", cpu=server_cpu,
+                          argv=traced if trace else None,
+                          log=directory / f"notary-{name}.log")
+    request = post_request(setup.plain_port, setup.path, notary.body)
     snapshots = []
     try:
         # Warm-up: a few connections through the same path, closed, so that
@@ -337,7 +345,7 @@ def idle_run(processes: Processes, directory: Path, connections: int, server_cpu
         with contextlib.ExitStack() as warm_up:
             open_idle(warm_up, setup.plain_port, request, notary.answer, 100)
         time.sleep(SETTLE_S)
-        before = harness.proc_status(notary.pid)
+        before = proc_status(notary.pid)
         if trace:
             snapshots.append(snapshot(notary, prefix, 0))
         started = time.monotonic()
@@ -345,7 +353,7 @@ def idle_run(processes: Processes, directory: Path, connections: int, server_cpu
             socks = open_idle(sockets, setup.plain_port, request, notary.answer, connections)
             open_s = time.monotonic() - started
             time.sleep(SETTLE_S)
-            idle = harness.proc_status(notary.pid)
+            idle = proc_status(notary.pid)
             counted = plain_metrics(notary)["open"]
             if trace:
                 snapshots.append(snapshot(notary, prefix, 1))
@@ -355,9 +363,9 @@ def idle_run(processes: Processes, directory: Path, connections: int, server_cpu
             for sock in socks:
                 with contextlib.suppress(OSError, BenchError):
                     sock.sendall(request)
-                    alive += harness.read_response(sock, bytearray()) == notary.answer
+                    alive += read_response(sock, bytearray()) == notary.answer
         time.sleep(SETTLE_S)
-        closed = harness.proc_status(notary.pid)
+        closed = proc_status(notary.pid)
     finally:
         processes.stop(notary.process)
     run = IdleRun(connections, before["VmRSS"], idle["VmRSS"], before["RssAnon"],
@@ -379,16 +387,16 @@ def print_traced(run: IdleRun, before_path: Path, after_path: Path, top: int = 1
           f"{total / n:,.0f} B of Python allocations held per connection, RSS "
           f"{(run.rss_idle - run.rss_before) / n:,.0f} B per connection in the same run")
     print()
-    harness.print_table(
+    print_table(
         ["allocation site (innermost frame)", "bytes per connection", "blocks per connection",
          "share"],
-        [[f"{harness.short_path(stat.traceback[0].filename)}:{stat.traceback[0].lineno}",
+        [[f"{short_path(stat.traceback[0].filename)}:{stat.traceback[0].lineno}",
           f"{stat.size_diff / n:,.0f}", f"{stat.count_diff / n:.2f}",
           f"{stat.size_diff / total:.0%}" if total else "?"]
          for stat in after.compare_to(before, "lineno")[:top]])
-    harness.print_table(
+    print_table(
         ["allocated in (file)", "bytes per connection", "blocks per connection"],
-        [[harness.short_path(stat.traceback[0].filename), f"{stat.size_diff / n:,.0f}",
+        [[short_path(stat.traceback[0].filename), f"{stat.size_diff / n:,.0f}",
           f"{stat.count_diff / n:.2f}"] for stat in by_file[:8]])
 
 
@@ -409,7 +417,7 @@ def part_idle(args: argparse.Namespace, processes: Processes, directory: Path,
               f"{(run.rss_idle - run.rss_before) / connections:,.0f} B per connection; "
               f"opened in {run.open_s:.1f} s; {run.alive:,} answered again", flush=True)
     print()
-    harness.print_table(
+    print_table(
         ["idle connections", "server RSS before", "server RSS with them idle",
          "bytes per connection (VmRSS)", "bytes per connection (RssAnon)",
          "open at the notary (/metrics)", "time to open them", "longest idle",
@@ -514,7 +522,7 @@ class StartRun:
     warning: str
 
 
-def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, targets: int,
+def timed_start(processes: Processes, setup: NotarySetup, name: str, targets: int,
                 server_cpu: int) -> StartRun:
     """Start the notary with ``NOTIFY_SOCKET`` bound here; time the listener
     (TCP connect), the first HTTP answer and READY=1; RSS at READY. The
@@ -533,16 +541,16 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, tar
         stack.callback(notify_path.unlink, missing_ok=True)
         env = {"NOTIFY_SOCKET": str(notify_path), "WATCHDOG_USEC": None, "WATCHDOG_PID": None}
         started = time.monotonic()
-        process = processes.start(name, harness.notary_argv(setup), cpu=server_cpu, log=log,
+        process = processes.start(name, notary_argv(setup), cpu=server_cpu, log=log,
                                   cwd=setup.directory, env=env)
         stack.callback(processes.stop, process)
         while ready is None or answering is None:
             if process.poll() is not None:
-                raise BenchError(f"{name} exited with {process.returncode}:\n{harness.tail(log)}")
+                raise BenchError(f"{name} exited with {process.returncode}:\n{tail(log)}")
             if time.monotonic() - started > START_TIMEOUT_S:
                 raise BenchError(f"{name}: not ready after {START_TIMEOUT_S:g} s "
                                  f"(listening {listening}, answering {answering}, "
-                                 f"states {states}):\n{harness.tail(log)}")
+                                 f"states {states}):\n{tail(log)}")
             if probe is None:
                 with contextlib.suppress(OSError):
                     probe = stack.enter_context(
@@ -556,7 +564,7 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, tar
                 states += notify.recv(65536).split(b"\n")
                 if b"READY=1" in states and ready is None:
                     ready = time.monotonic() - started
-                    memory = harness.proc_status(process.pid)
+                    memory = proc_status(process.pid)
             if probe in readable:
                 data = probe.recv(65536)
                 if not data:
@@ -572,7 +580,7 @@ def timed_start(processes: Processes, setup: harness.NotarySetup, name: str, tar
     known = KNOWN_LINE.search(text)
     if known is None:
         raise BenchError(f"{name}: no 'known targets: N loaded' line in the log:\n"
-                         f"{harness.tail(log)}")
+                         f"{tail(log)}")
     if int(known.group(1)) != targets:
         raise BenchError(f"{name}: the notary loaded {known.group(1)} targets, not {targets}")
     warning = KNOWN_WARNING.search(text)
@@ -594,7 +602,7 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
               "--rebuild-store to build it again)", flush=True)
     size = check_store(path, targets)
     if args.wait_quiet:
-        harness.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
+        wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
     default_bloom = CacheConfig().bloom_expected_items
     variants = [("empty", 0, default_bloom, "warm"), ("large-cold", targets, default_bloom, "cold")]
     variants += [(f"large-warm-{i + 1}", targets, default_bloom, "warm")
@@ -607,7 +615,7 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
             "server": {"log_level": "info"}, "cache": {"bloom_expected_items": bloom}}
         if count:
             options["server"]["db_file"] = str(path)
-        setup = harness.new_notary(directory / f"startup-{label}", options)
+        setup = new_notary(directory / f"startup-{label}", options)
         if count and cache == "cold":  # drop the file's pages from this kernel's page cache
             with open(path, "rb") as file:
                 os.fsync(file.fileno())
@@ -625,7 +633,7 @@ def part_startup(args: argparse.Namespace, processes: Processes, directory: Path
         if run.warning:
             warnings.append(f"{label}: the notary logged: {run.warning}")
     print()
-    harness.print_table(
+    print_table(
         ["targets in the store", "[cache] bloom_expected_items", "database in page cache",
          "listening (TCP connect)", "first HTTP answer", "READY=1",
          "notary's 'loaded ... in X s'", "RSS at READY", "peak RSS at READY (VmHWM)",
@@ -650,7 +658,7 @@ def int_list(text: str) -> list[int]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.load_parser(
+    parser = load_parser(
         __doc__.split("\n\n")[0], rounds=2, cpus="the notary", connections=None,
         quick="10/100/1000 connections, 100/1000 idle, 100k targets, 2 s runs, one round: "
         "a smoke run", wait_quiet=", and up to min(SECONDS, 60) before each further part")
@@ -666,7 +674,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--trace-memory", type=int, default=1000, metavar="N",
                         help="part 2: then N idle connections to a notary under tracemalloc, "
                         "bytes per connection by allocation site (default 1000; 0: skip)")
-    args = harness.finish_load_args(parser.parse_args(argv))
+    args = finish_load_args(parser.parse_args(argv))
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     if not args.parts or set(args.parts) - set(PARTS):
         parser.error(f"--parts: choose among {', '.join(PARTS)}")
@@ -683,11 +691,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return harness.run_benchmark("bench_scale", parse_args(argv), run)
+    return run_benchmark("bench_scale", parse_args(argv), run)
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = harness.ensure_wrk()
+    wrk = ensure_wrk()
     needed = max([*args.connections, *args.idle]) + CONNECTION_MARGIN + 1000
     wanted = max(NOFILE, needed)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -700,7 +708,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         raise BenchError(f"RLIMIT_NOFILE is {soft} (hard {hard}): {needed} needed; raise the "
                          "hard limit (ulimit -Hn, or prlimit as root)")
     os.environ.pop("NOTIFY_SOCKET", None)  # no notary here talks to a real manager
-    cpus = harness.start_load(
+    cpus = start_load(
         args, "Scale: concurrent connections, memory per idle connection, start-up with a "
         "large store", wrk, lambda server, client: [
             f"notary pinned to CPU {server}, wrk and this script to CPU {client}; "
@@ -711,14 +719,14 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     print()
     for index, part in enumerate(args.parts):
         if index and args.wait_quiet and part != "startup":
-            harness.wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
+            wait_quiet(list(cpus), min(args.wait_quiet, 60.0))
         if part == "connections":
             part_connections(args, processes, directory, wrk, cpus)
         elif part == "idle":
             part_idle(args, processes, directory, cpus)
         else:
             part_startup(args, processes, directory, cpus)
-    print(harness.describe_busy(list(cpus), "after the runs"))
+    print(describe_busy(list(cpus), "after the runs"))
     return 0
 
 

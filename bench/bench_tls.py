@@ -23,8 +23,36 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # also puts the project root on sys.path
-from harness import LOOPBACK, MINIMAL_SERVER, BenchError, NotarySetup, Processes, Run
+# Importing harness also puts the project root on sys.path.
+from harness.loopback import (
+    LOOPBACK,
+    body_of,
+    client_tls_context,
+    exchange,
+    free_ports,
+    get_metrics,
+    header_of,
+    post_request,
+    read_response,
+    status_of,
+)
+from harness.machine import cpu_seconds, describe_busy, proc_status, wait_quiet
+from harness.options import finish_load_args, load_parser
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import BenchError
+from harness.report import format_us, print_table
+from harness.runs import Meter, Run, run_rounds, start_load
+from harness.runs import best as best_run
+from harness.servers import (
+    MINIMAL_SERVER,
+    NotarySetup,
+    new_notary,
+    notary_argv,
+    start_notary,
+    start_server,
+)
+from harness.tools import ensure_tool, ensure_wrk, wrk_version
+from harness.wrk import run_wrk, wrk_raw_script, wrk_script
 
 GOAL_KEEPALIVE = 0.80  # scenario 1: notary / minimal Trio TLS server
 GOAL_HANDSHAKE = 0.75  # scenario 2: notary / nginx, full handshakes
@@ -59,7 +87,7 @@ class Server:
     info_only: bool = False
 
     def cpu(self) -> float:
-        return harness.cpu_seconds(self.process.pid)
+        return cpu_seconds(self.process.pid)
 
 
 @dataclass
@@ -82,14 +110,14 @@ class Bench:
 
     def request(self, port: int, version: str = "1.1") -> bytes:
         """The query to the server on ``port``; HTTP/1.0: the legacy client's (server closes)."""
-        return harness.post_request(port, self.setup.path, self.body, version=version)
+        return post_request(port, self.setup.path, self.body, version=version)
 
     def start_nginx(self, name: str, answer: bytes, *, resumption: bool,
                     log_reuse: bool = False) -> Server:
         """One foreground nginx (the process we start serves) on the server core, its
         files in directory/``name``, answering ``answer``'s body and Content-Type."""
-        port = harness.free_ports(1)[0]
-        text = harness.body_of(answer).decode("utf-8")
+        port = free_ports(1)[0]
+        text = body_of(answer).decode("utf-8")
         if "$" in text:
             raise BenchError("the answer holds '$': nginx would read it as a variable")
         quoted = text.replace("\\", "\\\\").replace("'", "\\'")
@@ -125,12 +153,12 @@ http {{
 }}
 """, encoding="utf-8")
         argv = [self.nginx, "-p", str(work), "-c", str(config), "-e", str(work / "error.log")]
-        process = harness.start_server(self.processes, name, argv, [port], cpu=self.server_cpu,
-                                       log=work / "nginx.out")
+        process = start_server(self.processes, name, argv, [port], cpu=self.server_cpu,
+                               log=work / "nginx.out")
         return Server("nginx", "nginx", port, process)
 
     def start_minimal(self, response: bytes, *, close: bool) -> Server:
-        name, port = "minimal-close" if close else "minimal", harness.free_ports(1)[0]
+        name, port = "minimal-close" if close else "minimal", free_ports(1)[0]
         response_file = self.directory / f"{name}.bin"
         response_file.write_bytes(response)
         argv = [sys.executable, str(MINIMAL_SERVER), "--port", str(port),
@@ -138,8 +166,8 @@ http {{
                 "--key", str(self.setup.key)]
         if close:
             argv += ["--close", "--no-resumption"]
-        process = harness.start_server(self.processes, name, argv, [port], cpu=self.server_cpu,
-                                       log=self.directory / f"{name}.log")
+        process = start_server(self.processes, name, argv, [port], cpu=self.server_cpu,
+                               log=self.directory / f"{name}.log")
         return Server("minimal", "minimal Trio TLS server", port, process, info_only=close)
 
     def wrk_resumption(self, answer: bytes, *, resumption: bool) -> tuple[int, int]:
@@ -148,17 +176,17 @@ http {{
         name = "nginx-check-" + ("default" if resumption else "off")
         server = self.start_nginx(name, answer, resumption=resumption, log_reuse=True)
         try:
-            script = harness.wrk_raw_script(self.directory, self.request(server.port, "1.0"),
-                                            name=name)
-            harness.run_wrk(self.wrk, self.processes, self.url(server.port), script, threads=1,
-                            connections=4, seconds=1, cpu=self.client_cpu)
+            script = wrk_raw_script(self.directory, self.request(server.port, "1.0"),
+                                    name=name)
+            run_wrk(self.wrk, self.processes, self.url(server.port), script, threads=1,
+                    connections=4, seconds=1, cpu=self.client_cpu)
         finally:
             self.processes.stop(server.process)
         lines = (self.directory / name / "access.log").read_text().splitlines()
         return sum(line.startswith("r ") for line in lines), len(lines)
 
     def measure_wrk(self, server: Server, script: Path) -> Run:
-        return harness.run_wrk(
+        return run_wrk(
             self.wrk, self.processes, self.url(server.port), script, threads=self.args.threads,
             connections=self.args.connections, seconds=self.args.duration, cpu=self.client_cpu,
             allow_errors=True, server_cpu_seconds=server.cpu,
@@ -169,7 +197,7 @@ http {{
         handshake at a time), all on the client core: full handshakes per second."""
         argv = [self.openssl, "s_time", "-connect", f"{LOOPBACK}:{server.port}", "-new",
                 "-time", str(self.args.duration)]
-        meter = harness.Meter(server.cpu, (self.server_cpu, self.client_cpu))
+        meter = Meter(server.cpu, (self.server_cpu, self.client_cpu))
         clients = [self.processes.start("s_time", argv, cpu=self.client_cpu)
                    for _ in range(self.args.s_time_clients)]
         count = 0
@@ -197,8 +225,8 @@ http {{
             return measure(server)
 
         def progress(server: Server, run: Run) -> str:
-            latency = (f", p50 {harness.format_us(run.latency_us.get('p50'))} p99.9 "
-                       f"{harness.format_us(run.latency_us.get('p99.9'))}"
+            latency = (f", p50 {format_us(run.latency_us.get('p50'))} p99.9 "
+                       f"{format_us(run.latency_us.get('p99.9'))}"
                        if run.latency_us else "")
             errors = f", errors {run.errors}" if run.errors else ""
             return (f"{what} {server.label}: {run.rate:,.0f}/s, server {run.server_us:,.1f} us "
@@ -206,11 +234,11 @@ http {{
                     f"busy), client {run.client_core:.0%} (its core {run.client_busy:.0%} busy), "
                     f"other load {run.other_cores:.2f} cores{latency}{errors}")
 
-        return harness.run_rounds(self.args, servers, checked, progress)
+        return run_rounds(self.args, servers, checked, progress)
 
 
 def content_type(response: bytes) -> str:
-    return harness.header_of(response, "Content-Type") or "application/json"
+    return header_of(response, "Content-Type") or "application/json"
 
 
 def head_line(response: bytes) -> str:
@@ -221,7 +249,7 @@ def check_answer(server: Server, got: bytes, expected: bytes) -> None:
     """The notary's bytes, or from nginx the same status, Content-Type and body."""
     if server.key != "nginx" and got != expected:
         raise BenchError(f"{server.label} does not answer the notary's bytes: {got[:300]!r}")
-    parts = (harness.status_of, content_type, harness.body_of)
+    parts = (status_of, content_type, body_of)
     if server.key == "nginx" and any(part(got) != part(expected) for part in parts):
         raise BenchError(f"{server.label} answers a different status, type or body: {got[:400]!r}")
 
@@ -230,7 +258,7 @@ def tls_query(port: int, request: bytes, *, to_close: bool) -> tuple[bytes, str,
     """``request`` over a new TLS connection, then over a second one offering the first one's
     session (and any ticket): the first answer (read to the server's close with ``to_close``,
     else by its length), its protocol and cipher, and whether the second one resumed."""
-    context, session, answers, protocols = harness.client_tls_context(), None, [], []
+    context, session, answers, protocols = client_tls_context(), None, [], []
     for _ in range(2):
         with socket.create_connection((LOOPBACK, port), timeout=10.0) as raw, \
                 context.wrap_socket(raw, session=session) as sock:
@@ -238,7 +266,7 @@ def tls_query(port: int, request: bytes, *, to_close: bool) -> tuple[bytes, str,
             protocols.append(f"{sock.version()} {cipher[0] if cipher else '?'}")
             sock.sendall(request)  # TLS 1.3 tickets arrive while the answer is read
             answers.append(b"".join(iter(partial(sock.recv, 65536), b"")) if to_close
-                           else harness.read_response(sock, bytearray()))
+                           else read_response(sock, bytearray()))
             session, reused = sock.session, sock.session_reused
     return answers[0], protocols[0], reused
 
@@ -277,16 +305,16 @@ def print_report(servers: Sequence[Server], runs: dict[str, list[Run]], unit: st
                  each: str, client: str) -> dict[str, Run]:
     """A blank line, the table of ``runs`` (peak RSS read now); returns each server's best run."""
     print()
-    best = {key: harness.best(results) for key, results in runs.items()}
+    best = {key: best_run(results) for key, results in runs.items()}
     rows = []
     for server in servers:
         top = best[server.key]
-        peak_rss = harness.proc_status(server.process.pid).get("VmHWM")
+        peak_rss = proc_status(server.process.pid).get("VmHWM")
         rows.append([
             server.label + (" (information)" if server.info_only else ""),
             " / ".join(f"{r.rate:,.0f}{'*' if r.warnings() else ''}" for r in runs[server.key]),
             f"{top.rate:,.0f}" + (" *" if top.warnings() else ""),
-            " / ".join(harness.format_us(top.latency_us.get(p)) for p in ("p50", "p99", "p99.9"))
+            " / ".join(format_us(top.latency_us.get(p)) for p in ("p50", "p99", "p99.9"))
             if top.latency_us else "-",
             ", ".join(f"{k} {v}" for k, v in top.errors.items()) or "0",
             f"{top.server_us:,.1f}",
@@ -296,7 +324,7 @@ def print_report(servers: Sequence[Server], runs: dict[str, list[Run]], unit: st
             f"{peak_rss / 2**20:.1f} MiB" if peak_rss else "?",
             "1.00" if server.key == "notary" else f"{best['notary'].rate / top.rate:.2f}",
         ])
-    harness.print_table(
+    print_table(
         ["server", f"{unit} per run (* flagged)", f"best {unit}",
          "latency p50 / p99 / p99.9 (best)", "errors (best)", f"server CPU us per {each}",
          "server: process / core busy", f"{client}: process / core busy", "other load (cores)",
@@ -318,49 +346,49 @@ def verdict(name: str, ours: Run, theirs: Run, goal: float) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.load_parser(
+    parser = load_parser(
         __doc__.split("\n\n")[0], rounds=2,
         quick="2 s per run, one round: a smoke run, not a measurement",
         wait_quiet=", and up to min(SECONDS, 30) before scenario 2")
     parser.add_argument("--s-time-clients", type=int, default=16,
                         help="openssl s_time processes at once (default 16)")
     parser.add_argument("--scenario", choices=["1", "2", "3", "all"], default="all")
-    args = harness.finish_load_args(parser.parse_args(argv))
+    args = finish_load_args(parser.parse_args(argv))
     if args.duration < 1 or args.rounds < 1 or args.connections < args.threads:
         parser.error("--duration and --rounds >= 1, --connections >= --threads")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return harness.run_benchmark("bench_tls", parse_args(argv), run)
+    return run_benchmark("bench_tls", parse_args(argv), run)
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = harness.ensure_wrk()
-    nginx = harness.ensure_tool("nginx")
-    openssl = harness.ensure_tool("openssl")
+    wrk = ensure_wrk()
+    nginx = ensure_tool("nginx")
+    openssl = ensure_tool("openssl")
     nginx_v = subprocess.run([nginx, "-V"], capture_output=True, text=True, check=False)
     lines = (nginx_v.stderr + nginx_v.stdout).splitlines()
     nginx_version = lines[0].removeprefix("nginx version: ") if lines else "nginx (unknown)"
     built = next((line for line in lines if line.startswith("built with")), "")
     openssl_version = subprocess.run([openssl, "version"], capture_output=True, text=True,
                                      check=False).stdout.strip()
-    server_cpu, client_cpu = harness.start_load(
+    server_cpu, client_cpu = start_load(
         args, "TLS: the notary vs nginx and the minimal Trio TLS server "
         "(cache hit, same certificate and key)", wrk, lambda server, client: [
             f"versions: {nginx_version}{f' ({built})' if built else ''}; openssl CLI "
-            f"{openssl_version}; {harness.wrk_version(wrk)}",
+            f"{openssl_version}; {wrk_version(wrk)}",
             f"wrk -t{args.threads} -c{args.connections} -d{args.duration}s --latency on CPU "
             f"{client}; every server alone on CPU {server}; {args.rounds} interleaved "
             f"run(s) per server, best unflagged kept; s_time: {args.s_time_clients} processes "
             f"x -time {args.duration}"])
 
-    setup = harness.new_notary(directory / "notary")
+    setup = new_notary(directory / "notary")
     print(f"certificate: {describe_certificate(setup.cert)}")
-    notary = harness.start_notary(processes, setup, "notary", cpu=server_cpu,
-                                  log=directory / "notary.log")
+    notary = start_notary(processes, setup, "notary", cpu=server_cpu,
+                          log=directory / "notary.log")
     print(f"query: POST {setup.path}, body {notary.body}; answer {len(notary.answer)} bytes "
-          f"({len(harness.body_of(notary.answer))} body, {content_type(notary.answer)})")
+          f"({len(body_of(notary.answer))} body, {content_type(notary.answer)})")
     print()
     bench = Bench(args, processes, directory, wrk, nginx, openssl, server_cpu, client_cpu, setup,
                   notary.body)
@@ -371,15 +399,15 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     processes.stop(notary.process)
     if args.scenario in ("2", "all"):
         if args.wait_quiet and args.scenario == "all":
-            harness.wait_quiet([server_cpu, client_cpu], min(args.wait_quiet, 30.0))
+            wait_quiet([server_cpu, client_cpu], min(args.wait_quiet, 30.0))
         scenario_handshakes(bench)
     if args.scenario in ("3", "all"):
         if args.wait_quiet and args.scenario == "all":
-            harness.wait_quiet([server_cpu, client_cpu], min(args.wait_quiet, 30.0))
+            wait_quiet([server_cpu, client_cpu], min(args.wait_quiet, 30.0))
         scenario_resumed(bench)
-    print(harness.describe_busy([server_cpu, client_cpu], "after the runs (servers stopped)"))
+    print(describe_busy([server_cpu, client_cpu], "after the runs (servers stopped)"))
     for name in ("notary.log", "notary-no-tickets.log", "notary-resumption.log"):
-        text = harness.tail(directory / name)
+        text = tail(directory / name)
         if text.strip() and text != "(no log)":
             print(f"{name} (warnings and errors):\n{text}\n")
     return 0
@@ -391,8 +419,8 @@ def scenario_keepalive(bench: Bench, notary: Server, answer: bytes) -> None:
     web = bench.start_nginx("nginx-keepalive", answer, resumption=True)
     servers = [notary, minimal, web]
     for server in servers:
-        for response in harness.exchange(server.port, bench.request(server.port), tls=True,
-                                         count=2):
+        for response in exchange(server.port, bench.request(server.port), tls=True,
+                                 count=2):
             check_answer(server, response, answer)
         if server is web:
             print(f"nginx's head: {head_line(response)} (the notary's: {head_line(answer)})")
@@ -400,7 +428,7 @@ def scenario_keepalive(bench: Bench, notary: Server, answer: bytes) -> None:
         _, protocol, reused = tls_query(server.port, bench.request(server.port), to_close=False)
         print(f"  {server.label}: {protocol}, session resumption "
               f"{'possible' if reused else 'not offered'} (Python client)")
-    script = harness.wrk_script(bench.directory, bench.body, name="keepalive")
+    script = wrk_script(bench.directory, bench.body, name="keepalive")
     runs = bench.rounds(servers, lambda server: bench.measure_wrk(server, script),
                         "wrk keep-alive")
     best = print_report(servers, runs, "req/s", "request", "wrk")
@@ -418,13 +446,13 @@ def scenario_handshakes(bench: Bench) -> None:
     setup = bench.setup
     print(rsa_sign_us(bench.openssl, bench.processes, bench.server_cpu))
     label = "notary (no session tickets)"
-    serve = harness.notary_argv(setup)[3:]  # after "python -m notary"
+    serve = notary_argv(setup)[3:]  # after "python -m notary"
     argv = [sys.executable, "-c", NOTARY_NO_RESUMPTION, *serve]
-    process = harness.start_notary(bench.processes, setup, label, cpu=bench.server_cpu,
-                                   log=bench.directory / "notary-no-tickets.log", argv=argv).process
+    process = start_notary(bench.processes, setup, label, cpu=bench.server_cpu,
+                           log=bench.directory / "notary-no-tickets.log", argv=argv).process
     notary = Server("notary", label, setup.api_port, process)
     answer = tls_query(setup.api_port, bench.request(setup.api_port, "1.0"), to_close=True)[0]
-    if harness.header_of(answer, "Connection") != "close" or harness.status_of(answer) != 200:
+    if header_of(answer, "Connection") != "close" or status_of(answer) != 200:
         raise BenchError(f"the notary's HTTP/1.0 answer: {answer[:300]!r}")
 
     resumed, total = bench.wrk_resumption(answer, resumption=True)
@@ -444,14 +472,14 @@ def scenario_handshakes(bench: Bench) -> None:
         request = bench.request(server.port, "1.0")
         got, protocol, reused = tls_query(server.port, request, to_close=True)
         check_answer(server, got, answer)
-        if server is web and harness.header_of(got, "Connection") != "close":
+        if server is web and header_of(got, "Connection") != "close":
             raise BenchError(f"nginx did not close: {head_line(got)}")
         print(f"  {server.label}: {protocol}; a second connection offering the first one's "
               f"session {'RESUMED it' if reused else 'made a full handshake'} (Python client)")
         if reused:
             raise BenchError(f"{server.label} resumes TLS sessions: not a full-handshake run")
-        scripts[server.key] = harness.wrk_raw_script(bench.directory, request,
-                                                     name=f"close-{server.key}")
+        scripts[server.key] = wrk_raw_script(bench.directory, request,
+                                             name=f"close-{server.key}")
     runs = bench.rounds(servers, lambda server: bench.measure_wrk(server, scripts[server.key]),
                         "wrk new connection per query")
     s_time_runs = bench.rounds(servers, bench.measure_s_time, "openssl s_time -new")
@@ -477,7 +505,7 @@ def resumed_by_version(port: int, request: bytes) -> str:
     TLS 1.3 client (Python's ssl, which offers the session or the ticket it was given)."""
     words = []
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
-        context, session, reused = harness.client_tls_context(), None, False
+        context, session, reused = client_tls_context(), None, False
         context.minimum_version = context.maximum_version = version
         for _ in range(2):
             with socket.create_connection((LOOPBACK, port), timeout=10.0) as raw, \
@@ -491,7 +519,7 @@ def resumed_by_version(port: int, request: bytes) -> str:
 
 def handshakes_of(admin_port: int) -> tuple[float, float]:
     """(resumed, full) TLS handshakes the notary counted (``/metrics``)."""
-    counted = dict(harness.get_metrics(admin_port))
+    counted = dict(get_metrics(admin_port))
     return (counted.get('notary_tls_handshakes_total{resumed="true"}', 0.0),
             counted.get('notary_tls_handshakes_total{resumed="false"}', 0.0))
 
@@ -499,16 +527,16 @@ def handshakes_of(admin_port: int) -> tuple[float, float]:
 def memory_per_session(server: Server, request: bytes) -> str:
     """The server's RSS growth over ``SESSIONS_FOR_MEMORY`` fresh clients, each a full
     TLS 1.2 and a full TLS 1.3 handshake whose session it could later resume."""
-    before = harness.proc_status(server.process.pid).get("VmRSS", 0)
+    before = proc_status(server.process.pid).get("VmRSS", 0)
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
         for _ in range(SESSIONS_FOR_MEMORY // 2):
-            context = harness.client_tls_context()
+            context = client_tls_context()
             context.minimum_version = context.maximum_version = version
             with socket.create_connection((LOOPBACK, server.port), timeout=10.0) as raw, \
                     context.wrap_socket(raw) as sock:
                 sock.sendall(request)
                 b"".join(iter(partial(sock.recv, 65536), b""))
-    grown = harness.proc_status(server.process.pid).get("VmRSS", 0) - before
+    grown = proc_status(server.process.pid).get("VmRSS", 0) - before
     return (f"{server.label}: RSS {before / 2**20:.1f} MiB, +{grown / 2**10:,.0f} KiB after "
             f"{SESSIONS_FOR_MEMORY:,} new sessions ({grown / SESSIONS_FOR_MEMORY:,.0f} bytes each)")
 
@@ -517,9 +545,9 @@ def scenario_resumed(bench: Bench) -> None:
     print("## Scenario 3: cache hit, one new TLS connection per query, sessions resumed "
           "(HTTP/1.0, server closes; tickets on, as a browser add-on reconnects)")
     setup = bench.setup
-    running = harness.start_notary(bench.processes, setup, "notary (resumption)",
-                                   cpu=bench.server_cpu,
-                                   log=bench.directory / "notary-resumption.log")
+    running = start_notary(bench.processes, setup, "notary (resumption)",
+                           cpu=bench.server_cpu,
+                           log=bench.directory / "notary-resumption.log")
     notary = Server("notary", "notary (session tickets on)", setup.api_port, running.process)
     request = bench.request(setup.api_port, "1.0")
     answer = tls_query(setup.api_port, request, to_close=True)[0]
@@ -529,8 +557,8 @@ def scenario_resumed(bench: Bench) -> None:
     for server in servers:
         request = bench.request(server.port, "1.0")
         print(f"  {server.label}: {resumed_by_version(server.port, request)} (Python client)")
-        scripts[server.key] = harness.wrk_raw_script(bench.directory, request,
-                                                     name=f"resumed-{server.key}")
+        scripts[server.key] = wrk_raw_script(bench.directory, request,
+                                             name=f"resumed-{server.key}")
     if setup.admin_port is None:
         raise BenchError("the notary has no admin listener: its resumed handshakes are uncounted")
     counted_before = handshakes_of(setup.admin_port)

@@ -19,8 +19,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # also puts the project root on sys.path
-from harness import LOOPBACK, BenchError, Processes, Run
+# Importing harness also puts the project root on sys.path.
+from harness.loopback import LOOPBACK, body_of, connect, exchange, free_ports, status_of
+from harness.machine import cpu_seconds, describe_busy
+from harness.options import finish_load_args, load_parser
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import BenchError
+from harness.report import print_table
+from harness.runs import Meter, Run, run_rounds, start_load
+from harness.runs import best as best_run
+from harness.servers import make_notary, start_notary
+from harness.tools import ensure_wrk
+from harness.wrk import run_wrk, wrk_script
 
 from notary.protocol import v2
 
@@ -85,11 +95,11 @@ def https(port: int, method: str, path: str, body: str = "") -> bytes:
     head = f"{method} {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
     if method == "POST":
         head += f"Content-Type: {JSON_TYPE}\r\nContent-Length: {len(body)}\r\n"
-    response = harness.exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
+    response = exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
                                timeout_s=30.0)[0]
-    if harness.status_of(response) != 200:
+    if status_of(response) != 200:
         raise BenchError(f"{method} {path} answered {response[:300]!r}")
-    return harness.body_of(response)
+    return body_of(response)
 
 
 def query_body(ports: Sequence[int], sha256: str, size: int) -> str:
@@ -116,7 +126,7 @@ def measure_ws(processes: Processes, url: str, body: str,
     """One ``WS_CLIENT`` run sending ``body``: its run (the notary's CPU over the whole
     client run, connect and first query included) and its first answer message."""
     argv = [sys.executable, "-c", WS_CLIENT, url, body, str(args.window), str(args.duration)]
-    meter = harness.Meter(lambda: harness.cpu_seconds(notary_pid))
+    meter = Meter(lambda: cpu_seconds(notary_pid))
     process = processes.start("ws client", argv, cpu=client_cpu)
     try:
         out, err = process.communicate(timeout=args.duration + 60)
@@ -135,39 +145,39 @@ def measure_ws(processes: Processes, url: str, body: str,
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.load_parser(__doc__.split("\n\n")[0], rounds=2, cpus="the notary",
-                                 quick="2 s per run, one round: a smoke run, not a measurement")
+    parser = load_parser(__doc__.split("\n\n")[0], rounds=2, cpus="the notary",
+                         quick="2 s per run, one round: a smoke run, not a measurement")
     parser.add_argument("--window", type=int, default=16,
                         help="WebSocket queries outstanding (default 16; the send queue is 64)")
     parser.add_argument("--targets", type=int, default=4,
                         help="distinct cache-hit targets (the notary's API ports, default 4)")
-    args = harness.finish_load_args(parser.parse_args(argv))
+    args = finish_load_args(parser.parse_args(argv))
     if args.targets < 2:
         parser.error("--targets must be at least 2 (the dev config has two API ports)")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return harness.run_benchmark("bench_v2", parse_args(argv), run)
+    return run_benchmark("bench_v2", parse_args(argv), run)
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = harness.ensure_wrk()
-    server_cpu, client_cpu = harness.start_load(
+    wrk = ensure_wrk()
+    server_cpu, client_cpu = start_load(
         args, "v2 API: cache-hit targets per second, /v2/query and WebSocket vs legacy "
         "POST /target", wrk, lambda server, client: [
             f"wrk: -t{args.threads} -c{args.connections} -d{args.duration}s; WebSocket: one "
             f"connection, window {args.window}; clients pinned to CPU {client}, notary to CPU "
             f"{server}; {args.rounds} run(s) per row, best kept; {args.targets} distinct "
             "targets in the batches"])
-    ports = harness.free_ports(args.targets + 6)
+    ports = free_ports(args.targets + 6)
     api_ports, plain_port, spare = ports[:args.targets], ports[args.targets], ports[args.targets + 1:]
-    setup = harness.make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
+    setup = make_notary(directory / "notary", api_ports[0], api_ports[1], plain_port, spare)
     add_api_ports(setup.config, api_ports[2:])
     # Primes the legacy query; the extra API ports listen too (all bound before any accepts).
-    notary = harness.start_notary(processes, setup, "notary", cpu=server_cpu,
-                                  log=directory / "notary.log")
-    with harness.connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
+    notary = start_notary(processes, setup, "notary", cpu=server_cpu,
+                          log=directory / "notary.log")
+    with connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
         sha256 = hashlib.sha256(sock.getpeercert(binary_form=True)).hexdigest()
 
     # v2: prime every target once, then check the answers are all cache-hit matches.
@@ -186,9 +196,9 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
 
     # wrk's URL and script for each wrk row; the WebSocket rows have none.
     base = f"https://{LOOPBACK}:{api_ports[0]}"
-    wrk_runs = {"legacy": (base + setup.path, harness.wrk_script(directory, notary.body,
+    wrk_runs = {"legacy": (base + setup.path, wrk_script(directory, notary.body,
                                                                   name="legacy"))}
-    wrk_runs |= {f"v2-{n}": (base + "/v2/query", harness.wrk_script(
+    wrk_runs |= {f"v2-{n}": (base + "/v2/query", wrk_script(
         directory, bodies[n], name=f"v2-{n}", content_type=JSON_TYPE)) for n in BATCHES}
     rows: list[tuple[str, str, int]] = [("legacy", "legacy POST /target (1 target/request)", 1)]
     rows += [(f"v2-{n}", f"POST /v2/query, batch {n}", n) for n in BATCHES]
@@ -200,10 +210,10 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         key, _, n = row
         if key in wrk_runs:
             url, script = wrk_runs[key]
-            result = harness.run_wrk(
+            result = run_wrk(
                 wrk, processes, url, script, threads=args.threads, connections=args.connections,
                 seconds=args.duration, cpu=client_cpu,
-                server_cpu_seconds=lambda: harness.cpu_seconds(notary.pid))
+                server_cpu_seconds=lambda: cpu_seconds(notary.pid))
         else:
             result, first = measure_ws(processes, f"wss://{LOOPBACK}:{api_ports[0]}/v2/ws",
                                        bodies[n], args, client_cpu, notary.pid)
@@ -217,12 +227,12 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         notary.check_alive()
         return result
 
-    runs = harness.run_rounds(args, rows, measure, lambda row, result: (
+    runs = run_rounds(args, rows, measure, lambda row, result: (
         f"{row[1]}: {result.rate:,.0f} req/s, {result.rate * row[2]:,.0f} targets/s, server "
         f"{result.server_us:.0f} us CPU/req, {result.server_core:.0%} of its core, client "
         f"{result.client_core:.0%} of its core"), key=lambda row: row[0])
     print()
-    best = {key: harness.best(results) for key, results in runs.items()}
+    best = {key: best_run(results) for key, results in runs.items()}
     table = []
     for key, label, batch in rows:
         top = best[key]
@@ -230,12 +240,12 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                       f"{top.rate * batch:,.0f}", f"{top.rate * batch / best['legacy'].rate:.2f}",
                       f"{top.server_us:,.0f}", f"{top.server_us / batch:,.1f}",
                       f"{top.server_core:.0%}", f"{top.client_core:.0%}"])
-    harness.print_table(
+    print_table(
         ["transport", "req/s per run", "best req/s", "targets/s", "targets/s vs legacy",
          "server CPU us/req", "server CPU us/target", "server core use", "client core use"],
         table)
-    print(harness.describe_busy([server_cpu, client_cpu], "after the runs (notary idle)"))
-    problems = harness.tail(notary.log)
+    print(describe_busy([server_cpu, client_cpu], "after the runs (notary idle)"))
+    problems = tail(notary.log)
     if problems.strip():
         print(f"notary log (warnings and errors):\n{problems}\n")
     return 0

@@ -21,8 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # also puts the project root on sys.path
-from harness import LOOPBACK, BenchError, Processes
+# Importing harness also puts the project root on sys.path.
+from harness.loopback import LOOPBACK, connect, free_ports, get_metrics, post_request, read_response
+from harness.machine import all_proc_stats, cpu_seconds, describe_busy
+from harness.options import finish_load_args, load_parser
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import BenchError
+from harness.report import print_table
+from harness.runs import Run, run_rounds, start_load
+from harness.runs import best as best_run
+from harness.servers import READY_TIMEOUT_S, RunningNotary, new_notary, notary_argv, start_notary
+from harness.tools import ensure_wrk
+from harness.wrk import run_wrk, wrk_script
 
 from notary.config import load_config
 from notary.node.devsetup import DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT
@@ -46,7 +56,7 @@ class Variant:
 @dataclass
 class Node:
     variant: Variant
-    notary: harness.RunningNotary
+    notary: RunningNotary
     admin_port: int  # its /metrics
     #: The serving processes: the notary itself (1 worker), or the supervisor's children.
     workers: list[int]
@@ -54,7 +64,7 @@ class Node:
 
 
 @dataclass(frozen=True)
-class Measurement(harness.Run):
+class Measurement(Run):
     """A wrk run whose server CPU is the node's processes, summed, plus each
     worker's CPU (the supervisor left out) and the node's ``/metrics`` counts."""
 
@@ -95,7 +105,7 @@ class Measurement(harness.Run):
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid``, sorted (``/proc/<pid>/task/*/children`` is
     not in every kernel: this VM has no CONFIG_PROC_CHILDREN)."""
-    parents = {child: int(fields[1]) for child, fields in harness.all_proc_stats().items()}
+    parents = {child: int(fields[1]) for child, fields in all_proc_stats().items()}
     found, frontier = [], {pid}
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier}
@@ -107,7 +117,7 @@ def tree_cpu_seconds(pids: Sequence[int]) -> dict[int, float]:
     """User + system CPU seconds of each process (all its threads); a process
     gone is a worker that died: the figure would be wrong."""
     try:
-        return {pid: harness.cpu_seconds(pid) for pid in pids}
+        return {pid: cpu_seconds(pid) for pid in pids}
     except OSError as exc:
         raise BenchError(f"a process of the node vanished during the run ({exc})") from None
 
@@ -123,7 +133,7 @@ def wait_for_workers(node_process: subprocess.Popen[bytes], workers: int, log: P
     """The pids serving: the node itself for 1 worker (no supervisor, no
     child); for N > 1 its N children, each a ``notary serve`` worker with its
     own ``NOTARY_WORKER_INDEX``."""
-    deadline = time.monotonic() + harness.READY_TIMEOUT_S
+    deadline = time.monotonic() + READY_TIMEOUT_S
     expected = workers if workers > 1 else 0  # 1 worker: the node itself, no child
     while len(children := descendants(node_process.pid)) != expected:
         if (node_process.poll() is not None or len(children) > workers or workers == 1
@@ -132,7 +142,7 @@ def wait_for_workers(node_process: subprocess.Popen[bytes], workers: int, log: P
         time.sleep(0.1)
     if node_process.poll() is not None or len(children) != expected:
         raise BenchError(f"--workers {workers} node (exit status {node_process.returncode}) "
-                         f"has children {children}:\n{harness.tail(log)}")
+                         f"has children {children}:\n{tail(log)}")
     if workers == 1:
         return [node_process.pid]
     indexes = sorted(next((item.split("=", 1)[1] for item in proc_strings(pid, "environ")
@@ -149,30 +159,30 @@ def start_node(processes: Processes, directory: Path, variant: Variant, server_c
     """A fresh notary with ``variant.workers`` on ports chosen here (none of dev-init's fixed
     ones; an admin listener for /metrics), each worker checked to answer the cache hit with
     the same bytes (the first POST probed; the others load the stored answer)."""
-    ports = harness.free_ports(7)  # api, relay api, plain, spare: every listener's
-    setup = harness.new_notary(directory / variant.key, ports=ports)
+    ports = free_ports(7)  # api, relay api, plain, spare: every listener's
+    setup = new_notary(directory / variant.key, ports=ports)
     fixed = {DEV_ADMIN_PORT, DEV_PERSPECTIVES_PORT, DEV_RELAY_PORT}
     if setup.admin_port is None or set(ports) & fixed:
         raise BenchError(f"the edited config listens on {sorted(set(ports) & fixed)} or has "
                          f"no admin listener:\n{setup.config.read_text()}")
     log = directory / f"{variant.key}.log"
-    notary = harness.start_notary(
+    notary = start_notary(
         processes, setup, f"notary {variant.key}", cpu=server_cpu if variant.pinned else None,
-        log=log, argv=harness.notary_argv(setup, ["--workers", str(variant.workers)]))
+        log=log, argv=notary_argv(setup, ["--workers", str(variant.workers)]))
     node = Node(variant, notary, setup.admin_port,
                 wait_for_workers(notary.process, variant.workers, log),
-                harness.wrk_script(setup.directory, notary.body))
+                wrk_script(setup.directory, notary.body))
     for port, tls in ((setup.plain_port, False), (setup.api_port, True)):
-        request = harness.post_request(port, setup.path, notary.body)
+        request = post_request(port, setup.path, notary.body)
         with contextlib.ExitStack() as stack:
             # Several connections at once, so that the kernel hands them to different workers.
-            socks = [stack.enter_context(harness.connect(port, tls=tls, timeout_s=30.0))
+            socks = [stack.enter_context(connect(port, tls=tls, timeout_s=30.0))
                      for _ in range(4 * variant.workers)]
             for sock in socks:
                 buffer = bytearray()
                 for _ in range(2):
                     sock.sendall(request)
-                    if harness.read_response(sock, buffer) != notary.answer:
+                    if read_response(sock, buffer) != notary.answer:
                         raise BenchError(f"notary {variant.key}: a worker answers different bytes")
     print(f"{variant.label}: pid {notary.pid}, serving pids {node.workers}; answer "
           f"{len(notary.answer)} bytes, {notary.answer.split(b' ', 2)[1].decode()}")
@@ -182,7 +192,7 @@ def start_node(processes: Processes, directory: Path, variant: Variant, server_c
 def scrape(node: Node) -> dict[str, float]:
     """Node totals from ``/metrics`` (summed over the workers, each as of its
     last fold, at most ``[admin] metrics_interval_s`` old)."""
-    metrics = harness.get_metrics(node.admin_port)
+    metrics = get_metrics(node.admin_port)
     return {"queries": sum(value for name, value in metrics if 'protocol="convergence"' in name
                            and name.startswith("notary_queries_total{")),
             "misses": sum(value for name, value in metrics if name == "notary_cache_misses_total"),
@@ -199,12 +209,12 @@ def measure(wrk: str, processes: Processes, args: argparse.Namespace, client_cpu
     pids = [node.notary.pid, *children]
     if (children or [node.notary.pid]) != node.workers:
         raise BenchError(f"notary {node.variant.key}: workers {node.workers} became {pids}: "
-                         f"a worker restarted\n{harness.tail(node.notary.log)}")
+                         f"a worker restarted\n{tail(node.notary.log)}")
     before_metrics, before = scrape(node), tree_cpu_seconds(pids)
     setup = node.notary.setup
     url = (f"http://{LOOPBACK}:{setup.plain_port}" if transport == "plain"
            else f"https://{LOOPBACK}:{setup.api_port}") + setup.path
-    result = harness.run_wrk(
+    result = run_wrk(
         wrk, processes, url, node.script, threads=1 if node.variant.pinned else args.threads,
         connections=args.connections, seconds=seconds,
         cpu=client_cpu if node.variant.pinned else None)
@@ -221,7 +231,7 @@ def measure(wrk: str, processes: Processes, args: argparse.Namespace, client_cpu
 def report(args: argparse.Namespace, variants: Sequence[Variant],
            runs: dict[tuple[str, str], list[Measurement]]) -> None:
     """The table, then the scaled node's best rate over each 1-worker row's."""
-    best = {key: harness.best(results) for key, results in runs.items()}
+    best = {key: best_run(results) for key, results in runs.items()}
     rows = []
     for variant in variants:
         plain, https = runs[variant.key, "plain"], runs[variant.key, "https"]
@@ -239,7 +249,7 @@ def report(args: argparse.Namespace, variants: Sequence[Variant],
             f"{top['plain'].ceiling:,.0f} / {top['https'].ceiling:,.0f}",
             f"{top['plain'].split()} ; {top['https'].split()}",
         ])
-    harness.print_table(
+    print_table(
         ["notary (wrk)", "plain req/s best (runs)", "plain vs 1 worker",
          "HTTPS req/s best (runs)", "HTTPS vs 1 worker", "notary CPU us/req plain / HTTPS",
          "wrk CPU us/req plain / HTTPS",
@@ -258,7 +268,7 @@ def report(args: argparse.Namespace, variants: Sequence[Variant],
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = harness.load_parser(
+    parser = load_parser(
         __doc__.split("\n\n")[0], rounds=3, threads=2, cpus="the pinned row's notary",
         quick="2 s per run, one round: a smoke run, not a measurement",
         wait_quiet=", and up to min(SECONDS, 30) before each further round")
@@ -266,7 +276,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="workers of the scaled node (default 2)")
     parser.add_argument("--no-pinned-row", action="store_true",
                         help="skip the 1-worker row pinned like bench_http.py")
-    args = harness.finish_load_args(parser.parse_args(argv))
+    args = finish_load_args(parser.parse_args(argv))
     if args.workers < 2:
         parser.error("--workers must be 2 or more (the baseline is 1)")
     if args.connections < max(args.threads, 1) or args.duration < 1:
@@ -275,13 +285,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return harness.run_benchmark("bench_workers", parse_args(argv), run)
+    return run_benchmark("bench_workers", parse_args(argv), run)
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
-    wrk = harness.ensure_wrk()
+    wrk = ensure_wrk()
     cores = sorted(os.sched_getaffinity(0))
-    server_cpu, client_cpu = harness.start_load(
+    server_cpu, client_cpu = start_load(
         args, "Worker scaling: cache-hit POST /target requests per second (wrk), "
         f"notary serve --workers 1 vs {args.workers}", wrk, lambda server, client: [
             f"wrk: -c{args.connections} -d{args.duration}s, -t{args.threads} in the unpinned rows; "
@@ -330,16 +340,16 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
                 f"cores; latency {m.latency_avg} / p99 {m.latency_p99}")
 
     # Other work may start meanwhile: each further round waits too.
-    runs = harness.run_rounds(args, items, lambda item: measure_node(*item, args.duration),
-                              progress, key=lambda item: (item[0].variant.key, item[1]),
-                              quiet_cpus=cores)
+    runs = run_rounds(args, items, lambda item: measure_node(*item, args.duration),
+                      progress, key=lambda item: (item[0].variant.key, item[1]),
+                      quiet_cpus=cores)
     print()
     report(args, variants, runs)
     for problem in problems:
         print(f"WARNING: {problem}")
-    print(harness.describe_busy(cores, "after the runs (nodes idle)"))
+    print(describe_busy(cores, "after the runs (nodes idle)"))
     for node in nodes:
-        text = harness.tail(node.notary.log)
+        text = tail(node.notary.log)
         if text.strip():
             print(f"notary {node.variant.key} log (warnings and errors):\n{text}\n")
     return 0

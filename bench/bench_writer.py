@@ -29,8 +29,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from unittest import mock
 
-import harness
 import trio
+from harness.options import argument_parser, repetitions
+from harness.project import ROOT
+from harness.report import format_rate, format_ratio, header, print_table
+from harness.runs import best_seconds, rate
 
 from notary.config import LimitsConfig, ProbeConfig, StoreConfig
 from notary.model.observations import Certificate, ProbeResult, Run, add_sighting
@@ -300,17 +303,17 @@ def record_in_batches(store: Store, results: Sequence[ProbeResult]) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = harness.argument_parser(__doc__.split("\n", 1)[0])
+    parser = argument_parser(__doc__.split("\n", 1)[0])
     parser.add_argument("--part", choices=("writer", "bounds"), default="writer",
                         help="writer (default): observations committed per second; bounds: "
                         "the bytes the database takes at the default limits (ignores --quick)")
     parser.add_argument("--no-diagnosis", action="store_true",
                         help="measure the four modes of the goals only")
-    parser.add_argument("--tmp-dir", type=Path, default=harness.ROOT / ".bench-tmp",
+    parser.add_argument("--tmp-dir", type=Path, default=ROOT / ".bench-tmp",
                         help="parent of the temporary databases (default: <project>/.bench-tmp)")
     args = parser.parse_args(argv)
-    harness.header("Store bounds" if args.part == "bounds" else "Writer micro-benchmark",
-                   " ".join([".venv/bin/python bench/bench_writer.py", *argv]))
+    header("Store bounds" if args.part == "bounds" else "Writer micro-benchmark",
+           " ".join([".venv/bin/python bench/bench_writer.py", *argv]))
     created_parent = not args.tmp_dir.exists()
     args.tmp_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -330,7 +333,7 @@ def run(directory: Path, args: argparse.Namespace) -> None:
     """The four modes of the goals, then the diagnosis, in databases under ``directory``."""
     print(f"databases in {directory} ({filesystem_of(directory)}); "
           f"SQLite {sqlite3.sqlite_version}; StoreConfig defaults: {DEFAULTS}\n")
-    repeat = harness.repetitions(args, full=1)
+    repeat = repetitions(args, full=1)
     n_batched, n_default, n_wal = (5_000, 100, 1_000) if args.quick else (100_000, 1_500, 20_000)
     workload = observations(n_batched)
 
@@ -338,7 +341,7 @@ def run(directory: Path, args: argparse.Namespace) -> None:
         return Path(tempfile.mkdtemp(dir=directory)) / f"{name}.db"
 
     def best(measure: Callable[[], float]) -> float:
-        return harness.best_seconds(measure, repeat)
+        return best_seconds(measure, repeat)
 
     batched = min((run_batched(path("batched"), workload) for _ in range(repeat)),
                   key=lambda r: r.seconds)
@@ -356,12 +359,12 @@ def run(directory: Path, args: argparse.Namespace) -> None:
          n_batched, best(lambda: run_raw_executemany(path("raw-schema"), RAW_SCHEMA_STATEMENTS,
                                                      schema_rows(workload)))),
     ]
-    rates = {key: harness.rate(n, seconds) for key, _, n, seconds in modes}
+    rates = {key: rate(n, seconds) for key, _, n, seconds in modes}
     print(f"## Observations committed per second (best of {repeat})\n")
-    harness.print_table(
+    print_table(
         ["mode", "observations", "rows/s", "vs per-row default", "vs raw executemany"],
-        [[label, f"{n:,}", harness.format_rate(rates[key]),
-          harness.format_ratio(rates[key] / rates["default"]), f"{rates[key] / rates['raw']:.1%}"]
+        [[label, f"{n:,}", format_rate(rates[key]),
+          format_ratio(rates[key] / rates["default"]), f"{rates[key] / rates['raw']:.1%}"]
          for key, label, n, _ in modes],
     )
     stats = batched.statistics
@@ -372,7 +375,7 @@ def run(directory: Path, args: argparse.Namespace) -> None:
     vs_default = rates["batched"] / rates["default"]
     vs_raw = rates["batched"] / rates["raw"]
     print(f"Goal: batched >= {GOAL_VS_PER_ROW_DEFAULT:.0f}x per-row default mode: "
-          f"{harness.format_ratio(vs_default)}: "
+          f"{format_ratio(vs_default)}: "
           f"{'met' if vs_default >= GOAL_VS_PER_ROW_DEFAULT else 'NOT met'}.")
     print(f"Goal: batched >= {GOAL_VS_RAW:.0%} of raw executemany: {vs_raw:.1%}: "
           f"{'met' if vs_raw >= GOAL_VS_RAW else 'NOT met'}.")
@@ -386,9 +389,9 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
              rates: dict[str, float]) -> None:
     n = len(workload)
     with mock.patch.object(Store, "record", lambda self, batch, origin="", probes=None: None):
-        noop = harness.rate(n, run_batched(path("noop"), workload).seconds)
+        noop = rate(n, run_batched(path("noop"), workload).seconds)
     with open_store(path("record")) as store:
-        alone = harness.rate(n, record_in_batches(store, workload))
+        alone = rate(n, record_in_batches(store, workload))
     with open_store(path("record-timed")) as store:
         # Bench-only use of the private connection; closing goes through the proxy.
         proxy = TimedConnection(store._db)
@@ -396,10 +399,10 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
         pass_seconds = record_in_batches(store, workload)
 
     print("## Diagnosis: where the batched writer's time goes\n")
-    harness.print_table(
+    print_table(
         ["variant", "rows/s", "vs raw executemany", "vs per-row default"],
-        [[label, harness.format_rate(r), f"{r / rates['raw']:.1%}",
-          harness.format_ratio(r / rates["default"])] for label, r in [
+        [[label, format_rate(r), f"{r / rates['raw']:.1%}",
+          format_ratio(r / rates["default"])] for label, r in [
             ("1. open_storage pipeline, Store.record a no-op (channel + thread only)", noop),
             (f"2. Store.record alone, {BATCH_ROWS}-row batches, one thread, no channel", alone),
         ]],
@@ -413,9 +416,9 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
             for label, seconds in proxy.seconds.most_common()]
     rows += [("rest: Python of Store.record, the proxy's own calls", "", outside),
              ("total", f"{sum(proxy.calls.values()):,}", pass_seconds)]
-    harness.print_table(["statement", "calls", "µs per observation", "share"],
-                        [[label, calls, f"{seconds * 1e6 / n:.2f}", f"{seconds / pass_seconds:.0%}"]
-                         for label, calls, seconds in rows])
+    print_table(["statement", "calls", "µs per observation", "share"],
+                [[label, calls, f"{seconds * 1e6 / n:.2f}", f"{seconds / pass_seconds:.0%}"]
+                 for label, calls, seconds in rows])
 
 
 def longest_host(index: int) -> str:
@@ -481,7 +484,7 @@ def bounds(directory: Path) -> None:
     limits = LimitsConfig()
     probes_per_day = limits.probes_per_s_per_prefix * 86400 + limits.probe_burst
     print(f"SQLite {sqlite3.sqlite_version}; {LIMITS}; {probe_config}\n")
-    harness.print_table(["measure", "bytes"], [
+    print_table(["measure", "bytes"], [
         ["a. per target at its limits, as written", f"{written:,.0f}"],
         ["a. per target at its limits, after compact", f"{compacted:,.0f}"],
         ["b. per probe (new target, new certificate)", f"{probe:,.0f}"],
