@@ -1,7 +1,9 @@
 """The benchmarks' own client, on loopback only (``LOOPBACK``, ports from
 ``free_ports``): a connection, one request and its whole response, the parts
-of a response, a server's metrics. For set-up checks, not measurements;
-each connection is closed before returning, a bad answer is a ``BenchError``."""
+of a response, a server's metrics. For set-up checks, not measurements.
+``connect``'s socket is its caller's to close (``with``); ``exchange`` and
+``get_metrics`` close theirs before returning. An answer cut short, without
+``Content-Length`` or not 200 where one is needed is a ``BenchError``."""
 
 from __future__ import annotations
 
