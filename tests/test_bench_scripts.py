@@ -103,6 +103,14 @@ def test_the_harness_still_offers_every_name_from_its_package(bench_on_path: Non
             assert getattr(importlib.import_module(home), name) is value
 
 
+def test_the_split_modules_stay_packages() -> None:
+    """The bound below holds for the harness and the command line only while
+    they are packages: a grab-bag module back in their place would escape it."""
+    for package in (BENCH / "harness", ROOT / "notary" / "cli"):
+        assert (package / "__init__.py").is_file(), short(package)
+        assert not package.with_suffix(".py").exists(), short(package.with_suffix(".py"))
+
+
 @pytest.mark.parametrize("module", LIBRARY, ids=short)
 def test_module_is_at_most_max_lines(module: Path) -> None:
     lines = len(module.read_text(encoding="utf-8").splitlines())
