@@ -47,7 +47,8 @@ import trustme
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import harness  # noqa: E402
+from harness.machine import CLOCK_TICK, all_proc_stats, wait_quiet  # noqa: E402
+from harness.report import header  # noqa: E402
 
 from notary.model.targets import Target  # noqa: E402
 from tests.support.firefox import (  # noqa: E402
@@ -98,7 +99,7 @@ def firefox_cpu_s(lab: Lab) -> float:
     """CPU seconds (user and system) of this lab's Firefox and every process
     it started (content, extension, socket, GPU...) so far."""
     root = int(lab.browser.m.session_capabilities["moz:processID"])
-    stats = harness.all_proc_stats()
+    stats = all_proc_stats()
     children: dict[int, list[int]] = {}
     for pid, fields in stats.items():
         children.setdefault(int(fields[1]), []).append(pid)
@@ -108,7 +109,7 @@ def firefox_cpu_s(lab: Lab) -> float:
         if pid in stats:
             total += sum(int(x) for x in stats[pid][11:15])
             todo += children.get(pid, [])
-    return total / harness.CLOCK_TICK
+    return total / CLOCK_TICK
 
 
 def runs(lab: Lab, url: str, loads: int, before: Callable[[], object] | None = None,
@@ -328,10 +329,10 @@ def main() -> None:
     reason = missing()
     if reason:
         sys.exit(f"bench_firefox: {reason}")
-    harness.header("bench_firefox: page loads with the Firefox add-on",
-                   "python bench/bench_firefox.py " + " ".join(sys.argv[1:]))
+    header("bench_firefox: page loads with the Firefox add-on",
+           "python bench/bench_firefox.py " + " ".join(sys.argv[1:]))
     if args.wait_quiet:
-        harness.wait_quiet(list(range(os.cpu_count() or 1)), args.wait_quiet)
+        wait_quiet(list(range(os.cpu_count() or 1)), args.wait_quiet)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as directory:
         result = measure(args, Path(directory))
