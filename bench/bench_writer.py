@@ -266,29 +266,33 @@ class TimedCursor:
 
 @dataclass
 class TimedConnection:
-    """Stands in for a ``Store``'s connection: times each ``execute`` and
-    ``executemany`` call, by statement, with the fetches of its cursor."""
+    """Times each ``execute`` and ``executemany`` call of a ``Store``'s
+    connection, by statement, with the fetches of its cursor. The store's
+    statements go through its connection's own transactions
+    (``SqliteConnection.transaction`` runs ``self.execute``), so the timing
+    wrappers are set on the connection itself (``instrument``), not put
+    around it."""
 
     db: sqlite3.Connection
     seconds: Counter[str] = field(default_factory=Counter)
     calls: Counter[str] = field(default_factory=Counter)
 
-    def _timed(self, prefix: str, method: Any, sql: str, parameters: Any) -> TimedCursor:
+    def instrument(self) -> None:
+        """Shadow the connection's ``execute`` and ``executemany`` with the
+        timed ones, for as long as the connection lives."""
+        execute, executemany = self.db.execute, self.db.executemany
+        self.db.execute = functools.partial(self._timed, "", execute)  # type: ignore[method-assign]
+        self.db.executemany = functools.partial(  # type: ignore[method-assign]
+            self._timed, "executemany: ", executemany
+        )
+
+    def _timed(self, prefix: str, method: Any, sql: str, parameters: Any = ()) -> TimedCursor:
         label = statement_label(prefix, sql)
         start = time.perf_counter()
         cursor = method(sql, parameters)
         self.seconds[label] += time.perf_counter() - start
         self.calls[label] += 1
         return TimedCursor(cursor, self.seconds, label)
-
-    def execute(self, sql: str, parameters: Any = ()) -> TimedCursor:
-        return self._timed("", self.db.execute, sql, parameters)
-
-    def executemany(self, sql: str, parameters: Any) -> TimedCursor:
-        return self._timed("executemany: ", self.db.executemany, sql, parameters)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.db, name)
 
 
 def record_in_batches(store: Store, results: Sequence[ProbeResult]) -> float:
@@ -393,9 +397,8 @@ def diagnose(path: Callable[[str], Path], workload: Sequence[ProbeResult],
     with open_store(path("record")) as store:
         alone = rate(n, record_in_batches(store, workload))
     with open_store(path("record-timed")) as store:
-        # Bench-only use of the private connection; closing goes through the proxy.
-        proxy = TimedConnection(store._db)
-        store._db = proxy  # type: ignore[assignment]
+        proxy = TimedConnection(store._db)  # bench-only use of the private connection
+        proxy.instrument()
         pass_seconds = record_in_batches(store, workload)
 
     print("## Diagnosis: where the batched writer's time goes\n")
