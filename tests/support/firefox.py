@@ -471,6 +471,12 @@ class Browser:
         return self.page()
 
     def page(self) -> PageView:
+        """The page shown now; the block page once its script has filled
+        it in (it asks the background page for its report, after load)."""
+        if self.m.get_url().startswith(f"{self.addon}/src/pages/block.html"):
+            self.wait_for(
+                "return document.getElementById('vote').textContent"
+                " || document.getElementById('lead').textContent.startsWith('This report')")
         title, text = self.m.execute_script(
             "return [document.title, document.body ? document.body.innerText : '']")
         return PageView(self.m.get_url(), title, text)
