@@ -1,0 +1,919 @@
+"""Sites served at several addresses (issue 31): what a probe of every address costs.
+
+Three parts (``--part cost,memory,notary``; default all), loopback only; set-up,
+cases, baselines and goals: ``bench/README.md`` ("Sites served at several addresses").
+
+1. cost: the Prober in this process (pinned to the server core) probing names that an
+   injected resolver maps to 1, 4 and 8 loopback addresses, each address serving its
+   own certificate (the site farm, ``--farm``, on the client core), and sampled sites;
+   against the same number of raw TLS handshakes (stdlib ``ssl``) of the same run.
+2. memory: thousands of 8-address probes of distinct names, the RSS and Python's
+   allocated blocks sampled along the run.
+3. notary: a whole notary (``--serve-notary``: ``serve_notary`` with the same injected
+   resolver) answering queries that probe 1-address and 8-address names, its RSS
+   sampled every second.
+
+    .venv/bin/python bench/bench_sites.py --wait-quiet 120   # full run (about 7 minutes)
+    .venv/bin/python bench/bench_sites.py --quick            # smoke run (about 30 s)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import gc
+import ipaddress
+import os
+import re
+import socket
+import ssl
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import harness
+import trio
+from cryptography.hazmat.primitives.serialization import Encoding
+from harness import LOOPBACK, BenchError, Processes
+from OpenSSL import SSL
+
+from notary.errors import ProbeResolveFailed
+
+if TYPE_CHECKING:
+    from notary.outbound.probe import Prober
+
+#: The site's addresses: ``a<N>-<n>.sites.test`` resolves to the first N of them.
+ADDRESSES = tuple(f"127.0.0.{k}" for k in range(2, 10))
+DOMAIN = "sites.test"
+#: Certificates each address serves on the rotating ports, one per connection in turn
+#: (the split ports serve the first one only).
+CERTS_PER_ADDRESS = 4
+#: Listening ports per group (split, rotating) on every address: each worker of a
+#: pass keeps to one (a sampled probe of a rotating port then sees its 4 in turn).
+PORTS_PER_GROUP = 8
+#: Connections in flight in a loaded pass (probes at once: this over the addresses).
+IN_FLIGHT = 64
+GOAL_PER_CONNECTION = 1.10  # an 8-address probe's cost per connection / a 1-address probe's
+#: Memory verdict: growth over the steady part of the run below these is "flat".
+FLAT_BLOCKS_PER_PROBE = 0.01
+FLAT_RSS_BYTES_PER_PROBE = 16.0
+GROWTH_TOLERANCE = 0.05  # part 3: RSS peak of the last third over the first third's
+NO_SUCH_FINGERPRINT = ":".join(["00"] * 20)
+HANDSHAKE_TIMEOUT_S = 10.0
+PARTS = ("cost", "memory", "notary")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kind of probe: ``addresses`` of the name, ``samples`` asked of the
+    prober (``samples_per_address``), the rotating ports or not, and the
+    handshakes that makes per address."""
+
+    key: str
+    label: str
+    addresses: int
+    samples: int
+    rotating: bool
+    per_address: int
+
+    @property
+    def connections(self) -> int:
+        return self.addresses * self.per_address
+
+    @property
+    def concurrency(self) -> int:
+        """Probes at once in a loaded pass: IN_FLIGHT connections (a probe's
+        samples of one address are one after the other)."""
+        return max(1, IN_FLIGHT // self.addresses)
+
+
+CASES = (
+    Case("1", "1 address", 1, 1, False, 1),
+    Case("4", "4 addresses", 4, 1, False, 1),
+    Case("8", "8 addresses", 8, 1, False, 1),
+    Case("8s", "8 addresses, sampled: one certificate each (2 handshakes an address)",
+         8, CERTS_PER_ADDRESS, False, 2),
+    Case("8r", "8 addresses, sampled: 4 certificates each in turn (4 handshakes an address)",
+         8, CERTS_PER_ADDRESS, True, 4),
+)
+REGIMES = ("alone", "loaded")
+#: Who makes the connections: the Prober, its handshake alone ("bare"), stdlib ``ssl``.
+KINDS = ("probe", "bare", "stdlib")
+
+
+def tcp_retransmissions() -> int:
+    """Segments the machine's TCP retransmitted since boot (/proc/net/snmp;
+    every process's, loopback included)."""
+    with open("/proc/net/snmp", encoding="ascii") as snmp:
+        names, values = (line.split() for line in snmp if line.startswith("Tcp:"))
+    return int(values[names.index("RetransSegs")])
+
+
+def site_name(addresses: int, number: int) -> str:
+    return f"a{addresses}-{number}.{DOMAIN}"
+
+
+async def site_resolver(host: str, port: int) -> list[str]:
+    """The injected resolver: ``a<N>-<n>.sites.test`` is the first N of
+    ``ADDRESSES``; any other name does not resolve. Holds no state."""
+    await trio.lowlevel.checkpoint()
+    label, _, domain = host.partition(".")
+    match = re.fullmatch(r"a(\d+)-\d+", label)
+    if domain != DOMAIN or match is None or not 1 <= int(match[1]) <= len(ADDRESSES):
+        raise ProbeResolveFailed("name did not resolve")
+    return list(ADDRESSES[: int(match[1])])
+
+
+def refuse_name_lookups() -> None:
+    """Loopback only, whatever the code under test does: in this process,
+    ``getaddrinfo`` of anything but an IP literal raises (no DNS query)."""
+    lookup = socket.getaddrinfo
+
+    def literal_only(host: object, *args: object, **kwargs: object) -> object:
+        text = host.decode() if isinstance(host, bytes) else host
+        if text is not None:
+            try:
+                ipaddress.ip_address(str(text).split("%")[0])
+            except ValueError:
+                raise socket.gaierror(socket.EAI_NONAME,
+                                      f"bench_sites resolves no name ({text!r})") from None
+        return lookup(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    socket.getaddrinfo = literal_only  # type: ignore[assignment]
+
+
+# -- the site farm (child) ---------------------------------------------------------------------
+
+def cert_paths(directory: Path, address: int, number: int) -> tuple[Path, Path]:
+    return directory / f"a{address}-c{number}.crt", directory / f"a{address}-c{number}.key"
+
+
+def make_certificates(directory: Path) -> None:
+    """An ECDSA P-256 leaf (trustme, a test dependency) for every address x
+    ``CERTS_PER_ADDRESS``, each with its own key: the cheapest handshake to serve."""
+    import trustme
+
+    ca = trustme.CA(key_type=trustme.KeyType.ECDSA)
+    for address in range(len(ADDRESSES)):
+        for number in range(CERTS_PER_ADDRESS):
+            issued = ca.issue_cert(f"*.{DOMAIN}", key_type=trustme.KeyType.ECDSA)
+            cert, key = cert_paths(directory, address, number)
+            issued.cert_chain_pems[0].write_to_path(str(cert))
+            issued.private_key_pem.write_to_path(str(key))
+
+
+def farm_main(args: argparse.Namespace) -> int:
+    """Serve TLS on every address x port until killed: the split ports with
+    each address's first certificate, the rotating ones with its
+    ``CERTS_PER_ADDRESS`` in turn (a count per listener); print ``ready``."""
+    directory = Path(args.certs)
+
+    def context(address: int, number: int) -> ssl.SSLContext:
+        made = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        made.load_cert_chain(*cert_paths(directory, address, number))
+        made.num_tickets = 0  # nothing after the handshake: the farm stays cheap
+        return made
+
+    contexts = [[context(a, n) for n in range(CERTS_PER_ADDRESS)] for a in range(len(ADDRESSES))]
+
+    def handler(choices: Sequence[ssl.SSLContext]) -> Callable[[trio.SocketStream], Awaitable]:
+        served = 0
+
+        async def handshake(tcp: trio.SocketStream) -> None:
+            nonlocal served
+            chosen = choices[served % len(choices)]
+            served += 1
+            stream = trio.SSLStream(tcp, chosen, server_side=True)
+            with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+                try:
+                    await stream.do_handshake()
+                    await stream.aclose()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+            await trio.aclose_forcefully(tcp)
+
+        return handshake
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+            for index, host in enumerate(ADDRESSES):
+                for ports, choices in ((args.split_ports, contexts[index][:1]),
+                                       (args.rotating_ports, contexts[index])):
+                    for port in ports:
+                        sock = trio.socket.socket()
+                        sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+                        await sock.bind((host, port))
+                        sock.listen(1024)
+                        nursery.start_soon(trio.serve_listeners, handler(choices),
+                                           [trio.SocketListener(sock)])
+            print("ready", flush=True)
+
+    trio.run(serve)
+    return 0
+
+
+def start_farm(processes: Processes, directory: Path, cpu: int) -> tuple[list[int], list[int],
+                                                                          int]:
+    """The site farm on ``cpu``: (split ports, rotating ports, its pid)."""
+    make_certificates(directory)
+    ports = harness.free_ports(2 * PORTS_PER_GROUP)
+    split, rotating = ports[:PORTS_PER_GROUP], ports[PORTS_PER_GROUP:]
+    farm = processes.start("site farm", [
+        sys.executable, str(Path(__file__).resolve()), "--farm", "--certs", str(directory),
+        "--split-ports", ",".join(map(str, split)),
+        "--rotating-ports", ",".join(map(str, rotating))], cpu=cpu)
+    line = farm.stdout.readline() if farm.stdout else b""
+    if line.strip() != b"ready":
+        error = farm.stderr.read().decode(errors="replace") if farm.stderr else ""
+        raise BenchError(f"the site farm did not start: {line!r} {error}")
+    return split, rotating, farm.pid
+
+
+# -- the notary with the injected resolver (child) ----------------------------------------------
+
+def serve_notary_main(args: argparse.Namespace) -> int:
+    """``serve_notary`` on ``--serve-notary``'s config with ``site_resolver``:
+    the notary's own code, only its resolver injected (as the tests do)."""
+    refuse_name_lookups()
+    from notary.config import load_config
+    from notary.logs import configure_logging
+    from notary.server.app import serve_notary
+
+    config = load_config(Path(args.serve_notary))
+    configure_logging(config.server.log_level, config.server.log_format)
+    trio.run(functools.partial(serve_notary, config, resolver=site_resolver))
+    return 0
+
+
+# -- part 1: cost --------------------------------------------------------------------------------
+
+@dataclass
+class Pass:
+    """One pass of a case in a regime, by the prober or the raw client."""
+
+    probes: int
+    connections: int
+    seconds: float
+    cpu: float  # this process's CPU seconds
+    farm_cpu: float
+    machine_busy: float  # busy CPU seconds of every core
+    walls: list[float] = field(default_factory=list)  # seconds of each probe
+    retransmissions: int = 0  # TCP segments the machine retransmitted meanwhile
+
+    def cpu_us(self, per: int | None = None) -> float:
+        return self.cpu / (per or self.connections) * 1e6
+
+    @property
+    def wall_per_connection_us(self) -> float:
+        return self.seconds / self.connections * 1e6
+
+    @property
+    def other_cores(self) -> float:
+        """Cores busy with anything but this process and the farm."""
+        return max(0.0, self.machine_busy - self.cpu - self.farm_cpu) / self.seconds
+
+
+class Names:
+    """Fresh names, never probed before in this run (each probe resolves and
+    remembers its name, as a notary asked about many targets does)."""
+
+    def __init__(self) -> None:
+        self.used = 0
+
+    def next(self, addresses: int) -> str:
+        self.used += 1
+        return site_name(addresses, self.used)
+
+
+async def drive(count: int, concurrency: int, one: Callable[[int], Awaitable[None]],
+                farm_pid: int) -> Pass:
+    """``one(worker)`` ``count`` times, ``concurrency`` workers at once;
+    the connections are the caller's to fill in."""
+    walls: list[float] = []
+    left = count
+
+    async def worker(number: int) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            started = time.perf_counter()
+            await one(number)
+            walls.append(time.perf_counter() - started)
+
+    farm, machine = harness.cpu_seconds(farm_pid), harness.machine_busy_seconds()
+    retransmitted = tcp_retransmissions()
+    cpu, started = time.process_time(), time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for number in range(min(concurrency, count)):
+            nursery.start_soon(worker, number)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return Pass(count, 0, seconds, cpu, harness.cpu_seconds(farm_pid) - farm,
+                harness.machine_busy_seconds() - machine, walls,
+                tcp_retransmissions() - retransmitted)
+
+
+class Cost:
+    """Part 1's passes, in this process: the prober's and the raw client's."""
+
+    def __init__(self, prober: Prober, split: list[int], rotating: list[int],
+                 farm_pid: int) -> None:
+        self.prober, self.split, self.rotating, self.farm_pid = prober, split, rotating, farm_pid
+        self.names = Names()
+        self.context = harness.client_tls_context()
+        self.bare_context = bare_context()
+
+    def ports(self, case: Case) -> list[int]:
+        return self.rotating if case.rotating else self.split
+
+    async def probes(self, case: Case, count: int, concurrency: int) -> Pass:
+        from notary.model.targets import Target
+
+        ports = self.ports(case)
+        connections = self.prober.statistics().connections
+
+        async def one(worker: int) -> None:
+            target = Target(self.names.next(case.addresses), ports[worker % len(ports)])
+            report = await self.prober.probe(target, samples_per_address=case.samples)
+            if report.failures or len(report.results) != case.connections:
+                raise BenchError(f"{case.label}: a probe of {target} showed "
+                                 f"{len(report.results)} handshakes, failures {report.failures}")
+
+        done = await drive(count, concurrency, one, self.farm_pid)
+        done.connections = self.prober.statistics().connections - connections
+        if done.connections != count * case.connections:
+            raise BenchError(f"{case.label}: {done.connections} connections for {count} probes")
+        return done
+
+    async def stdlib_handshake(self, address: str, port: int, name: str) -> None:
+        """A full handshake through stdlib ``ssl`` (``trio.SSLStream``), the
+        peer's certificate read: the raw handshake of ``bench_probe.py``."""
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            tcp = await trio.open_tcp_stream(address, port)
+            stream = trio.SSLStream(tcp, self.context, server_hostname=name)
+            try:
+                await stream.do_handshake()
+                if not stream.getpeercert(binary_form=True):
+                    raise BenchError(f"handshake with {address}:{port}: no certificate")
+            finally:
+                await trio.aclose_forcefully(stream)
+
+    async def bare_handshake(self, address: str, port: int, name: str) -> None:
+        """The prober's handshake and nothing else: pyOpenSSL over memory
+        BIOs, SNI, the chain copied as DER in the verify callback, which
+        aborts; the alert sent. No resolver, policy, slots, report."""
+        chain: list[bytes] = []
+        connection = SSL.Connection(self.bare_context, None)
+        connection.set_app_data(chain)
+        connection.set_connect_state()
+        connection.set_tlsext_host_name(name.encode("ascii"))
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            stream = await trio.open_tcp_stream(address, port)
+            try:
+                while True:
+                    try:
+                        connection.do_handshake()
+                    except SSL.WantReadError:
+                        pass
+                    except SSL.Error:
+                        if not chain:
+                            raise
+                    outgoing = drain(connection)
+                    if chain:
+                        with contextlib.suppress(trio.BrokenResourceError):
+                            await stream.send_all(outgoing)
+                        return
+                    if outgoing:
+                        await stream.send_all(outgoing)
+                    data = await stream.receive_some(16384)
+                    if not data:
+                        raise BenchError(f"handshake with {address}:{port}: closed")
+                    connection.bio_write(data)
+            finally:
+                await trio.aclose_forcefully(stream)
+
+    async def handshakes(self, kind: str, case: Case, count: int, concurrency: int) -> Pass:
+        """The probes' shape without the prober: every address at once, its
+        handshakes one after the other (``kind``: stdlib or bare)."""
+        ports = self.ports(case)
+        handshake = self.stdlib_handshake if kind == "stdlib" else self.bare_handshake
+
+        async def at(address: str, port: int, name: str) -> None:
+            for _ in range(case.per_address):
+                await handshake(address, port, name)
+
+        async def one(worker: int) -> None:
+            name, port = self.names.next(case.addresses), ports[worker % len(ports)]
+            async with trio.open_nursery() as nursery:
+                for address in ADDRESSES[: case.addresses]:
+                    nursery.start_soon(at, address, port, name)
+
+        done = await drive(count, concurrency, one, self.farm_pid)
+        done.connections = count * case.connections
+        return done
+
+    async def measure(self, kind: str, case: Case, count: int, concurrency: int) -> Pass:
+        if kind == "probe":
+            return await self.probes(case, count, concurrency)
+        return await self.handshakes(kind, case, count, concurrency)
+
+
+def drain(connection: SSL.Connection) -> bytes:
+    """Everything OpenSSL queued for the peer."""
+    chunks = []
+    while True:
+        try:
+            chunks.append(connection.bio_read(16384))
+        except SSL.WantReadError:
+            return b"".join(chunks)
+
+
+def bare_context() -> SSL.Context:
+    """The prober's client context (``notary.outbound.probe``'s settings),
+    its verify callback copying the chain as DER and aborting."""
+    def capture(connection: SSL.Connection, _cert: object, _errno: int, _depth: int,
+                _ok: int) -> bool:
+        chain = connection.get_app_data()
+        if not chain:
+            chain.extend(cert.public_bytes(Encoding.DER) for cert in
+                         connection.get_peer_cert_chain(as_cryptography=True) or [])
+        return False
+
+    context = SSL.Context(SSL.TLS_CLIENT_METHOD)
+    context.set_min_proto_version(SSL.TLS1_VERSION)
+    context.set_max_proto_version(SSL.TLS1_3_VERSION)
+    context.set_cipher_list(b"DEFAULT:@SECLEVEL=0")
+    context.set_verify(SSL.VERIFY_PEER, capture)
+    return context
+
+
+def counts(args: argparse.Namespace, case: Case, regime: str) -> tuple[int, int]:
+    """(probes, concurrency) of a pass: about ``--connections`` connections
+    loaded, a quarter of that alone."""
+    connections = args.connections if regime == "loaded" else args.connections // 4
+    probes = max(2, connections // case.connections)
+    return probes, case.concurrency if regime == "loaded" else 1
+
+
+async def run_cost(args: argparse.Namespace, cost: Cost, quiet_cpus: Sequence[int]
+                   ) -> dict[tuple[str, str, str], list[Pass]]:
+    """``--rounds`` interleaved rounds of every case x regime x (probe, raw),
+    after a warm-up pass of each. (Nothing else runs meanwhile: the
+    blocking waits for quiet cores block nothing.)"""
+    runs: dict[tuple[str, str, str], list[Pass]] = {}
+    for case in CASES:
+        for kind in KINDS:
+            await cost.measure(kind, case, 8, case.concurrency)
+    for number in range(1, args.rounds + 1):
+        if number > 1 and args.wait_quiet:
+            harness.wait_quiet(quiet_cpus, min(args.wait_quiet, 30.0))
+        for case in CASES:
+            for regime in REGIMES:
+                probes, concurrency = counts(args, case, regime)
+                for kind in KINDS:
+                    done = await cost.measure(kind, case, probes, concurrency)
+                    runs.setdefault((case.key, regime, kind), []).append(done)
+                    print(f"  round {number} {case.key:>2} {regime:6} {kind:5} "
+                          f"{done.probes:5,} x {case.connections:2} connections in "
+                          f"{done.seconds:5.2f} s: CPU {done.cpu_us():5,.0f} us/connection, "
+                          f"farm core {done.farm_cpu / done.seconds:4.0%}, other load "
+                          f"{done.other_cores:.2f} cores, TCP retransmissions "
+                          f"{done.retransmissions}", flush=True)
+    return runs
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def report_cost(args: argparse.Namespace,
+                runs: dict[tuple[str, str, str], list[Pass]]) -> list[str]:
+    """Print part 1's tables; return the goal lines."""
+    def ratios(case: Case, regime: str, kind: str, figure: Callable[[Pass], float],
+               against: tuple[str, str]) -> list[float]:
+        """Per round: ``figure`` of (case, regime, kind) over that of ``against`` (case, kind)."""
+        mine, theirs = runs[(case.key, regime, kind)], runs[(against[0], regime, against[1])]
+        return [figure(a) / figure(b) for a, b in zip(mine, theirs, strict=True)]
+
+    def cpu(done: Pass) -> float:
+        return done.cpu_us()
+
+    def wall(done: Pass) -> float:
+        return done.wall_per_connection_us
+
+    def spread(values: Sequence[float]) -> str:
+        text = f"{median(values):.2f}"
+        return text + (f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else "")
+
+    def figure(case: Case, regime: str, kind: str, value: Callable[[Pass], float],
+               form: str = ",.0f") -> str:
+        return format(median([value(done) for done in runs[(case.key, regime, kind)]]), form)
+
+    def p50_ms(case: Case, regime: str, kind: str) -> float:
+        return median([w for done in runs[(case.key, regime, kind)] for w in done.walls]) * 1e3
+
+    rows = []
+    for case in CASES:
+        rows.append([
+            case.label, case.connections, case.concurrency,
+            figure(case, "loaded", "probe", lambda d: d.probes / d.seconds),
+            figure(case, "loaded", "probe", lambda d: d.connections / d.seconds),
+            figure(case, "loaded", "probe", lambda d: d.cpu_us(d.probes)),
+            figure(case, "loaded", "probe", cpu),
+            spread(ratios(case, "loaded", "probe", cpu, ("1", "probe"))),
+            spread(ratios(case, "loaded", "probe", wall, ("1", "probe"))),
+            figure(case, "loaded", "bare", cpu),
+            spread(ratios(case, "loaded", "bare", cpu, ("1", "bare"))),
+            spread(ratios(case, "loaded", "probe", cpu, (case.key, "bare"))),
+            figure(case, "loaded", "stdlib", cpu),
+            spread(ratios(case, "loaded", "probe", cpu, (case.key, "stdlib"))),
+            figure(case, "loaded", "probe", lambda d: d.farm_cpu / d.seconds, ".0%"),
+            figure(case, "loaded", "probe", lambda d: d.other_cores, ".2f"),
+            figure(case, "loaded", "probe", lambda d: d.retransmissions, ".0f")])
+    print(f"\n## 1a. Loaded: {IN_FLIGHT} connections in flight (probes at once: {IN_FLIGHT} "
+          f"over the addresses), ~{args.connections:,} connections a pass; medians of "
+          f"{args.rounds} round(s), ratios taken within each round: median (min-max)\n")
+    harness.print_table([
+        "probe", "connections a probe", "probes at once", "probes/s", "connections/s",
+        "CPU us/probe", "CPU us/connection", "CPU/connection vs 1 address",
+        "wall/connection vs 1 address", "bare: CPU us/connection", "bare: vs 1 address",
+        "probe / bare, CPU", "stdlib: CPU us/connection", "probe / stdlib, CPU", "farm core",
+        "other load (cores)", "TCP retransmissions"], rows)
+
+    rows = []
+    for case in CASES:
+        walls = [w for done in runs[(case.key, "alone", "probe")] for w in done.walls]
+        rows.append([
+            case.label, case.connections,
+            f"{median(walls) * 1e3:.2f} / {statistics.quantiles(walls, n=10)[-1] * 1e3:.2f}",
+            f"{p50_ms(case, 'alone', 'bare'):.2f}", f"{p50_ms(case, 'alone', 'stdlib'):.2f}",
+            figure(case, "alone", "probe", lambda d: d.cpu_us(d.probes)),
+            figure(case, "alone", "probe", cpu),
+            spread(ratios(case, "alone", "probe", cpu, ("1", "probe"))),
+            figure(case, "alone", "bare", cpu),
+            spread(ratios(case, "alone", "bare", cpu, ("1", "bare"))),
+            spread(ratios(case, "alone", "probe", cpu, (case.key, "bare"))),
+            figure(case, "alone", "stdlib", cpu),
+            figure(case, "alone", "probe", lambda d: d.other_cores, ".2f"),
+            figure(case, "alone", "probe", lambda d: d.retransmissions, ".0f")])
+    print(f"\n## 1b. Alone: one probe at a time, ~{args.connections // 4:,} connections a pass\n")
+    harness.print_table([
+        "probe", "connections a probe", "wall ms/probe p50 / p90", "bare: wall ms p50",
+        "stdlib: wall ms p50", "CPU us/probe", "CPU us/connection",
+        "CPU/connection vs 1 address", "bare: CPU us/connection", "bare: vs 1 address",
+        "probe / bare, CPU", "stdlib: CPU us/connection", "other load (cores)",
+        "TCP retransmissions"], rows)
+
+    goals = []
+    for case in CASES[1:]:
+        for regime, what, value in (("loaded", "CPU", cpu), ("loaded", "wall", wall),
+                                    ("alone", "CPU", cpu)):
+            found = median(ratios(case, regime, "probe", value, ("1", "probe")))
+            verdict = "met" if found <= GOAL_PER_CONNECTION else "NOT met"
+            official = ", the issue's goal" if case.key == "8" else ""
+            goals.append(f"{case.label}, {regime}, {what} per connection: {found:.2f}x a "
+                         f"1-address probe's (goal <= {GOAL_PER_CONNECTION:.2f}x{official}: "
+                         f"{verdict})")
+    return goals
+
+
+# -- part 2: memory ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemorySample:
+    probes: int
+    rss: int  # bytes
+    blocks: int  # sys.getallocatedblocks() after gc.collect()
+    remembered: int  # addresses in the prober's address memory
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    if len(points) < 2:
+        return 0.0
+    return statistics.linear_regression([x for x, _ in points], [y for _, y in points]).slope
+
+
+async def run_memory(args: argparse.Namespace, cost: Cost) -> tuple[list[MemorySample], float]:
+    """``--memory-probes`` 8-address probes of fresh names, loaded, in batches
+    of ``--memory-every``; after each batch (nothing in flight) a full
+    collection and a sample. Returns the samples and the seconds."""
+    case = CASES[2]
+    samples: list[MemorySample] = []
+
+    def sample(done: int) -> None:
+        gc.collect()
+        samples.append(MemorySample(done, harness.proc_status(os.getpid())["VmRSS"],
+                                    sys.getallocatedblocks(), len(cost.prober.address_memory)))
+
+    started, done = time.perf_counter(), 0
+    sample(done)
+    while done < args.memory_probes:
+        batch = min(args.memory_every, args.memory_probes - done)
+        await cost.probes(case, batch, case.concurrency)
+        done += batch
+        sample(done)
+    return samples, time.perf_counter() - started
+
+
+def report_memory(args: argparse.Namespace, samples: list[MemorySample], seconds: float,
+                  capacity: int) -> str:
+    full = next((s.probes for s in samples if s.remembered >= capacity - len(ADDRESSES)), None)
+    steady = [s for s in samples if full is not None and s.probes >= full]
+    if len(steady) < 3:  # the memory never filled: judge the second half
+        steady = samples[len(samples) // 2:]
+    shown = sorted({0, len(samples) - 1, samples.index(steady[0]),
+                    *range(0, len(samples), max(1, len(samples) // 8))})
+    rows = [[f"{samples[i].probes:,}", f"{samples[i].probes * 8:,}",
+             f"{samples[i].rss / 2**20:.1f}", f"{samples[i].blocks:,}",
+             f"{samples[i].remembered:,}"] for i in shown]
+    print(f"\n## 2. Memory: {args.memory_probes:,} probes of 8 addresses (fresh names, "
+          f"{CASES[2].concurrency} at once), {seconds:.0f} s, a fresh prober remembering "
+          f"{capacity:,} addresses at most; a sample after every {args.memory_every} probes "
+          "(nothing in flight, after gc.collect())\n")
+    harness.print_table(["probes", "connections", "RSS MiB", "allocated blocks",
+                         "addresses remembered"], rows)
+    rss_slope = slope([(s.probes, s.rss) for s in steady])
+    block_slope = slope([(s.probes, s.blocks) for s in steady])
+    flat = block_slope < FLAT_BLOCKS_PER_PROBE and rss_slope < FLAT_RSS_BYTES_PER_PROBE
+    where = (f"from probe {steady[0].probes:,} (the address memory full: {capacity:,} "
+             f"addresses)" if full is not None and steady[0].probes == full
+             else f"over the second half (from probe {steady[0].probes:,})")
+    fill = (steady[0].rss - samples[0].rss) / 2**20
+    return (f"memory, {where} to {steady[-1].probes:,}: {rss_slope:+.1f} bytes of RSS and "
+            f"{block_slope:+.4f} allocated blocks per probe ({'flat' if flat else 'GROWING'}: "
+            f"flat below {FLAT_RSS_BYTES_PER_PROBE:g} bytes and {FLAT_BLOCKS_PER_PROBE:g} "
+            f"blocks per probe); before it, {fill:+.1f} MiB while the address memory filled")
+
+
+# -- part 3: the notary end to end ----------------------------------------------------------------
+
+class Sampler:
+    """Every second: the notary's RSS."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.rss: list[int] = []
+
+    def sample(self) -> None:
+        self.rss.append(harness.proc_status(self.pid)["VmRSS"])
+
+    def growth(self) -> float:
+        third = max(1, len(self.rss) // 3)
+        return max(self.rss[-third:]) / max(self.rss[:third]) - 1
+
+
+async def query_load(port: int, targets: Sequence[str], *, concurrency: int, duration_s: float,
+                     passes: int | None, sampler: Sampler) -> tuple[Counter[int], float, int]:
+    """``POST /target/<target>`` with a fingerprint no site serves, over
+    ``concurrency`` keep-alive connections, round the targets (``passes``
+    times, or until ``duration_s``). Returns the statuses, the seconds and
+    the queries sent."""
+    statuses: Counter[int] = Counter()
+    sent = 0
+    total = len(targets) * passes if passes is not None else None
+    body = f"fingerprint={NO_SUCH_FINGERPRINT}"
+
+    def more(deadline: float) -> bool:
+        return (total is None or sent < total) and trio.current_time() < deadline
+
+    async def connection(deadline: float) -> None:
+        nonlocal sent
+        buffer = b""
+        async with await trio.open_tcp_stream(LOOPBACK, port) as stream:
+            while more(deadline):
+                path = f"/target/{targets[sent % len(targets)]}"
+                sent += 1
+                await stream.send_all(harness.post_request(port, path, body))
+                while b"\r\n\r\n" not in buffer:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        raise BenchError("the notary closed a keep-alive connection")
+                    buffer += chunk
+                head, _, rest = buffer.partition(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+                while len(rest) < length:
+                    rest += await stream.receive_some(65536)
+                buffer = rest[length:]
+                statuses[harness.status_of(head)] += 1
+                if re.search(rb"(?i)\r\nconnection: *close", head):
+                    return
+
+    async def client(deadline: float) -> None:
+        while more(deadline):
+            await connection(deadline)
+
+    async def sample_every_second() -> None:
+        while True:
+            await trio.to_thread.run_sync(sampler.sample)
+            await trio.sleep(1)
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample_every_second)
+        async with trio.open_nursery() as clients:
+            for _ in range(concurrency):
+                clients.start_soon(client, start + duration_s)
+        nursery.cancel_scope.cancel()
+    return statuses, trio.current_time() - start, sent
+
+
+def connections_made(admin_port: int) -> float:
+    found = [value for name, value in harness.get_metrics(admin_port)
+             if name.split("{")[0] in ("notary_probe_connections", "notary_probe_connections_total")]
+    if not found:
+        raise BenchError("the notary's /metrics has no notary_probe_connections")
+    return found[0]
+
+
+def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
+               split: list[int], server_cpu: int) -> tuple[list[list[str]], str]:
+    """Part 3: a fresh notary, phases of 1-address then 8-address names."""
+    setup = harness.new_notary(directory / "notary", {
+        "answers": {"reprobe_after_s": 0},
+        "limits": {"probes_per_minute_per_target": 0, "probes_per_s_per_destination_prefix": 0},
+        "rescan": {"enabled": False}})
+    if setup.admin_port is None:
+        raise BenchError("the notary has no admin listener (its /metrics count connections)")
+    notary = harness.start_notary(
+        processes, setup, "notary", cpu=server_cpu, log=setup.directory / "notary.log",
+        argv=[sys.executable, str(Path(__file__).resolve()), "--serve-notary",
+              str(setup.config)], prime=False)
+    rows, verdict = [], ""
+    for addresses, names, expected, label in (
+            (1, 5 * args.notary_targets, 1, "1 address (one certificate)"),
+            (8, args.notary_targets, 16, "8 addresses, a certificate each (sampled once seen: "
+                                         "2 handshakes an address)")):
+        targets = [f"{site_name(addresses, n)}+{split[n % len(split)]}" for n in range(names)]
+        concurrency = max(1, IN_FLIGHT // addresses)
+        phases = (("first query of each name (new)", 1, 600.0),
+                  ("every query probes again", None,
+                   args.memory_duration if addresses == 8 else args.duration))
+        for phase, passes, duration in phases:
+            sampler = Sampler(notary.pid)
+            cpu, made = harness.cpu_seconds(notary.pid), connections_made(setup.admin_port)
+            statuses, seconds, sent = trio.run(functools.partial(
+                query_load, setup.plain_port, targets, concurrency=concurrency,
+                duration_s=duration, passes=passes, sampler=sampler))
+            cpu = harness.cpu_seconds(notary.pid) - cpu
+            made = connections_made(setup.admin_port) - made
+            notary.check_alive()
+            if set(statuses) - {409}:
+                raise BenchError(f"{label}, {phase}: statuses {dict(statuses)} (409 expected: "
+                                 f"the fingerprint is no site's)\n{harness.tail(notary.log)}")
+            per_query = made / sent
+            if passes is None and per_query < 0.9 * expected:
+                print(f"WARNING: {label}, {phase}: {per_query:.1f} connections a query, not "
+                      f"{expected}: queries came within a second of their name's last probe "
+                      "(reprobe_after_s counts whole seconds); use more --notary-targets")
+            rows.append([label, phase, f"{len(targets):,}", f"{sent:,}",
+                         f"{sent / seconds:,.0f}", f"{per_query:.1f}", f"{made / seconds:,.0f}",
+                         f"{cpu / sent * 1e6:,.0f}", f"{cpu / made * 1e6:,.0f}",
+                         f"{cpu / seconds:.0%}",
+                         f"{min(sampler.rss) / 2**20:.0f} / {max(sampler.rss) / 2**20:.0f}",
+                         f"{sampler.growth():+.1%}" if passes is None else "-"])
+            print(f"  {label}, {phase}: {sent:,} queries in {seconds:.1f} s", flush=True)
+            if passes is None and addresses == 8:
+                growth = sampler.growth()
+                verdict = (f"notary memory, {sent:,} queries each probing 8 addresses over "
+                           f"{seconds:.0f} s: RSS growth {growth:+.1%} (peak of the last third "
+                           f"over the first third's; "
+                           f"{'none' if growth <= GROWTH_TOLERANCE else 'GROWING'} at "
+                           f"{GROWTH_TOLERANCE:.0%})")
+    problems = harness.tail(notary.log)
+    if problems.strip():
+        print(f"\nnotary log (warnings and errors):\n{problems}")
+    processes.stop(notary.process)
+    return rows, verdict
+
+
+# -- the whole run -------------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run, not a measurement")
+    parser.add_argument("--part", default=",".join(PARTS),
+                        help=f"comma-separated parts ({', '.join(PARTS)}; default all)")
+    parser.add_argument("--rounds", type=int, help="part 1 rounds, interleaved (3; quick 1)")
+    parser.add_argument("--connections", type=int,
+                        help="part 1: connections a loaded pass (4000; quick 400), a quarter "
+                             "of it alone")
+    parser.add_argument("--memory-probes", type=int, help="part 2: probes (6000; quick 400)")
+    parser.add_argument("--memory-every", type=int, help="part 2: probes between samples "
+                        "(100; quick 50)")
+    parser.add_argument("--address-memory", type=int, help="part 2: addresses the prober "
+                        "remembers at most (the default, 16384; quick 1024, so that it fills)")
+    parser.add_argument("--notary-targets", type=int, help="part 3: names of 8 addresses, "
+                        "and 5 times as many of one (600; quick 150): each query must come "
+                        "a second or more after the last of its name to probe")
+    parser.add_argument("--duration", type=float, help="part 3: seconds of the 1-address "
+                        "phase (15; quick 3)")
+    parser.add_argument("--memory-duration", type=float, help="part 3: seconds of the "
+                        "8-address phase, whose RSS growth is reported (90; quick 5)")
+    parser.add_argument("--server-cpu", type=int, help="core of the prober or the notary "
+                        "(default: first)")
+    parser.add_argument("--client-cpu", type=int, help="core of the farm and the query load "
+                        "(default: second)")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    # Child modes (started by the benchmark itself).
+    parser.add_argument("--farm", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--certs", help=argparse.SUPPRESS)
+    ports = functools.partial(parser.add_argument, help=argparse.SUPPRESS, default=[],
+                              type=lambda text: [int(port) for port in text.split(",")])
+    ports("--split-ports")
+    ports("--rotating-ports")
+    parser.add_argument("--serve-notary", metavar="CONFIG", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name, full, quick in (("rounds", 3, 1), ("connections", 4000, 400),
+                              ("memory_probes", 6000, 400), ("memory_every", 100, 50),
+                              ("notary_targets", 600, 150), ("duration", 15.0, 3.0),
+                              ("memory_duration", 90.0, 5.0)):
+        setattr(args, name, getattr(args, name) or (quick if args.quick else full))
+    args.parts = [part.strip() for part in args.part.split(",") if part.strip()]
+    unknown = set(args.parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    return args
+
+
+def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
+    from notary.config import ProbeConfig
+    from notary.model.policy import AddressPolicy
+    from notary.outbound.probe import DEFAULT_ADDRESS_MEMORY_ENTRIES, open_prober
+
+    if args.address_memory is None:
+        args.address_memory = 1024 if args.quick else DEFAULT_ADDRESS_MEMORY_ENTRIES
+
+    refuse_name_lookups()
+    server_cpu, client_cpu = harness.start_load(
+        args, "Sites served at several addresses (issue 31): the cost of probing every address",
+        None, lambda s, c: [
+            f"parts: {', '.join(args.parts)}; the prober (parts 1-2, this process) or the "
+            f"notary (part 3): CPU {s}; the site farm (and part 3's query load): CPU {c}",
+            f"the site: a<N>-<n>.{DOMAIN} resolves (injected resolver) to the first N of "
+            f"{ADDRESSES[0]}-{ADDRESSES[-1].rsplit('.', 1)[1]}, each address with its own ECDSA "
+            f"P-256 certificate ({CERTS_PER_ADDRESS} in turn on the rotating ports), "
+            f"{PORTS_PER_GROUP} ports of each kind; every probe a fresh name"])
+    split, rotating, farm_pid = start_farm(processes, directory, client_cpu)
+    goals: list[str] = []
+    if {"cost", "memory"} & set(args.parts):
+        os.sched_setaffinity(0, {server_cpu})
+
+        def prober(memory_entries: int = DEFAULT_ADDRESS_MEMORY_ENTRIES) -> AsyncContextManager:
+            return open_prober(ProbeConfig(timeout_s=30.0),
+                               policy=AddressPolicy.from_cidrs(["127.0.0.0/8"]),
+                               resolver=site_resolver, address_memory_entries=memory_entries)
+
+        async def prober_parts() -> None:
+            if "cost" in args.parts:
+                async with prober() as opened:
+                    print(f"\npart 1: {args.rounds} round(s) of {len(CASES)} cases x "
+                          f"{len(REGIMES)} regimes x (prober, raw handshakes)", flush=True)
+                    runs = await run_cost(args, Cost(opened, split, rotating, farm_pid),
+                                          [server_cpu, client_cpu])
+                    goals.extend(report_cost(args, runs))
+            if "memory" in args.parts:
+                async with prober(args.address_memory) as opened:  # a fresh one
+                    print(f"\npart 2: {args.memory_probes:,} probes of 8 addresses", flush=True)
+                    samples, seconds = await run_memory(
+                        args, Cost(opened, split, rotating, farm_pid))
+                    goals.append(report_memory(args, samples, seconds, args.address_memory))
+
+        trio.run(prober_parts)
+    if "notary" in args.parts:
+        os.sched_setaffinity(0, {client_cpu})
+        print(f"\npart 3: a notary, {args.notary_targets} names of 1 and of 8 addresses",
+              flush=True)
+        rows, verdict = run_notary(args, processes, directory, split, server_cpu)
+        print(f"\n## 3. The notary end to end: POST /target with a fingerprint no site serves, "
+              f"[answers] reprobe_after_s = 0 (every query probes), {IN_FLIGHT} connections "
+              "in flight (queries at once: that over the addresses)\n")
+        harness.print_table([
+            "names", "phase", "targets", "queries", "per s", "connections a query", "connections/s",
+            "notary CPU us/query", "notary CPU us/connection", "notary core",
+            "RSS min / max MiB", "RSS growth, last third"], rows)
+        goals.append(verdict)
+    print()
+    for line in goals:
+        print(line)
+    print(harness.describe_busy([server_cpu, client_cpu], "after the runs"))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.farm:
+        return farm_main(args)
+    if args.serve_notary:
+        return serve_notary_main(args)
+    return harness.run_benchmark("bench_sites", args, run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
