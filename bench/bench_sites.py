@@ -1,20 +1,25 @@
 """Sites served at several addresses (issue 31): what a probe of every address costs.
 
-Three parts (``--part cost,memory,notary``; default all), loopback only; set-up,
+Four parts (``--part cost,memory,notary,store``; default all), loopback only; set-up,
 cases, baselines and goals: ``bench/README.md`` ("Sites served at several addresses").
 
 1. cost: the Prober in this process (pinned to the server core) probing names that an
    injected resolver maps to 1, 4 and 8 loopback addresses, each address serving its
    own certificate (the site farm, ``--farm``, on the client core), and sampled sites;
-   against the same number of raw TLS handshakes (stdlib ``ssl``) of the same run.
-2. memory: thousands of 8-address probes of distinct names, the RSS and Python's
-   allocated blocks sampled along the run.
+   against the same number of raw TLS handshakes of the same run, in the same shape
+   (every address at once): the prober's own handshake alone ("bare": the same
+   pyOpenSSL client context, aborted at the certificate) and stdlib ``ssl``.
+2. memory: thousands of 8-address probes of distinct names, the RSS, Python's
+   allocated blocks and what tracemalloc sees held sampled along the run.
 3. notary: a whole notary (``--serve-notary``: ``serve_notary`` with the same injected
    resolver) answering queries that probe 1-address and 8-address names, its RSS
    sampled every second.
+4. store: the bytes a target takes at its bounds (certificates, runs, addresses) when
+   written as the probes of a site at 8 addresses write it, on SQLite and PostgreSQL
+   (a throwaway server on loopback, skipped when not installed); the bounds checked.
 
-    .venv/bin/python bench/bench_sites.py --wait-quiet 120   # full run (about 7 minutes)
-    .venv/bin/python bench/bench_sites.py --quick            # smoke run (about 30 s)
+    .venv/bin/python bench/bench_sites.py --wait-quiet 120   # full run (about 10 minutes)
+    .venv/bin/python bench/bench_sites.py --quick            # smoke run (about a minute)
 """
 
 from __future__ import annotations
@@ -23,20 +28,24 @@ import argparse
 import contextlib
 import functools
 import gc
+import hashlib
 import ipaddress
 import os
+import random
 import re
 import socket
+import sqlite3
 import ssl
 import statistics
 import sys
 import time
+import tracemalloc
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import harness
 import trio
@@ -45,6 +54,8 @@ from harness import LOOPBACK, BenchError, Processes
 from OpenSSL import SSL
 
 from notary.errors import ProbeResolveFailed
+from notary.model.observations import Certificate, ProbeResult
+from notary.model.targets import Target
 
 if TYPE_CHECKING:
     from notary.outbound.probe import Prober
@@ -62,12 +73,12 @@ PORTS_PER_GROUP = 8
 IN_FLIGHT = 64
 GOAL_PER_CONNECTION = 1.10  # an 8-address probe's cost per connection / a 1-address probe's
 #: Memory verdict: growth over the steady part of the run below these is "flat".
-FLAT_BLOCKS_PER_PROBE = 0.01
+FLAT_TRACED_BYTES_PER_PROBE = 8.0
 FLAT_RSS_BYTES_PER_PROBE = 16.0
 GROWTH_TOLERANCE = 0.05  # part 3: RSS peak of the last third over the first third's
 NO_SUCH_FINGERPRINT = ":".join(["00"] * 20)
 HANDSHAKE_TIMEOUT_S = 10.0
-PARTS = ("cost", "memory", "notary")
+PARTS = ("cost", "memory", "notary", "store")
 
 
 @dataclass(frozen=True)
@@ -333,8 +344,6 @@ class Cost:
         return self.rotating if case.rotating else self.split
 
     async def probes(self, case: Case, count: int, concurrency: int) -> Pass:
-        from notary.model.targets import Target
-
         ports = self.ports(case)
         connections = self.prober.statistics().connections
 
@@ -590,65 +599,126 @@ class MemorySample:
     probes: int
     rss: int  # bytes
     blocks: int  # sys.getallocatedblocks() after gc.collect()
+    traced: int  # bytes Python allocated since part 2 began and still holds (tracemalloc)
     remembered: int  # addresses in the prober's address memory
 
 
+@dataclass(frozen=True)
+class MemoryVerdict:
+    """Part 2's judgement over its steady samples (the address memory full)."""
+
+    steady: list[MemorySample]
+    filled_at: int | None  # probes when the address memory became full, None: never
+    rss_per_probe: float
+    blocks_per_probe: float
+    traced_per_probe: float
+
+    @property
+    def flat(self) -> bool:
+        return (self.traced_per_probe < FLAT_TRACED_BYTES_PER_PROBE
+                and self.rss_per_probe < FLAT_RSS_BYTES_PER_PROBE)
+
+
 def slope(points: Sequence[tuple[float, float]]) -> float:
-    if len(points) < 2:
+    """Least-squares slope of ``points`` (0 for fewer than two, or one x)."""
+    if len(points) < 2 or len({x for x, _ in points}) < 2:
         return 0.0
     return statistics.linear_regression([x for x, _ in points], [y for _, y in points]).slope
 
 
-async def run_memory(args: argparse.Namespace, cost: Cost) -> tuple[list[MemorySample], float]:
+def memory_verdict(samples: Sequence[MemorySample], capacity: int,
+                   per_probe: int = len(ADDRESSES)) -> MemoryVerdict:
+    """Judge ``samples`` from the one where the address memory (``capacity``
+    addresses) could take no further probe of ``per_probe`` addresses
+    without dropping a name: before it the prober is filling a bounded
+    table, which is meant. If it never filled (or too few samples follow),
+    judge the second half."""
+    filled_at = next((s.probes for s in samples if s.remembered > capacity - per_probe), None)
+    steady = [s for s in samples if filled_at is not None and s.probes >= filled_at]
+    if len(steady) < 3:
+        steady = list(samples[len(samples) // 2:])
+    return MemoryVerdict(
+        steady, filled_at,
+        slope([(s.probes, s.rss) for s in steady]),
+        slope([(s.probes, s.blocks) for s in steady]),
+        slope([(s.probes, s.traced) for s in steady]))
+
+
+async def run_memory(args: argparse.Namespace, cost: Cost
+                     ) -> tuple[list[MemorySample], float, list[str]]:
     """``--memory-probes`` 8-address probes of fresh names, loaded, in batches
-    of ``--memory-every``; after each batch (nothing in flight) a full
-    collection and a sample. Returns the samples and the seconds."""
+    of ``--memory-every``, under tracemalloc; after each batch (nothing in
+    flight) a full collection and a sample. Returns the samples, the
+    seconds, and the lines of code whose allocations still held grew most
+    over the steady part (where a leak would show)."""
     case = CASES[2]
     samples: list[MemorySample] = []
+    snapshots: list[tracemalloc.Snapshot] = []
+    capacity = cost.prober.address_memory.max_entries
 
     def sample(done: int) -> None:
         gc.collect()
         samples.append(MemorySample(done, harness.proc_status(os.getpid())["VmRSS"],
-                                    sys.getallocatedblocks(), len(cost.prober.address_memory)))
+                                    sys.getallocatedblocks(), tracemalloc.get_traced_memory()[0],
+                                    len(cost.prober.address_memory)))
+        if not snapshots and samples[-1].remembered > capacity - case.addresses:
+            snapshots.append(tracemalloc.take_snapshot())
 
-    started, done = time.perf_counter(), 0
-    sample(done)
-    while done < args.memory_probes:
-        batch = min(args.memory_every, args.memory_probes - done)
-        await cost.probes(case, batch, case.concurrency)
-        done += batch
+    gc.collect()
+    tracemalloc.start()
+    try:
+        started, done = time.perf_counter(), 0
         sample(done)
-    return samples, time.perf_counter() - started
+        while done < args.memory_probes:
+            batch = min(args.memory_every, args.memory_probes - done)
+            await cost.probes(case, batch, case.concurrency)
+            done += batch
+            sample(done)
+        seconds = time.perf_counter() - started
+        growth: list[str] = []
+        if snapshots:
+            ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
+            end = tracemalloc.take_snapshot().filter_traces(ignore)
+            for stat in end.compare_to(snapshots[0].filter_traces(ignore), "lineno")[:5]:
+                frame = stat.traceback[0]
+                growth.append(f"{harness.short_path(frame.filename)}:{frame.lineno}: "
+                              f"{stat.size_diff:+,} bytes, {stat.count_diff:+,} blocks")
+    finally:
+        tracemalloc.stop()
+    return samples, seconds, growth
 
 
 def report_memory(args: argparse.Namespace, samples: list[MemorySample], seconds: float,
-                  capacity: int) -> str:
-    full = next((s.probes for s in samples if s.remembered >= capacity - len(ADDRESSES)), None)
-    steady = [s for s in samples if full is not None and s.probes >= full]
-    if len(steady) < 3:  # the memory never filled: judge the second half
-        steady = samples[len(samples) // 2:]
+                  capacity: int, growth: Sequence[str]) -> str:
+    verdict = memory_verdict(samples, capacity)
+    steady = verdict.steady
     shown = sorted({0, len(samples) - 1, samples.index(steady[0]),
                     *range(0, len(samples), max(1, len(samples) // 8))})
-    rows = [[f"{samples[i].probes:,}", f"{samples[i].probes * 8:,}",
+    rows = [[f"{samples[i].probes:,}", f"{samples[i].probes * len(ADDRESSES):,}",
              f"{samples[i].rss / 2**20:.1f}", f"{samples[i].blocks:,}",
-             f"{samples[i].remembered:,}"] for i in shown]
+             f"{samples[i].traced / 2**20:.2f}", f"{samples[i].remembered:,}"] for i in shown]
     print(f"\n## 2. Memory: {args.memory_probes:,} probes of 8 addresses (fresh names, "
-          f"{CASES[2].concurrency} at once), {seconds:.0f} s, a fresh prober remembering "
-          f"{capacity:,} addresses at most; a sample after every {args.memory_every} probes "
-          "(nothing in flight, after gc.collect())\n")
+          f"{CASES[2].concurrency} at once), {seconds:.0f} s under tracemalloc, a fresh prober "
+          f"remembering {capacity:,} addresses at most; a sample after every "
+          f"{args.memory_every} probes (nothing in flight, after gc.collect())\n")
     harness.print_table(["probes", "connections", "RSS MiB", "allocated blocks",
-                         "addresses remembered"], rows)
-    rss_slope = slope([(s.probes, s.rss) for s in steady])
-    block_slope = slope([(s.probes, s.blocks) for s in steady])
-    flat = block_slope < FLAT_BLOCKS_PER_PROBE and rss_slope < FLAT_RSS_BYTES_PER_PROBE
+                         "traced MiB (tracemalloc)", "addresses remembered"], rows)
+    if growth:
+        print("\nallocations still held that grew most over the steady part "
+              "(tracemalloc, by line):")
+        for line in growth:
+            print(f"  {line}")
     where = (f"from probe {steady[0].probes:,} (the address memory full: {capacity:,} "
-             f"addresses)" if full is not None and steady[0].probes == full
+             f"addresses)" if verdict.filled_at is not None and steady[0].probes == verdict.filled_at
              else f"over the second half (from probe {steady[0].probes:,})")
     fill = (steady[0].rss - samples[0].rss) / 2**20
-    return (f"memory, {where} to {steady[-1].probes:,}: {rss_slope:+.1f} bytes of RSS and "
-            f"{block_slope:+.4f} allocated blocks per probe ({'flat' if flat else 'GROWING'}: "
-            f"flat below {FLAT_RSS_BYTES_PER_PROBE:g} bytes and {FLAT_BLOCKS_PER_PROBE:g} "
-            f"blocks per probe); before it, {fill:+.1f} MiB while the address memory filled")
+    return (f"memory, {where} to {steady[-1].probes:,}: {verdict.traced_per_probe:+.2f} bytes "
+            f"held by Python (tracemalloc), {verdict.rss_per_probe:+.1f} bytes of RSS and "
+            f"{verdict.blocks_per_probe:+.3f} allocated blocks per probe "
+            f"({'flat' if verdict.flat else 'GROWING'}: flat below "
+            f"{FLAT_TRACED_BYTES_PER_PROBE:g} traced bytes and {FLAT_RSS_BYTES_PER_PROBE:g} bytes "
+            f"of RSS per probe); before it, {fill:+.1f} MiB of RSS while the address memory "
+            "filled")
 
 
 # -- part 3: the notary end to end ----------------------------------------------------------------
@@ -792,6 +862,331 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
     return rows, verdict
 
 
+# -- part 4: the store's worst case per target ------------------------------------------------------
+
+#: Part 4's addresses: IPv6 of the longest text form (39 characters), the
+#: last one a client's address hint (``bench_writer.py --part bounds``'s).
+STORE_ADDRESSES = tuple(f"2001:db8:ffff:ffff:ffff:ffff:ffff:{i:04x}" for i in range(9))
+STORE_T0 = 1_700_000_000
+#: The tables of targets' timelines (the change feed, bounded apart by
+#: ``[store] feed_max_rows`` for the whole store, and the claims are left out).
+TIMELINE_TABLES = ("certificates", "targets", "observations", "runs")
+ENGINES = ("sqlite", "postgresql")
+
+
+@dataclass(frozen=True)
+class SiteShape:
+    """A site at the store's bounds: ``addresses`` addresses (``[probe]
+    max_addresses``), each showing ``samples`` certificates a probe
+    (``samples_per_address``, every handshake a new one), over
+    ``certificates`` certificates (``max_certificates_per_target``), each
+    seen in ``runs`` probes (``max_runs_per_certificate``) ``spacing_s``
+    apart (beyond the store's merge window: every sighting a run)."""
+
+    addresses: int
+    samples: int
+    certificates: int
+    runs: int
+    spacing_s: int
+
+    @property
+    def per_probe(self) -> int:
+        return self.addresses * self.samples
+
+    @property
+    def groups(self) -> int:
+        """Probes in turn before a certificate is shown again."""
+        return -(-self.certificates // self.per_probe)
+
+    @property
+    def probes(self) -> int:
+        """Probes that bring the target to every bound."""
+        return self.groups * self.runs
+
+
+def probe_plan(shape: SiteShape, probe: int) -> list[tuple[int, int]]:
+    """What probe number ``probe`` of the site shows: (certificate, address)
+    index pairs, ``shape.samples`` distinct certificates at each address.
+    The certificates of one group in turn (``shape.groups`` groups), each
+    at the next address each time its group comes round, so that after
+    ``shape.probes`` probes each certificate has had ``shape.runs``
+    sightings at every address (with ``runs`` >= ``addresses``)."""
+    group, turn = probe % shape.groups, probe // shape.groups
+    shown = []
+    for slot in range(shape.per_probe):
+        certificate = group * shape.per_probe + slot
+        if certificate < shape.certificates:
+            shown.append((certificate, (slot + turn) % shape.addresses))
+    return shown
+
+
+def store_certificate(seed: str, size: int) -> Certificate:
+    """``size`` bytes standing in for the DER (random: nothing compresses),
+    with their real hashes."""
+    der = random.Random(seed).randbytes(size)
+    return Certificate(der, hashlib.sha1(der).digest(), hashlib.sha256(der).digest(),
+                       hashlib.md5(der).digest(), hashlib.sha256(der[:64]).digest())
+
+
+def longest_host(index: int) -> str:
+    """A 253-character host name (the longest), ``index`` in its first label."""
+    return (f"t{index:08d}." + ("a" * 62 + ".") * 4)[:253].rstrip(".")
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the timeline tables hold (read back with SQL that both engines run)."""
+
+    targets: int
+    certificates: int  # rows of certificates (a target's each: none shared here)
+    most_certificates: int  # per target
+    most_runs: int  # per (target, certificate): rows of runs, or 1 without
+    most_addresses: int  # per observation
+
+    def within(self, shape: SiteShape) -> bool:
+        return (self.most_certificates <= shape.certificates and self.most_runs <= shape.runs
+                and self.most_addresses <= shape.addresses)
+
+
+HELD_SQL = (
+    "SELECT count(*) FROM targets",
+    "SELECT count(*) FROM certificates",
+    "SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM observations "
+    "GROUP BY target_id) AS counted",
+    "SELECT coalesce(max(n), 1) FROM (SELECT count(*) AS n FROM runs "
+    "GROUP BY target_id, certificate_id) AS counted",
+    "SELECT coalesce(max(length(addresses) - length(replace(addresses, ',', '')) + 1), 0) "
+    "FROM observations WHERE addresses <> ''",
+)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's store for part 4: ``query`` runs one SQL statement on a
+    connection of its own (autocommit) and returns its first value;
+    ``timeline_bytes``: what the timeline tables and their indexes (and
+    PostgreSQL's TOAST) take; ``reclaim``: the statements that leave only
+    live rows in them (PostgreSQL's dead rows; SQLite updates in place and
+    its freed pages are not counted)."""
+
+    name: str
+    open_store: Callable[[], Any]
+    query: Callable[[str], Any]
+    timeline_bytes: Callable[[], int]
+    reclaim: tuple[str, ...] = ()
+
+    def held(self) -> Held:
+        return Held(*(int(self.query(sql)) for sql in HELD_SQL))
+
+
+def sqlite_engine(path: Path, limits: Any, merge_window_s: int) -> Engine:
+    from notary.state.store import Store
+
+    def query(sql: str) -> Any:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            return db.execute(sql).fetchone()[0]
+
+    def timeline_bytes() -> int:
+        """Pages in use (``dbstat``) of the tables and their indexes: the
+        freelist, pages freed and not yet reused, is not counted."""
+        names = ", ".join(f"'{table}'" for table in TIMELINE_TABLES)
+        return int(query(f"SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name IN "
+                         f"(SELECT name FROM sqlite_schema WHERE tbl_name IN ({names}))"))
+
+    return Engine(f"SQLite {sqlite3.sqlite_version}",
+                  lambda: Store(path, limits=limits, merge_window_s=merge_window_s),
+                  query, timeline_bytes)
+
+
+def postgres_engine(dsn: str, limits: Any, merge_window_s: int) -> Engine:
+    import psycopg
+
+    from notary.state.pgstore import PostgresStore
+
+    def query(sql: str) -> Any:
+        with psycopg.connect(dsn, autocommit=True) as db:
+            cursor = db.execute(sql)
+            return cursor.fetchone()[0] if cursor.description else None
+
+    def timeline_bytes() -> int:
+        """``pg_total_relation_size``: heap, indexes and TOAST, dead rows
+        included (what autovacuum has not reclaimed yet)."""
+        names = ", ".join(f"'{table}'" for table in TIMELINE_TABLES)
+        return int(query(f"SELECT sum(pg_total_relation_size(name::regclass)) "
+                         f"FROM unnest(ARRAY[{names}]) AS name"))
+
+    def version() -> str:
+        return str(query("SHOW server_version")).split()[0]
+
+    return Engine(f"PostgreSQL {version()}",
+                  lambda: PostgresStore(dsn, limits=limits, merge_window_s=merge_window_s),
+                  query, timeline_bytes, tuple(f"VACUUM FULL {t}" for t in TIMELINE_TABLES))
+
+
+@dataclass
+class StoreFigures:
+    """Part 4's figures for one engine, bytes per target unless said:
+    ``written``, as the writes leave the tables (PostgreSQL: with the dead
+    rows autovacuum has not reclaimed yet), ``live`` once they are
+    reclaimed (PostgreSQL: after ``VACUUM FULL``; SQLite: the same, its
+    pages in use)."""
+
+    engine: str
+    targets: int
+    probes: int  # a target's, each phase
+    written_at_bounds: float = 0.0
+    live_at_bounds: float = 0.0
+    held_at_bounds: Held | None = None
+    written_past: float = 0.0
+    live_past: float = 0.0
+    held_past: Held | None = None
+    compacted: float = 0.0
+    most_one_probe: float = 0.0  # bytes one probe adds at most: a new target's
+    certificates_one_probe: int = 0
+    seconds: float = 0.0
+
+    @property
+    def dead_per_probe(self) -> float:
+        """Bytes of dead rows a probe of a target at its bounds leaves
+        (past the bounds, between two reclaims)."""
+        return (self.written_past - self.live_past) / self.probes
+
+
+def store_worst_case(engine: Engine, shape: SiteShape, *, targets: int, size: int,
+                     new_targets: int) -> StoreFigures:
+    """Part 4 on ``engine``: ``targets`` sites written to their bounds probe
+    by probe (``shape.probes`` probes each, a transaction a probe, as the
+    writer's batches of one probe), measured as written and reclaimed; as
+    many probes again with as many new certificates (each replacing the
+    oldest: past the bounds), measured; compacted (``notary db compact``,
+    then the engine's reclaim), measured. Then ``new_targets`` new targets
+    whose first probe shows the most one probe can: a certificate at every
+    handshake of every address and of a client's address hint."""
+    figures = StoreFigures(engine.name, targets, shape.probes)
+    started = time.perf_counter()
+
+    def per_target(empty: int) -> float:
+        return (engine.timeline_bytes() - empty) / targets
+
+    def reclaim() -> None:
+        for statement in engine.reclaim:
+            engine.query(statement)
+
+    with engine.open_store() as store:
+        empty = engine.timeline_bytes()
+        for phase in (0, 1):
+            for index in range(targets):
+                target = Target(longest_host(index), 65535)
+                leaves = [store_certificate(f"{index}/{phase}/{n}", size)
+                          for n in range(shape.certificates)]
+                for probe in range(shape.probes):
+                    at = STORE_T0 + (phase * shape.probes + probe) * shape.spacing_s
+                    results = [ProbeResult(target, leaves[c], (), STORE_ADDRESSES[a], at)
+                               for c, a in probe_plan(shape, probe)]
+                    store.record(results, probes=[len(results)])
+            written = per_target(empty)
+            reclaim()
+            if phase == 0:
+                figures.written_at_bounds, figures.live_at_bounds = written, per_target(empty)
+                figures.held_at_bounds = engine.held()
+            else:
+                figures.written_past, figures.live_past = written, per_target(empty)
+                figures.held_past = engine.held()
+        store.compact(STORE_T0, 10**9)
+    reclaim()
+    figures.compacted = per_target(empty)
+    with engine.open_store() as store:
+        before = engine.timeline_bytes()
+        hint = len(STORE_ADDRESSES) - 1
+        for index in range(new_targets):
+            target = Target(longest_host(10**7 + index), 65535)
+            at = STORE_T0 + 10**8
+            results = [ProbeResult(target, store_certificate(f"n{index}/{a}/{s}", size), (),
+                                   STORE_ADDRESSES[a], at)
+                       for a in (*range(shape.addresses), hint) for s in range(shape.samples)]
+            store.record(results, probes=[len(results)])
+        figures.certificates_one_probe = len(results)
+        figures.most_one_probe = (engine.timeline_bytes() - before) / new_targets
+    figures.seconds = time.perf_counter() - started
+    return figures
+
+
+def run_store(args: argparse.Namespace, processes: Processes, directory: Path
+              ) -> tuple[list[StoreFigures], SiteShape, int]:
+    from notary.config import ProbeConfig, StoreConfig
+
+    config, probe = StoreConfig(), ProbeConfig()
+    limits = config.timeline_limits()
+    shape = SiteShape(probe.max_addresses, probe.samples_per_address,
+                      limits.max_certificates_per_target, limits.max_runs_per_certificate,
+                      config.merge_window_s + 1)
+    engines = []
+    if "sqlite" in args.engines:
+        engines.append(lambda: sqlite_engine(directory / "store.db", limits,
+                                             config.merge_window_s))
+    if "postgresql" in args.engines:
+        def postgres() -> Engine:
+            # Autovacuum off: "as written" counts every dead row the writes
+            # leave (what autovacuum reclaims, when it runs), the same in every run.
+            dsn = harness.start_postgres(processes, directory / "pg", cpu=None,
+                                         settings=("autovacuum=off",))
+            return postgres_engine(dsn, limits, config.merge_window_s)
+        engines.append(postgres)
+    found = []
+    for make in engines:
+        try:
+            engine = make()
+        except BenchError as exc:
+            print(f"  skipped: {exc}", flush=True)
+            continue
+        print(f"  {engine.name}: {args.store_targets} targets x {2 * shape.probes} probes",
+              flush=True)
+        figures = store_worst_case(engine, shape, targets=args.store_targets,
+                                   size=limits.max_certificate_bytes,
+                                   new_targets=args.store_targets * 4)
+        for held in (figures.held_at_bounds, figures.held_past):
+            if held is None or not held.within(shape):
+                raise BenchError(f"{engine.name}: the store holds beyond its bounds: {held}")
+        found.append(figures)
+    return found, shape, limits.max_certificate_bytes
+
+
+def report_store(found: Sequence[StoreFigures], shape: SiteShape, size: int) -> list[str]:
+    """Print part 4's table; return its goal lines."""
+    print(f"\n## 4. The store's worst case per target: a site at {shape.addresses} addresses "
+          f"of 39 characters, {shape.samples} certificates at each a probe (every handshake "
+          f"a new one), {shape.certificates} certificates of {size:,} bytes in turn, each "
+          f"seen {shape.runs} times {shape.spacing_s:,} s apart (a run each), 253-character "
+          f"names; {shape.probes} probes (a transaction each) take a target to its bounds, "
+          f"as many again with new certificates go past them. Bytes per target of the "
+          f"timeline tables and their indexes (the change feed left out); live: PostgreSQL "
+          f"after VACUUM FULL (autovacuum off), SQLite its pages in use\n")
+    rows = []
+    for figures in found:
+        held, past = figures.held_at_bounds, figures.held_past
+        assert held is not None and past is not None
+        rows.append([
+            figures.engine, f"{figures.live_at_bounds:,.0f}", f"{figures.live_past:,.0f}",
+            f"{figures.compacted:,.0f}",
+            f"{figures.written_at_bounds:,.0f} / {figures.written_past:,.0f}",
+            f"{figures.dead_per_probe:,.0f}",
+            f"{held.most_certificates} / {held.most_runs} / {held.most_addresses}",
+            f"{past.most_certificates} / {past.most_runs} / {past.most_addresses}",
+            f"{figures.certificates_one_probe}: {figures.most_one_probe:,.0f}",
+            f"{figures.seconds:.1f}"])
+    harness.print_table([
+        "engine", "live at its bounds", "live past them", "compacted",
+        "as written: at / past its bounds", "dead rows a probe at its bounds leaves",
+        "most held: certificates / runs / addresses", "past them",
+        "one probe at most, new target: certificates: bytes", "seconds"], rows)
+    return [f"store, {figures.engine}: {figures.live_at_bounds / 1e6:.2f} MB per target at "
+            f"its bounds ({figures.live_past / 1e6:.2f} MB past them, "
+            f"{figures.compacted / 1e6:.2f} MB compacted; README, SQLite: 0.70 MB, 0.65 MB "
+            f"compacted), bounds held; {figures.dead_per_probe / 1e3:,.0f} kB of dead rows a "
+            f"probe at the bounds; the most one probe adds: {figures.most_one_probe / 1e3:.0f} "
+            f"kB (README: 320 kB)" for figures in found]
+
+
 # -- the whole run -------------------------------------------------------------------------------
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -815,6 +1210,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "phase (15; quick 3)")
     parser.add_argument("--memory-duration", type=float, help="part 3: seconds of the "
                         "8-address phase, whose RSS growth is reported (90; quick 5)")
+    parser.add_argument("--store-targets", type=int, help="part 4: sites written to their "
+                        "bounds, per engine (8; quick 2)")
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help=f"part 4: comma-separated engines ({', '.join(ENGINES)}; default "
+                        "both; PostgreSQL is skipped, said so, when not installed)")
     parser.add_argument("--server-cpu", type=int, help="core of the prober or the notary "
                         "(default: first)")
     parser.add_argument("--client-cpu", type=int, help="core of the farm and the query load "
@@ -833,12 +1233,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for name, full, quick in (("rounds", 3, 1), ("connections", 4000, 400),
                               ("memory_probes", 6000, 400), ("memory_every", 100, 50),
                               ("notary_targets", 600, 150), ("duration", 15.0, 3.0),
-                              ("memory_duration", 90.0, 5.0)):
+                              ("memory_duration", 90.0, 5.0), ("store_targets", 8, 2)):
         setattr(args, name, getattr(args, name) or (quick if args.quick else full))
     args.parts = [part.strip() for part in args.part.split(",") if part.strip()]
     unknown = set(args.parts) - set(PARTS)
     if unknown:
         parser.error(f"unknown part {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    args.engines = [engine.strip() for engine in args.engines.split(",") if engine.strip()]
+    unknown = set(args.engines) - set(ENGINES)
+    if unknown:
+        parser.error(f"unknown engine {', '.join(sorted(unknown))}; choose from "
+                     f"{', '.join(ENGINES)}")
+    for name in ("rounds", "connections", "memory_probes", "memory_every", "address_memory",
+                 "notary_targets", "store_targets"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("duration", "memory_duration"):
+        if not getattr(args, name) > 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
     return args
 
 
@@ -860,7 +1273,11 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             f"{ADDRESSES[0]}-{ADDRESSES[-1].rsplit('.', 1)[1]}, each address with its own ECDSA "
             f"P-256 certificate ({CERTS_PER_ADDRESS} in turn on the rotating ports), "
             f"{PORTS_PER_GROUP} ports of each kind; every probe a fresh name"])
-    split, rotating, farm_pid = start_farm(processes, directory, client_cpu)
+    split: list[int] = []
+    rotating: list[int] = []
+    farm_pid = 0
+    if {"cost", "memory", "notary"} & set(args.parts):
+        split, rotating, farm_pid = start_farm(processes, directory, client_cpu)
     goals: list[str] = []
     if {"cost", "memory"} & set(args.parts):
         os.sched_setaffinity(0, {server_cpu})
@@ -881,9 +1298,10 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             if "memory" in args.parts:
                 async with prober(args.address_memory) as opened:  # a fresh one
                     print(f"\npart 2: {args.memory_probes:,} probes of 8 addresses", flush=True)
-                    samples, seconds = await run_memory(
+                    samples, seconds, growth = await run_memory(
                         args, Cost(opened, split, rotating, farm_pid))
-                    goals.append(report_memory(args, samples, seconds, args.address_memory))
+                    goals.append(report_memory(args, samples, seconds, args.address_memory,
+                                               growth))
 
         trio.run(prober_parts)
     if "notary" in args.parts:
@@ -899,6 +1317,10 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
             "notary CPU us/query", "notary CPU us/connection", "notary core",
             "RSS min / max MiB", "RSS growth, last third"], rows)
         goals.append(verdict)
+    if "store" in args.parts:
+        print("\npart 4: the store's worst case per target", flush=True)
+        found, shape, size = run_store(args, processes, directory)
+        goals.extend(report_store(found, shape, size))
     print()
     for line in goals:
         print(line)
