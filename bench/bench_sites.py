@@ -1287,7 +1287,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                               ("memory_probes", 6000, 800), ("memory_every", 100, 50),
                               ("notary_targets", 600, 150), ("duration", 15.0, 3.0),
                               ("memory_duration", 90.0, 5.0), ("store_targets", 8, 2)):
-        setattr(args, name, getattr(args, name) or (quick if args.quick else full))
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     args.parts = [part.strip() for part in args.part.split(",") if part.strip()]
     unknown = set(args.parts) - set(PARTS)
     if unknown:
