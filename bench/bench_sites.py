@@ -30,9 +30,11 @@ import functools
 import gc
 import hashlib
 import ipaddress
+import itertools
 import os
 import random
 import re
+import signal
 import socket
 import sqlite3
 import ssl
@@ -262,7 +264,27 @@ def serve_notary_main(args: argparse.Namespace) -> int:
 
     config = load_config(Path(args.serve_notary))
     configure_logging(config.server.log_level, config.server.log_format)
-    trio.run(functools.partial(serve_notary, config, resolver=site_resolver))
+    if args.trace_dir is None:
+        trio.run(functools.partial(serve_notary, config, resolver=site_resolver))
+        return 0
+
+    async def traced() -> None:
+        """Under tracemalloc: each SIGUSR1 writes a snapshot, ``<n>.snapshot``
+        in ``--trace-dir`` (after a full collection), then ``<n>.done``."""
+        tracemalloc.start()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(serve_notary, config, resolver=site_resolver))
+            with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+                number = 0
+                async for _ in signals:
+                    number += 1
+                    gc.collect()
+                    snapshot = tracemalloc.take_snapshot()
+                    path = Path(args.trace_dir) / f"{number}.snapshot"
+                    await trio.to_thread.run_sync(snapshot.dump, str(path))
+                    await trio.to_thread.run_sync(path.with_suffix(".done").touch)
+
+    trio.run(traced)
     return 0
 
 
@@ -863,10 +885,16 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
         "rescan": {"enabled": False}})
     if setup.admin_port is None:
         raise BenchError("the notary has no admin listener (its /metrics count connections)")
+    trace_dir = directory / "notary-snapshots"
+    trace = ["--trace-dir", str(trace_dir)] if args.trace_notary else []
+    trace_dir.mkdir(exist_ok=True)
     notary = harness.start_notary(
         processes, setup, "notary", cpu=server_cpu, log=setup.directory / "notary.log",
         argv=[sys.executable, str(Path(__file__).resolve()), "--serve-notary",
-              str(setup.config)], prime=False)
+              str(setup.config), *trace], prime=False)
+    snapshots: list[tuple[str, Path]] = []
+    if args.trace_notary:
+        snapshots.append(("started", snapshot_notary(notary.process, trace_dir, 1)))
     rows, verdict = [], ""
     for addresses, names, expected, label in (
             (1, 5 * args.notary_targets, 1, "1 address (one certificate)"),
@@ -901,6 +929,9 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
                          f"{min(sampler.rss) / 2**20:.0f} / {max(sampler.rss) / 2**20:.0f}",
                          f"{sampler.growth():+.1%}" if passes is None else "-"])
             print(f"  {label}, {phase}: {sent:,} queries in {seconds:.1f} s", flush=True)
+            if args.trace_notary:
+                snapshots.append((f"{label}, {phase}", snapshot_notary(
+                    notary.process, trace_dir, len(snapshots) + 1)))
             if passes is None and addresses == 8:
                 growth = sampler.growth()
                 verdict = (f"notary memory, {sent:,} queries each probing 8 addresses over "
@@ -912,7 +943,29 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
     if problems.strip():
         print(f"\nnotary log (warnings and errors):\n{problems}")
     processes.stop(notary.process)
+    for (_, before), (phase, after) in itertools.pairwise(snapshots):
+        print(f"\nthe notary's allocations still held that grew most over \"{phase}\" "
+              "(tracemalloc, by line):")
+        grown = sorted(tracemalloc.Snapshot.load(str(after)).compare_to(
+            tracemalloc.Snapshot.load(str(before)), "lineno"), key=lambda stat: -stat.size_diff)
+        for stat in grown[:8]:
+            frame = stat.traceback[0]
+            print(f"  {harness.short_path(frame.filename)}:{frame.lineno}: "
+                  f"{stat.size_diff:+,} bytes, {stat.count_diff:+,} blocks")
     return rows, verdict
+
+
+def snapshot_notary(process: Any, directory: Path, number: int) -> Path:
+    """Ask the notary under ``--trace-notary`` for its snapshot ``number``
+    and wait until it is written; its path."""
+    process.send_signal(signal.SIGUSR1)
+    done = directory / f"{number}.done"
+    deadline = time.monotonic() + 120
+    while not done.exists():
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise BenchError(f"the notary wrote no snapshot {number} under --trace-notary")
+        time.sleep(0.2)
+    return done.with_suffix(".snapshot")
 
 
 # -- part 4: the store's worst case per target ------------------------------------------------------
@@ -1272,6 +1325,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "(default: first)")
     parser.add_argument("--client-cpu", type=int, help="core of the farm and the query load "
                         "(default: second)")
+    parser.add_argument("--trace-notary", action="store_true", help="part 3: run the notary "
+                        "under tracemalloc and print what grew in each phase (a diagnosis: "
+                        "the figures are then not measurements)")
     parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     # Child modes (started by the benchmark itself).
@@ -1282,6 +1338,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ports("--split-ports")
     ports("--rotating-ports")
     parser.add_argument("--serve-notary", metavar="CONFIG", help=argparse.SUPPRESS)
+    parser.add_argument("--trace-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name, full, quick in (("rounds", 3, 1), ("connections", 4000, 400),
                               ("memory_probes", 6000, 800), ("memory_every", 100, 50),
