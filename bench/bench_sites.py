@@ -932,6 +932,11 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
             if args.trace_notary:
                 snapshots.append((f"{label}, {phase}", snapshot_notary(
                     notary.process, trace_dir, len(snapshots) + 1)))
+            if passes is None:
+                tenths = [sampler.rss[min(len(sampler.rss) - 1, len(sampler.rss) * k // 10)]
+                          for k in range(11)]
+                print(f"    RSS over it, each tenth (MiB): "
+                      f"{' '.join(f'{rss / 2**20:.0f}' for rss in tenths)}", flush=True)
             if passes is None and addresses == 8:
                 growth = sampler.growth()
                 verdict = (f"notary memory, {sent:,} queries each probing 8 addresses over "
@@ -944,10 +949,13 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
         print(f"\nnotary log (warnings and errors):\n{problems}")
     processes.stop(notary.process)
     for (_, before), (phase, after) in itertools.pairwise(snapshots):
-        print(f"\nthe notary's allocations still held that grew most over \"{phase}\" "
+        print(f"\nthe notary's allocations still held, over \"{phase}\", and the lines whose grew most "
               "(tracemalloc, by line):")
         grown = sorted(tracemalloc.Snapshot.load(str(after)).compare_to(
             tracemalloc.Snapshot.load(str(before)), "lineno"), key=lambda stat: -stat.size_diff)
+        print(f"  in all: {sum(stat.size_diff for stat in grown):+,} bytes, "
+              f"{sum(stat.count_diff for stat in grown):+,} blocks, held "
+              f"{sum(stat.size for stat in grown):,} bytes")
         for stat in grown[:8]:
             frame = stat.traceback[0]
             print(f"  {harness.short_path(frame.filename)}:{frame.lineno}: "
