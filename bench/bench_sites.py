@@ -49,10 +49,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import harness
 import trio
 from cryptography.hazmat.primitives.serialization import Encoding
-from harness import LOOPBACK, BenchError, Processes
+from harness.loopback import (
+    LOOPBACK,
+    client_tls_context,
+    free_ports,
+    get_metrics,
+    post_request,
+    status_of,
+)
+from harness.machine import (
+    cpu_seconds,
+    describe_busy,
+    machine_busy_seconds,
+    proc_status,
+    wait_quiet,
+)
+from harness.processes import Processes, run_benchmark, tail
+from harness.project import BenchError
+from harness.report import print_table, short_path
+from harness.runs import start_load
+from harness.servers import new_notary, start_notary, start_postgres
 from OpenSSL import SSL
 
 from notary.errors import ProbeResolveFailed
@@ -239,7 +257,7 @@ def start_farm(processes: Processes, directory: Path, cpu: int) -> tuple[list[in
                                                                           int]:
     """The site farm on ``cpu``: (split ports, rotating ports, its pid)."""
     make_certificates(directory)
-    ports = harness.free_ports(2 * PORTS_PER_GROUP)
+    ports = free_ports(2 * PORTS_PER_GROUP)
     split, rotating = ports[:PORTS_PER_GROUP], ports[PORTS_PER_GROUP:]
     farm = processes.start("site farm", [
         sys.executable, str(Path(__file__).resolve()), "--farm", "--certs", str(directory),
@@ -343,15 +361,15 @@ async def drive(count: int, concurrency: int, one: Callable[[int], Awaitable[Non
             await one(number)
             walls.append(time.perf_counter() - started)
 
-    farm, machine = harness.cpu_seconds(farm_pid), harness.machine_busy_seconds()
+    farm, machine = cpu_seconds(farm_pid), machine_busy_seconds()
     retransmitted = tcp_retransmissions()
     cpu, started = time.process_time(), time.perf_counter()
     async with trio.open_nursery() as nursery:
         for number in range(min(concurrency, count)):
             nursery.start_soon(worker, number)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    return Pass(count, 0, seconds, cpu, harness.cpu_seconds(farm_pid) - farm,
-                harness.machine_busy_seconds() - machine, walls,
+    return Pass(count, 0, seconds, cpu, cpu_seconds(farm_pid) - farm,
+                machine_busy_seconds() - machine, walls,
                 tcp_retransmissions() - retransmitted)
 
 
@@ -362,7 +380,7 @@ class Cost:
                  farm_pid: int) -> None:
         self.prober, self.split, self.rotating, self.farm_pid = prober, split, rotating, farm_pid
         self.names = Names()
-        self.context = harness.client_tls_context()
+        self.context = client_tls_context()
         self.bare_context = bare_context()
 
     def ports(self, case: Case) -> list[int]:
@@ -506,7 +524,7 @@ async def run_cost(args: argparse.Namespace, cost: Cost, quiet_cpus: Sequence[in
             await cost.measure(kind, case, 8, case.concurrency)
     for number in range(1, args.rounds + 1):
         if number > 1 and args.wait_quiet:
-            harness.wait_quiet(quiet_cpus, min(args.wait_quiet, 30.0))
+            wait_quiet(quiet_cpus, min(args.wait_quiet, 30.0))
         for case in CASES:
             for regime in REGIMES:
                 probes, concurrency = counts(args, case, regime)
@@ -598,7 +616,7 @@ def report_cost(args: argparse.Namespace,
     print(f"\n## 1a. Loaded: {IN_FLIGHT} connections in flight (probes at once: {IN_FLIGHT} "
           f"over the addresses), ~{args.connections:,} connections a pass; medians of "
           f"{args.rounds} round(s), ratios taken within each round: median (min-max)\n")
-    harness.print_table([
+    print_table([
         "probe", "connections a probe", "probes at once", "connections/s",
         "CPU us/connection", "bare", "stdlib", "CPU/connection vs 1 address",
         "bare: vs 1 address", "probe / bare, CPU", "wall us/connection", "bare",
@@ -621,7 +639,7 @@ def report_cost(args: argparse.Namespace,
             spread(ratio(case, "alone", "probe", cpu, (case.key, "bare"))),
             figure(case, "alone", "probe", lambda d: d.other_cores, ".2f")])
     print(f"\n## 1b. Alone: one probe at a time, ~{args.connections // 4:,} connections a pass\n")
-    harness.print_table([
+    print_table([
         "probe", "connections a probe", "wall ms/probe p50 / p90", "bare: p50", "stdlib: p50",
         "probe / bare, wall", "wall/connection vs 1 address", "bare: vs 1 address",
         "CPU us/connection", "bare", "CPU/connection vs 1 address", "bare: vs 1 address",
@@ -669,7 +687,7 @@ class MemoryVerdict:
     filled_at: int | None  # probes when the address memory became full, None: never
     rss_per_probe: float
     blocks_per_probe: float
-    traced_per_probe: float
+    traced_per_probe: float  # from the first third's median to the last third's
 
     @property
     def rss_growth(self) -> float:
@@ -707,7 +725,19 @@ def memory_verdict(samples: Sequence[MemorySample], capacity: int,
         steady, filled_at,
         slope([(s.probes, s.rss) for s in steady]),
         slope([(s.probes, s.blocks) for s in steady]),
-        slope([(s.probes, s.traced) for s in steady]))
+        thirds_slope([(s.probes, s.traced) for s in steady]))
+
+
+def thirds_slope(points: Sequence[tuple[float, float]]) -> float:
+    """The growth per unit of x from the first third of ``points`` to the
+    last, by their medians: a swing in one sample (a table resized, a
+    buffer held at that moment) moves it less than a least-squares slope."""
+    third = len(points) // 3
+    if third < 1:
+        return slope(points)
+    first, last = points[:third], points[-third:]
+    run = median([x for x, _ in last]) - median([x for x, _ in first])
+    return (median([y for _, y in last]) - median([y for _, y in first])) / run
 
 
 async def run_memory(args: argparse.Namespace, cost: Cost
@@ -729,7 +759,7 @@ async def run_memory(args: argparse.Namespace, cost: Cost
         gc.collect()
         snapshot = tracemalloc.take_snapshot().filter_traces(ignore)
         samples.append(MemorySample(
-            done, harness.proc_status(os.getpid())["VmRSS"], sys.getallocatedblocks(),
+            done, proc_status(os.getpid())["VmRSS"], sys.getallocatedblocks(),
             sum(stat.size for stat in snapshot.statistics("filename")),
             len(cost.prober.address_memory)))
         if snapshots:  # the first one once the address memory is full, and the last
@@ -754,7 +784,7 @@ async def run_memory(args: argparse.Namespace, cost: Cost
                            key=lambda stat: -stat.size_diff)
             for stat in [stat for stat in grown if stat.size_diff > 0][:5]:
                 frame = stat.traceback[0]
-                growth.append(f"{harness.short_path(frame.filename)}:{frame.lineno}: "
+                growth.append(f"{short_path(frame.filename)}:{frame.lineno}: "
                               f"{stat.size_diff:+,} bytes, {stat.count_diff:+,} blocks")
     finally:
         tracemalloc.stop()
@@ -774,7 +804,7 @@ def report_memory(args: argparse.Namespace, samples: list[MemorySample], seconds
           f"{CASES[2].concurrency} at once), {seconds:.0f} s under tracemalloc, a fresh prober "
           f"remembering {capacity:,} addresses at most; a sample after every "
           f"{args.memory_every} probes (nothing in flight, after gc.collect())\n")
-    harness.print_table(["probes", "connections", "RSS MiB", "allocated blocks",
+    print_table(["probes", "connections", "RSS MiB", "allocated blocks",
                          "traced MiB (tracemalloc)", "addresses remembered"], rows)
     if growth:
         print("\nallocations still held that grew most over the steady part "
@@ -806,7 +836,7 @@ class Sampler:
         self.rss: list[int] = []
 
     def sample(self) -> None:
-        self.rss.append(harness.proc_status(self.pid)["VmRSS"])
+        self.rss.append(proc_status(self.pid)["VmRSS"])
 
     def growth(self) -> float:
         third = max(1, len(self.rss) // 3)
@@ -834,7 +864,7 @@ async def query_load(port: int, targets: Sequence[str], *, concurrency: int, dur
             while more(deadline):
                 path = f"/target/{targets[sent % len(targets)]}"
                 sent += 1
-                await stream.send_all(harness.post_request(port, path, body))
+                await stream.send_all(post_request(port, path, body))
                 while b"\r\n\r\n" not in buffer:
                     chunk = await stream.receive_some(65536)
                     if not chunk:
@@ -845,7 +875,7 @@ async def query_load(port: int, targets: Sequence[str], *, concurrency: int, dur
                 while len(rest) < length:
                     rest += await stream.receive_some(65536)
                 buffer = rest[length:]
-                statuses[harness.status_of(head)] += 1
+                statuses[status_of(head)] += 1
                 if re.search(rb"(?i)\r\nconnection: *close", head):
                     return
 
@@ -869,7 +899,7 @@ async def query_load(port: int, targets: Sequence[str], *, concurrency: int, dur
 
 
 def connections_made(admin_port: int) -> float:
-    found = [value for name, value in harness.get_metrics(admin_port)
+    found = [value for name, value in get_metrics(admin_port)
              if name.split("{")[0] in ("notary_probe_connections", "notary_probe_connections_total")]
     if not found:
         raise BenchError("the notary's /metrics has no notary_probe_connections")
@@ -879,7 +909,7 @@ def connections_made(admin_port: int) -> float:
 def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
                split: list[int], server_cpu: int) -> tuple[list[list[str]], str]:
     """Part 3: a fresh notary, phases of 1-address then 8-address names."""
-    setup = harness.new_notary(directory / "notary", {
+    setup = new_notary(directory / "notary", {
         "answers": {"reprobe_after_s": 0},
         "limits": {"probes_per_minute_per_target": 0, "probes_per_s_per_destination_prefix": 0},
         "rescan": {"enabled": False}})
@@ -888,7 +918,7 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
     trace_dir = directory / "notary-snapshots"
     trace = ["--trace-dir", str(trace_dir)] if args.trace_notary else []
     trace_dir.mkdir(exist_ok=True)
-    notary = harness.start_notary(
+    notary = start_notary(
         processes, setup, "notary", cpu=server_cpu, log=setup.directory / "notary.log",
         argv=[sys.executable, str(Path(__file__).resolve()), "--serve-notary",
               str(setup.config), *trace], prime=False)
@@ -907,16 +937,16 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
                    args.memory_duration if addresses == 8 else args.duration))
         for phase, passes, duration in phases:
             sampler = Sampler(notary.pid)
-            cpu, made = harness.cpu_seconds(notary.pid), connections_made(setup.admin_port)
+            cpu, made = cpu_seconds(notary.pid), connections_made(setup.admin_port)
             statuses, seconds, sent = trio.run(functools.partial(
                 query_load, setup.plain_port, targets, concurrency=concurrency,
                 duration_s=duration, passes=passes, sampler=sampler))
-            cpu = harness.cpu_seconds(notary.pid) - cpu
+            cpu = cpu_seconds(notary.pid) - cpu
             made = connections_made(setup.admin_port) - made
             notary.check_alive()
             if set(statuses) - {409}:
                 raise BenchError(f"{label}, {phase}: statuses {dict(statuses)} (409 expected: "
-                                 f"the fingerprint is no site's)\n{harness.tail(notary.log)}")
+                                 f"the fingerprint is no site's)\n{tail(notary.log)}")
             per_query = made / sent
             if passes is None and per_query < 0.9 * expected:
                 print(f"WARNING: {label}, {phase}: {per_query:.1f} connections a query, not "
@@ -944,7 +974,7 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
                            f"over the first third's; "
                            f"{'none' if growth <= GROWTH_TOLERANCE else 'GROWING'} at "
                            f"{GROWTH_TOLERANCE:.0%})")
-    problems = harness.tail(notary.log)
+    problems = tail(notary.log)
     if problems.strip():
         print(f"\nnotary log (warnings and errors):\n{problems}")
     processes.stop(notary.process)
@@ -958,7 +988,7 @@ def run_notary(args: argparse.Namespace, processes: Processes, directory: Path,
               f"{sum(stat.size for stat in grown):,} bytes")
         for stat in grown[:8]:
             frame = stat.traceback[0]
-            print(f"  {harness.short_path(frame.filename)}:{frame.lineno}: "
+            print(f"  {short_path(frame.filename)}:{frame.lineno}: "
                   f"{stat.size_diff:+,} bytes, {stat.count_diff:+,} blocks")
     return rows, verdict
 
@@ -1242,7 +1272,7 @@ def run_store(args: argparse.Namespace, processes: Processes, directory: Path
         def postgres() -> Engine:
             # Autovacuum off: "as written" counts every dead row the writes
             # leave (what autovacuum reclaims, when it runs), the same in every run.
-            dsn = harness.start_postgres(processes, directory / "pg", cpu=None,
+            dsn = start_postgres(processes, directory / "pg", cpu=None,
                                          settings=("autovacuum=off",))
             return postgres_engine(dsn, limits, config.merge_window_s)
         engines.append(postgres)
@@ -1288,7 +1318,7 @@ def report_store(found: Sequence[StoreFigures], shape: SiteShape, size: int) -> 
             f"{past.most_certificates} / {past.most_runs} / {past.most_addresses}",
             f"{figures.certificates_one_probe}: {figures.most_one_probe:,.0f}",
             f"{figures.seconds:.1f}"])
-    harness.print_table([
+    print_table([
         "engine", "live at its bounds", "live past them", "compacted",
         "as written: at / past its bounds", "dead rows a probe at its bounds leaves",
         "most held: certificates / runs / addresses", "past them",
@@ -1383,7 +1413,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         args.address_memory = 1024 if args.quick else DEFAULT_ADDRESS_MEMORY_ENTRIES
 
     refuse_name_lookups()
-    server_cpu, client_cpu = harness.start_load(
+    server_cpu, client_cpu = start_load(
         args, "Sites served at several addresses (issue 31): the cost of probing every address",
         None, lambda s, c: [
             f"parts: {', '.join(args.parts)}; the prober (parts 1-2, this process) or the "
@@ -1431,7 +1461,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         print(f"\n## 3. The notary end to end: POST /target with a fingerprint no site serves, "
               f"[answers] reprobe_after_s = 0 (every query probes), {IN_FLIGHT} connections "
               "in flight (queries at once: that over the addresses)\n")
-        harness.print_table([
+        print_table([
             "names", "phase", "targets", "queries", "per s", "connections a query", "connections/s",
             "notary CPU us/query", "notary CPU us/connection", "notary core",
             "RSS min / max MiB", "RSS growth, last third"], rows)
@@ -1443,7 +1473,7 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     print()
     for line in goals:
         print(line)
-    print(harness.describe_busy([server_cpu, client_cpu], "after the runs"))
+    print(describe_busy([server_cpu, client_cpu], "after the runs"))
     return 0
 
 
@@ -1453,7 +1483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return farm_main(args)
     if args.serve_notary:
         return serve_notary_main(args)
-    return harness.run_benchmark("bench_sites", args, run)
+    return run_benchmark("bench_sites", args, run)
 
 
 if __name__ == "__main__":
