@@ -18,7 +18,7 @@ cases, baselines and goals: ``bench/README.md`` ("Sites served at several addres
    written as the probes of a site at 8 addresses write it, on SQLite and PostgreSQL
    (a throwaway server on loopback, skipped when not installed); the bounds checked.
 
-    .venv/bin/python bench/bench_sites.py --wait-quiet 120   # full run (about 10 minutes)
+    .venv/bin/python bench/bench_sites.py --wait-quiet 120   # full run (about 20 minutes)
     .venv/bin/python bench/bench_sites.py --quick            # smoke run (about a minute)
 """
 

@@ -1,6 +1,6 @@
 """The operator's load benchmark: every scenario, one after the other.
 
-    .venv/bin/python bench/run.py                  # every scenario (about half an hour)
+    .venv/bin/python bench/run.py                  # every scenario (most of an hour)
     .venv/bin/python bench/run.py --quick          # smoke runs (a few minutes)
     .venv/bin/python bench/run.py --only tls,scale # some scenarios
     make bench                                     # installs the tools, then this
