@@ -12,12 +12,11 @@ from pathlib import Path
 
 import trio
 
-from notary.cli.args import NOTARIES_HELP, UsageParser, check_timeout
+from notary.cli.args import NOTARIES_HELP, UsageParser, check_timeout, fingerprint_option
 from notary.cli.output import cell
 from notary.config import Config, load_config
-from notary.errors import ProtocolError, UsageError
+from notary.errors import UsageError
 from notary.protocol.bundle import BundleLog, make_bundle, parse_bundle, parse_host_spec
-from notary.protocol.convergence import parse_fingerprint
 from notary.state import crypto
 
 
@@ -166,12 +165,7 @@ def _bundle_fetch(args: argparse.Namespace) -> int:
     from notary.client.trusted import bundle_pins, fetch_bundle, format_pins, store_bundle
 
     check_timeout(args.timeout)
-    pin = None
-    if args.pin is not None:
-        try:
-            pin = parse_fingerprint(args.pin)
-        except ProtocolError as exc:
-            raise UsageError(f"--pin: {exc.message}") from None
+    pin = fingerprint_option(args.pin, "--pin")
     data = trio.run(lambda: fetch_bundle(args.source, timeout_s=args.timeout, pin=pin))
     result = store_bundle(_notary_dir(args), data, replace=args.replace)
     stored = result.stored

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import trio
 
-from notary.cli.args import NOTARIES_HELP, check_timeout
+from notary.cli.args import NOTARIES_HELP, check_timeout, fingerprint_option
 from notary.cli.output import cell, when
 from notary.cli.report import report_json, report_table
-from notary.errors import BadTarget, ProtocolError, UsageError
+from notary.errors import BadTarget, UsageError
 from notary.model.targets import Target, make_target
-from notary.protocol.convergence import parse_fingerprint
 from notary.protocol.voting import Outcome, Threshold
 
 
@@ -95,12 +94,7 @@ def _check(args: argparse.Namespace) -> int:
 
     check_timeout(args.timeout)
     target = parse_site(args.site)
-    fingerprint = None
-    if args.fingerprint is not None:
-        try:
-            fingerprint = parse_fingerprint(args.fingerprint)
-        except ProtocolError as exc:
-            raise UsageError(f"--fingerprint: {exc.message}") from None
+    fingerprint = fingerprint_option(args.fingerprint, "--fingerprint")
     directory = args.notaries
     if directory is None and not args.notary:
         directory = client.default_notary_dir()
