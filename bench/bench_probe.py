@@ -28,6 +28,7 @@ from harness.loopback import (
     free_ports,
     get_metrics,
     post_request,
+    receive_response,
     status_of,
 )
 from harness.machine import cpu_seconds, describe_busy, proc_status
@@ -154,7 +155,7 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
         closes it (``[http] max_requests_per_connection``) or the run ends."""
         nonlocal next_index
         stream = await trio.open_tcp_stream(LOOPBACK, port)
-        buffer = b""
+        buffer = bytearray()
         async with stream:
             while trio.current_time() < deadline and next_index < len(targets):
                 host, target_port = targets[next_index]
@@ -163,18 +164,9 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
                 request = (post_request(port, path, body) if post
                            else f"GET {path} HTTP/1.1\r\nHost: n\r\n\r\n".encode())
                 await stream.send_all(request)
-                while b"\r\n\r\n" not in buffer:
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        raise BenchError("the notary closed a keep-alive connection")
-                    buffer += chunk
-                head, _, rest = buffer.partition(b"\r\n\r\n")
-                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-                while len(rest) < length:
-                    rest += await stream.receive_some(65536)
-                buffer = rest[length:]
+                head = await receive_response(stream, buffer)
                 statuses[status_of(head)] += 1
-                if re.search(rb"(?i)\r\nconnection: *close", head):
+                if re.search(rb"(?i)\r\nconnection: *close", head.partition(b"\r\n\r\n")[0]):
                     return  # the connection's last request: open another
 
     async def sample_every_second() -> None:

@@ -57,6 +57,7 @@ from harness.loopback import (
     free_ports,
     get_metrics,
     post_request,
+    receive_response,
     status_of,
 )
 from harness.machine import (
@@ -859,24 +860,15 @@ async def query_load(port: int, targets: Sequence[str], *, concurrency: int, dur
 
     async def connection(deadline: float) -> None:
         nonlocal sent
-        buffer = b""
+        buffer = bytearray()
         async with await trio.open_tcp_stream(LOOPBACK, port) as stream:
             while more(deadline):
                 path = f"/target/{targets[sent % len(targets)]}"
                 sent += 1
                 await stream.send_all(post_request(port, path, body))
-                while b"\r\n\r\n" not in buffer:
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        raise BenchError("the notary closed a keep-alive connection")
-                    buffer += chunk
-                head, _, rest = buffer.partition(b"\r\n\r\n")
-                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-                while len(rest) < length:
-                    rest += await stream.receive_some(65536)
-                buffer = rest[length:]
+                head = await receive_response(stream, buffer)
                 statuses[status_of(head)] += 1
-                if re.search(rb"(?i)\r\nconnection: *close", head):
+                if re.search(rb"(?i)\r\nconnection: *close", head.partition(b"\r\n\r\n")[0]):
                     return
 
     async def client(deadline: float) -> None:

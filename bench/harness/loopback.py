@@ -12,6 +12,8 @@ import re
 import socket
 import ssl
 
+import trio
+
 from .project import BenchError
 
 LOOPBACK = "127.0.0.1"
@@ -40,23 +42,42 @@ def connect(port: int, *, tls: bool, timeout_s: float) -> socket.socket:
     return client_tls_context().wrap_socket(sock) if tls else sock
 
 
+def _take_response(buffer: bytearray) -> bytes | None:
+    """The first whole response (head + Content-Length body) in ``buffer``,
+    taken out of it; None while it is not all there."""
+    head_end = buffer.find(b"\r\n\r\n")
+    if head_end < 0:
+        return None
+    match = re.search(rb"\r\ncontent-length:\s*(\d+)", bytes(buffer[:head_end]).lower())
+    if match is None:
+        raise BenchError(f"response without Content-Length: {bytes(buffer[:200])!r}")
+    end = head_end + 4 + int(match.group(1))
+    if len(buffer) < end:
+        return None
+    response = bytes(buffer[:end])
+    del buffer[:end]
+    return response
+
+
 def read_response(sock: socket.socket, buffer: bytearray) -> bytes:
     """One whole response (head + Content-Length body) from ``sock``."""
-    while True:
-        head_end = buffer.find(b"\r\n\r\n")
-        if head_end >= 0:
-            match = re.search(rb"\r\ncontent-length:\s*(\d+)", bytes(buffer[:head_end]).lower())
-            if match is None:
-                raise BenchError(f"response without Content-Length: {bytes(buffer[:200])!r}")
-            end = head_end + 4 + int(match.group(1))
-            if len(buffer) >= end:
-                response = bytes(buffer[:end])
-                del buffer[:end]
-                return response
+    while (response := _take_response(buffer)) is None:
         data = sock.recv(65536)
         if not data:
             raise BenchError(f"connection closed mid-response: {bytes(buffer[:200])!r}")
         buffer += data
+    return response
+
+
+async def receive_response(stream: trio.abc.ReceiveStream, buffer: bytearray) -> bytes:
+    """``read_response`` on a Trio stream: one whole response from a
+    keep-alive connection, the bytes after it left in ``buffer``."""
+    while (response := _take_response(buffer)) is None:
+        data = await stream.receive_some(65536)
+        if not data:
+            raise BenchError(f"connection closed mid-response: {bytes(buffer[:200])!r}")
+        buffer += data
+    return response
 
 
 def exchange(port: int, request: bytes, *, tls: bool, count: int = 1,
