@@ -26,16 +26,15 @@ from harness.loopback import (
     LOOPBACK,
     client_tls_context,
     free_ports,
-    get_metrics,
     post_request,
     receive_response,
     status_of,
 )
-from harness.machine import cpu_seconds, describe_busy, proc_status
+from harness.machine import cpu_seconds, describe_busy
 from harness.processes import Processes, run_benchmark, tail
 from harness.project import BenchError
 from harness.report import print_table
-from harness.runs import start_load
+from harness.runs import Sampler, drive_clients, start_load
 from harness.servers import new_notary, start_notary
 
 GOAL_VS_HANDSHAKES = 0.70
@@ -117,27 +116,6 @@ def handshake_main(args: argparse.Namespace) -> int:
     return 0
 
 
-class Sampler:
-    """Every second: the notary's RSS and ``notary_probes_in_flight``."""
-
-    def __init__(self, pid: int, admin_port: int | None) -> None:
-        self.pid, self.admin_port = pid, admin_port
-        self.rss: list[int] = []  # bytes
-        self.in_flight: list[float] = []
-
-    def sample(self) -> None:
-        self.rss.append(proc_status(self.pid)["VmRSS"])
-        if self.admin_port is not None:
-            found = [value for name, value in get_metrics(self.admin_port)
-                     if name.split("{")[0] == "notary_probes_in_flight"]
-            self.in_flight += found[:1]
-
-    def growth(self) -> float:
-        """Peak RSS of the last third over the first third's, minus one."""
-        third = max(1, len(self.rss) // 3)
-        return max(self.rss[-third:]) / max(self.rss[:third]) - 1
-
-
 async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, concurrency: int,
                duration_s: float, sampler: Sampler) -> tuple[Counter[int], float]:
     """Queries over ``concurrency`` keep-alive connections, each target at
@@ -169,19 +147,9 @@ async def load(port: int, targets: Sequence[tuple[str, int]], *, post: bool, con
                 if re.search(rb"(?i)\r\nconnection: *close", head.partition(b"\r\n\r\n")[0]):
                     return  # the connection's last request: open another
 
-    async def sample_every_second() -> None:
-        while True:
-            await trio.to_thread.run_sync(sampler.sample)
-            await trio.sleep(1)
-
-    start = trio.current_time()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sample_every_second)
-        async with trio.open_nursery() as clients:
-            for _ in range(concurrency):
-                clients.start_soon(client, start + duration_s)
-        nursery.cancel_scope.cancel()  # the sampling
-    return statuses, trio.current_time() - start
+    seconds = await drive_clients(client, concurrency=concurrency, duration_s=duration_s,
+                                  sampler=sampler)
+    return statuses, seconds
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

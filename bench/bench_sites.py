@@ -70,7 +70,7 @@ from harness.machine import (
 from harness.processes import Processes, run_benchmark, tail
 from harness.project import BenchError
 from harness.report import print_table, short_path
-from harness.runs import start_load
+from harness.runs import Sampler, drive_clients, start_load
 from harness.servers import new_notary, start_notary, start_postgres
 from OpenSSL import SSL
 
@@ -829,21 +829,6 @@ def report_memory(args: argparse.Namespace, samples: list[MemorySample], seconds
 
 # -- part 3: the notary end to end ----------------------------------------------------------------
 
-class Sampler:
-    """Every second: the notary's RSS."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.rss: list[int] = []
-
-    def sample(self) -> None:
-        self.rss.append(proc_status(self.pid)["VmRSS"])
-
-    def growth(self) -> float:
-        third = max(1, len(self.rss) // 3)
-        return max(self.rss[-third:]) / max(self.rss[:third]) - 1
-
-
 async def query_load(port: int, targets: Sequence[str], *, concurrency: int, duration_s: float,
                      passes: int | None, sampler: Sampler) -> tuple[Counter[int], float, int]:
     """``POST /target/<target>`` with a fingerprint no site serves, over
@@ -875,19 +860,9 @@ async def query_load(port: int, targets: Sequence[str], *, concurrency: int, dur
         while more(deadline):
             await connection(deadline)
 
-    async def sample_every_second() -> None:
-        while True:
-            await trio.to_thread.run_sync(sampler.sample)
-            await trio.sleep(1)
-
-    start = trio.current_time()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sample_every_second)
-        async with trio.open_nursery() as clients:
-            for _ in range(concurrency):
-                clients.start_soon(client, start + duration_s)
-        nursery.cancel_scope.cancel()
-    return statuses, trio.current_time() - start, sent
+    seconds = await drive_clients(client, concurrency=concurrency, duration_s=duration_s,
+                                  sampler=sampler)
+    return statuses, seconds, sent
 
 
 def connections_made(admin_port: int) -> float:

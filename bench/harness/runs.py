@@ -1,23 +1,28 @@
 """Measured runs: the record of one run of a load generator against a
 server with its CPU figures (``Run``, taken by a ``Meter``; ``best`` keeps
 the best run its warnings do not flag), a load benchmark's start and
-interleaved rounds, and a micro-benchmark's best of N."""
+interleaved rounds, a micro-benchmark's best of N, and Trio clients driven
+for a while with the server's memory sampled (``drive_clients``, ``Sampler``)."""
 
 from __future__ import annotations
 
 import argparse
 import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
+
+from .loopback import get_metrics
 from .machine import (
     busy_shares,
     choose_cpus,
     cpu_times,
     describe_busy,
     machine_busy_seconds,
+    proc_status,
     wait_quiet,
 )
 from .report import print_preamble
@@ -174,3 +179,47 @@ def best_seconds(run: Callable[[], float], repeat: int) -> float:
 
 def rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
+
+
+class Sampler:
+    """Every second of a load: a server's RSS and, given its admin port, its
+    ``notary_probes_in_flight``."""
+
+    def __init__(self, pid: int, admin_port: int | None = None) -> None:
+        self.pid, self.admin_port = pid, admin_port
+        self.rss: list[int] = []  # bytes
+        self.in_flight: list[float] = []
+
+    def sample(self) -> None:
+        self.rss.append(proc_status(self.pid)["VmRSS"])
+        if self.admin_port is not None:
+            found = [value for name, value in get_metrics(self.admin_port)
+                     if name.split("{")[0] == "notary_probes_in_flight"]
+            self.in_flight += found[:1]
+
+    def growth(self) -> float:
+        """Peak RSS of the last third over the first third's, minus one."""
+        third = max(1, len(self.rss) // 3)
+        return max(self.rss[-third:]) / max(self.rss[:third]) - 1
+
+
+async def drive_clients(client: Callable[[float], Awaitable[None]], *, concurrency: int,
+                        duration_s: float, sampler: Sampler) -> float:
+    """``concurrency`` tasks each running ``client(deadline)``, the deadline
+    ``duration_s`` from now, with ``sampler`` sampling every second (in a
+    thread) meanwhile; the seconds until the last client returned. A
+    client's error ends the run (the nursery's)."""
+
+    async def sample_every_second() -> None:
+        while True:
+            await trio.to_thread.run_sync(sampler.sample)
+            await trio.sleep(1)
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample_every_second)
+        async with trio.open_nursery() as clients:
+            for _ in range(concurrency):
+                clients.start_soon(client, start + duration_s)
+        nursery.cancel_scope.cancel()  # the sampling
+    return trio.current_time() - start
