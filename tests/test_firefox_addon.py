@@ -503,13 +503,25 @@ async def test_self_signed_notary_accepted_once_in_firefox(lab: Lab, sites: Any,
 async def test_one_round_trip_per_new_certificate_none_when_cached(lab: Lab, sites: Any, tmp_path: Path) -> None:
     """A page of 12 resources from two hosts asks the notary once per
     certificate (the page's, then the other host's, whose six resources
-    share one question); the same page again asks nothing."""
+    share one question); the same page again asks nothing. A question is a
+    nonce: the add-on sends one again, with its nonce, when Firefox does not
+    deliver its answer within a second (background.js, ``transport``), which
+    a loaded machine now and then shows."""
     other = sites("127.0.0.24", lab.leaf("127.0.0.24"), pages={f"/{i}.png": PIXEL for i in range(6)})
     images = "".join(f'<img src="/{i}.png"><img src="{other.url(f"/{i}.png")}">' for i in range(6))
     page = sites("127.0.0.23", lab.leaf("127.0.0.23"), pages={
         "/": html_page("Twelve resources", images), **{f"/{i}.png": PIXEL for i in range(6)}})
     async with open_lab_notary(lab, tmp_path / "a", "127.0.0.3", name="Notary A") as a:
-        answered = a.notary.running.service.answered["v2"]
+        service = a.notary.running.service
+        answered = service.answered["v2"]
+        nonces: list[str | None] = []
+        answer_v2 = service.answer_v2
+
+        async def recording(request: Any, client: bytes | None = None) -> Any:
+            nonces.append(request.nonce)
+            return await answer_v2(request, client)
+
+        service.answer_v2 = recording
 
         def browse() -> list[tuple[int, int]]:
             lab.browser.configure(LAB_SETTINGS, [a.bundle])
@@ -519,13 +531,14 @@ async def test_one_round_trip_per_new_certificate_none_when_cached(lab: Lab, sit
                 loaded = lab.browser.wait_for(
                     "return [...document.images].every((i) => i.complete)"
                     " && [...document.images].filter((i) => i.naturalWidth === 1).length")
-                seen.append((int(loaded), sum(answered.values())))
+                seen.append((int(loaded), len(set(nonces))))
             return seen
 
         (first, after_first), (second, after_second) = await drive(browse)
     assert first == second == 12
-    assert after_first == 2 and answered == {200: 2}
+    assert after_first == 2 and set(answered) == {200}
     assert after_second == 2
+    assert None not in nonces
 
 
 async def test_add_a_notary_from_a_url_and_a_file_then_remove_it(lab: Lab, sites: Any, tmp_path: Path) -> None:
