@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -27,8 +26,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.support.tls_targets import TLSTarget, open_tls_target, static_resolver
-from tests.support.web import SEEDED_RUNS, SITE, open_web_notary, seed_three_certificates
+from tests.support.tls_targets import TLSTarget, open_tls_target
+from tests.support.web import (
+    SEEDED_RUNS,
+    SITE,
+    open_split_site,
+    open_web_notary,
+    seed_three_certificates,
+)
 
 try:
     from playwright.sync_api import sync_playwright
@@ -252,20 +257,8 @@ async def test_a_split_site_in_headless_chromium(tmp_path: Path) -> None:
     """Issue 31: the name moves between three loopback addresses, each with
     its own certificate; the page shows the split badge and a lane per
     certificate with its address."""
-    resolver = static_resolver({})
-    async with AsyncExitStack() as stack:
-        first = await stack.enter_async_context(open_tls_target(names=[SITE]))
-        sites = [first]
-        for host in ("127.0.0.2", "127.0.0.3"):
-            sites.append(await stack.enter_async_context(
-                open_tls_target(names=[SITE], host=host, port=first.port)
-            ))
-        notary = await stack.enter_async_context(
-            open_web_notary(tmp_path, {}, resolver=resolver)
-        )
-        for site in sites:
-            resolver.mapping[SITE] = [site.host]
-            await notary.running.records.refresh(first.target(SITE))
+    async with open_split_site(tmp_path) as split:
+        notary, first = split.notary, split.sites[0]
         base = f"https://127.0.0.1:{notary.port}"
         with trio.fail_after(60):
             report = await trio.to_thread.run_sync(

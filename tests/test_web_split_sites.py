@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,7 @@ from notary.model.targets import Target
 from notary.web import pages, timeline_svg
 from tests.support.http_client import get
 from tests.support.observations import certificate, sightings_timeline
-from tests.support.tls_targets import open_tls_target, static_resolver
-from tests.support.web import SITE, assert_page, open_web_notary
+from tests.support.web import SITE, assert_page, open_split_site
 
 SVG = "{http://www.w3.org/2000/svg}"
 DAY = 86400
@@ -138,25 +136,11 @@ async def test_the_served_page_of_a_site_that_moved_between_addresses(
     """The notary probes the name while it resolves to one loopback address
     after another (each with its own certificate); for "rotating" the first
     address changes its certificate before the last probe."""
-    resolver = static_resolver({})
-    async with AsyncExitStack() as stack:
-        first = await stack.enter_async_context(open_tls_target(names=[SITE]))
-        sites = [first]
-        for host in ("127.0.0.2", "127.0.0.3"):
-            sites.append(await stack.enter_async_context(
-                open_tls_target(names=[SITE], host=host, port=first.port)
-            ))
-        notary = await stack.enter_async_context(
-            open_web_notary(tmp_path, {}, resolver=resolver)
-        )
-        target = first.target(SITE)
-        for site in sites:
-            resolver.mapping[SITE] = [site.host]
-            await notary.running.records.refresh(target)
+    async with open_split_site(tmp_path) as split:
+        notary, first = split.notary, split.sites[0]
         if layout == "rotating":
             first.replace_certificate(SITE)
-            resolver.mapping[SITE] = [first.host]
-            await notary.running.records.refresh(target)
+            await split.probe_at(first)
         html = assert_page(await get(notary.port, f"/site/{SITE}+{first.port}"), 200)
     if layout == "split":
         assert "Split site</strong>: 3 certificates served at once from 3 addresses" in html
