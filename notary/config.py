@@ -435,6 +435,15 @@ class LogConfig:
     witness_timeout_s: float = 5.0
     #: A witness that failed is asked again after at most this long.
     witness_retry_s: float = 60.0
+    #: Cosignatures the operator promises on the checkpoint of every answer
+    #: (the bundle's ``min_witnesses``): ``/v2/log/checkpoint`` serves the
+    #: newest checkpoint cosigned by this many witnesses, and a v2 answer
+    #: waits up to ``witness_wait_s`` for its statements to be proven
+    #: against one. 0: nothing promised, nothing waited for.
+    min_cosignatures: int = 0
+    #: How long a v2 answer waits for its statements' cosigned checkpoint
+    #: (with ``min_cosignatures``); then it is answered as it is.
+    witness_wait_s: float = 5.0
     #: A target's v2 statement is signed again (so logged) for a change of
     #: its observations at most this many times an hour, and as many at
     #: once (a token bucket per target); first statements and renewals are
@@ -456,7 +465,10 @@ class LogConfig:
         that name, and the witnesses' cosigner keys; None when it is off."""
         if not self.enabled:
             return None
-        return BundleLog.of(self.origin, v2_public_raw, tuple(w.key for w in self.witnesses))
+        return BundleLog.of(
+            self.origin, v2_public_raw, tuple(w.key for w in self.witnesses),
+            min_witnesses=self.min_cosignatures,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -807,7 +819,7 @@ _POSITIVE = {
     "websocket": tuple(f.name for f in dataclasses.fields(WebSocketConfig)),
     "log": (
         "checkpoint_interval_s", "max_merge_delay_s", "max_pending", "witness_timeout_s",
-        "witness_retry_s",
+        "witness_retry_s", "witness_wait_s",
     ),
     "v2": ("max_batch", "statement_valid_for_s", "renew_before_s", "key_valid_for_s"),
     "rescan": tuple(
@@ -869,6 +881,13 @@ def _validate_log(config: Config) -> None:
         )
     for witness in log.witnesses:
         _validate_log_witness(witness)
+    if len({w.key for w in log.witnesses}) != len(log.witnesses):
+        raise ConfigError("[log] witnesses must not list a witness's key twice")
+    if not 0 <= log.min_cosignatures <= len(log.witnesses):
+        raise ConfigError(
+            f"[log] min_cosignatures must be 0 to the number of [log] witnesses "
+            f"({len(log.witnesses)})"
+        )
 
 
 _SHA1_PIN = re.compile(r"[0-9A-Fa-f]{2}(?::?[0-9A-Fa-f]{2}){19}")

@@ -36,6 +36,12 @@ def add_check(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--json", action="store_true")
     check.add_argument("--v2", action="store_true",
                        help="ask through the signed v2 API (Ed25519, nonce, freshness)")
+    check.add_argument("--witness", action="append", default=[], metavar="VKEY",
+                       help="with --v2: a witness you trust to cosign the notaries' log "
+                            "checkpoints (repeat; default: each bundle's)")
+    check.add_argument("--min-witnesses", type=int, metavar="N",
+                       help="with --v2: cosignatures required on each notary's checkpoint "
+                            "(default: the bundle's min_witnesses; 1 with --witness)")
 
 
 def add_watch(commands: argparse._SubParsersAction) -> None:
@@ -91,6 +97,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from notary.client import check as client
     from notary.client.checkpoints import CheckpointBook, default_checkpoint_dir
+    from notary.client.witnesses import WitnessChoice
 
     check_timeout(args.timeout)
     target = parse_site(args.site)
@@ -104,11 +111,15 @@ def _check(args: argparse.Namespace) -> int:
         relay = None if args.bounce == "off" else "auto"
     else:  # a local file, as a stored bundle is: a relay is trusted too
         (relay,) = client.load_bundles([Path(args.bounce)], None)
+    if (args.witness or args.min_witnesses is not None) and not args.v2:
+        raise UsageError("--witness and --min-witnesses need --v2 (the log is v2's)")
+    witnesses = WitnessChoice(tuple(args.witness), args.min_witnesses)
     report = trio.run(lambda: client.check(
         target, bundles, fingerprint=fingerprint, quorum=args.quorum,
         threshold=Threshold(args.threshold), strict=args.strict, relay=relay,
         timeout_s=args.timeout, use_v2=args.v2,
         checkpoints=CheckpointBook(default_checkpoint_dir()) if args.v2 else None,
+        witnesses=witnesses,
     ))
     now = time.time()
     print(report_json(report) if args.json else report_table(report, now))

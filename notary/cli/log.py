@@ -34,6 +34,7 @@ def add_log(commands: argparse._SubParsersAction) -> None:
                         help="stop reading after N problems (default 100)")
     verify.add_argument("--max-entries", type=int, default=100_000_000, metavar="N",
                         help="read at most the first N entries (default 100000000; 0: all)")
+    _add_witness_options(verify)
     watch = log_commands.add_parser(
         "watch", help="monitor a notary's log for a domain's entries and for equivocation"
     )
@@ -49,6 +50,16 @@ def add_log(commands: argparse._SubParsersAction) -> None:
                        help="deadline of each request to the notary (default 10)")
     watch.add_argument("--max-problems", type=int, default=100, metavar="N",
                        help="stop reading after N problems (default 100)")
+    _add_witness_options(watch)
+
+
+def _add_witness_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--witness", action="append", default=[], metavar="VKEY",
+                        help="a witness you trust to cosign the checkpoint (repeat; default: "
+                             "the bundle's)")
+    parser.add_argument("--min-witnesses", type=int, metavar="N",
+                        help="cosignatures required on the checkpoint (default: the bundle's "
+                             "min_witnesses; 1 with --witness)")
 
 
 #: Exit status of `notary log`: 0 consistent, 1 the log is inconsistent,
@@ -56,9 +67,11 @@ def add_log(commands: argparse._SubParsersAction) -> None:
 #: 5 the command itself failed, 6 a faulty consistency proof (watch: the
 #: proof fails but the entries show the checkpoints consistent), 7
 #: incomplete (verify read only the first --max-entries entries and found
-#: no problem in them).
+#: no problem in them), 8 the checkpoint lacks the cosignatures required
+#: (--witness, --min-witnesses, the bundle's min_witnesses).
 EXIT_LOG_OK, EXIT_LOG_INCONSISTENT, EXIT_LOG_EQUIVOCATION = 0, 1, 3
 EXIT_LOG_UNREACHABLE, EXIT_LOG_FAILED, EXIT_LOG_FAULTY_PROOF, EXIT_LOG_INCOMPLETE = 4, 5, 6, 7
+EXIT_LOG_UNWITNESSED = 8
 #: Most problems --max-problems may ask for (each is kept and printed).
 MAX_LOG_PROBLEMS = 100_000
 #: ``notary log verify`` says how far it got this often (stderr).
@@ -70,12 +83,14 @@ def cmd_log(args: argparse.Namespace) -> int:
     its own exit status (above), never a traceback."""
     from notary.client import check as client
     from notary.client import logmonitor
+    from notary.client.witnesses import WitnessChoice
 
     try:
         check_timeout(args.timeout)
         if not 1 <= args.max_problems <= MAX_LOG_PROBLEMS:
             raise UsageError(f"--max-problems must be between 1 and {MAX_LOG_PROBLEMS}")
         (bundle,) = client.load_bundles([args.bundle], None)
+        args.witnesses = WitnessChoice(tuple(args.witness), args.min_witnesses)
         if args.log_command == "verify":
             return _log_verify(bundle, args)
         return _log_watch(bundle, args)
@@ -84,6 +99,9 @@ def cmd_log(args: argparse.Namespace) -> int:
     except logmonitor.LogUnreachable as exc:
         print(f"notary: cannot read the log: {client.one_line(str(exc), None)}", file=sys.stderr)
         return EXIT_LOG_UNREACHABLE
+    except logmonitor.Unwitnessed as exc:
+        print(f"UNWITNESSED: {client.one_line(str(exc), None)}", flush=True)
+        return EXIT_LOG_UNWITNESSED
     except logmonitor.LogInconsistent as exc:
         print(f"INCONSISTENT: {client.one_line(str(exc), None)}", flush=True)
         for problem in exc.problems:
@@ -135,7 +153,7 @@ def _log_verify(bundle: Any, args: argparse.Namespace) -> int:
 
     report = trio.run(lambda: logmonitor.verify_log(
         bundle, timeout_s=args.timeout, max_problems=args.max_problems,
-        max_entries=args.max_entries, on_progress=progress,
+        max_entries=args.max_entries, on_progress=progress, witnesses=args.witnesses,
     ))
     print(cell(f"notary:  {report.notary} ({report.host})"))
     pinned = ("pinned by the bundle" if report.pinned
@@ -145,6 +163,8 @@ def _log_verify(bundle: Any, args: argparse.Namespace) -> int:
         print(f"size:    {report.size}")
         print(f"root:    {base64.b64encode(report.root).decode('ascii')}")
         print(f"checked: {report.entries_checked} entries, {report.tiles_checked} hash tiles")
+    if report.witnessing is not None:
+        print(cell(f"witnessed: {report.witnessing.describe()}"))
     for problem in report.problems:
         print(f"problem: {problem.line()}")
     if report.problem_count > len(report.problems):
@@ -184,8 +204,9 @@ def _log_watch(bundle: Any, args: argparse.Namespace) -> int:
             return
         grown = (f"{result.old_size} -> {result.new_size} entries"
                  if result.new_size != result.old_size else f"{result.new_size} entries")
+        witnessed = f", {result.witnessing.describe()}" if result.witnessing else ""
         print(cell(f"# {result.origin}: {grown}, {result.entries_checked} new entries "
-                    f"verified, {result.matched} for {domain}"), flush=True)
+                    f"verified, {result.matched} for {domain}{witnessed}"), flush=True)
 
     if bundle.log is None:
         print(cell(f"# {bundle.name}: its bundle pins no log (no log member): the origin is "
@@ -195,15 +216,19 @@ def _log_watch(bundle: Any, args: argparse.Namespace) -> int:
         print(f"notary: cannot read the log (trying again in {args.interval:g} s): "
               f"{exc}", file=sys.stderr, flush=True)
 
+    def show_unwitnessed(exc: logmonitor.Unwitnessed) -> None:
+        print(f"notary: {exc} (trying again in {args.interval:g} s)", file=sys.stderr, flush=True)
+
     if args.once:
         show_poll(trio.run(lambda: logmonitor.poll_log(
             bundle, domain=domain, state_path=state_path, on_entry=show_entry,
-            timeout_s=args.timeout, max_problems=args.max_problems,
+            timeout_s=args.timeout, max_problems=args.max_problems, witnesses=args.witnesses,
         )))
         return EXIT_LOG_OK
     trio.run(lambda: logmonitor.watch_log(
         bundle, domain=domain, state_path=state_path, on_entry=show_entry,
         on_poll=show_poll, on_unreachable=show_unreachable, interval_s=args.interval,
-        timeout_s=args.timeout, max_problems=args.max_problems,
+        timeout_s=args.timeout, max_problems=args.max_problems, witnesses=args.witnesses,
+        on_unwitnessed=show_unwitnessed,
     ))
     return EXIT_LOG_OK

@@ -78,6 +78,7 @@ from notary.client.reach import (
     pinned_tls,
     wire_host,
 )
+from notary.client.witnesses import WitnessChoice
 from notary.errors import NotaryError, PeerError, ProbeError, ProtocolError, UsageError
 from notary.model.consistency import Consistency, ConsistencyKind
 from notary.model.policy import ANY_ADDRESS
@@ -279,12 +280,16 @@ async def check(
     rng: random.Random | None = None,
     use_v2: bool = False,
     checkpoints: CheckpointBook | None = None,
+    witnesses: WitnessChoice | None = None,
 ) -> CheckReport:
     """Ask up to ``quorum`` of ``bundles`` about ``target`` and vote; with
     ``use_v2``, through the signed v2 API (Ed25519, nonce, freshness), the
     statements' log inclusion checked (docs/v2.md, rule S7) and, with
     ``checkpoints``, each notary's log held consistent with the checkpoint
-    it showed before (``notary.client.checkpoints``). With ``use_v2`` and
+    it showed before (``notary.client.checkpoints``), and each checkpoint
+    cosigned as ``witnesses`` (default: each bundle's promise) require
+    (``notary.client.witnesses``; the other notaries of ``bundles`` are
+    asked what they witnessed when it is not). With ``use_v2`` and
     no ``fingerprint``, each question carries the address the client's own
     connection to the site reached (docs/v2.md, R4)."""
     if not bundles:
@@ -298,13 +303,15 @@ async def check(
     if not asked:
         raise UsageError("the only notary given is the relay: give more notaries or --bounce off")
     answers: dict[str, NotaryAnswer] = {}
+    choice = replace(witnesses or WitnessChoice(), peers=tuple(bundles)) if use_v2 else None
 
     async def ask(bundle: Bundle, through: Bundle | None, relay_failed: list[Bundle]) -> None:
         via = through.name if through else None
         try:
             with trio.fail_after(timeout_s):
                 answer = await _ask(
-                    bundle, target, fingerprint, through, resolver, use_v2, checkpoints, address
+                    bundle, target, fingerprint, through, resolver, use_v2, checkpoints, address,
+                    choice,
                 )
         except trio.TooSlowError:
             answer = NotaryAnswer(
@@ -362,12 +369,13 @@ async def _ask(
     use_v2: bool = False,
     checkpoints: CheckpointBook | None = None,
     address: str | None = None,
+    witnesses: WitnessChoice | None = None,
 ) -> NotaryAnswer:
     via = relay.name if relay is not None else None
     try:
         if use_v2:
             return await _ask_v2(
-                bundle, target, fingerprint, relay, resolver, checkpoints, address
+                bundle, target, fingerprint, relay, resolver, checkpoints, address, witnesses
             )
         form = f"fingerprint={convergence.format_fingerprint(fingerprint)}"
         response, host = await exchange(bundle, relay, resolver, lambda host: http_request(
@@ -407,6 +415,7 @@ async def _v2_keys(
 async def _ask_v2(
     bundle: Bundle, target: Target, fingerprint: bytes, relay: Bundle | None, resolver: Resolver,
     checkpoints: CheckpointBook | None = None, address: str | None = None,
+    witnesses: WitnessChoice | None = None,
 ) -> NotaryAnswer:
     """The v2 API: the notary's keys over the pinned connection, then a
     signed, nonce-bound answer, verified (signatures, freshness, nonce, the
@@ -443,7 +452,9 @@ async def _ask_v2(
             detail=f"bad signed answer: {exc}", via=via,
         )
     try:
-        log_words = await check_log(one_host, relay, resolver, parsed, keys, checkpoints)
+        log_words = await check_log(
+            one_host, relay, resolver, parsed, keys, checkpoints, witnesses
+        )
     except LogFailed as failed:
         return NotaryAnswer(
             bundle.name, failed.verdict, host=host.host, status=200,

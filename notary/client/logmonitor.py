@@ -21,6 +21,12 @@ the checks themselves are :mod:`notary.protocol.v2.logaudit`'s.
   entries against the new root, gives those about a domain to the caller,
   and keeps the new checkpoint. :func:`watch_log` polls until cancelled.
 
+With a ``WitnessChoice`` (``notary.client.witnesses``), the served
+checkpoint must carry the cosignatures its policy for the bundle requires
+(``--witness``, ``--min-witnesses``; by default the bundle's
+``min_witnesses``) before anything else is read: a checkpoint without them
+is :class:`Unwitnessed`, and a watch keeps its old state.
+
 What the notary is trusted for: nothing but its v2 key (the bundle's
 ``v2_key``, or its ``log`` member's key) and its TLS pin; every size, hash
 and entry it serves is checked against checkpoints that key signed. A
@@ -64,6 +70,7 @@ import trio
 
 from notary.client.check import DEFAULT_TIMEOUT_S, default_notary_dir, one_line
 from notary.client.logfetch import LogFetcher, LogUnreachable
+from notary.client.witnesses import WitnessChoice
 from notary.errors import BadTarget, NotaryError, UsageError
 from notary.model.targets import Target, normalise_host
 from notary.outbound.dialer import Resolver, system_resolver
@@ -202,6 +209,8 @@ class VerifyReport:
     stopped: bool = False
     entries_limit: int | None = None
     pinned: bool = False
+    #: What the witness policy found on the checkpoint (None: none required).
+    witnessing: tlog.Witnessing | None = None
 
     @property
     def consistent(self) -> bool:
@@ -241,6 +250,36 @@ class PollResult:
     matched: int
     empty: bool = False
     pinned: bool = False
+    witnessing: tlog.Witnessing | None = None
+
+
+class Unwitnessed(NotaryError):
+    """The served checkpoint lacks the cosignatures the witness policy
+    requires (``witnessing`` says what it found)."""
+
+    def __init__(self, notary: str, witnessing: tlog.Witnessing) -> None:
+        super().__init__(f"{notary}: its checkpoint is not witnessed: {witnessing.describe()}")
+        self.witnessing = witnessing
+
+
+def require_witnesses(
+    bundle: Bundle, body: bytes, witnesses: WitnessChoice | None
+) -> tlog.Witnessing | None:
+    """The policy's judgement of the served checkpoint ``body`` (None: no
+    cosignature required). :class:`Unwitnessed` when too few witnesses
+    cosigned; the policy's ``UsageError`` when it cannot be met."""
+    if witnesses is None:
+        return None
+    policy = witnesses.policy_for(bundle)
+    if not policy.required:
+        return None
+    try:
+        judged = policy.judge(body.decode("utf-8"), now=int(time.time()))
+    except (UnicodeDecodeError, tlog.NoteError):  # _open_checkpoint read it: not reached
+        judged = tlog.Witnessing((), (), 0, policy.minimum)
+    if not judged.witnessed:
+        raise Unwitnessed(bundle.name, judged)
+    return judged
 
 
 class LogInconsistent(NotaryError):
@@ -365,6 +404,7 @@ async def verify_log(
     resolver: Resolver = system_resolver, max_problems: int = DEFAULT_MAX_PROBLEMS,
     max_entries: int = DEFAULT_MAX_ENTRIES,
     on_progress: Callable[[int, int, int], None] | None = None,
+    witnesses: WitnessChoice | None = None,
 ) -> VerifyReport:
     """Read and check the whole log of ``bundle``'s notary (see the module
     docstring), stopping at ``max_problems`` problems, and reading at most
@@ -375,10 +415,13 @@ async def verify_log(
     bundle: entries checked, the checkpoint's size, and how many will be
     read.
 
-    Raises ``UsageError`` for a bundle without v2 key and
-    :class:`LogUnreachable` when the log cannot be read; every defect of
-    the log is a problem of the report."""
+    Raises ``UsageError`` for a bundle without v2 key,
+    :class:`LogUnreachable` when the log cannot be read and
+    :class:`Unwitnessed` when ``witnesses`` require cosignatures its
+    checkpoint lacks; every defect of the log is a problem of the report."""
     bundle_v2_key(bundle)  # a usage error before any connection
+    if witnesses is not None:
+        witnesses.policy_for(bundle)
     problems = _Problems(max_problems)
     async with LogFetcher(bundle, timeout_s=timeout_s, resolver=resolver) as fetcher:
         host = await fetcher.connect()
@@ -395,6 +438,7 @@ async def verify_log(
                 bundle.name, host.host, origin, None, None, None, 0, 0,
                 tuple(problems.kept), problems.count, pinned=bundle.log is not None,
             )
+        witnessing = require_witnesses(bundle, body, witnesses)
         size = checkpoint.size
         limit = size
         if max_entries and size > max_entries:
@@ -423,6 +467,7 @@ async def verify_log(
         computed, audit.entries_checked, audit.tiles_checked, tuple(problems.kept),
         problems.count, stopped=problems.full and replay.next_index < limit,
         entries_limit=limit if limit < size else None, pinned=bundle.log is not None,
+        witnessing=witnessing,
     )
 
 
@@ -700,7 +745,7 @@ def normalise_domain(text: str) -> str:
 async def poll_log(
     bundle: Bundle, *, domain: str, state_path: Path, on_entry: Callable[[LoggedEntry], None],
     timeout_s: float = DEFAULT_TIMEOUT_S, resolver: Resolver = system_resolver,
-    max_problems: int = DEFAULT_MAX_PROBLEMS,
+    max_problems: int = DEFAULT_MAX_PROBLEMS, witnesses: WitnessChoice | None = None,
 ) -> PollResult:
     """One round of ``notary log watch`` (see the module docstring):
     ``on_entry`` gets each new, verified entry whose target host is
@@ -718,9 +763,12 @@ async def poll_log(
 
     Error handling: ``UsageError`` (bundle, state file),
     :class:`LogUnreachable`, :class:`LogInconsistent`, :class:`FaultyProof`,
-    :class:`Equivocation` (its evidence saved beside the state file).
+    :class:`Equivocation` (its evidence saved beside the state file),
+    :class:`Unwitnessed` (the state unchanged).
     """
     bundle_v2_key(bundle)
+    if witnesses is not None:
+        witnesses.policy_for(bundle)
     async with LogFetcher(bundle, timeout_s=timeout_s, resolver=resolver) as fetcher:
         public_raw = bundle_v2_key(bundle, await fetcher.connect())
         pinned = bundle.log is not None
@@ -744,11 +792,15 @@ async def poll_log(
                 f"the checkpoint {bundle.name} serves is refused",
                 (LogProblem(refused.kind, None, refused.detail),),
             ) from None
+        witnessing = require_witnesses(bundle, body, witnesses)
         fault: _Fault | None = None
         if state is not None:
             fault = await _check_extends(fetcher, state, checkpoint, note, state_path)
             if checkpoint.size == old_size:
-                return PollResult(checkpoint.origin, old_size, old_size, 0, 0, pinned=pinned)
+                return PollResult(
+                    checkpoint.origin, old_size, old_size, 0, 0, pinned=pinned,
+                    witnessing=witnessing,
+                )
         edge = state.edge if state is not None else tlog.CompactRange()
         replay = LogReplay(checkpoint.size, start=edge)
         problems = _Problems(max_problems)
@@ -827,7 +879,7 @@ async def poll_log(
     _write_state(state_path, bundle, public_raw, note, replay.edge)
     return PollResult(
         checkpoint.origin, old_size, checkpoint.size, audit.entries_checked, matched,
-        pinned=pinned,
+        pinned=pinned, witnessing=witnessing,
     )
 
 
@@ -898,19 +950,28 @@ async def watch_log(
     on_poll: Callable[[PollResult], None], on_unreachable: Callable[[LogUnreachable], None],
     interval_s: float = DEFAULT_INTERVAL_S, timeout_s: float = DEFAULT_TIMEOUT_S,
     resolver: Resolver = system_resolver, max_problems: int = DEFAULT_MAX_PROBLEMS,
+    witnesses: WitnessChoice | None = None,
+    on_unwitnessed: Callable[[Unwitnessed], None] | None = None,
 ) -> None:
     """:func:`poll_log` every ``interval_s`` until cancelled; a poll that
-    cannot read the log goes to ``on_unreachable`` and the watch goes on.
-    :class:`LogInconsistent`, :class:`FaultyProof`, :class:`Equivocation`
-    and ``UsageError`` end it (they propagate)."""
+    cannot read the log goes to ``on_unreachable``, one whose checkpoint
+    lacks the cosignatures ``witnesses`` require to ``on_unwitnessed`` (None:
+    it ends the watch), and the watch goes on. :class:`LogInconsistent`,
+    :class:`FaultyProof`, :class:`Equivocation` and ``UsageError`` end it
+    (they propagate)."""
     while True:
         try:
             result = await poll_log(
                 bundle, domain=domain, state_path=state_path, on_entry=on_entry,
                 timeout_s=timeout_s, resolver=resolver, max_problems=max_problems,
+                witnesses=witnesses,
             )
         except LogUnreachable as exc:
             on_unreachable(exc)
+        except Unwitnessed as exc:
+            if on_unwitnessed is None:
+                raise
+            on_unwitnessed(exc)
         else:
             on_poll(result)
         await trio.sleep(interval_s)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -40,6 +40,7 @@ import trio
 from notary.errors import ConfigError, ProtocolError, StoreError
 from notary.protocol import tlog, v2
 from notary.state.crypto import Ed25519Signer
+from notary.state.logcosignatures import StoredCosignature, Turn
 from notary.state.tlogstore import MAX_BATCH, LogCorrupted, LogEngine, LogHead, LogStore
 
 __all__ = ["LogAppender", "LogBacklogged", "LogStatistics"]
@@ -99,6 +100,10 @@ class LogAppender:
         self._broken = False
         self._reader: LogEngine | None = None
         self._reader_limiter = trio.CapacityLimiter(1)
+        #: Told of each batch this appender sequenced: (its first index, its
+        #: statements, whose slots hold their inclusion). None: nobody.
+        self.on_sequenced: Callable[[int, Sequence[v2.SignedStatement]], None] | None = None
+        self._appended = trio.Event()
 
     @property
     def pending(self) -> int:
@@ -153,6 +158,27 @@ class LogAppender:
         return await self._on_reader(
             "consistency_proof", old_size, new_size
         )
+
+    async def read_inclusion_proofs(self, indices: Sequence[int], size: int) -> list[list[bytes]]:
+        return await self._on_reader("inclusion_proofs", list(indices), size)
+
+    async def read_cosignatures(self) -> list[StoredCosignature]:
+        return await self._on_reader("cosignatures")
+
+    async def add_cosignature(self, cosignature: StoredCosignature) -> None:
+        await self._on_reader("add_cosignature", cosignature)
+
+    async def take_witness_turn(
+        self, witness: str, holder: str, now_ms: int, until_ms: int
+    ) -> Turn | None:
+        return await self._on_reader("take_witness_turn", witness, holder, now_ms, until_ms)
+
+    async def record_witness_size(self, witness: str, holder: str, size: int) -> None:
+        await self._on_reader("record_witness_size", witness, holder, size)
+
+    async def wait_appended(self) -> None:
+        """Return once this appender sequenced its next batch."""
+        await self._appended.wait()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Append what is queued every ``interval_s`` until cancelled; then
@@ -235,6 +261,10 @@ class LogAppender:
                     proof=appended.proofs[offset], checkpoint=checkpoint,
                 )
             self.head = appended.head
+            if self.on_sequenced is not None:
+                self.on_sequenced(appended.first_index, batch)
+            self._appended.set()
+            self._appended = trio.Event()
             statistics = self._counts
             statistics.appended += len(batch)
             statistics.appended_bytes += sum(len(signed.entry) for signed in batch)

@@ -1,17 +1,22 @@
 """Witness cosignatures for the notary's log (C2SP tlog-witness, the
 log's side; docs/log.md "Witnesses"): a Trio task beside the log's appender
-that submits each new checkpoint to the witnesses of ``[log] witnesses``
-and keeps the cosignatures they return, which ``/v2/log/checkpoint`` then
-serves appended to the checkpoint (more signature lines of its note).
+that submits the log's checkpoints to the witnesses of ``[log] witnesses``
+and keeps the cosignatures they return in the store
+(``notary.state.logcosignatures``), from where every worker serves them
+(``notary.outbound.cosigned``).
 
-Each witness has a task of its own. It reads the log's newest checkpoint
-from the store every ``interval_s`` (so it sees batches of every worker of
-a node, and needs no hook in the appender) and, when it changed, posts
+Each witness has a task of its own in every worker, but only the worker
+holding that witness's turn in the store submits (the turn is renewed at
+each round and lapses a little after its holder stops: another takes it),
+so each checkpoint goes to each witness once per notary, however many
+workers and nodes share the log. The holder reads the log's newest
+checkpoint every ``interval_s`` (and as soon as its own appender sequenced
+a batch) and, when it is not the one the witness last cosigned, posts
 ``add-checkpoint`` with a consistency proof from the size the witness
-holds. It starts believing the witness holds 0; a 409 answers with the
-size it holds, and the request is made again once from there (the spec's
-way of learning it). A cosignature is kept only if it verifies with the
-witness's configured key over this checkpoint.
+holds. That size is kept with the turn; a 409 answers with the size the
+witness really holds, and the request is made again once from there (the
+spec's way of learning it). A cosignature is kept only if it verifies with
+the witness's configured key over this checkpoint.
 
 Bounds and failures: each exchange (connect, TLS, request, answer) runs
 under ``witness_timeout_s``; an answer is read up to
@@ -20,11 +25,11 @@ not match, a malformed answer or an unexpected status, 1xx included, an
 invalid cosignature or one dated more than ``MAX_COSIGNATURE_AHEAD_S``
 ahead of this notary's clock, a 409 with a size this log cannot prove
 from) is logged and asked again after a delay doubling up to
-``witness_retry_s``. Whatever else goes wrong in one witness's exchange
-(a bug) is logged with its traceback and handled the same way: nothing a
-witness answers ends the notary. Nothing here waits on the appender's
-path: appends never wait for witnesses, and a checkpoint is served at once,
-with the cosignatures collected for it so far (none at first).
+``witness_retry_s`` (the holder keeps its turn meanwhile). Whatever else
+goes wrong in one witness's exchange (a bug) is logged with its traceback
+and handled the same way: nothing a witness answers ends the notary.
+Nothing here waits on the appender's path: appends never wait for
+witnesses.
 
 TLS: a witness is a notary; its certificate is pinned by SHA-1 (``pin``),
 as bundles pin notaries, and nothing else about it is verified.
@@ -39,6 +44,8 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
+import os
+import secrets
 import ssl
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +60,7 @@ from notary.outbound.logappender import LogAppender
 from notary.protocol import tlog
 from notary.protocol.http import parse_response
 from notary.state import crypto
+from notary.state.logcosignatures import StoredCosignature
 
 __all__ = ["MAX_RESPONSE_BYTES", "LogWitnesses"]
 
@@ -76,6 +84,8 @@ class _Witness:
 
     name: str
     key_id: bytes
+    #: Its cosigner vkey, as configured: what the store keys it by.
+    vkey: str
     verifiers: dict[tuple[str, bytes], tlog.Verify]
     host: str
     port: int
@@ -83,9 +93,8 @@ class _Witness:
     pin: bytes
     #: The size the witness is believed to hold for this log.
     size: int = 0
-    #: The checkpoint note last cosigned, and the cosignature line.
-    cosigned_note: str | None = None
-    line: str = ""
+    #: Whether this process holds the witness's turn (as of the last round).
+    has_turn: bool = False
 
 
 def _witness(entry: LogWitness) -> _Witness:
@@ -93,7 +102,7 @@ def _witness(entry: LogWitness) -> _Witness:
     url = urlsplit(entry.url)
     assert url.hostname is not None  # checked with the config
     return _Witness(
-        name=name, key_id=key_id, verifiers=tlog.cosignature_verifiers([entry.key]),
+        name=name, key_id=key_id, vkey=entry.key, verifiers=tlog.cosignature_verifiers([entry.key]),
         host=url.hostname, port=url.port or 443,
         path=url.path.rstrip("/") + "/add-checkpoint",
         pin=bytes.fromhex(entry.pin.replace(":", "")),
@@ -102,12 +111,14 @@ def _witness(entry: LogWitness) -> _Witness:
 
 class LogWitnesses:
     """See the module docstring. ``appender``: the log's (its reader gives
-    the newest checkpoint and the proofs); ``witnesses``: ``[log]
-    witnesses``."""
+    the newest checkpoint and the proofs, and keeps the turns and the
+    cosignatures); ``witnesses``: ``[log] witnesses``; ``on_cosigned``:
+    told after each cosignature is stored (``CosignedCheckpoints.poke``)."""
 
     def __init__(
         self, appender: LogAppender, witnesses: Sequence[LogWitness], *, interval_s: float,
         timeout_s: float, retry_s: float, clock: Callable[[], float] = time.time,
+        on_cosigned: Callable[[], None] | None = None,
     ) -> None:
         self._log = appender
         self._clock = clock
@@ -115,37 +126,62 @@ class LogWitnesses:
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._retry_s = retry_s
-        #: Cosignatures received, and failed exchanges, by this worker.
+        self._on_cosigned = on_cosigned
+        #: This process's name in the witnesses' turns.
+        self.holder = f"{os.getpid()}-{secrets.token_hex(6)}"
+        #: Cosignatures received, failed exchanges, and submissions made
+        #: (one per checkpoint and witness, retries included), by this worker.
         self.cosignatures = 0
         self.failures = 0
-
-    def cosigned(self, note: str) -> str:
-        """``note`` (a checkpoint of this log) with the cosignature lines
-        collected for exactly it appended, in configuration order."""
-        lines = [w.line for w in self._witnesses if w.cosigned_note == note]
-        return note + "".join(lines)
+        self.submissions = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Ask every witness, each in its own task, until cancelled."""
+        """Serve every witness, each in its own task, until cancelled."""
         async with trio.open_nursery() as nursery:
             for witness in self._witnesses:
                 nursery.start_soon(self._serve_witness, witness)
             task_status.started()
 
+    def _lease_ms(self, delay: float) -> int:
+        """How long a turn is taken for: past the next round, and past an
+        exchange that takes all its time."""
+        return int(1000 * (max(delay, self._interval_s) + self._timeout_s + self._interval_s))
+
     async def _serve_witness(self, witness: _Witness) -> None:
         delay = 0.0
         while True:
-            await trio.sleep(delay or self._interval_s)
+            with trio.move_on_after(delay or self._interval_s):
+                if not delay:
+                    await self._log.wait_appended()  # at once after a batch of ours
+                else:
+                    await trio.sleep_forever()
+            now_ms = int(self._clock() * 1000)
             try:
+                turn = await self._log.take_witness_turn(
+                    witness.vkey, self.holder, now_ms, now_ms + self._lease_ms(delay)
+                )
+                if turn is None:
+                    witness.has_turn = False
+                    delay = 0.0
+                    continue
+                if not witness.has_turn:
+                    witness.has_turn, witness.size = True, turn.held_size
                 head = await self._log.read_head()
-            except StoreError:
+            except StoreError as exc:
+                log.warning("log: witness %s: %s", witness.name, exc)
                 continue
-            if head is None or head.checkpoint == witness.cosigned_note:
+            if head is None or head.size == witness.size:
+                # Cosigned already (or nothing to cosign): a log's checkpoint
+                # of a size is the same note whoever signed it.
                 delay = 0.0
                 continue
             try:
                 with trio.fail_after(self._timeout_s):
                     line = await self._submit(witness, head.size, head.checkpoint)
+                await self._log.add_cosignature(
+                    StoredCosignature(head.size, witness.vkey, head.checkpoint, line)
+                )
+                await self._log.record_witness_size(witness.vkey, self.holder, head.size)
             except Exception as exc:
                 self.failures += 1
                 delay = min(max(2 * delay, self._interval_s), self._retry_s)
@@ -157,9 +193,10 @@ class LogWitnesses:
                                   witness.name, delay)
                 continue
             delay = 0.0
-            witness.cosigned_note, witness.line = head.checkpoint, line
             witness.size = head.size
             self.cosignatures += 1
+            if self._on_cosigned is not None:
+                self._on_cosigned()
 
     async def _submit(self, witness: _Witness, size: int, note: str) -> str:
         """The witness's verified cosignature line of ``note`` (the tree of
@@ -173,6 +210,7 @@ class LogWitnesses:
             if 0 < witness.size < size:
                 proof = await self._log.read_consistency_proof(witness.size, size)
             body = tlog.format_add_checkpoint(witness.size, proof, note)
+            self.submissions += 1
             status, content_type, answer = await self._post(witness, body)
             if status == 409 and content_type == tlog.SIZE_CONTENT_TYPE.encode("ascii"):
                 witness.size = _held_size(answer)

@@ -10,15 +10,18 @@ members they know): each host's ``v2_key``, and the notary's transparency
 
     "log": {"origin": "notary.example.org/v2/log",
             "key": "notary.example.org/v2/log+1a2b3c4d+AQ...",
-            "witnesses": ["notary2.example.org/witness+5e6f7a8b+BA..."]}
+            "witnesses": ["notary2.example.org/witness+5e6f7a8b+BA..."],
+            "min_witnesses": 1}
 
 ``origin`` names the log (its checkpoints' first line and key name),
 ``key`` is the C2SP signed-note verifier key (type 0x01) its checkpoints
 are signed with, named ``origin`` (it is the notary's v2 key: a host's
 ``v2_key``, when given, must be it), and ``witnesses`` (optional, at most
 :data:`MAX_BUNDLE_WITNESSES`) the cosigner vkeys (type 0x04) of the
-witnesses the operator asks to cosign its checkpoints. A bundle without
-``log`` is written byte for byte as before.
+witnesses the operator asks to cosign its checkpoints, of which
+``min_witnesses`` (optional, 0 when absent) cosign the checkpoint of every
+answer: the operator's promise, which clients hold it to (docs/log.md
+"Witnesses"). A bundle without ``log`` is written byte for byte as before.
 """
 
 from __future__ import annotations
@@ -89,11 +92,13 @@ class BundleLog:
     """The notary's transparency log, as its bundle pins it (an extension
     legacy clients ignore; see the module docstring): its ``origin``, the
     verifier ``key`` (vkey, type 0x01, named ``origin``) that signs its
-    checkpoints, and the cosigner vkeys of the ``witnesses`` it asks."""
+    checkpoints, the cosigner vkeys of the ``witnesses`` it asks, and how
+    many of them promise to cosign (``min_witnesses``)."""
 
     origin: str
     key: str
     witnesses: tuple[str, ...] = ()
+    min_witnesses: int = 0
 
     @property
     def public_raw(self) -> bytes:
@@ -101,7 +106,9 @@ class BundleLog:
         return tlog.parse_verifier_key(self.key)[2]
 
     @staticmethod
-    def of(origin: str, public_raw: bytes, witnesses: tuple[str, ...] = ()) -> BundleLog:
+    def of(
+        origin: str, public_raw: bytes, witnesses: tuple[str, ...] = (), *, min_witnesses: int = 0
+    ) -> BundleLog:
         """The member for log ``origin`` signed by ``public_raw`` (the
         notary's v2 key). ``BundleError`` for an origin that cannot be a
         key name."""
@@ -109,7 +116,7 @@ class BundleLog:
             key = tlog.verifier_key(origin, public_raw)
         except tlog.NoteError as exc:
             raise BundleError(f"log origin {origin!r}: {exc}") from None
-        return BundleLog(origin, key, tuple(witnesses))
+        return BundleLog(origin, key, tuple(witnesses), min_witnesses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +143,8 @@ class Bundle:
             log: dict[str, object] = {"origin": self.log.origin, "key": self.log.key}
             if self.log.witnesses:
                 log["witnesses"] = list(self.log.witnesses)
+            if self.log.min_witnesses:
+                log["min_witnesses"] = self.log.min_witnesses
             document["log"] = log
         return json.dumps(document).encode("utf-8")
 
@@ -217,6 +226,11 @@ def _validate_log(log: BundleLog, hosts: tuple[BundleHost, ...]) -> None:
             raise BundleError(f"log witness {str(witness)[:80]!r}: {exc}") from None
     if len(set(log.witnesses)) != len(log.witnesses):
         raise BundleError("log witnesses must not repeat a key")
+    if (
+        not isinstance(log.min_witnesses, int) or isinstance(log.min_witnesses, bool)
+        or not 0 <= log.min_witnesses <= len(log.witnesses)
+    ):
+        raise BundleError("log min_witnesses must be a whole number from 0 to its witnesses")
 
 
 def _validate_location(location: object) -> None:
@@ -315,7 +329,7 @@ def _parse_log(raw: object) -> BundleLog:
     witnesses = raw.get("witnesses", [])
     if not isinstance(witnesses, list):
         raise BundleError(f"log witnesses must be a list of at most {MAX_BUNDLE_WITNESSES} keys")
-    return BundleLog(raw["origin"], raw["key"], tuple(witnesses))
+    return BundleLog(raw["origin"], raw["key"], tuple(witnesses), raw.get("min_witnesses", 0))
 
 
 def parse_host_spec(spec: str, certificate_pem: str) -> BundleHost:

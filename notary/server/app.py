@@ -36,6 +36,7 @@ from notary.errors import NotaryError, UsageError
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import client_prefix
 from notary.model.targets import Target
+from notary.outbound.cosigned import CosignedCheckpoints, WitnessingStatistics
 from notary.outbound.dialer import Resolver, system_resolver
 from notary.outbound.logappender import LogAppender
 from notary.outbound.probe import Prober, open_prober
@@ -595,6 +596,7 @@ class Components:
     log: LogAppender | None = None  # the transparency log (None: none kept)
     witness: Witness | None = None  # the witness endpoint (None: not a witness)
     log_witnesses: LogWitnesses | None = None  # who cosigns the log (None: nobody)
+    cosigned: CosignedCheckpoints | None = None  # what they cosigned (None: nobody)
     #: Whether the resolvers DANE trusts validate (None: DANE is off).
     resolver_validation: ResolverValidation | None = None
 
@@ -653,12 +655,17 @@ def build_components(
             max_merge_delay_s=config.log.max_merge_delay_s, max_pending=config.log.max_pending,
             open_store=PostgresLogStore if fleet else LogStore,
         )
-    log_witnesses = None
+    log_witnesses = cosigned = None
     if statement_log is not None and config.log.witnesses:
+        cosigned = CosignedCheckpoints(
+            statement_log, [w.key for w in config.log.witnesses],
+            min_cosignatures=config.log.min_cosignatures,
+            interval_s=config.log.checkpoint_interval_s, wait_s=config.log.witness_wait_s,
+        )
         log_witnesses = LogWitnesses(
             statement_log, config.log.witnesses, interval_s=config.log.checkpoint_interval_s,
             timeout_s=config.log.witness_timeout_s, retry_s=config.log.witness_retry_s,
-            clock=clock,
+            clock=clock, on_cosigned=cosigned.poke,
         )
     witness = None
     if config.witness.enabled and v2_signer is not None:
@@ -689,9 +696,20 @@ def build_components(
         stored=stored,
         watch_hub=WatchHub() if v2_signer is not None else None,
         timings=Timings(),
-        log=statement_log, witness=witness, log_witnesses=log_witnesses,
+        log=statement_log, witness=witness, log_witnesses=log_witnesses, cosigned=cosigned,
         resolver_validation=make_resolver_validation(config),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _WitnessingSource:
+    """The metrics' ``witnessing`` source: the follower's and the submitter's counts."""
+
+    cosigned: CosignedCheckpoints
+    submitter: LogWitnesses | None
+
+    def statistics(self) -> WitnessingStatistics:
+        return self.cosigned.statistics(self.submitter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -742,6 +760,7 @@ def build_services(
         perspectives="perspectives" in c.signers, v2_signer=c.v2_signer,
         abuse=c.abuse, scheduler=scheduler, failure_delay_s=config.failure_delay_s,
         backends=config.verify.backends,
+        wait_witnessed=c.cosigned.wait_witnessed if c.cosigned is not None else None,
     )
     perspectives = bool(sockets["perspectives"])
     # The listeners whose connections are counted, in the order they are exported.
@@ -757,13 +776,14 @@ def build_services(
     log_pages = None
     if c.log is not None:
         log_pages = LogPages(
-            c.log, c.log_witnesses, abuse=c.abuse, clock=c.clock,
+            c.log, c.cosigned, abuse=c.abuse, clock=c.clock,
             send_timeout_s=config.http.send_timeout_s,
         )
     metrics = NotaryMetrics(
         service=service, cache=c.cache, stored=c.stored, storage=storage, prober=prober,
         records=records, relay=c.relay if sockets["relay"] else None, scheduler=scheduler,
-        dane=records.dane, log=c.log, log_pages=log_pages, websocket=websocket_counts,
+        dane=records.dane, log=c.log, log_pages=log_pages,
+        witnessing=_WitnessingSource(c.cosigned, c.log_witnesses) if c.cosigned else None, websocket=websocket_counts,
         abuse=c.abuse, signers=c.signers, listeners=counts,
         rejections=(api_rejected, perspectives_rejected) if perspectives else (api_rejected,),
         timings=c.timings,
@@ -859,6 +879,8 @@ async def serve(
                 await logging_nursery.start(c.witness.run)
             if c.log_witnesses is not None:
                 await logging_nursery.start(c.log_witnesses.run)
+            if c.cosigned is not None:
+                await logging_nursery.start(c.cosigned.run)
             await _serve_from(c, config, storage, reload_config, task_status)
             logging_nursery.cancel_scope.cancel()
 

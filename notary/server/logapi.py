@@ -58,8 +58,8 @@ from dataclasses import dataclass
 
 from notary.errors import ProtocolError, StoreError
 from notary.model.ratelimit import BytesInFlight, BytesInFlightStatistics
+from notary.outbound.cosigned import CosignedCheckpoints
 from notary.outbound.logappender import LogAppender
-from notary.outbound.witnessing import LogWitnesses
 from notary.protocol import http, tlog
 from notary.service.abuse import AbuseControls
 from notary.service.query import Answer
@@ -116,12 +116,12 @@ class LogPages:
     ``Retry-After`` of a response refused for the bytes held."""
 
     def __init__(
-        self, appender: LogAppender, witnesses: LogWitnesses | None = None, *,
+        self, appender: LogAppender, cosigned: CosignedCheckpoints | None = None, *,
         abuse: AbuseControls | None = None, clock: Callable[[], float] = time.time,
         send_timeout_s: float = 10.0,
     ) -> None:
         self._log = appender
-        self._witnesses = witnesses
+        self._cosigned = cosigned
         self._abuse = abuse
         self._clock = clock
         #: (level or None for entries, index, keep-alive) -> the response of a full tile
@@ -189,8 +189,8 @@ class LogPages:
         if head is None:
             raise ProtocolError("the log is empty", status=404)
         note = head.checkpoint
-        if self._witnesses is not None:
-            note = self._witnesses.cosigned(note)
+        if self._cosigned is not None:
+            note = self._cosigned.checkpoint_for(head)
         return self._make(client, keep_alive, note.encode("utf-8"), TEXT, FRESH)
 
     async def _tile(self, path: str, client: bytes | None, keep_alive: bool) -> Answer:

@@ -314,8 +314,8 @@ def _bloom(read: Callable[[BloomStatistics], float]) -> Read:
 #: Every metric, in the order of the exposition. Sources: ``queries`` (the
 #: query service, handlers and WebSocket), ``cache``, ``stored``, ``prober``,
 #: ``storage``, ``signers``, ``listeners``, ``relay``, ``websocket``,
-#: ``abuse``, ``scheduler``, ``dane``, ``log``, ``log_pages`` (the last seven absent
-#: when not served),
+#: ``abuse``, ``scheduler``, ``dane``, ``log``, ``log_pages``, ``witnessing`` (the
+#: last eight absent when not served),
 #: ``uptime``, ``start`` (set once) and ``timings`` (histograms).
 METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_queries", "queries", _same, "Queries answered, by protocol and HTTP status "
@@ -402,6 +402,23 @@ METRICS: tuple[MetricSpec, ...] = (
         "client": p.in_flight.refused_client, "process": p.in_flight.refused_process,
     }, "Log page requests refused for the bytes held for slow readers, by scope (client: "
        "429; process: 503).", ("scope",), ("client", "process")),
+    _counter("notary_log_witness_submissions", "witnessing", "submissions", "Checkpoints this "
+             "worker submitted to the log's witnesses (as the holder of a witness's turn: one "
+             "worker per witness in a notary), 409 answers and retries included."),
+    _counter("notary_log_cosignatures", "witnessing", "cosignatures", "Witness cosignatures of "
+             "the log's checkpoints this worker received, verified and stored."),
+    _counter("notary_log_witness_failures", "witnessing", "failures", "Exchanges with the "
+             "log's witnesses that failed (unreachable, a refusal, a bad cosignature)."),
+    _gauge("notary_log_witnessed_size", "livemax", "witnessing", "witnessed_size", "Size of the "
+           "newest checkpoint cosigned by [log] min_cosignatures (at least 1) witnesses."),
+    _counter("notary_log_statements_witnessed", "witnessing", "rebased", "Statements whose "
+             "inclusion was proven again against a cosigned checkpoint."),
+    _counter("notary_log_statements_unwitnessed", "witnessing", "abandoned", "Statements given "
+             "up on while waiting for a cosigned checkpoint (too many waiting)."),
+    _gauge("notary_log_statements_awaiting_witnesses", "livesum", "witnessing", "awaiting",
+           "Statements waiting for a cosigned checkpoint to cover them."),
+    _counter("notary_log_answers_unwitnessed", "witnessing", "unwitnessed_answers", "v2 answers "
+             "sent after [log] witness_wait_s with a statement not yet on a cosigned checkpoint."),
     _counter("notary_probes_coalesced", "records", "coalesced", "Probe requests that joined a "
              "probe already running for their target."),
     _gauge("notary_probes_in_flight", "livesum", "prober", "in_flight",
@@ -538,6 +555,7 @@ class NotaryMetrics:
         dane: DaneChecker | None = None,
         log: LogAppender | None = None,
         log_pages: LogPages | None = None,
+        witnessing: Any = None,
         websocket: WebSocketCounts | None = None,
         signers: Mapping[str, Signer] | None = None,
         abuse: AbuseControls | None = None,
@@ -552,7 +570,7 @@ class NotaryMetrics:
             "cache": cache, "stored": stored, "prober": prober, "records": records,
             "storage": storage,
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
-            "dane": dane, "log": log, "log_pages": log_pages,
+            "dane": dane, "log": log, "log_pages": log_pages, "witnessing": witnessing,
         }
         self._signers = dict(signers or {})
         self._listeners = dict(listeners or {})

@@ -99,7 +99,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import trio
@@ -154,6 +154,11 @@ _DANE_RESPONSES = {
     )
     for outcome, body in DANE_MESSAGES.items() for alive in (False, True)
 }
+
+
+#: Waits until the statements given (None: no statement) are proven against a
+#: cosigned checkpoint, or a bound passes (``CosignedCheckpoints.wait_witnessed``).
+WaitWitnessed = Callable[[Iterable["v2.SignedStatement | None"]], Awaitable[None]]
 
 
 class QueryDeadline(ProbeTimeout):
@@ -307,8 +312,12 @@ class QueryService:
         scheduler: RescanScheduler | None = None,
         failure_delay_s: float = 0.0,
         backends: tuple[str, ...] = ("perspective",),
+        wait_witnessed: WaitWitnessed | None = None,
     ) -> None:
         self._records = records
+        #: With ``[log] min_cosignatures``: waits for the statements of an
+        #: answer to be proven against a cosigned checkpoint (bounded).
+        self._wait_witnessed = wait_witnessed
         self._cache = cache
         self._storage = storage
         self._fresh_for_s = fresh_for_s
@@ -782,6 +791,8 @@ class QueryService:
             async with trio.open_nursery() as nursery:
                 for index, query in waiting:
                     nursery.start_soon(answer_one, index, query)
+        if self._wait_witnessed is not None:
+            await self._wait_witnessed(r.statement for r in results if r is not None)
         body = v2.answer_bytes(
             [r for r in results if r is not None],
             nonce=request.nonce,

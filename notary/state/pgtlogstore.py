@@ -41,6 +41,7 @@ its password (``notary.state.dsn``).
 
 from __future__ import annotations
 
+from notary.state import logcosignatures
 from notary.state.connection import PostgresConnection, Transaction
 from notary.state.tlogstore import LogEngine
 
@@ -81,7 +82,7 @@ class PostgresLogStore(LogEngine):
         )
         self.path = self._db.path  # what messages name (LogStore's path)
         try:
-            self._db.create_tables(SCHEMA)
+            self._db.create_tables(SCHEMA + logcosignatures.PG_SCHEMA)
         except BaseException:
             self._db.close()
             raise

@@ -44,6 +44,7 @@ from typing import Protocol
 
 from notary.errors import StoreError
 from notary.protocol import tlog
+from notary.state import logcosignatures
 from notary.state.connection import (
     Columns,
     Connection,
@@ -268,6 +269,36 @@ class LogEngine(ConnectionOwner):
         reader = tlog.TileHashReader(size, self._stored_tile)
         return tlog.inclusion_proof(index, size, reader.perfect)
 
+    def inclusion_proofs(self, indices: Sequence[int], size: int) -> list[list[bytes]]:
+        """The inclusion proofs of entries ``indices`` in the tree of
+        ``size``, read through one tile reader (tiles shared by the proofs
+        are read once). ``ValueError`` as :meth:`inclusion_proof`."""
+        head = self.head()
+        if head is None or not 0 < size <= head.size or any(
+            not 0 <= index < size for index in indices
+        ):
+            raise ValueError("indices and size must be within the stored tree")
+        reader = tlog.TileHashReader(size, self._stored_tile)
+        return [tlog.inclusion_proof(index, size, reader.perfect) for index in indices]
+
+    # -- the witnesses' cosignatures (notary.state.logcosignatures) ---------------------
+
+    def cosignatures(self) -> list[logcosignatures.StoredCosignature]:
+        return logcosignatures.read(self._db)
+
+    def add_cosignature(self, cosignature: logcosignatures.StoredCosignature) -> None:
+        logcosignatures.add(self._db, cosignature)
+
+    def take_witness_turn(
+        self, witness: str, holder: str, now_ms: int, until_ms: int
+    ) -> logcosignatures.Turn | None:
+        return logcosignatures.take_turn(
+            self._db, witness, holder, now_ms=now_ms, until_ms=until_ms
+        )
+
+    def record_witness_size(self, witness: str, holder: str, size: int) -> None:
+        logcosignatures.record_held_size(self._db, witness, holder, size)
+
     def _stored_tile(self, level: int, index: int, width: int) -> bytes:
         """``TileHashReader``'s source: the first ``width`` hashes of a tile."""
         return stored_tile_reader(self.tile, f"database {self.path}")(level, index, width)
@@ -284,7 +315,7 @@ class LogStore(LogEngine):
             path, synchronous=synchronous.upper(), busy_timeout_ms=BUSY_TIMEOUT_MS
         )
         try:
-            self._db.create_tables(SCHEMA)
+            self._db.create_tables(SCHEMA + logcosignatures.SCHEMA)
         except BaseException:
             self._db.close()
             raise

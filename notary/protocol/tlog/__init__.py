@@ -10,7 +10,8 @@ Modules, in import order: ``errors``, ``merkle`` (hashing, proofs, their
 verification, the sequencer's ``CompactRange``), ``tiles`` (paths, tile
 contents, ``TileHashReader``, entry bundles), ``note`` (signed notes and
 verifier keys, Ed25519), ``checkpoint``, ``cosignature`` (witness
-cosignatures, the add-checkpoint body), ``witness`` (a witness's rules).
+cosignatures, the add-checkpoint body), ``witness`` (a witness's rules),
+``policy`` (a client's: which witnesses, how many).
 Import the names from this package.
 
 Errors: every rejection of input is a :class:`TlogError` (a
@@ -93,6 +94,7 @@ from notary.protocol.tlog.note import (
     sign_note,
     verifier_key,
 )
+from notary.protocol.tlog.policy import MAX_AHEAD_S, Witnessing, WitnessPolicy
 from notary.protocol.tlog.tiles import (
     DEFAULT_CACHED_TILES,
     MAX_ENTRY_BYTES,
@@ -133,6 +135,7 @@ __all__ = [
     "KEY_ID_BYTES",
     "MAX_ADD_CHECKPOINT_BYTES",
     "MAX_ADD_CHECKPOINT_PROOF",
+    "MAX_AHEAD_S",
     "MAX_CHECKPOINT_CHARS",
     "MAX_ENTRY_BYTES",
     "MAX_NOTE_BYTES",
@@ -162,7 +165,9 @@ __all__ = [
     "TileHashReader",
     "TlogError",
     "Verify",
+    "WitnessPolicy",
     "WitnessRefusal",
+    "Witnessing",
     "check_consistent",
     "consistency_proof",
     "cosign",

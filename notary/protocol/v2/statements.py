@@ -102,12 +102,25 @@ class LogSlot:
     """Where a logged statement's inclusion arrives once the log has
     sequenced it: ``item``, the statement's entry of the answer document with
     its ``inclusion`` (rule S7); None until then (the statement's promise
-    stands). Written by the log's appender, read by the answers."""
+    stands). Written by the log's appender, read by the answers.
 
-    __slots__ = ("item",)
+    With witnesses, ``item`` is replaced once a checkpoint at or past the
+    statement's index is cosigned (its inclusion proven against that one,
+    its cosignatures on the note), and ``witnessed`` set; ``abandoned``
+    says nobody will do so (the notary gave up waiting for it: answers then
+    do not wait either)."""
+
+    __slots__ = ("abandoned", "item", "witnessed")
 
     def __init__(self) -> None:
         self.item: bytes | None = None
+        self.witnessed = False
+        self.abandoned = False
+
+    @property
+    def awaits_witnesses(self) -> bool:
+        """Whether a cosigned inclusion may still come."""
+        return not (self.witnessed or self.abandoned)
 
 
 def statement_bytes(statement: Mapping[str, Any]) -> bytes:
