@@ -127,6 +127,8 @@ class RunningNotary:
     signers: Mapping[str, Signer] = field(default_factory=dict)
     log: LogAppender | None = None  # the transparency log (None: none kept)
     log_pages: LogPages | None = None  # its pages under /v2/log/ (None: none)
+    log_witnesses: LogWitnesses | None = None  # who cosigns the log (None: nobody)
+    cosigned: CosignedCheckpoints | None = None  # what they cosigned (None: nobody)
 
 
 def make_server_ssl_context(config: Config) -> ssl.SSLContext:
@@ -993,5 +995,5 @@ async def _run(
             storage=storage, prober=prober, scheduler=scheduler, cache=c.cache,
             stop=serving.cancel, stop_gracefully=stop_gracefully, admin=endpoints["admin"],
             metrics=s.metrics, abuse=c.abuse, signers=c.signers, log=c.log,
-            log_pages=s.log_pages,
+            log_pages=s.log_pages, log_witnesses=c.log_witnesses, cosigned=c.cosigned,
         ))
