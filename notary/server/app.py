@@ -127,6 +127,7 @@ class RunningNotary:
     signers: Mapping[str, Signer] = field(default_factory=dict)
     log: LogAppender | None = None  # the transparency log (None: none kept)
     log_pages: LogPages | None = None  # its pages under /v2/log/ (None: none)
+    witness: Witness | None = None  # the witness endpoint (None: not a witness)
 
 
 def make_server_ssl_context(config: Config) -> ssl.SSLContext:
@@ -416,7 +417,8 @@ class Reloader:
     is read again (``load``, None: not from a file) for the target policy
     (``[server] allow_targets`` and ``opt_out``), the relay's destination policy (``[relay]
     allow_addresses``) and the served bundle (``[server] bundle_file``,
-    the same path); the relay's trusted bundles are read again. Any other
+    the same path); the relay's trusted bundles and the witness's bundles
+    (``[witness] bundles``, the same paths) are read again. Any other
     change takes a restart.
 
     Error handling: a file that cannot be read or does not validate is
@@ -430,17 +432,21 @@ class Reloader:
         relay: RelayHandler,
         api: ApiHandler,
         bundle_file: Path | None,
+        witness: Witness | None = None,
     ) -> None:
         self._load = load
         self._prober = prober
         self._relay = relay
         self._api = api
         self._bundle_file = bundle_file
+        self._witness = witness
 
     def read(self) -> _Reloaded | None:
         """The new settings (blocking file reads: run it in a thread)."""
         if self._relay.trusted is not None:
             self._relay.trusted.reload()
+        if self._witness is not None:
+            self._witness.reload()
         if self._load is None:
             return None
         try:
@@ -675,6 +681,7 @@ def build_components(
             config.store.dsn if fleet else config.server.db_file,  # type: ignore[arg-type]
             name=config.witness.name, logs=config.witness.logs, signer=v2_signer, clock=clock,
             open_store=PostgresWitnessStore if fleet else WitnessStore,
+            bundles=config.witness.bundles, abuse=abuse,
         )
     return Components(
         config=config, sockets=sockets, resolver=resolver, clock=clock,
@@ -962,7 +969,7 @@ async def _run(
             await nursery.start(scheduler.serve, records.refresh)
         reloader = Reloader(
             reload_config, prober=prober, relay=c.relay, api=s.api,
-            bundle_file=c.config.server.bundle_file,
+            bundle_file=c.config.server.bundle_file, witness=c.witness,
         )
         nursery.start_soon(reload_on_sighup, reloader)
         # The accept loops run in a scope of their own, so that a graceful
@@ -993,5 +1000,5 @@ async def _run(
             storage=storage, prober=prober, scheduler=scheduler, cache=c.cache,
             stop=serving.cancel, stop_gracefully=stop_gracefully, admin=endpoints["admin"],
             metrics=s.metrics, abuse=c.abuse, signers=c.signers, log=c.log,
-            log_pages=s.log_pages,
+            log_pages=s.log_pages, witness=c.witness,
         ))
