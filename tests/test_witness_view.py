@@ -18,7 +18,7 @@ import trio.testing
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from notary.errors import ProtocolError
-from notary.protocol import tlog
+from notary.protocol import tlog, v2
 from notary.server import witness as witness_module
 from notary.server.witness import VIEW_CACHE_S, Witness
 from notary.state.crypto import Ed25519Signer
@@ -76,6 +76,11 @@ async def test_the_view_is_the_checkpoint_held_cosigned_now(
         _, names = tlog.open_note(served, tlog.cosignature_verifiers([witness_vkey(notary)]))
         assert names == [WITNESS_NAME]
         assert abs(tlog.parse_cosignature_line(lines[0]).timestamp - notary.clock()) < 60
+        # What a client asking its notaries for their views accepts
+        # (notary.client.witnesses).
+        assert v2.verify_checkpoint(served, LOG.origin, LOG.public).size == 5
+        policy = tlog.WitnessPolicy((witness_vkey(notary),), 1)
+        assert policy.judge(served, now=int(notary.clock())).cosigned == (WITNESS_NAME,)
         # A newer checkpoint is the view once the cached one is stale
         # (here at once: no time to wait for).
         monkeypatch.setattr(witness_module, "VIEW_CACHE_S", 0.0)
