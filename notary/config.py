@@ -488,8 +488,8 @@ class WitnessConfig:
     """The notary as a witness of other logs (C2SP tlog-witness; docs/log.md
     "Witnesses"): with ``enabled`` (and v2 served) ``POST
     /v2/witness/add-checkpoint`` cosigns, with the v2 key, checkpoints of
-    the ``logs`` it is given with a consistency proof from the last one it
-    cosigned."""
+    the ``logs`` it is given, and those of the ``bundles``, with a
+    consistency proof from the last one it cosigned."""
 
     enabled: bool = False
     #: The cosignatures' key name (a schema-less URL naming this witness).
@@ -497,6 +497,9 @@ class WitnessConfig:
     #: The logs witnessed: their Ed25519 signed-note vkeys
     #: (``origin+keyid+base64``; the key name is the log's origin).
     logs: tuple[str, ...] = ()
+    #: ``.notary`` files, or directories of them, whose logs (their ``log``
+    #: member's key) are witnessed too; re-read on SIGHUP. A path or a list.
+    bundles: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,7 +708,9 @@ def load_config(path: Path | None, overrides: dict[str, dict[str, Any]] | None =
                     values[key] = base / values[key]
         if name in ("perspectives", "v2") and isinstance(values.get("key_file"), str):
             values["key_file"] = base / values["key_file"]
-        if name == "relay" and isinstance(values.get("bundles"), list):
+        if name == "witness" and isinstance(values.get("bundles"), str):
+            values["bundles"] = [values["bundles"]]  # one path, as a list of one
+        if name in ("relay", "witness") and isinstance(values.get("bundles"), list):
             values["bundles"] = [
                 base / v if isinstance(v, str) else v for v in values["bundles"]
             ]
@@ -931,8 +936,11 @@ def _validate_witness(config: Config) -> None:
             "[witness] name must name the witness: 1-200 printable ASCII characters, "
             "no space or '+'"
         )
-    if not witness.logs:
-        raise ConfigError("[witness] logs must list the vkeys of the logs it witnesses")
+    if not witness.logs and not witness.bundles:
+        raise ConfigError(
+            "[witness] needs logs (the vkeys of the logs it witnesses) or bundles "
+            "(bundles naming them)"
+        )
     try:
         tlog.witnessed_logs(witness.logs)
     except tlog.NoteError as exc:

@@ -7,14 +7,15 @@ Each case is one surface and one fault that applies to it. The surfaces:
 the HTTPS API, the plain API, the Perspectives port, the relay, the admin
 listener, and paths of the HTTPS port: the WebSocket's upgrade at
 ``/v2/ws`` (``websocket-upgrade``), the frames after it (``websocket``: a
-reset mid-request is a reset mid-frame) and the witness endpoint ``POST
-/v2/witness/add-checkpoint``. The fault is done several times in a row,
-then a few at once while the node is asked something; then
+reset mid-request is a reset mid-frame), the witness endpoint ``POST
+/v2/witness/add-checkpoint`` and its view ``GET /v2/witness/view/...``.
+The fault is done several times in a row, then a few at once while the
+node is asked something; then
 
 * every listener answers a real request: a cache hit on both API ports and
   on the Perspectives port, ``/healthz`` on the admin port, a CONNECT and
   a round trip through a tunnel on the relay (and, for the WebSocket and
-  witness surfaces, a query over a WebSocket, a cosignature);
+  witness surfaces, a query over a WebSocket, a cosignature, a view);
 * the open connections the notary counts (the gauges of its ``/metrics``:
   HTTP listeners, relay, WebSocket) return to zero within the notary's
   deadlines, while the faulty clients that never read still hold their
@@ -36,6 +37,7 @@ loop alone (test_accept.py), WebSocket limits over memory streams
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -127,6 +129,8 @@ def add_checkpoint(old: int, size: int) -> bytes:
 
 
 WITNESSED = add_checkpoint(0, 3)
+#: What the witness holds of the log, cosigned (``GET``, after ``WITNESSED``).
+VIEW_PATH = "/v2/witness/view/" + hashlib.sha256(ORIGIN.encode()).hexdigest()
 
 
 def post(path: str, body: bytes) -> bytes:
@@ -198,6 +202,9 @@ class World:
         if name == "witness":
             request = post("/v2/witness/add-checkpoint", WITNESSED)
             return Surface(name, ports["https"], request, tls=True, flood=request * 5)
+        if name == "witness-view":
+            request = f"GET {VIEW_PATH} HTTP/1.1\r\nHost: notary\r\n\r\n".encode()
+            return Surface(name, ports["https"], request, tls=True)
         raise AssertionError(name)
 
 
@@ -311,6 +318,9 @@ async def assert_node_answers(world: World, surface: str) -> None:
         first = await witness_add(world, add_checkpoint(0, 3))
         assert first.status == 200 or (first.status, first.body) == (409, b"3\n"), first
         assert (await witness_add(world, add_checkpoint(3, 3))).status == 200
+    if surface == "witness-view":
+        view = await send_raw(world.ports["https"], http10(VIEW_PATH))
+        assert view.status == 200 and view.body.startswith(b"log.test/faults\n3\n"), view
 
 
 async def witness_add(world: World, body: bytes) -> RawResponse:
@@ -360,6 +370,8 @@ SURFACES: dict[str, tuple[ClientFault, ...]] = {
     "websocket-upgrade": client_faults(listener=False),
     "websocket": client_faults(listener=False),
     "witness": client_faults(listener=False, http=True),
+    # A GET: no body to expect, nothing to upgrade.
+    "witness-view": client_faults(listener=False),
 }
 MATRIX = [
     pytest.param(surface, fault, id=f"{surface}-{fault.value}")
@@ -377,6 +389,8 @@ async def test_a_fault_ends_only_its_own_connection(
     try:
         async with open_world(tmp_path) as world:
             target = world.surface(surface)
+            if surface == "witness-view":  # something held: each view made reads and signs
+                assert (await witness_add(world, WITNESSED)).status == 200
             for _ in range(TIMES):
                 held.append(await apply(fault, target))
             async with trio.open_nursery() as nursery:

@@ -202,7 +202,7 @@ class ApiHandler:
                 request.method, path, query, client=client, keep_alive=request.keep_alive
             )
         if self._witness is not None and path.startswith(WITNESS_PREFIX):
-            return await self._witness.answer(request.method, path, request.body)
+            return await self._witness.answer(request.method, path, request.body, client=client)
         if path == b"/" and self._perspectives and query and request.method == b"GET":
             target = perspectives.parse_query(query)
             if target is not None:

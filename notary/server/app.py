@@ -129,6 +129,7 @@ class RunningNotary:
     log_pages: LogPages | None = None  # its pages under /v2/log/ (None: none)
     log_witnesses: LogWitnesses | None = None  # who cosigns the log (None: nobody)
     cosigned: CosignedCheckpoints | None = None  # what they cosigned (None: nobody)
+    witness: Witness | None = None  # the witness endpoint (None: not a witness)
 
 
 def make_server_ssl_context(config: Config) -> ssl.SSLContext:
@@ -418,7 +419,8 @@ class Reloader:
     is read again (``load``, None: not from a file) for the target policy
     (``[server] allow_targets`` and ``opt_out``), the relay's destination policy (``[relay]
     allow_addresses``) and the served bundle (``[server] bundle_file``,
-    the same path); the relay's trusted bundles are read again. Any other
+    the same path); the relay's trusted bundles and the witness's bundles
+    (``[witness] bundles``, the same paths) are read again. Any other
     change takes a restart.
 
     Error handling: a file that cannot be read or does not validate is
@@ -432,17 +434,21 @@ class Reloader:
         relay: RelayHandler,
         api: ApiHandler,
         bundle_file: Path | None,
+        witness: Witness | None = None,
     ) -> None:
         self._load = load
         self._prober = prober
         self._relay = relay
         self._api = api
         self._bundle_file = bundle_file
+        self._witness = witness
 
     def read(self) -> _Reloaded | None:
         """The new settings (blocking file reads: run it in a thread)."""
         if self._relay.trusted is not None:
             self._relay.trusted.reload()
+        if self._witness is not None:
+            self._witness.reload()
         if self._load is None:
             return None
         try:
@@ -677,6 +683,7 @@ def build_components(
             config.store.dsn if fleet else config.server.db_file,  # type: ignore[arg-type]
             name=config.witness.name, logs=config.witness.logs, signer=v2_signer, clock=clock,
             open_store=PostgresWitnessStore if fleet else WitnessStore,
+            bundles=config.witness.bundles, abuse=abuse,
         )
     return Components(
         config=config, sockets=sockets, resolver=resolver, clock=clock,
@@ -964,7 +971,7 @@ async def _run(
             await nursery.start(scheduler.serve, records.refresh)
         reloader = Reloader(
             reload_config, prober=prober, relay=c.relay, api=s.api,
-            bundle_file=c.config.server.bundle_file,
+            bundle_file=c.config.server.bundle_file, witness=c.witness,
         )
         nursery.start_soon(reload_on_sighup, reloader)
         # The accept loops run in a scope of their own, so that a graceful
@@ -996,4 +1003,5 @@ async def _run(
             stop=serving.cancel, stop_gracefully=stop_gracefully, admin=endpoints["admin"],
             metrics=s.metrics, abuse=c.abuse, signers=c.signers, log=c.log,
             log_pages=s.log_pages, log_witnesses=c.log_witnesses, cosigned=c.cosigned,
+            witness=c.witness,
         ))
