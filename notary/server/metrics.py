@@ -314,8 +314,8 @@ def _bloom(read: Callable[[BloomStatistics], float]) -> Read:
 #: Every metric, in the order of the exposition. Sources: ``queries`` (the
 #: query service, handlers and WebSocket), ``cache``, ``stored``, ``prober``,
 #: ``storage``, ``signers``, ``listeners``, ``relay``, ``websocket``,
-#: ``abuse``, ``scheduler``, ``dane``, ``log``, ``log_pages``, ``witnessing`` (the
-#: last eight absent when not served),
+#: ``abuse``, ``scheduler``, ``dane``, ``log``, ``log_pages``, ``witnessing``,
+#: ``witness`` (the last nine absent when not served),
 #: ``uptime``, ``start`` (set once) and ``timings`` (histograms).
 METRICS: tuple[MetricSpec, ...] = (
     _counter("notary_queries", "queries", _same, "Queries answered, by protocol and HTTP status "
@@ -419,6 +419,19 @@ METRICS: tuple[MetricSpec, ...] = (
            "Statements waiting for a cosigned checkpoint to cover them."),
     _counter("notary_log_answers_unwitnessed", "witnessing", "unwitnessed_answers", "v2 answers "
              "sent after [log] witness_wait_s with a statement not yet on a cosigned checkpoint."),
+    _counter("notary_witness_cosigned", "witness", "cosigned", "Checkpoints of other logs this "
+             "worker cosigned as their witness ([witness])."),
+    _counter("notary_witness_refused", "witness", lambda w: {
+        str(status): count for status, count in w.refused.items()
+    }, "add-checkpoint requests this witness refused, by HTTP status (409: not from the size "
+       "held; 422: not consistent with it, a fork).", ("status",),
+       ("400", "403", "404", "409", "413", "422", "503")),
+    _counter("notary_witness_views", "witness", "views", "Views (GET /v2/witness/view/...) "
+             "served."),
+    _counter("notary_witness_views_made", "witness", "views_made", "Views made afresh (a store "
+             "read and a signature each; the others were cached)."),
+    _gauge("notary_witness_logs", "livemax", "witness", "logs",
+           "Logs this witness witnesses now ([witness] logs and bundles)."),
     _counter("notary_probes_coalesced", "records", "coalesced", "Probe requests that joined a "
              "probe already running for their target."),
     _gauge("notary_probes_in_flight", "livesum", "prober", "in_flight",
@@ -556,6 +569,7 @@ class NotaryMetrics:
         log: LogAppender | None = None,
         log_pages: LogPages | None = None,
         witnessing: Any = None,
+        witness: Any = None,
         websocket: WebSocketCounts | None = None,
         signers: Mapping[str, Signer] | None = None,
         abuse: AbuseControls | None = None,
@@ -571,6 +585,7 @@ class NotaryMetrics:
             "storage": storage,
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
             "dane": dane, "log": log, "log_pages": log_pages, "witnessing": witnessing,
+            "witness": witness,
         }
         self._signers = dict(signers or {})
         self._listeners = dict(listeners or {})

@@ -109,6 +109,19 @@ class WitnessRefused(ProtocolError):
         self.held_size = refusal.held_size
 
 
+@dataclass(frozen=True, slots=True)
+class WitnessStatistics:
+    """What the metrics read (``notary_witness_*``, by this worker):
+    checkpoints cosigned, requests refused by status, views served and made
+    afresh, and the logs witnessed now."""
+
+    cosigned: int
+    refused: dict[int, int]
+    views: int
+    views_made: int
+    logs: int
+
+
 class Witness:
     """See the module docstring. ``path``: what ``open_store`` opens (the
     SQLite file, or the fleet's DSN); ``logs``: the witnessed logs' vkeys,
@@ -142,6 +155,13 @@ class Witness:
         #: Views served (200), and made afresh (each a store read).
         self.views = 0
         self.views_made = 0
+
+    def statistics(self) -> WitnessStatistics:
+        """A snapshot of the counts (the metrics' ``witness`` source)."""
+        return WitnessStatistics(
+            self.cosigned, dict(self.refused), self.views, self.views_made,
+            len(self._witnessed.logs),
+        )
 
     @property
     def origins(self) -> frozenset[str]:
