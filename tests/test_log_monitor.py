@@ -19,7 +19,6 @@ import pytest
 import trio
 import trustme
 
-from notary.cli import main
 from notary.client import logmonitor
 from notary.client.logfetch import MAX_RETRIES, LogFetcher, LogUnreachable
 from notary.errors import UsageError
@@ -28,6 +27,7 @@ from notary.protocol.bundle import Bundle, BundleHost, make_bundle
 from notary.protocol.v2.logaudit import LogReplay, check_log_entry, public_key_of
 from notary.state import crypto
 from notary.state.tlogstore import LogStore
+from tests.support.cli_runs import run_cli
 from tests.support.log_notaries import query
 from tests.support.notaries import NotaryUnderTest, open_v2_notary, send_raw
 from tests.support.tls_targets import open_tls_target
@@ -95,14 +95,6 @@ async def open_logged_world(tmp_path: Path) -> AsyncIterator[tuple[object, Notar
 
 def database(tmp_path: Path) -> sqlite3.Connection:
     return sqlite3.connect(str(tmp_path / "n" / "notary.db"), isolation_level=None, timeout=10)
-
-
-async def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """``notary ARGV`` in a thread (it runs its own Trio loop)."""
-    capsys.readouterr()
-    status = await trio.to_thread.run_sync(main, list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def entry_lines(out: str) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from notary.client import check as client
@@ -20,6 +21,7 @@ from notary.client.witnesses import WitnessChoice
 from notary.model.targets import Target
 from notary.protocol import tlog, v2
 from notary.protocol.voting import Verdict
+from tests.support.cli_runs import run_cli
 from tests.support.log_notaries import logged_statement
 from tests.support.metrics import value
 from tests.support.tls_targets import open_tls_target, static_resolver
@@ -109,7 +111,7 @@ async def test_a_fork_shown_to_a_victim_is_refused_and_caught_by_the_witnesses(
 
 
 async def test_a_witness_that_is_down_leaves_the_decision_to_the_clients_policy(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     network = plan_network(tmp_path, ["a", "b"])
     a, b = network["a"], network["b"]
@@ -137,3 +139,61 @@ async def test_a_witness_that_is_down_leaves_the_decision_to_the_clients_policy(
             cosigned = notary.running.cosigned
             assert cosigned is not None and cosigned.unwitnessed_answers >= 1
             assert cosigned.witnessed is None
+            # `notary log verify` and `watch` hold the served checkpoint to
+            # the same policy: exit 8, the reason shown; --min-witnesses 0
+            # reads the log.
+            path = tmp_path / "a.notary"
+            path.write_bytes(bundle.to_json())
+            state = tmp_path / "watch.state"
+            for command in (["verify"], ["watch", "--domain", "example.test", "--once",
+                                         "--state", str(state)]):
+                status, out, _ = await run_cli(capsys, "log", command[0], str(path), *command[1:])
+                assert status == 8, out
+                assert "UNWITNESSED" in out and "cosigned by 0 of the 1" in out
+                status, out, _ = await run_cli(
+                    capsys, "log", command[0], str(path), *command[1:], "--min-witnesses", "0"
+                )
+                assert status == 0, out
+            assert state.exists()
+
+
+async def test_checks_count_only_the_witnesses_the_user_trusts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    network = plan_network(tmp_path, ["a", "b"])
+    a, b = network["a"], network["b"]
+    stranger = tlog.cosigner_key("stranger.test/witness", a.public_raw[::-1])
+    async with open_tls_target(names=[SITE]) as site:
+        sites = {SITE: [site.host]}
+        async with (
+            open_member(b, witnesses=[], witnessed=[a], sites=sites),
+            open_member(a, witnesses=[b], witnessed=[], sites=sites, min_cosignatures=1),
+        ):
+            bundle = a.bundle([b], 1)
+            book = CheckpointBook(tmp_path / "user")
+            trusted = (await ask(site, [bundle], book))["Notary a"]
+            assert trusted.verdict is Verdict.SUCCESS
+            assert "witnessed by b.test/witness" in trusted.detail
+            # The user's own witness list replaces the bundle's: B's line is
+            # then a stranger's, ignored, and the check fails.
+            own = WitnessChoice((stranger,))
+            refused = (await ask(site, [bundle], book, witnesses=own))["Notary a"]
+            assert refused.verdict is Verdict.FAILURE
+            assert "cosigned by 0 of the 1 witnesses required" in refused.detail
+            path = tmp_path / "a.notary"
+            path.write_bytes(bundle.to_json())
+            status, out, _ = await run_cli(capsys, "log", "verify", str(path))
+            assert status == 0 and "witnessed: cosigned by 1 of the 1" in out, out
+            status, out, _ = await run_cli(
+                capsys, "log", "verify", str(path), "--witness", stranger
+            )
+            assert status == 8 and "UNWITNESSED" in out
+            # Asking more witnesses than are trusted is a usage error.
+            status, _, err = await run_cli(
+                capsys, "log", "verify", str(path), "--min-witnesses", "2"
+            )
+            assert status == 2 and "2 witnesses required" in err
+            status, _, err = await run_cli(
+                capsys, "check", f"{SITE}:{site.port}", "--notary", str(path), "--witness", "x"
+            )
+            assert status == 2 and "--v2" in err
