@@ -868,6 +868,11 @@ def _validate(config: Config) -> None:
 _ORIGIN_RE = re.compile(r"[!-*,-~]{1,200}")
 
 
+#: Witnesses a log asks at most: the log's signature and theirs fit in a
+#: note's ``tlog.MAX_NOTE_SIGNATURES`` (32) lines.
+MAX_LOG_WITNESSES = 31
+
+
 def _validate_log(config: Config) -> None:
     log = config.log
     if not log.enabled:
@@ -886,6 +891,11 @@ def _validate_log(config: Config) -> None:
         )
     for witness in log.witnesses:
         _validate_log_witness(witness)
+    if len(log.witnesses) > MAX_LOG_WITNESSES:
+        raise ConfigError(
+            f"[log] witnesses: at most {MAX_LOG_WITNESSES} (a checkpoint's note holds "
+            f"{MAX_LOG_WITNESSES + 1} signature lines)"
+        )
     if len({w.key for w in log.witnesses}) != len(log.witnesses):
         raise ConfigError("[log] witnesses must not list a witness's key twice")
     if not 0 <= log.min_cosignatures <= len(log.witnesses):

@@ -18,6 +18,8 @@ import pytest
 import trio
 import trustme
 
+from notary.config import load_config
+from notary.errors import ConfigError
 from notary.protocol import tlog, v2
 from notary.state import crypto
 from tests.support.log_notaries import get, logged_statement
@@ -221,3 +223,35 @@ async def test_a_cosignature_dated_in_the_future_is_refused(tmp_path: Path, ahea
                 await witness.wait_accepted(2)  # cosigned, refused, asked again
             status, body = await get(a, "/v2/log/checkpoint")
             assert status == 200 and body.decode().count("\u2014") == 1
+
+
+def test_the_log_witness_options_are_checked(tmp_path: Path) -> None:
+    """``[log] min_cosignatures`` within the witnesses listed, each listed
+    once, at most 31 of them (a note's 32 signature lines), and the bundle
+    carries the promise."""
+    base = {"server": {"key_file": tmp_path / "k", "cert_file": tmp_path / "c",
+                       "db_file": tmp_path / "d"}, "v2": {"key_file": tmp_path / "v"}}
+
+    def entry(i: int) -> dict[str, str]:
+        public = bytes([i + 1]) * 32
+        return {"url": "https://127.0.0.1:1/v2/witness",
+                "key": tlog.cosigner_key(f"w{i}.test/witness", public), "pin": "00" * 20}
+
+    def log(**options: object) -> dict[str, object]:
+        return {**base, "log": {"enabled": True, "origin": ORIGIN, **options}}
+
+    two = (entry(0), entry(1))
+    config = load_config(None, log(witnesses=two, min_cosignatures=2))
+    member = config.log.bundle_log(b"\x07" * 32)
+    assert member is not None and member.min_witnesses == 2
+    assert member.witnesses == tuple(w["key"] for w in two)
+    for options, message in (
+        ({"witnesses": two, "min_cosignatures": 3}, "min_cosignatures must be 0 to"),
+        ({"witnesses": (), "min_cosignatures": 1}, "min_cosignatures must be 0 to"),
+        ({"witnesses": two, "min_cosignatures": -1}, "min_cosignatures"),
+        ({"witnesses": (entry(0), entry(0))}, "twice"),
+        ({"witnesses": tuple(entry(i) for i in range(32))}, "at most 31"),
+        ({"witnesses": two, "witness_wait_s": 0}, "witness_wait_s"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, log(**options))

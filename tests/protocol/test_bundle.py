@@ -436,6 +436,13 @@ def test_a_log_member_round_trips_and_legacy_bundles_stay_byte_for_byte(
     assert parse_bundle(made.to_json()) == made
     document["log"] = None
     assert parse_doc(document).log is None
+    # The operator's promise of cosignatures travels with it (absent: 0).
+    document["log"] = {**member, "min_witnesses": 1}
+    promised = parse_doc(document)
+    assert promised.log is not None and promised.log.min_witnesses == 1
+    assert json.loads(promised.to_json())["log"]["min_witnesses"] == 1
+    assert parse_bundle(promised.to_json()) == promised
+    assert bundle.log.min_witnesses == 0
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -449,6 +456,10 @@ def test_a_log_member_round_trips_and_legacy_bundles_stay_byte_for_byte(
     (lambda log: {**log, "witnesses": [log["key"]]}, "log witness"),
     (lambda log: {**log, "witnesses": log["witnesses"] * 2}, "must not repeat"),
     (lambda log: {**log, "witnesses": log["witnesses"] * 33}, "at most 32"),
+    (lambda log: {**log, "min_witnesses": 2}, "min_witnesses must be a whole number from 0"),
+    (lambda log: {**log, "min_witnesses": -1}, "min_witnesses must be a whole number from 0"),
+    (lambda log: {**log, "min_witnesses": True}, "min_witnesses must be a whole number from 0"),
+    (lambda log: {**log, "min_witnesses": "1"}, "min_witnesses must be a whole number from 0"),
 ])
 def test_a_bad_log_member_is_refused(document: dict[str, Any], change, message: str) -> None:
     document["log"] = change(_log_member(bytes(range(32))))
