@@ -317,7 +317,7 @@ def test_keys_shows_the_log_and_witness_keys(
         f'[v2]\nkey_file = "{v2_key}"\n[log]\nenabled = true\n'
         'origin = "notary.example.test/v2/log"\n'
         f'witnesses = [{{ url = "https://w.example.test/v2/witness", key = "{witness}", '
-        f'pin = "{"AB" * 20}" }}]\n'
+        f'pin = "{"AB" * 20}" }}]\nmin_cosignatures = 1\n'
         f'[witness]\nenabled = true\nname = "notary.example.test/witness"\n'
         f'logs = ["{log_vkey}"]\n'
     ))
@@ -328,6 +328,7 @@ def test_keys_shows_the_log_and_witness_keys(
         "log:         notary.example.test/v2/log",
         f"log key:     {tlog.verifier_key('notary.example.test/v2/log', raw)}",
         f"log witness: {witness}",
+        "cosignatures promised: 1 of 1",
         f"witness key: {tlog.cosigner_key('notary.example.test/witness', raw)}",
     ]
     bare = write_config(tmp_path, *keypair, extra=f'[v2]\nkey_file = "{v2_key}"\n')

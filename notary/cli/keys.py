@@ -122,6 +122,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
         print(f"log key:     {log.key}")
         for witness in log.witnesses:
             print(f"log witness: {witness}")
+        if log.witnesses:
+            print(f"cosignatures promised: {log.min_witnesses} of {len(log.witnesses)}")
     if config.witness.enabled:
         print(f"witness key: {tlog.cosigner_key(config.witness.name, public)}")
     else:
