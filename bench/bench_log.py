@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import random
-import re
 import sqlite3
 import statistics
 import sys
@@ -26,9 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cryptography.hazmat.primitives.asymmetric import ed25519
-
-# Importing harness also puts the project root on sys.path.
-from harness.loopback import LOOPBACK, body_of, connect, exchange, free_ports, status_of
+from harness.loopback import LOOPBACK, connect, free_ports
 from harness.machine import cpu_seconds, describe_busy
 from harness.options import finish_load_args, load_parser
 from harness.processes import Processes, run_benchmark, tail
@@ -38,6 +34,9 @@ from harness.runs import Run, run_rounds, start_load
 from harness.runs import best as best_run
 from harness.servers import NotarySetup, RunningNotary, new_notary, start_notary
 from harness.tools import ensure_wrk
+
+# Importing harness also puts the project root on sys.path.
+from harness.v2requests import JSON_TYPE, add_api_ports, https, query_body
 from harness.wrk import run_wrk, wrk_script
 
 from notary.config import load_config
@@ -56,7 +55,6 @@ HIT_BATCHES = (1, 10)
 HIT_TARGETS = max(HIT_BATCHES)  # distinct targets: the notary's own HTTPS API ports
 ORIGIN = "bench.localhost/v2/log"
 NONCE = "bench-log"
-JSON_TYPE = "application/json"
 GOAL = 0.10  # the issue: the log costs a v2 cache hit < 10%
 #: Leaves checked against CompactRange (an independent path to the root).
 CROSS_CHECK_LEAVES = 100_000
@@ -436,33 +434,6 @@ def verify_proofs(kind: str, size: int, picks: Sequence[int], prove: Callable, a
 # -- part 3: a v2 cache hit with the log on and off ----------------------------------------------
 
 
-def add_api_ports(config: Path, extra: Sequence[int]) -> None:
-    """Append ``extra`` HTTPS API listeners to ``[server] api`` (as bench_v2.py)."""
-    more = "".join(f', "{LOOPBACK}:{port}"' for port in extra)
-    text, found = re.subn(r"(?m)^(\s*api = \[.*?)\]\s*$", lambda line: line[1] + more + "]",
-                          config.read_text(), count=1)
-    if not found:
-        raise BenchError("no [server] api line in the dev-init config")
-    config.write_text(text)
-
-
-def https(port: int, method: str, path: str, body: str = "") -> bytes:
-    """The body of the answer to one request over HTTPS; not 200 raises."""
-    head = f"{method} {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
-    if method == "POST":
-        head += f"Content-Type: {JSON_TYPE}\r\nContent-Length: {len(body)}\r\n"
-    response = exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
-                        timeout_s=30.0)[0]
-    if status_of(response) != 200:
-        raise BenchError(f"{method} {path} answered {response[:300]!r}")
-    return body_of(response)
-
-
-def query_body(ports: Sequence[int], sha256: str, size: int) -> str:
-    targets = [{"host": LOOPBACK, "port": port, "sha256": sha256} for port in ports[:size]]
-    return json.dumps({"targets": targets, "nonce": NONCE}, separators=(",", ":"))
-
-
 @dataclass
 class HitNotary:
     name: str
@@ -530,7 +501,7 @@ def start_hit_notary(processes: Processes, directory: Path, name: str, cpu: int,
                           log=directory / f"{name}.log")
     with connect(api_ports[0], tls=True, timeout_s=10.0) as sock:
         sha256 = hashlib.sha256(sock.getpeercert(binary_form=True)).hexdigest()
-    bodies = {n: query_body(api_ports, sha256, n) for n in HIT_BATCHES}
+    bodies = {n: query_body(api_ports, sha256, n, nonce=NONCE) for n in HIT_BATCHES}
     https(api_ports[0], "POST", "/v2/query", bodies[HIT_TARGETS])  # probes every target
     https(api_ports[0], "POST", "/v2/query", bodies[HIT_TARGETS])  # signs the statements
     return HitNotary(name, notary, api_ports, bodies, {})

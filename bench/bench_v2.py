@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Importing harness also puts the project root on sys.path.
-from harness.loopback import LOOPBACK, body_of, connect, exchange, free_ports, status_of
+from harness.loopback import LOOPBACK, connect, free_ports
 from harness.machine import cpu_seconds, describe_busy
 from harness.options import finish_load_args, load_parser
 from harness.processes import Processes, run_benchmark, tail
@@ -30,13 +29,13 @@ from harness.runs import Meter, Run, run_rounds, start_load
 from harness.runs import best as best_run
 from harness.servers import make_notary, start_notary
 from harness.tools import ensure_wrk
+from harness.v2requests import JSON_TYPE, add_api_ports, https, query_body
 from harness.wrk import run_wrk, wrk_script
 
 from notary.protocol import v2
 
 BATCHES = (1, 10, 100)
 NONCE = "bench-v2"
-JSON_TYPE = "application/json"
 
 #: The WebSocket client, run as ``python -c WS_CLIENT URL BODY WINDOW SECONDS``:
 #: one connection, ``WINDOW`` queries outstanding, each one ``BODY`` (a /v2/query
@@ -78,35 +77,6 @@ async def main():
 
 trio.run(main)
 """
-
-
-def add_api_ports(config: Path, extra: Sequence[int]) -> None:
-    """Append ``extra`` HTTPS API listeners to ``[server] api``."""
-    more = "".join(f', "{LOOPBACK}:{port}"' for port in extra)
-    text, found = re.subn(r"(?m)^(\s*api = \[.*?)\]\s*$", lambda line: line[1] + more + "]",
-                          config.read_text(), count=1)
-    if not found:
-        raise BenchError("no [server] api line in the dev-init config")
-    config.write_text(text)
-
-
-def https(port: int, method: str, path: str, body: str = "") -> bytes:
-    """The body of the answer to one request over HTTPS; not 200 raises."""
-    head = f"{method} {path} HTTP/1.1\r\nHost: {LOOPBACK}:{port}\r\n"
-    if method == "POST":
-        head += f"Content-Type: {JSON_TYPE}\r\nContent-Length: {len(body)}\r\n"
-    response = exchange(port, (head + "\r\n" + body).encode("ascii"), tls=True,
-                               timeout_s=30.0)[0]
-    if status_of(response) != 200:
-        raise BenchError(f"{method} {path} answered {response[:300]!r}")
-    return body_of(response)
-
-
-def query_body(ports: Sequence[int], sha256: str, size: int) -> str:
-    """A /v2/query body naming ``size`` targets: ``ports`` in turn, each with ``sha256``."""
-    targets = [{"host": LOOPBACK, "port": ports[i % len(ports)], "sha256": sha256}
-               for i in range(size)]
-    return json.dumps({"targets": targets, "nonce": NONCE}, separators=(",", ":"))
 
 
 def verify(answer: bytes, body: str, keys: dict[str, object], label: str) -> str:
@@ -181,10 +151,11 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
         sha256 = hashlib.sha256(sock.getpeercert(binary_form=True)).hexdigest()
 
     # v2: prime every target once, then check the answers are all cache-hit matches.
-    https(api_ports[0], "POST", "/v2/query", query_body(api_ports, sha256, len(api_ports)))
+    https(api_ports[0], "POST", "/v2/query", query_body(api_ports, sha256, len(api_ports),
+                                                      nonce=NONCE))
     keys = {key.key_id: key.public_key()
             for key in v2.parse_key_document(https(api_ports[0], "GET", "/v2/key"))}
-    bodies = {n: query_body(api_ports, sha256, n) for n in BATCHES}
+    bodies = {n: query_body(api_ports, sha256, n, nonce=NONCE) for n in BATCHES}
     answers = {n: https(api_ports[0], "POST", "/v2/query", bodies[n]) for n in BATCHES}
     largest = max(BATCHES)
     print(verify(answers[largest], bodies[largest], keys, f"/v2/query batch {largest}"))
