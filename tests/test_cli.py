@@ -265,7 +265,7 @@ def test_bundle_pins_the_log_from_the_config_or_flags(
         f'[v2]\nkey_file = "{v2_key}"\n[log]\nenabled = true\n'
         'origin = "notary.example.test/v2/log"\n'
         f'witnesses = [{{ url = "https://w.example.test/v2/witness", key = "{witness}", '
-        f'pin = "{"AB" * 20}" }}]\n'
+        f'pin = "{"AB" * 20}" }}]\nmin_cosignatures = 1\n'
     ))
     host = f"notary.example.test:443:80:{keypair[1]}"
     made = tmp_path / "log.notary"
@@ -277,9 +277,10 @@ def test_bundle_pins_the_log_from_the_config_or_flags(
     assert bundle.log is not None and bundle.log.origin == "notary.example.test/v2/log"
     assert bundle.log.key == tlog.verifier_key("notary.example.test/v2/log", raw)
     assert bundle.log.witnesses == (witness,)
+    assert bundle.log.min_witnesses == 1  # [log] min_cosignatures: the operator's promise
     status, out, _err = run(["bundle", "show", str(made)], capsys)
     assert f"log:      notary.example.test/v2/log\n  key:    {bundle.log.key}\n" in out
-    assert f"  witness: {witness}" in out
+    assert f"  witness: {witness}" in out and "cosignatures promised: 1 of 1" in out
     # Flags without a config; none: no log member, the bundle as before.
     flagged = tmp_path / "flags.notary"
     assert run(["bundle", "--name", "L", "--location", LOCATION, "--host", host,
@@ -287,7 +288,7 @@ def test_bundle_pins_the_log_from_the_config_or_flags(
                 "--out", str(flagged)], capsys)[0] == 0
     pinned = parse_bundle(flagged.read_bytes()).log
     assert pinned is not None and pinned.origin == "other.example.test/log"
-    assert pinned.witnesses == ()
+    assert pinned.witnesses == () and pinned.min_witnesses == 0
     plain = tmp_path / "plain.notary"
     assert run(["bundle", "--name", "L", "--location", LOCATION, "--host", host,
                 "--v2-key", str(v2_key), "--out", str(plain)], capsys)[0] == 0
@@ -297,6 +298,8 @@ def test_bundle_pins_the_log_from_the_config_or_flags(
         (["--log-origin", "o.example.test/log"], "needs the v2 key"),
         (["--log-witness", witness], "--log-witness needs --log-origin"),
         (["--v2-key", str(v2_key), "--log-origin", "has space"], "log origin"),
+        (["--v2-key", str(v2_key), "--log-origin", "o.example.test/log", "--log-witness",
+          witness, "--log-min-witnesses", "2"], "--log-min-witnesses must be 0 to the 1"),
     ):
         assert message in usage_error(["bundle", "--name", "L", "--location", LOCATION,
                                        "--host", host, *argv, "--out", str(tmp_path / "x")],

@@ -37,6 +37,9 @@ def add_bundle(commands: argparse._SubParsersAction) -> None:
                         help="pin the notary's log ([log] origin) in the bundle (needs the v2 key)")
     bundle.add_argument("--log-witness", action="append", default=[], metavar="VKEY",
                         help="a witness the log asks to cosign (its cosigner vkey; repeatable)")
+    bundle.add_argument("--log-min-witnesses", type=int, metavar="N",
+                        help="how many of them cosign the checkpoint of every answer (default: "
+                             "[log] min_cosignatures of --config, else 0)")
     bundle.add_argument("--out", type=Path)
     bundle.add_argument("--force", action="store_true")
     bundle_commands = bundle.add_subparsers(dest="bundle_command", parser_class=UsageParser)
@@ -124,10 +127,18 @@ def _bundle_log(
             "a bundle that pins the log needs the v2 key that signs it "
             "(--v2-key, or --config with [v2] key_file)"
         )
+    configured = log if log is not None and log.enabled else None
     witnesses = args.log_witness or (
-        [w.key for w in log.witnesses] if log is not None and log.enabled else []
+        [w.key for w in configured.witnesses] if configured is not None else []
     )
-    return BundleLog.of(origin, public, tuple(witnesses))
+    minimum = args.log_min_witnesses
+    if minimum is None:
+        minimum = configured.min_cosignatures if configured and not args.log_witness else 0
+    if not 0 <= minimum <= len(witnesses):
+        raise UsageError(
+            f"--log-min-witnesses must be 0 to the {len(witnesses)} witnesses the log asks"
+        )
+    return BundleLog.of(origin, public, tuple(witnesses), min_witnesses=minimum)
 
 
 def _bundle_show(path: Path) -> int:
@@ -152,6 +163,9 @@ def _bundle_show(path: Path) -> int:
         print(cell(f"  key:    {bundle.log.key}"))
         for witness in bundle.log.witnesses:
             print(cell(f"  witness: {witness}"))
+        if bundle.log.witnesses:
+            print(f"  cosignatures promised: {bundle.log.min_witnesses} of "
+                  f"{len(bundle.log.witnesses)}")
     return 0
 
 

@@ -43,6 +43,9 @@ __all__ = ["VIEW_PATH", "WitnessChoice", "WitnessView", "WitnessesUnmet", "view_
 VIEW_PATH = "/v2/witness/view/"
 #: Most notaries asked for their view at once.
 MAX_PEERS_ASKED = 16
+#: How long the views are waited for, at most (a peer that is slow to
+#: answer gives none: the row says "not witnessed", not "timed out").
+VIEWS_TIMEOUT_S = 3.0
 
 
 class WitnessesUnmet(UsageError):
@@ -110,15 +113,17 @@ async def views(
 ) -> list[WitnessView]:
     """The verified views of log ``origin`` (signed by ``public_raw``) that
     ``peers`` serve, asked concurrently (at most ``MAX_PEERS_ASKED``), in
-    the order of ``peers``. The caller's deadline bounds the whole."""
+    the order of ``peers``; those not in within ``VIEWS_TIMEOUT_S`` are
+    left out (the caller's deadline bounds it too)."""
     found: list[WitnessView | None] = [None] * min(len(peers), MAX_PEERS_ASKED)
 
     async def ask(position: int, peer: Bundle) -> None:
         found[position] = await _view(peer, origin, public_raw, policy, relay, resolver)
 
-    async with trio.open_nursery() as nursery:
-        for position, peer in enumerate(peers[:MAX_PEERS_ASKED]):
-            nursery.start_soon(ask, position, peer)
+    with trio.move_on_after(VIEWS_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            for position, peer in enumerate(peers[:MAX_PEERS_ASKED]):
+                nursery.start_soon(ask, position, peer)
     return [view for view in found if view is not None]
 
 
