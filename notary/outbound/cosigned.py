@@ -168,6 +168,8 @@ class CosignedCheckpoints:
         if not self.min_cosignatures:
             return
         slots = [s.log for s in statements if s is not None and s.log is not None]
+        if not any(slot.awaits_witnesses for slot in slots):
+            return  # the usual case, a cache hit: no cancel scope to make
         with trio.move_on_after(self._wait_s):
             while any(slot.awaits_witnesses for slot in slots):
                 await self._rebased.wait()
