@@ -22,6 +22,18 @@ class UsageParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def add_witness_options(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """``--witness VKEY`` and ``--min-witnesses N``: the witnesses the user
+    trusts to cosign a notary's log checkpoints (``client.witnesses``);
+    ``when`` begins their help (a condition, e.g. "with --v2: ")."""
+    parser.add_argument("--witness", action="append", default=[], metavar="VKEY",
+                        help=f"{when}a witness you trust to cosign the log's checkpoints "
+                             "(repeat; given, only these count; default: the bundle's)")
+    parser.add_argument("--min-witnesses", type=int, metavar="N",
+                        help=f"{when}cosignatures required on the checkpoint (default: the "
+                             "bundle's min_witnesses; 1 with --witness)")
+
+
 def check_timeout(timeout: float) -> None:
     if not 0 < timeout <= 3600:
         raise UsageError("--timeout must be between 0 and 3600 seconds")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trio
 
-from notary.cli.args import NOTARIES_HELP, check_timeout, fingerprint_option
+from notary.cli.args import NOTARIES_HELP, add_witness_options, check_timeout, fingerprint_option
 from notary.cli.output import cell, when
 from notary.cli.report import report_json, report_table
 from notary.errors import BadTarget, UsageError
@@ -36,12 +36,7 @@ def add_check(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--json", action="store_true")
     check.add_argument("--v2", action="store_true",
                        help="ask through the signed v2 API (Ed25519, nonce, freshness)")
-    check.add_argument("--witness", action="append", default=[], metavar="VKEY",
-                       help="with --v2: a witness you trust to cosign the notaries' log "
-                            "checkpoints (repeat; default: each bundle's)")
-    check.add_argument("--min-witnesses", type=int, metavar="N",
-                       help="with --v2: cosignatures required on each notary's checkpoint "
-                            "(default: the bundle's min_witnesses; 1 with --witness)")
+    add_witness_options(check, "with --v2: ")
 
 
 def add_watch(commands: argparse._SubParsersAction) -> None:

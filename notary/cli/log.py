@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from notary.cli.args import UsageParser, check_timeout
+from notary.cli.args import UsageParser, add_witness_options, check_timeout
 from notary.cli.output import cell, when
 from notary.errors import NotaryError, UsageError
 
@@ -34,7 +34,7 @@ def add_log(commands: argparse._SubParsersAction) -> None:
                         help="stop reading after N problems (default 100)")
     verify.add_argument("--max-entries", type=int, default=100_000_000, metavar="N",
                         help="read at most the first N entries (default 100000000; 0: all)")
-    _add_witness_options(verify)
+    add_witness_options(verify)
     watch = log_commands.add_parser(
         "watch", help="monitor a notary's log for a domain's entries and for equivocation"
     )
@@ -50,16 +50,7 @@ def add_log(commands: argparse._SubParsersAction) -> None:
                        help="deadline of each request to the notary (default 10)")
     watch.add_argument("--max-problems", type=int, default=100, metavar="N",
                        help="stop reading after N problems (default 100)")
-    _add_witness_options(watch)
-
-
-def _add_witness_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--witness", action="append", default=[], metavar="VKEY",
-                        help="a witness you trust to cosign the checkpoint (repeat; default: "
-                             "the bundle's)")
-    parser.add_argument("--min-witnesses", type=int, metavar="N",
-                        help="cosignatures required on the checkpoint (default: the bundle's "
-                             "min_witnesses; 1 with --witness)")
+    add_witness_options(watch)
 
 
 #: Exit status of `notary log`: 0 consistent, 1 the log is inconsistent,
