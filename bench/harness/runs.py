@@ -53,6 +53,8 @@ class Run:
     latency_us: dict[str, int] = field(default_factory=dict)  # from LATENCY_LUA, if run
     errors: dict[str, int] = field(default_factory=dict)  # socket errors, non-2xx answers
     output: str = ""
+    #: The share of one core the server was held to (``harness.cpucap``; 1: a whole core).
+    server_share: float = 1.0
 
     @property
     def server_us(self) -> float:
@@ -82,6 +84,16 @@ class Run:
         """Why this run does not measure the server: its core (or process) not
         saturated, or the client's saturated (one wrk thread per core assumed)."""
         found = []
+        if self.server_share < 1 and self.server_core is not None:
+            # Held to a share of its core: saturated when it used that share.
+            if self.server_core < MIN_SERVER_CORE * self.server_share:
+                found.append(f"server used {self.server_core:.0%} of a core, its cap "
+                             f"{self.server_share:.0%} (< {MIN_SERVER_CORE:.0%} of it: the "
+                             "server was not the limit)")
+            if self.client_busy is not None and self.client_busy > MAX_WRK_CORE:
+                found.append(f"client core {self.client_busy:.0%} busy (> "
+                             f"{MAX_WRK_CORE:.0%}: the generator was the limit)")
+            return found
         if self.server_busy is not None and self.client_busy is not None:
             if self.server_busy < MIN_SERVER_CORE:
                 found.append(f"server core {self.server_busy:.0%} busy (< "
