@@ -100,6 +100,12 @@ class ServerConfig:
     #: Plain-HTTP API listeners, for operators who terminate TLS in front of
     #: the notary (with the notary's own certificate: clients pin it). Off.
     plain_api: tuple[Endpoint, ...] = ()
+    #: CIDRs of the TLS terminators in front (docs/edge.md): a connection
+    #: to a ``plain_api`` listener from one of them must begin with a PROXY
+    #: protocol header (v1 or v2) naming the client, whom the limits then
+    #: see; from anywhere else, one that begins with a header is refused.
+    #: Empty: off (no header is read).
+    proxy_protocol_from: tuple[str, ...] = ()
     #: CIDRs exempt from the target address policy (labs, tests).
     allow_targets: tuple[str, ...] = ()
     #: Targets never probed, whatever else allows them: host names (each
@@ -1063,6 +1069,15 @@ def _validate_server_and_node(config: Config) -> None:
         AddressPolicy.from_cidrs((), config.server.opt_out)
     except ConfigError as exc:
         raise ConfigError(f"[server] opt_out: {exc}") from None
+    try:
+        AddressPolicy.from_cidrs(config.server.proxy_protocol_from)
+    except ConfigError as exc:
+        raise ConfigError(f"[server] proxy_protocol_from: {exc}") from None
+    if config.server.proxy_protocol_from and not config.server.plain_api:
+        raise ConfigError(
+            "[server] proxy_protocol_from needs [server] plain_api: the PROXY header is "
+            "read on the plain API listeners only"
+        )
 
 
 def _validate_store_cache_v2(config: Config) -> None:

@@ -573,6 +573,32 @@ def test_bloom_sizing_and_plain_api_from_the_file(tmp_path: Path) -> None:
     assert load_config(server_file(tmp_path)).server.plain_api == ()
 
 
+
+def test_proxy_protocol_from_is_read_and_off_by_default(tmp_path: Path) -> None:
+    path = server_file(tmp_path, server_extra=(
+        'plain_api = ["127.0.0.1:8080"]\n'
+        'proxy_protocol_from = ["127.0.0.1/32", "10.1.0.0/16", "::1"]\n'
+    ))
+    config = load_config(path)
+    assert config.server.proxy_protocol_from == ("127.0.0.1/32", "10.1.0.0/16", "::1")
+    assert load_config(server_file(tmp_path)).server.proxy_protocol_from == ()
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ('plain_api = ["127.0.0.1:8080"]\nproxy_protocol_from = ["10.0.0.1/8"]\n',
+     "[server] proxy_protocol_from: invalid CIDR '10.0.0.1/8'"),
+    ('plain_api = ["127.0.0.1:8080"]\nproxy_protocol_from = ["edge.example"]\n',
+     "[server] proxy_protocol_from: invalid CIDR 'edge.example'"),
+    ('plain_api = ["127.0.0.1:8080"]\nproxy_protocol_from = "127.0.0.1"\n',
+     "[server] proxy_protocol_from must be a list of strings"),
+    ('proxy_protocol_from = ["127.0.0.1"]\n',
+     "[server] proxy_protocol_from needs [server] plain_api"),
+])
+def test_proxy_protocol_from_errors_name_the_key(
+    tmp_path: Path, extra: str, expected: str
+) -> None:
+    assert config_error(tmp_path, extra).startswith(expected)
+
 # -- [store]: what the notary keeps (issue 17) ----------------------------------------
 
 

@@ -80,7 +80,10 @@ _UNSPEC, _INET, _INET6, _UNIX = 0x0, 0x1, 0x2, 0x3
 _STREAM, _DGRAM = 0x1, 0x2
 #: The address block of each family (rule 3): addresses, then ports.
 _ADDRESS_BYTES = {_INET: 12, _INET6: 36, _UNIX: 216}
-_V1_FAMILIES = {b"TCP4": ipaddress.IPv4Address, b"TCP6": ipaddress.IPv6Address}
+_AddressType = type[ipaddress.IPv4Address] | type[ipaddress.IPv6Address]
+_V1_FAMILIES: dict[bytes, _AddressType] = {
+    b"TCP4": ipaddress.IPv4Address, b"TCP6": ipaddress.IPv6Address,
+}
 
 
 class ProxyHeaderError(PeerError):
@@ -217,9 +220,7 @@ def _parse_v1(data: bytes) -> ProxyHeader | None:
     return ProxyHeader(length, 1, address, port)
 
 
-def _v1_address(
-    family: type[ipaddress.IPv4Address] | type[ipaddress.IPv6Address], text: bytes
-) -> str:
+def _v1_address(family: _AddressType, text: bytes) -> str:
     """An address of ``family`` in canonical text (IPv4: no leading zeros;
     IPv6: no zone id), as ``ipaddress`` writes it."""
     try:

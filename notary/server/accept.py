@@ -48,6 +48,10 @@ class ConnectionCounts:
     #: ticket or a cached session id).
     tls_handshakes: int = 0
     tls_resumed: int = 0
+    #: Connections closed for their PROXY protocol header (missing, bad,
+    #: late, or from an address not allowed to send one): the plain API
+    #: listeners with ``[server] proxy_protocol_from`` only.
+    proxy_refused: int = 0
 
 
 #: Connections accepted per wake-up at most: a flood cannot hold the loop.

@@ -46,12 +46,21 @@ from notary.outbound.writer import Storage, open_storage
 from notary.protocol import perspectives, v2
 from notary.protocol.bundle import parse_bundle
 from notary.protocol.hotpath import IMPLEMENTATION as HOTPATH_IMPLEMENTATION
+from notary.protocol.proxyheader import ProxyHeaderError
 from notary.server.accept import ConnectionCounts, StreamMaker, serve_socket, trio_stream
 from notary.server.admin import AdminServer
 from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Watchdog, serve_http_connection
 from notary.server.logapi import LogPages
 from notary.server.metrics import NotaryMetrics, Signer, Timings
+from notary.server.proxyprotocol import (
+    EdgeStream,
+    HeaderRefusingStream,
+    TrustedEdges,
+    edge_stream,
+    read_proxy_header,
+    refused,
+)
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
 from notary.server.sockstream import SocketStream
@@ -210,17 +219,19 @@ class ConnectionHandler:
             return SocketStream(sock)
         return TlsStream(sock, self._context)
 
-    async def __call__(self, stream: SocketStream | TlsStream) -> None:
+    async def __call__(self, stream: SocketStream | TlsStream, peer: str | None = None) -> None:
+        """Serve ``stream``, its client at ``peer`` (None: its TCP peer's)."""
         counts = self.counts
         if counts.open_connections >= self._max_connections:
             counts.refused_connections += 1
             await trio.aclose_forcefully(stream)
             return
         abuse = self._abuse
-        peer = "?"
-        if abuse is not None or self._websocket is not None:
-            with contextlib.suppress(OSError):
-                peer = str(stream.socket.getpeername()[0])
+        if peer is None:
+            peer = "?"
+            if abuse is not None or self._websocket is not None:
+                with contextlib.suppress(OSError):
+                    peer = str(stream.socket.getpeername()[0])
         address = abuse.client_address(peer) if abuse is not None else None
         if address is not None and abuse is not None and not abuse.connections.open(address):
             counts.refused_connections += 1
@@ -264,6 +275,55 @@ class ConnectionHandler:
         if stream.session_reused:
             counts.tls_resumed += 1
         await serve_http_connection(stream, handler, limits, upgrades, answer_at_once, watchdog, client)
+
+
+class EdgeConnectionHandler(ConnectionHandler):
+    """The plain API listeners' handler with ``[server] proxy_protocol_from``
+    (``notary.server.proxyprotocol``, docs/edge.md): a connection from an
+    edge is counted as open while its PROXY header is read, for at most
+    ``[http] header_timeout_s``, then served as its client's (the header's
+    source); one from elsewhere as its own peer's, refused if it begins
+    with a header. The other listeners use ``ConnectionHandler``, untouched."""
+
+    def __init__(
+        self, handler: ApiHandler, http: HttpConfig, *, edges: TrustedEdges,
+        counts: ConnectionCounts, watchdog: Watchdog, abuse: AbuseControls | None = None,
+    ) -> None:
+        super().__init__(None, handler, http, counts=counts, watchdog=watchdog, abuse=abuse)
+        self._edges = edges
+
+    def make_stream(self, sock: socket.socket) -> EdgeStream:
+        return edge_stream(sock, self._edges, self.counts)
+
+    async def __call__(  # type: ignore[override]
+        self, stream: EdgeStream, peer: str | None = None
+    ) -> None:
+        if isinstance(stream, HeaderRefusingStream):
+            await super().__call__(stream, stream.peer)
+            return
+        counts = self.counts
+        if counts.open_connections >= self._max_connections:
+            counts.refused_connections += 1
+            await trio.aclose_forcefully(stream)
+            return
+        client = None
+        counts.open_connections += 1
+        try:
+            with trio.move_on_after(self._limits.header_timeout_s):
+                header = await read_proxy_header(stream.socket)
+                client = header.source or stream.peer
+            if client is None:
+                refused(counts, stream.peer, "timeout")
+        except ProxyHeaderError as exc:
+            refused(counts, stream.peer, exc.reason)
+        except trio.BrokenResourceError:
+            refused(counts, stream.peer, "reset")
+        finally:
+            counts.open_connections -= 1
+        if client is None:
+            stream.close()
+            return
+        await super().__call__(stream, client)
 
 
 def perspectives_index(config: Config) -> bytes:
@@ -823,13 +883,23 @@ def build_services(
         resolvers=c.resolver_validation,
     )
     https = listen(c.tls, api, config.api_http, counts=counts["api"], websocket=websocket)
-    plain = listen(None, api, config.api_http, counts=counts.get("plain_api", ConnectionCounts()))
+    plain_counts = counts.get("plain_api", ConnectionCounts())
+    if config.server.proxy_protocol_from:
+        plain: ConnectionHandler = EdgeConnectionHandler(
+            api, config.api_http, edges=TrustedEdges(config.server.proxy_protocol_from),
+            counts=plain_counts, watchdog=watchdog, abuse=c.abuse,
+        )
+    else:
+        plain = listen(None, api, config.api_http, counts=plain_counts)
     table = [
         Listener("api", https, sockets["api"], f"notary {__version__} serving the API on {{}} "
                  f"(cache: {CACHE_IMPLEMENTATION}, request path: {HOTPATH_IMPLEMENTATION})",
                  https.make_stream),
         Listener("plain_api", plain, sockets["plain_api"],
-                 "plain-HTTP API (TLS terminated in front) on {}", plain.make_stream),
+                 "plain-HTTP API (TLS terminated in front) on {}"
+                 + (" (PROXY protocol from {})".format(", ".join(config.server.proxy_protocol_from))
+                    if config.server.proxy_protocol_from else ""),
+                 plain.make_stream),
         Listener("relay", c.relay, sockets["relay"],
                  f"relay on {{}} (destinations: {c.relay.mode})"),
     ]

@@ -139,6 +139,7 @@ class ConnectionCounts(Protocol):
     refused_connections: int
     tls_handshakes: int
     tls_resumed: int
+    proxy_refused: int
 
 
 class Signer(Protocol):
@@ -466,6 +467,13 @@ METRICS: tuple[MetricSpec, ...] = (
              lambda listeners: {kind: c.refused_connections for kind, c in listeners.items()},
              "Connections closed at once because the listener had as many as allowed, "
              "by listener.", ("listener",)),
+    _counter("notary_http_proxy_refused_connections", "listeners",
+             lambda listeners: {
+                 kind: c.proxy_refused for kind, c in listeners.items() if kind == "plain_api"
+             },
+             "Connections to the plain API listener closed for their PROXY protocol header "
+             "(missing, bad or late from an edge of [server] proxy_protocol_from, or sent "
+             "from elsewhere), by listener.", ("listener",)),
     _counter("notary_tls_handshakes", "listeners", _tls_handshakes,
              "TLS handshakes completed on the API listeners, by whether they resumed a "
              "session (a ticket, or a TLS 1.2 session id).", ("resumed",), ("true", "false")),

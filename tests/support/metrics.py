@@ -60,7 +60,7 @@ def stand_ins(**overrides) -> SimpleNamespace:
     parts.records = SimpleNamespace(statistics=lambda: parts.records_stats)
     parts.signer = SimpleNamespace(signatures_made=0)
     parts.listener = SimpleNamespace(open_connections=0, refused_connections=0,
-                                     tls_handshakes=0, tls_resumed=0)
+                                     tls_handshakes=0, tls_resumed=0, proxy_refused=0)
     vars(parts).update(overrides)
     return parts
 
