@@ -205,6 +205,9 @@ class Surface:
     post: bytes = b""
     handshake: bytes = b""
     host: str = LOCALHOST
+    #: The client's own address (another loopback address: 127.0.0.2, ...);
+    #: empty: the kernel's choice.
+    source: str = ""
 
     @property
     def flood_bytes(self) -> bytes:
@@ -241,6 +244,8 @@ class _Client:
         sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if surface.source:
+            await sock.bind((surface.source, 0))
         await sock.connect((surface.host, surface.port))
         stream: trio.abc.Stream = trio.SocketStream(sock)
         if surface.tls and handshake:
@@ -297,7 +302,8 @@ async def apply(fault: ClientFault, surface: Surface) -> Injected:
     if fault in (ClientFault.RESET_BEFORE_ACCEPT, ClientFault.DATA_THEN_RESET_BEFORE_ACCEPT):
         # A blocking connect and close with no checkpoint between: the
         # listener (a task of this very Trio run) cannot accept in between.
-        with socket.create_connection((surface.host, surface.port)) as sock:
+        source = (surface.source, 0) if surface.source else None
+        with socket.create_connection((surface.host, surface.port), source_address=source) as sock:
             if fault is ClientFault.DATA_THEN_RESET_BEFORE_ACCEPT:
                 sock.sendall(client_hello()[:40] if surface.tls else surface.request[:10])
             reset(sock)
