@@ -8,7 +8,7 @@ each piece does and why: ``bench/README.md``):
 - ``tools``: wrk, nginx, openssl, socat found or installed;
 - ``machine``: what ``/proc`` says (cores, other load, a process's CPU and memory);
 - ``loopback``: the set-up checks' own client (loopback only);
-- ``servers``: servers started for a run (any, PostgreSQL, the notary);
+- ``servers``: servers started for a run (any, nginx, PostgreSQL, the notary);
 - ``runs``: a measured run (``Run``, ``Meter``, ``best``), a load
   benchmark's start and rounds, a micro-benchmark's best of N;
 - ``wrk``: wrk's scripts and one measured wrk run;
@@ -84,8 +84,11 @@ from .servers import (
     RunningNotary,
     make_notary,
     new_notary,
+    nginx_answer_block,
+    nginx_stream_module,
     notary_argv,
     prime_notary,
+    start_nginx,
     start_notary,
     start_postgres,
     start_server,
@@ -144,6 +147,8 @@ __all__ = [
     "machine_busy_seconds",
     "make_notary",
     "new_notary",
+    "nginx_answer_block",
+    "nginx_stream_module",
     "notary_argv",
     "notary_version",
     "post_request",
@@ -161,6 +166,7 @@ __all__ = [
     "run_wrk",
     "short_path",
     "start_load",
+    "start_nginx",
     "start_notary",
     "start_postgres",
     "start_server",

@@ -1,5 +1,5 @@
 """The servers a benchmark starts for its run: any server, waited for until
-it listens (``start_server``: nginx, the minimal server, socat...), a
+it listens (``start_server``: the minimal server, socat...; ``start_nginx``), a
 throwaway PostgreSQL, and the notary (``make_notary``/``new_notary``: a
 ``dev-init`` config on chosen loopback ports, checked; ``start_notary``:
 started, listening and primed). Each is a child of the ``Processes`` given,
@@ -68,6 +68,68 @@ def start_server(processes: Processes, name: str, argv: Sequence[str], ports: Se
         if process.returncode is not None:
             raise BenchError(f"{name} exited with {process.returncode}:\n{tail(log)}")
     return process
+
+
+def nginx_stream_module(nginx: str) -> str:
+    """The ``load_module`` line ``nginx`` needs for its ``stream`` module
+    ("" when built in); ``BenchError`` when it has none (Debian:
+    ``libnginx-mod-stream``, installed by ``.ci/install-tools bench``)."""
+    built = subprocess.run([nginx, "-V"], capture_output=True, text=True, check=False).stderr
+    if re.search(r"--with-stream(\s|$)", built):
+        return ""
+    found = re.search(r"--modules-path=(\S+)", built)
+    module = Path(found.group(1) if found else "/usr/lib/nginx/modules") / "ngx_stream_module.so"
+    if not module.exists():
+        raise BenchError(f"nginx has no stream module ({module}): install libnginx-mod-stream")
+    return f"load_module {module};"
+
+
+def nginx_answer_block(port: int, setup: NotarySetup, answer: bytes, work: Path) -> str:
+    """An ``http`` block for ``start_nginx``: TLS on ``port`` with the notary's
+    certificate and key, answering ``setup.path`` with ``answer``'s body and
+    Content-Type (``return 200``: nginx answers a POST to a static file 405)."""
+    text = answer.split(b"\r\n\r\n", 1)[1].decode("utf-8")
+    if "$" in text:
+        raise BenchError("the answer holds '$': nginx would read it as a variable")
+    quoted = text.replace("\\", "\\\\").replace("'", "\\'")
+    found = re.search(rb"\r\ncontent-type:\s*([^\r]+)", answer, re.IGNORECASE)
+    content_type = found.group(1).decode("latin-1") if found else "application/json"
+    temp_paths = "\n    ".join(f"{kind}_temp_path {work}/{kind};"
+                               for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    return f"""http {{
+    access_log off;
+    {temp_paths}
+    keepalive_requests 1000000;
+    server {{
+        listen {LOOPBACK}:{port} ssl;
+        ssl_certificate {setup.cert};
+        ssl_certificate_key {setup.key};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        location = {setup.path} {{
+            default_type {content_type};
+            return 200 '{quoted}';
+        }}
+    }}
+}}
+"""
+
+
+def start_nginx(processes: Processes, nginx: str, work: Path, blocks: str, ports: Sequence[int],
+                *, cpu: int | None, top: str = "") -> subprocess.Popen[bytes]:
+    """One foreground nginx process (``master_process off``: the process
+    started serves, so its CPU is the server's) with its files in ``work``,
+    serving ``blocks`` (``http``/``stream``), ``top`` before them (``load_module``)."""
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "nginx.conf"
+    config.write_text(f"""{top}
+daemon off;
+master_process off;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 4096; }}
+{blocks}""", encoding="utf-8")
+    argv = [nginx, "-p", str(work), "-c", str(config), "-e", str(work / "error.log")]
+    return start_server(processes, work.name, argv, ports, cpu=cpu, log=work / "nginx.out")
 
 
 def start_postgres(processes: Processes, directory: Path, *, cpu: int | None,
