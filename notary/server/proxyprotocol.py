@@ -24,9 +24,9 @@ Listeners without the option never see this module.
 Every refusal closes the connection without an answer (the spec: "abort the
 connection"; an HTTP error would tell a scanner what it found), is counted
 in ``ConnectionCounts.proxy_refused`` (``notary_http_proxy_refused_connections``)
-and logged at debug level with its reason and the TCP peer's address: a
-misconfigured edge shows there, and nothing is logged per connection unless
-the operator asks for debug.
+and logged at debug level: an edge's with its address and the reason (a
+misconfigured edge shows there), a client's without its address (no log
+line carries a client's).
 
 Resource handling: the streams own their sockets as ``SocketStream`` does;
 ``read_proxy_header`` closes nothing (its caller closes the stream).
@@ -119,7 +119,7 @@ class HeaderRefusingStream(EdgeStream):
             if verdict is None:
                 continue
             if verdict:
-                refused(self._counts, self.peer, "not-allowed")
+                refused(self._counts, None, "not-allowed")
                 raise trio.BrokenResourceError("a PROXY header from an address not allowed")
             self._sniffed = True
             return data
@@ -173,7 +173,13 @@ async def read_proxy_header(sock: socket.socket) -> ProxyHeader:
         await wait_readable(sock)
 
 
-def refused(counts: ConnectionCounts, peer: str, reason: str) -> None:
-    """Count and log (debug) a connection closed for its PROXY header."""
+def refused(counts: ConnectionCounts, edge: str | None, reason: str) -> None:
+    """Count and log (debug) a connection closed for its PROXY header: from
+    the ``edge`` at that address, or (None) from a client, whose address no
+    log line carries (docs/security.md, "What is logged")."""
     counts.proxy_refused += 1
-    log.debug("PROXY protocol: closed a connection from %s (%s)", peer, reason)
+    if edge is None:
+        log.debug("PROXY protocol: closed a connection from an address not in "
+                  "[server] proxy_protocol_from that began with a PROXY header")
+    else:
+        log.debug("PROXY protocol: closed a connection from the edge %s (%s)", edge, reason)
