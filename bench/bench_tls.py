@@ -49,7 +49,9 @@ from harness.servers import (
     NotarySetup,
     RunningNotary,
     new_notary,
+    nginx_answer_block,
     notary_argv,
+    start_nginx,
     start_notary,
     start_server,
 )
@@ -125,44 +127,14 @@ class Bench:
         """One foreground nginx (the process we start serves) on the server core, its
         files in directory/``name``, answering ``answer``'s body and Content-Type."""
         port = free_ports(1)[0]
-        text = body_of(answer).decode("utf-8")
-        if "$" in text:
-            raise BenchError("the answer holds '$': nginx would read it as a variable")
-        quoted = text.replace("\\", "\\\\").replace("'", "\\'")
         work = self.directory / name
-        work.mkdir(exist_ok=True)
         logging = (f"log_format reuse '$ssl_session_reused $ssl_protocol';\n"
                    f"    access_log {work}/access.log reuse;" if log_reuse else "access_log off;")
         sessions = "" if resumption else "ssl_session_tickets off;\n        ssl_session_cache off;"
-        temp_paths = "\n    ".join(f"{kind}_temp_path {work}/{kind};"
-                                   for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        config = work / "nginx.conf"
-        config.write_text(f"""\
-daemon off;
-master_process off;
-pid {work}/nginx.pid;
-error_log {work}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    {logging}
-    {temp_paths}
-    keepalive_requests 1000000;
-    server {{
-        listen {LOOPBACK}:{port} ssl;
-        ssl_certificate {self.setup.cert};
-        ssl_certificate_key {self.setup.key};
-        ssl_protocols TLSv1.2 TLSv1.3;
-        {sessions}
-        location = {self.setup.path} {{
-            default_type {content_type(answer)};
-            return 200 '{quoted}';
-        }}
-    }}
-}}
-""", encoding="utf-8")
-        argv = [self.nginx, "-p", str(work), "-c", str(config), "-e", str(work / "error.log")]
-        process = start_server(self.processes, name, argv, [port], cpu=self.server_cpu,
-                               log=work / "nginx.out")
+        block = nginx_answer_block(port, self.setup, answer, work, access_log=logging,
+                                   tls_extra=sessions)
+        process = start_nginx(self.processes, self.nginx, work, block, [port],
+                              cpu=self.server_cpu)
         return Server("nginx", "nginx", port, process)
 
     def start_minimal(self, response: bytes, *, close: bool) -> Server:

@@ -84,10 +84,13 @@ def nginx_stream_module(nginx: str) -> str:
     return f"load_module {module};"
 
 
-def nginx_answer_block(port: int, setup: NotarySetup, answer: bytes, work: Path) -> str:
+def nginx_answer_block(port: int, setup: NotarySetup, answer: bytes, work: Path, *,
+                       access_log: str = "access_log off;", tls_extra: str = "") -> str:
     """An ``http`` block for ``start_nginx``: TLS on ``port`` with the notary's
     certificate and key, answering ``setup.path`` with ``answer``'s body and
-    Content-Type (``return 200``: nginx answers a POST to a static file 405)."""
+    Content-Type (``return 200``: nginx answers a POST to a static file 405);
+    ``access_log``: its logging directives; ``tls_extra``: more ``server``
+    directives (session resumption off, say)."""
     text = answer.split(b"\r\n\r\n", 1)[1].decode("utf-8")
     if "$" in text:
         raise BenchError("the answer holds '$': nginx would read it as a variable")
@@ -97,7 +100,7 @@ def nginx_answer_block(port: int, setup: NotarySetup, answer: bytes, work: Path)
     temp_paths = "\n    ".join(f"{kind}_temp_path {work}/{kind};"
                                for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     return f"""http {{
-    access_log off;
+    {access_log}
     {temp_paths}
     keepalive_requests 1000000;
     server {{
@@ -105,6 +108,7 @@ def nginx_answer_block(port: int, setup: NotarySetup, answer: bytes, work: Path)
         ssl_certificate {setup.cert};
         ssl_certificate_key {setup.key};
         ssl_protocols TLSv1.2 TLSv1.3;
+        {tls_extra}
         location = {setup.path} {{
             default_type {content_type};
             return 200 '{quoted}';
