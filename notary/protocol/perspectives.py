@@ -51,6 +51,7 @@ import struct
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import parse_qsl
 
 from cryptography.hazmat.primitives import serialization
@@ -113,6 +114,8 @@ MAX_REPLY_BYTES = 1024 * 1024
 #: Longest query string :func:`parse_query` looks at (a host is at most
 #: 1024 characters before normalisation, percent-encoded three times that).
 MAX_QUERY_BYTES = 4096
+#: Parsed queries remembered (each at most MAX_QUERY_BYTES: 4 MiB in all).
+PARSED_QUERIES = 1024
 #: Most ``&``-separated fields of a query looked at.
 MAX_QUERY_FIELDS = 8
 #: Longest comment line of a notary-list entry.
@@ -368,6 +371,11 @@ def parse_query(query: bytes) -> Target | None:
     """The service a request's query string (the bytes after ``?``) asks
     about (invariant 7), or None when it has no parameters (the index page).
 
+    Queries parsed lately are remembered (the last ``PARSED_QUERIES``, a
+    few MiB at most): parsing and normalising a host costs about as much as
+    the rest of a cached answer, and clients ask the same services again.
+    A query that is refused is not remembered (it raises again).
+
     ``host`` is required and normalised with
     :func:`~notary.model.targets.make_target`; ``port`` defaults to 443;
     ``service_type`` must be 2 when given. Values are percent-decoded
@@ -379,6 +387,11 @@ def parse_query(query: bytes) -> Target | None:
     type; ``BadTarget`` (400) for a host or port that does not normalise.
     Messages never echo the input.
     """
+    return _parse_query(bytes(query))
+
+
+@lru_cache(maxsize=PARSED_QUERIES)
+def _parse_query(query: bytes) -> Target | None:
     if len(query) > MAX_QUERY_BYTES:
         raise ProtocolError("query too long", status=414)
     try:

@@ -624,3 +624,23 @@ def test_index_page(pem):
     assert b"Connection: close" in raw
     keep = perspectives.index_page(version="1", public_key_pem=pem, settings={}, keep_alive=True)
     assert b"Connection: keep-alive" in keep
+
+
+def test_a_query_parsed_lately_is_remembered_and_a_refused_one_is_not() -> None:
+    """Parsing a Perspectives query is remembered (bounded): the same bytes
+    give the same target again without being parsed; a refused query raises
+    every time and takes no room."""
+    from notary.protocol.perspectives import PARSED_QUERIES, _parse_query
+
+    query = b"host=Remembered.Example.ORG&port=8443&service_type=2"
+    first = perspectives.parse_query(query)
+    hits = _parse_query.cache_info().hits
+    assert perspectives.parse_query(bytearray(query)) == first  # any bytes-like query
+    assert _parse_query.cache_info().hits == hits + 1
+    assert first is not None and (first.host, first.port) == ("remembered.example.org", 8443)
+    size = _parse_query.cache_info().currsize
+    for _ in range(2):
+        with pytest.raises(ProtocolError):
+            perspectives.parse_query(b"host=a.example&service_type=1")
+    assert _parse_query.cache_info().currsize == size
+    assert _parse_query.cache_info().maxsize == PARSED_QUERIES
