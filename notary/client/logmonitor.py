@@ -275,7 +275,7 @@ def require_witnesses(
         return None
     try:
         judged = policy.judge(body.decode("utf-8"), now=int(time.time()))
-    except (UnicodeDecodeError, tlog.NoteError):  # _open_checkpoint read it: not reached
+    except (UnicodeDecodeError, tlog.NoteError):  # signature lines no witness could have made
         judged = tlog.Witnessing((), (), 0, policy.minimum)
     if not judged.witnessed:
         raise Unwitnessed(bundle.name, judged)

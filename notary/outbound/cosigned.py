@@ -10,8 +10,9 @@ knows, for each checkpoint size, the lines of the configured witnesses, and
 the newest checkpoint cosigned by at least ``need`` of them (``[log]
 min_cosignatures``, at least 1): the *witnessed* checkpoint.
 
-Statements: each batch this worker's appender sequences is told here
-(``note_sequenced``); its statements wait, in sequence order, until a
+Statements: each batch this worker's appender sequences goes into an
+``AwaitingWitnesses`` (given to the appender when it is made: its
+``on_sequenced``); its statements wait there, in sequence order, until a
 witnessed checkpoint covers their index. Then each one's inclusion is
 proven again against that checkpoint (one read of the tiles per chunk of
 statements) and its ``LogSlot`` gets the new entry, whose ``inclusion``
@@ -49,7 +50,8 @@ from notary.state.logcosignatures import StoredCosignature
 from notary.state.tlogstore import LogHead
 
 __all__ = [
-    "MAX_AWAITING", "PROOF_CHUNK", "CosignedCheckpoints", "Witnessed", "WitnessingStatistics",
+    "MAX_AWAITING", "PROOF_CHUNK", "AwaitingWitnesses", "CosignedCheckpoints", "Witnessed",
+    "WitnessingStatistics",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,17 +90,54 @@ class Witnessed:
     count: int
 
 
+class AwaitingWitnesses:
+    """The statements this worker sequenced that no witnessed checkpoint
+    covers yet, in index order, at most ``MAX_AWAITING`` (beyond, the oldest
+    are given up on: their slots marked ``abandoned``)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[tuple[int, v2.SignedStatement]] = deque()
+        #: Statements given up on.
+        self.abandoned = 0
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, first_index: int, batch: Sequence[v2.SignedStatement]) -> None:
+        """The appender sequenced ``batch`` from ``first_index``."""
+        for offset, signed in enumerate(batch):
+            if len(self._queue) >= MAX_AWAITING:
+                _, oldest = self._queue.popleft()
+                if oldest.log is not None:
+                    oldest.log.abandoned = True
+                self.abandoned += 1
+            self._queue.append((first_index + offset, signed))
+
+    def take_below(self, size: int, most: int) -> list[tuple[int, v2.SignedStatement]]:
+        """Up to ``most`` of the oldest, those a tree of ``size`` covers."""
+        taken: list[tuple[int, v2.SignedStatement]] = []
+        while self._queue and self._queue[0][0] < size and len(taken) < most:
+            taken.append(self._queue.popleft())
+        return taken
+
+    def put_back(self, taken: Sequence[tuple[int, v2.SignedStatement]]) -> None:
+        """``taken`` wait again, first, in order."""
+        self._queue.extendleft(reversed(taken))
+
+
 class CosignedCheckpoints:
-    """See the module docstring. ``witnesses``: the configured witnesses'
+    """See the module docstring. ``awaiting``: the appender's
+    ``on_sequenced`` queue; ``witnesses``: the configured witnesses'
     cosigner vkeys (their lines are served in this order);
     ``min_cosignatures``: ``[log] min_cosignatures``; ``wait_s``: ``[log]
     witness_wait_s``."""
 
     def __init__(
-        self, appender: LogAppender, witnesses: Sequence[str], *, min_cosignatures: int,
-        interval_s: float, wait_s: float,
+        self, appender: LogAppender, awaiting: AwaitingWitnesses, witnesses: Sequence[str], *,
+        min_cosignatures: int, interval_s: float, wait_s: float,
     ) -> None:
         self._log = appender
+        self._awaiting = awaiting
         self._order = {vkey: position for position, vkey in enumerate(witnesses)}
         self.min_cosignatures = min_cosignatures
         self._need = max(1, min_cosignatures)
@@ -108,20 +147,13 @@ class CosignedCheckpoints:
         self._by_size: dict[int, tuple[str, tuple[str, ...]]] = {}
         #: The newest checkpoint cosigned by ``need`` witnesses (None: none yet).
         self.witnessed: Witnessed | None = None
-        self._awaiting: deque[tuple[int, v2.SignedStatement]] = deque()
         self._poked = trio.Event()
         self._rebased = trio.Event()
         self._read_failing = False
-        #: Statements proven against a witnessed checkpoint, statements given
-        #: up on, and answers sent without waiting long enough, by this worker.
+        #: Statements proven against a witnessed checkpoint, and answers sent
+        #: without waiting long enough, by this worker.
         self.rebased = 0
-        self.abandoned = 0
         self.unwitnessed_answers = 0
-        appender.on_sequenced = self.note_sequenced
-
-    @property
-    def awaiting(self) -> int:
-        return len(self._awaiting)
 
     def statistics(self, submitter: LogWitnesses | None = None) -> WitnessingStatistics:
         """A snapshot of the counts, with ``submitter``'s."""
@@ -130,27 +162,14 @@ class CosignedCheckpoints:
             cosignatures=submitter.cosignatures if submitter else 0,
             failures=submitter.failures if submitter else 0,
             witnessed_size=self.witnessed.size if self.witnessed else 0,
-            rebased=self.rebased, abandoned=self.abandoned, awaiting=len(self._awaiting),
+            rebased=self.rebased, abandoned=self._awaiting.abandoned,
+            awaiting=len(self._awaiting),
             unwitnessed_answers=self.unwitnessed_answers,
         )
 
     def poke(self) -> None:
         """Read the store again now (a cosignature was just stored)."""
         self._poked.set()
-
-    def note_sequenced(self, first_index: int, batch: Sequence[v2.SignedStatement]) -> None:
-        """The appender sequenced ``batch`` from ``first_index``: its
-        statements wait for a witnessed checkpoint."""
-        for offset, signed in enumerate(batch):
-            if len(self._awaiting) >= MAX_AWAITING:
-                _, oldest = self._awaiting.popleft()
-                self._give_up(oldest)
-            self._awaiting.append((first_index + offset, signed))
-
-    def _give_up(self, signed: v2.SignedStatement) -> None:
-        if signed.log is not None:
-            signed.log.abandoned = True
-        self.abandoned += 1
 
     def checkpoint_for(self, head: LogHead) -> str:
         """What ``/v2/log/checkpoint`` serves when ``head`` is the newest:
@@ -220,19 +239,15 @@ class CosignedCheckpoints:
         """Prove the waiting statements a witnessed checkpoint covers
         against it, a chunk at a time."""
         witnessed = self.witnessed
-        while witnessed is not None and self._awaiting and self._awaiting[0][0] < witnessed.size:
-            chunk: list[tuple[int, v2.SignedStatement]] = []
-            while (
-                self._awaiting and self._awaiting[0][0] < witnessed.size
-                and len(chunk) < PROOF_CHUNK
-            ):
-                chunk.append(self._awaiting.popleft())
+        if witnessed is None:
+            return
+        while chunk := self._awaiting.take_below(witnessed.size, PROOF_CHUNK):
             try:
                 proofs = await self._log.read_inclusion_proofs(
                     [index for index, _ in chunk], witnessed.size
                 )
             except BaseException:
-                self._awaiting.extendleft(reversed(chunk))  # they wait on, in order
+                self._awaiting.put_back(chunk)
                 raise
             for (index, signed), proof in zip(chunk, proofs, strict=True):
                 slot = signed.log

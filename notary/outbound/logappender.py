@@ -79,12 +79,15 @@ class LogAppender:
     """See the module docstring. ``path``: where the log is, what
     ``open_store`` opens (``LogStore``: the SQLite database file;
     ``PostgresLogStore``: the store's DSN); ``signer``: the v2 key, which
-    signs the checkpoints."""
+    signs the checkpoints; ``on_sequenced``: told of each batch sequenced
+    (its first index and its statements, whose slots hold their inclusion:
+    ``cosigned.AwaitingWitnesses.add``; None: nobody)."""
 
     def __init__(
         self, path: Path | str, *, origin: str, signer: Ed25519Signer, interval_s: float,
         max_merge_delay_s: int, max_pending: int,
         open_store: Callable[[Any], LogEngine] = LogStore,
+        on_sequenced: Callable[[int, Sequence[v2.SignedStatement]], None] | None = None,
     ) -> None:
         self.origin = origin
         self.max_merge_delay_s = max_merge_delay_s
@@ -100,9 +103,7 @@ class LogAppender:
         self._broken = False
         self._reader: LogEngine | None = None
         self._reader_limiter = trio.CapacityLimiter(1)
-        #: Told of each batch this appender sequenced: (its first index, its
-        #: statements, whose slots hold their inclusion). None: nobody.
-        self.on_sequenced: Callable[[int, Sequence[v2.SignedStatement]], None] | None = None
+        self._on_sequenced = on_sequenced
         self._appended = trio.Event()
 
     @property
@@ -261,8 +262,8 @@ class LogAppender:
                     proof=appended.proofs[offset], checkpoint=checkpoint,
                 )
             self.head = appended.head
-            if self.on_sequenced is not None:
-                self.on_sequenced(appended.first_index, batch)
+            if self._on_sequenced is not None:
+                self._on_sequenced(appended.first_index, batch)
             self._appended.set()
             self._appended = trio.Event()
             statistics = self._counts

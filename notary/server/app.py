@@ -36,7 +36,11 @@ from notary.errors import NotaryError, UsageError
 from notary.model.policy import AddressPolicy
 from notary.model.ratelimit import client_prefix
 from notary.model.targets import Target
-from notary.outbound.cosigned import CosignedCheckpoints, WitnessingStatistics
+from notary.outbound.cosigned import (
+    AwaitingWitnesses,
+    CosignedCheckpoints,
+    WitnessingStatistics,
+)
 from notary.outbound.dialer import Resolver, system_resolver
 from notary.outbound.logappender import LogAppender
 from notary.outbound.probe import Prober, open_prober
@@ -712,6 +716,8 @@ def build_components(
     stored = StoredTargets(config.cache.bloom_expected_items, config.cache.bloom_false_positive_rate)
     statement_log = None
     fleet = config.store.backend == "postgresql"  # the log lives beside the observations
+    # Statements waiting for their witnesses' cosignatures (None: no witness asked).
+    awaiting = AwaitingWitnesses() if config.log.witnesses else None
     if config.log.enabled and v2_signer is not None and (fleet or config.server.db_file):
         from notary.state.pgtlogstore import PostgresLogStore
         from notary.state.tlogstore import LogStore
@@ -722,11 +728,12 @@ def build_components(
             interval_s=config.log.checkpoint_interval_s,
             max_merge_delay_s=config.log.max_merge_delay_s, max_pending=config.log.max_pending,
             open_store=PostgresLogStore if fleet else LogStore,
+            on_sequenced=awaiting.add if awaiting is not None else None,
         )
     log_witnesses = cosigned = None
-    if statement_log is not None and config.log.witnesses:
+    if statement_log is not None and awaiting is not None:
         cosigned = CosignedCheckpoints(
-            statement_log, [w.key for w in config.log.witnesses],
+            statement_log, awaiting, [w.key for w in config.log.witnesses],
             min_cosignatures=config.log.min_cosignatures,
             interval_s=config.log.checkpoint_interval_s, wait_s=config.log.witness_wait_s,
         )
@@ -829,7 +836,9 @@ def build_services(
         perspectives="perspectives" in c.signers, v2_signer=c.v2_signer,
         abuse=c.abuse, scheduler=scheduler, failure_delay_s=config.failure_delay_s,
         backends=config.verify.backends,
-        wait_witnessed=c.cosigned.wait_witnessed if c.cosigned is not None else None,
+        # Only a notary that promises cosignatures waits for them.
+        wait_witnessed=(c.cosigned.wait_witnessed
+                        if c.cosigned is not None and config.log.min_cosignatures else None),
     )
     perspectives = bool(sockets["perspectives"])
     # The listeners whose connections are counted, in the order they are exported.
