@@ -13,7 +13,7 @@ CONFIG := $(VAR)/notary.toml
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py notary/_fastcache.pyx notary/protocol/_fastrequest.pyx
+$(STAMP): pyproject.toml setup.py notary/_fastcache.pyx notary/protocol/_fastrequest.pyx notary/server/_fasttls.pyx
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -86,7 +86,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 clean:
-	rm -rf build *.egg-info notary/*.so notary/*/*.so notary/_fastcache.c notary/protocol/_fastrequest.c .pytest_cache
+	rm -rf build *.egg-info notary/*.so notary/*/*.so notary/_fastcache.c notary/protocol/_fastrequest.c notary/server/_fasttls.c .pytest_cache
 
 distclean: clean
 	rm -rf $(VENV) $(VAR)

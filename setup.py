@@ -1,5 +1,7 @@
 """Build the optional compiled modules: the cache (``notary._fastcache``)
-and the request path (``notary.protocol._fastrequest``, issue 21).
+the request path (``notary.protocol._fastrequest``, issue 21) and the HTTPS
+listeners' TLS driver (``notary.server._fasttls``, issue 35; it needs no
+OpenSSL headers: it finds OpenSSL in Python's own ``_ssl`` when imported).
 
 The extensions are optional: when Cython or a C compiler is missing, or
 ``NOTARY_NO_EXTENSIONS=1`` is set, the project installs in pure-Python mode and
@@ -45,7 +47,7 @@ def extensions():
     except ImportError:
         return []
     exts = cythonize(
-        ["notary/_fastcache.pyx", "notary/protocol/_fastrequest.pyx"],
+        ["notary/_fastcache.pyx", "notary/protocol/_fastrequest.pyx", "notary/server/_fasttls.pyx"],
         compiler_directives={"language_level": "3", "boundscheck": False, "wraparound": False},
         quiet=True,
     )

@@ -341,6 +341,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         metavar="F", help="hold every server to this share of its core (a "
                         "cgroup CPU quota) so each is measured at saturation, the client "
                         f"keeping a whole core (default {DEFAULT_SERVER_SHARE}; 1: no cap)")
+    parser.add_argument("--pure", action="store_true",
+                        help="run the notary on its pure-Python twins (NOTARY_NO_EXTENSIONS=1: "
+                        "the TLS driver over ssl.SSLSocket), to compare against a default run")
     args = finish_load_args(parser.parse_args(argv))
     if args.duration < 1 or args.rounds < 1 or args.connections < args.threads:
         parser.error("--duration and --rounds >= 1, --connections >= --threads")
@@ -351,6 +354,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     return run_benchmark("bench_tls", parse_args(argv), run)
+
+
+def notary_env(args: argparse.Namespace) -> dict[str, str | None]:
+    """The notary's twins: compiled (required: a silently failed build is an error,
+    not a slow run), or pure with ``--pure``."""
+    if args.pure:
+        return {"NOTARY_NO_EXTENSIONS": "1", "NOTARY_REQUIRE_EXTENSION": None}
+    return {"NOTARY_REQUIRE_EXTENSION": "1", "NOTARY_NO_EXTENSIONS": None}
 
 
 def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
@@ -375,8 +386,10 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
 
     setup = new_notary(directory / "notary")
     print(f"certificate: {describe_certificate(setup.cert)}")
+    print("notary: " + ("its pure-Python twins (--pure: TLS over ssl.SSLSocket)" if args.pure
+                        else "its compiled modules (TLS driver over OpenSSL's own API)"))
     notary = start_notary(processes, setup, "notary", cpu=server_cpu,
-                          log=directory / "notary.log")
+                          log=directory / "notary.log", env=notary_env(args))
     print(f"query: POST {setup.path}, body {notary.body}; answer {len(notary.answer)} bytes "
           f"({len(body_of(notary.answer))} body, {content_type(notary.answer)})")
     print()
@@ -460,7 +473,8 @@ def scenario_handshakes(bench: Bench) -> None:
     serve = notary_argv(setup)[3:]  # after "python -m notary"
     argv = [sys.executable, "-c", NOTARY_NO_RESUMPTION, *serve]
     process = start_notary(bench.processes, setup, label, cpu=bench.server_cpu,
-                           log=bench.directory / "notary-no-tickets.log", argv=argv).process
+                           log=bench.directory / "notary-no-tickets.log", argv=argv,
+                           env=notary_env(bench.args)).process
     notary = Server("notary", label, setup.api_port, process)
     answer = tls_query(setup.api_port, bench.request(setup.api_port, "1.0"), to_close=True)[0]
     if header_of(answer, "Connection") != "close" or status_of(answer) != 200:
@@ -558,7 +572,8 @@ def scenario_resumed(bench: Bench) -> None:
     setup = bench.setup
     running = start_notary(bench.processes, setup, "notary (resumption)",
                            cpu=bench.server_cpu,
-                           log=bench.directory / "notary-resumption.log")
+                           log=bench.directory / "notary-resumption.log",
+                           env=notary_env(bench.args))
     notary = Server("notary", "notary (session tickets on)", setup.api_port, running.process)
     request = bench.request(setup.api_port, "1.0")
     answer = tls_query(setup.api_port, request, to_close=True)[0]

@@ -16,7 +16,7 @@ import trustme
 
 from notary.server import accept
 from notary.server.accept import serve_socket
-from notary.server.tlsstream import TlsStream
+from notary.server.tlsstream import ServerContext, TlsStream
 
 
 def listening_socket() -> socket.socket:
@@ -103,7 +103,8 @@ def tls_stream_maker() -> Callable[[socket.socket], TlsStream]:
     ca = trustme.CA()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ca.issue_cert("127.0.0.1").configure_cert(context)
-    return lambda connection: TlsStream(connection, context)
+    server = ServerContext(context)
+    return lambda connection: TlsStream(connection, server)
 
 
 @pytest.mark.parametrize("data_first", [False, True], ids=["reset", "data-then-reset"])

@@ -303,12 +303,13 @@ class RunningNotary:
 
 def start_notary(processes: Processes, setup: NotarySetup, name: str, *,
                  cpu: int | Iterable[int] | None, log: Path, argv: Sequence[str] | None = None,
-                 prime: bool = True) -> RunningNotary:
-    """Start ``notary serve`` (or ``argv``) on ``setup`` and wait for its listeners;
-    ``prime``: ask it about itself with its own SHA-1 pin (a cache hit from then on)."""
+                 prime: bool = True, env: dict[str, str | None] | None = None) -> RunningNotary:
+    """Start ``notary serve`` (or ``argv``) on ``setup``, with ``env`` added to (None:
+    removed from) its environment, and wait for its listeners; ``prime``: ask it about
+    itself with its own SHA-1 pin (a cache hit from then on)."""
     process = start_server(processes, name, argv or notary_argv(setup),
                            [setup.plain_port, setup.api_port], cpu=cpu, log=log,
-                           cwd=setup.directory)
+                           cwd=setup.directory, env=env)
     notary = RunningNotary(setup, process, log)
     if prime:
         with connect(setup.api_port, tls=True, timeout_s=10.0) as sock:

@@ -68,7 +68,7 @@ from notary.server.proxyprotocol import (
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
 from notary.server.sockstream import SocketStream
-from notary.server.tlsstream import TlsStream
+from notary.server.tlsstream import ServerContext, TlsStream
 from notary.server.web import NotaryProfile, WebPages, notary_profile
 from notary.server.websocket import (
     FIGURES_INTERVAL_S,
@@ -202,10 +202,10 @@ class ConnectionHandler:
         websocket: WebSocketService | None = None,
         abuse: AbuseControls | None = None,
     ) -> None:
-        self._context = context
+        #: The TLS driver's side of ``context`` (None: plain HTTP).
+        self._tls = ServerContext(context) if context is not None else None
         self._handler = handler
         self._abuse = abuse
-        self._handshake_timeout_s = http.tls_handshake_timeout_s
         self._max_connections = http.max_connections
         self._limits = http
         self._websocket = websocket
@@ -219,9 +219,9 @@ class ConnectionHandler:
         """The stream an accepted socket is served on: TLS straight on the
         socket (its handshake is made by ``__call__``, under its deadline),
         or the plain socket stream."""
-        if self._context is None:
+        if self._tls is None:
             return SocketStream(sock)
-        return TlsStream(sock, self._context)
+        return TlsStream(sock, self._tls)
 
     async def __call__(self, stream: SocketStream | TlsStream, peer: str | None = None) -> None:
         """Serve ``stream``, its client at ``peer`` (None: its TCP peer's)."""
@@ -260,25 +260,10 @@ class ConnectionHandler:
         upgrades = None
         if self._websocket is not None:
             upgrades = {WATCH_PATH: partial(self._websocket.serve, peer=peer, client=client)}
-        if not isinstance(stream, TlsStream):
-            await serve_http_connection(
-                stream, handler, limits, upgrades, answer_at_once, watchdog, client
-            )
-            return
-        with trio.move_on_after(self._handshake_timeout_s) as scope:
-            try:
-                await stream.do_handshake()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                await trio.aclose_forcefully(stream)
-                return
-        if scope.cancelled_caught:
-            await trio.aclose_forcefully(stream)
-            return
-        counts = self.counts
-        counts.tls_handshakes += 1
-        if stream.session_reused:
-            counts.tls_resumed += 1
-        await serve_http_connection(stream, handler, limits, upgrades, answer_at_once, watchdog, client)
+        await serve_http_connection(
+            stream, handler, limits, upgrades, answer_at_once, watchdog, client,
+            tls_counts=self.counts if isinstance(stream, TlsStream) else None,
+        )
 
 
 class EdgeConnectionHandler(ConnectionHandler):

@@ -56,12 +56,14 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from math import inf
+from typing import cast
 
 import trio
 
 from notary.config import HttpConfig
 from notary.errors import ProtocolError
 from notary.protocol.http import Request, RequestReader, error_response
+from notary.server.accept import ConnectionCounts
 from notary.server.sockstream import SocketStream
 from notary.server.tlsstream import TlsStream
 
@@ -109,14 +111,25 @@ MAX_LATENESS_S = 2 * TICK_S
 class Watched:
     """One connection as the watchdog sees it: its scope, the deadline of
     its current phase (on the watchdog's clock; ``inf``: none) and whether it
-    waits for a next request (``idle``: a graceful stop closes it now)."""
+    waits for a next request (``idle``: a graceful stop closes it now).
+    Watched from ``__enter__`` to ``__exit__`` (``Watchdog.watch``; a class,
+    not a generator-based context manager: a few microseconds less for each
+    connection)."""
 
-    __slots__ = ("deadline", "idle", "scope")
+    __slots__ = ("_watching", "deadline", "idle", "scope")
 
-    def __init__(self, scope: trio.CancelScope, deadline: float) -> None:
+    def __init__(self, scope: trio.CancelScope, deadline: float, watching: set[Watched]) -> None:
         self.scope = scope
         self.deadline = deadline
         self.idle = False
+        self._watching = watching
+
+    def __enter__(self) -> Watched:
+        self._watching.add(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._watching.discard(self)
 
 
 class Watchdog:
@@ -161,17 +174,11 @@ class Watchdog:
                 if watched.deadline <= now:
                     watched.scope.cancel()
 
-    @contextmanager
-    def watch(self, scope: trio.CancelScope, timeout_s: float) -> Iterator[Watched]:
+    def watch(self, scope: trio.CancelScope, timeout_s: float) -> Watched:
         """Watch a connection running in ``scope``, its first phase lasting
         ``timeout_s``, for the duration of the ``with`` block."""
         self.now = trio.current_time()
-        watched = Watched(scope, self.deadline(timeout_s))
-        self._watched.add(watched)
-        try:
-            yield watched
-        finally:
-            self._watched.discard(watched)
+        return Watched(scope, self.deadline(timeout_s), self._watched)
 
     def stop(self) -> None:
         self.stopping = True
@@ -204,6 +211,8 @@ async def serve_http_connection(
     answer_at_once: FastHandler | None = None,
     watchdog: Watchdog | None = None,
     client: bytes | None = None,
+    *,
+    tls_counts: ConnectionCounts | None = None,
 ) -> None:
     """Serve HTTP/1.x on ``stream``, within the ``[http]`` ``limits``, until
     the peer is done or ``watchdog`` stops; an upgrade request to a path of
@@ -212,19 +221,25 @@ async def serve_http_connection(
     tried first for each request. ``watchdog``: the notary's (None: one of
     the connection's own, swept in a task of its own). ``client``: who the
     application limits this connection as (its client prefix key,
-    ``notary.service.abuse``); passed on with every request when not None."""
+    ``notary.service.abuse``); passed on with every request when not None.
+    ``tls_counts``: ``stream`` is a ``TlsStream`` whose handshake is the
+    connection's first phase, bounded by ``tls_handshake_timeout_s`` on the
+    watchdog like the others (a cancel scope of its own cost a tenth of a
+    resumed connection, bench/RESULTS.md), and counted there once made."""
     if watchdog is None:
         async with trio.open_nursery() as nursery:
             watchdog = Watchdog()
             await nursery.start(watchdog.run)
             await serve_http_connection(
-                stream, handler, limits, upgrades, answer_at_once, watchdog, client
+                stream, handler, limits, upgrades, answer_at_once, watchdog, client,
+                tls_counts=tls_counts,
             )
             nursery.cancel_scope.cancel()
         return
     try:
         handoff = await _serve(
-            stream, handler, limits, upgrades or {}, answer_at_once, watchdog, client
+            stream, handler, limits, upgrades or {}, answer_at_once, watchdog, client,
+            tls_counts,
         )
         if handoff is not None:
             take_over, request, leftover = handoff
@@ -249,6 +264,7 @@ async def _serve(
     answer_at_once: FastHandler | None,
     watchdog: Watchdog,
     client: bytes | None,
+    tls_counts: ConnectionCounts | None,
 ) -> tuple[UpgradeHandler, Request, bytes] | None:
     """The keep-alive loop of one connection, kept as one function on
     purpose: it is the hot path (a call per phase costs a measurable share of
@@ -276,8 +292,15 @@ async def _serve(
     # The head of a request must arrive whole within header_timeout_s of its
     # first byte (or of the connection's start): a client dripping bytes
     # cannot hold the connection open. Between requests, keepalive_timeout_s.
-    with scope, watchdog.watch(scope, limits.header_timeout_s) as watched:
+    first_phase_s = limits.header_timeout_s if tls_counts is None else limits.tls_handshake_timeout_s
+    with scope, watchdog.watch(scope, first_phase_s) as watched:
         head_deadline: float | None = watched.deadline
+        if tls_counts is not None:
+            await cast(TlsStream, stream).do_handshake()
+            tls_counts.tls_handshakes += 1
+            if cast(TlsStream, stream).session_reused:
+                tls_counts.tls_resumed += 1
+            head_deadline = watched.deadline = watchdog.now + header_s
         while True:
             if head_deadline is None and reader.in_request:
                 head_deadline = watchdog.now + header_s

@@ -1,14 +1,14 @@
 """``TlsStream``: server-side TLS straight on the accepted socket, for the
-HTTPS listeners (issue 21).
+HTTPS listeners (issues 21 and 35).
 
 ``trio.SSLStream`` runs OpenSSL over memory buffers: every record OpenSSL
 reads or writes is copied through a ``MemoryBIO`` and moved by a Trio stream
 underneath, with a retry loop, conflict detectors and a lock per operation.
 That suits any transport; ours is always a TCP socket. Here OpenSSL reads
-and writes the non-blocking socket itself (``ssl.SSLSocket``), and the
-stream only waits when OpenSSL says it would block (``SSLWantReadError``,
-``SSLWantWriteError``): a resumed handshake plus one query costs about a
-third less of the notary's CPU (``bench/RESULTS.md``).
+and writes the non-blocking socket itself, through the TLS driver
+(``notary.server.tlsdriver``: compiled over OpenSSL's own API, or its twin
+over ``ssl.SSLSocket``), and the stream only waits when the driver says
+OpenSSL would block (``WANT_READ``, ``WANT_WRITE``).
 
 Behaviour, as ``SSLStream(..., https_compatible=True)``:
 
@@ -29,18 +29,18 @@ Behaviour, as ``SSLStream(..., https_compatible=True)``:
 * ``aclose`` sends ``close_notify`` if the socket takes it at once, never
   waits for the client's, and closes the socket. TLS has no half-close.
 
-Resource handling: the stream owns the socket from construction (it is
-wrapped: the ``socket.socket`` given is detached) and closes it in
-``aclose``. Error handling: a TLS or socket error is
-``trio.BrokenResourceError`` (its cause the ``ssl.SSLError`` or
-``OSError``); use after ``aclose`` is ``trio.ClosedResourceError``. Each
-connection's task is its only sender and receiver (the WebSocket library
-serialises its own sends), so there is no conflict detection.
+Resource handling: the stream owns the socket from construction (``socket``:
+the socket given, or with the pure driver the ``ssl.SSLSocket`` that took
+over its file descriptor) and closes it in ``aclose``. Error handling: a TLS
+or socket error is ``trio.BrokenResourceError`` (its cause the
+``ssl.SSLError`` or ``OSError``); use after ``aclose`` is
+``trio.ClosedResourceError``. Each connection's task is its only sender and
+receiver (the WebSocket library serialises its own sends), so there is no
+conflict detection.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import ssl
 
@@ -55,20 +55,22 @@ from trio.lowlevel import (
 )
 
 from notary.server.sockstream import DEFAULT_RECEIVE_BYTES, tune_tcp_socket
+from notary.server.tlsdriver import WANT_READ, ServerContext
 
-__all__ = ["TlsStream"]
+__all__ = ["ServerContext", "TlsStream"]
 
 
 class TlsStream(trio.abc.Stream):
-    """See the module docstring."""
+    """See the module docstring. ``server``: the listener's
+    ``tlsdriver.ServerContext`` (made once, from its ``ssl.SSLContext``)."""
 
-    def __init__(self, sock: socket.socket, context: ssl.SSLContext) -> None:
+    def __init__(self, sock: socket.socket, server: ServerContext) -> None:
         sock.setblocking(False)
         tune_tcp_socket(sock)
-        #: The TLS socket (``getpeername``, ``version()``, ...).
-        self.socket: ssl.SSLSocket = context.wrap_socket(
-            sock, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True
-        )
+        self._tls = server.connection(sock)
+        #: The socket (``getpeername``); the stream closes it.
+        self.socket: socket.socket = self._tls.socket
+        self._fd = self.socket.fileno()
         self._closed = False
         self._handshaken = False
         #: The last operation was a send: the next receive yields first.
@@ -77,7 +79,11 @@ class TlsStream(trio.abc.Stream):
     @property
     def session_reused(self) -> bool:
         """Whether the handshake resumed a session (a ticket or a session id)."""
-        return bool(self.socket.session_reused)
+        return bool(self._tls.session_reused)
+
+    def version(self) -> str | None:
+        """The TLS version agreed (``"TLSv1.3"``), None before the handshake."""
+        return self._tls.version()
 
     async def do_handshake(self) -> None:
         """The server side of the handshake (at most once; a checkpoint)."""
@@ -86,19 +92,19 @@ class TlsStream(trio.abc.Stream):
         if self._handshaken:
             await checkpoint()
             return
-        sock = self.socket
+        handshake = self._tls.handshake
         await checkpoint_if_cancelled()
         while True:
             try:
-                sock.do_handshake()
-            except ssl.SSLWantReadError:
-                await wait_readable(sock)
-            except ssl.SSLWantWriteError:
-                await wait_writable(sock)
+                want = handshake()
             except (ssl.SSLError, OSError) as exc:
                 raise trio.BrokenResourceError(exc) from exc
-            else:
+            if not want:
                 break
+            if want == WANT_READ:
+                await wait_readable(self._fd)
+            else:
+                await wait_writable(self._fd)
             if self._closed:
                 raise trio.ClosedResourceError("the stream is closed")
         self._handshaken = True
@@ -107,7 +113,7 @@ class TlsStream(trio.abc.Stream):
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._closed:
             raise trio.ClosedResourceError("the stream is closed")
-        sock = self.socket
+        receive = self._tls.receive
         size = max_bytes or DEFAULT_RECEIVE_BYTES
         yielded = self._sent
         if yielded:  # see the module docstring: a keep-alive client's next request
@@ -117,17 +123,17 @@ class TlsStream(trio.abc.Stream):
             await checkpoint_if_cancelled()
         while True:
             try:
-                data = sock.recv(size)
-            except ssl.SSLWantReadError:
-                await wait_readable(sock)
-            except ssl.SSLWantWriteError:  # a TLS 1.3 key update's answer
-                await wait_writable(sock)
+                data = receive(size)
             except (ssl.SSLError, OSError) as exc:
                 raise trio.BrokenResourceError(exc) from exc
-            else:
+            if data.__class__ is bytes:
                 if not yielded:
                     await cancel_shielded_checkpoint()
                 return data
+            if data == WANT_READ:
+                await wait_readable(self._fd)
+            else:  # a TLS 1.3 key update's answer
+                await wait_writable(self._fd)
             yielded = True
             if self._closed:
                 raise trio.ClosedResourceError("the stream is closed")
@@ -135,22 +141,22 @@ class TlsStream(trio.abc.Stream):
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self._closed:
             raise trio.ClosedResourceError("the stream is closed")
-        sock = self.socket
+        send = self._tls.send
         # OpenSSL writes all or nothing (no partial-write mode); after a
         # would-block it must be called again with the same bytes.
         with memoryview(data) as remaining:
             while remaining:
                 try:
-                    sent = sock.send(remaining)
-                except ssl.SSLWantWriteError:
-                    await wait_writable(sock)
-                except ssl.SSLWantReadError:
-                    await wait_readable(sock)
+                    sent = send(remaining)
                 except (ssl.SSLError, OSError) as exc:
                     raise trio.BrokenResourceError(exc) from exc
-                else:
+                if sent > 0:
                     remaining = remaining[sent:]
                     continue
+                if sent == WANT_READ:
+                    await wait_readable(self._fd)
+                else:
+                    await wait_writable(self._fd)
                 if self._closed:
                     raise trio.ClosedResourceError("the stream is closed")
         self._sent = True
@@ -160,7 +166,7 @@ class TlsStream(trio.abc.Stream):
     async def wait_send_all_might_not_block(self) -> None:
         if self._closed:
             raise trio.ClosedResourceError("the stream is closed")
-        await wait_writable(self.socket)
+        await wait_writable(self._fd)
 
     @property
     def closed(self) -> bool:
@@ -176,12 +182,9 @@ class TlsStream(trio.abc.Stream):
         (what ``aclose`` does, without waiting)."""
         if not self._closed:
             self._closed = True
-            sock = self.socket
-            if self._handshaken:
-                # One try: the close_notify goes out if the socket takes it;
-                # the client's answer is not awaited (as browsers and Trio's
-                # https_compatible streams do not).
-                with contextlib.suppress(ssl.SSLError, OSError, ValueError):
-                    sock.unwrap()
-            notify_closing(sock)
-            sock.close()
+            # One try: the close_notify goes out if the socket takes it; the
+            # client's answer is not awaited (as browsers and Trio's
+            # https_compatible streams do not).
+            self._tls.close()
+            notify_closing(self._fd)
+            self.socket.close()
