@@ -47,6 +47,7 @@ def print_preamble(title: str, wrk: str | None, note: str = "") -> None:
     import trio
 
     from notary.protocol.hotpath import IMPLEMENTATION as REQUEST_PATH
+    from notary.server.tlsdriver import IMPLEMENTATION as TLS_DRIVER
     from notary.state.cache import IMPLEMENTATION
 
     memory = proc_fields("/proc/meminfo").get("MemTotal")
@@ -57,7 +58,8 @@ def print_preamble(title: str, wrk: str | None, note: str = "") -> None:
         f"{platform.system()} {platform.release()} {platform.machine()}; "
         + (f"{wrk_version(wrk)}; " if wrk else "")
         + f"trio {trio.__version__}, httptools {httptools.__version__}, {ssl.OPENSSL_VERSION}, "
-        f"notary cache {IMPLEMENTATION}, request path {REQUEST_PATH}; load average {cores_and_load()[2]}")
+        f"notary cache {IMPLEMENTATION}, request path {REQUEST_PATH}, TLS driver {TLS_DRIVER}; "
+        f"load average {cores_and_load()[2]}")
     print(f"command: {shlex.join([Path(sys.executable).name, *sys.argv])}")
     print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {notary_version()}{note}")
 
