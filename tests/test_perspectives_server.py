@@ -16,6 +16,8 @@ import trio
 from notary.errors import StoreError
 from notary.model.targets import Target
 from notary.outbound.writer import Storage
+from notary.protocol.hotpath import Request
+from notary.server.api import PerspectivesHandler
 from notary.service.stored_targets import StoredTargets
 from notary.state import crypto
 from tests.support.http_client import header, http_get
@@ -126,3 +128,48 @@ async def test_perspectives_is_off_without_a_key(tmp_path: Path) -> None:
         assert notary.running.perspectives == ()
         answer = await send_raw(notary.port, b"GET /?host=a.example.test&port=443 HTTP/1.0\r\n\r\n")
         assert answer.status == 200 and b"Convergence" in answer.body  # just the index
+
+
+def perspectives_request(target: str, *, method: bytes = b"GET", keep_alive: bool = True,
+                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> Request:
+    return Request(method, target.encode(), "1.1", headers, b"", keep_alive)
+
+
+async def test_the_fast_path_answers_a_cached_service_as_the_slow_path(tmp_path: Path) -> None:
+    """A cached service is answered without awaiting, with the bytes the
+    awaited handler makes, counted and noted alike; everything else is
+    left to the handler (None), nothing counted."""
+    async with open_tls_target(names=[SITE]) as site:
+        async with open_perspectives_notary(tmp_path, {SITE: [site.host]}) as (notary, _):
+            service = notary.running.service
+            handler = PerspectivesHandler(service, index_page=b"index")
+            query = f"/?host={SITE}&port={site.port}&service_type=2"
+            answered = service.answered["perspectives"]
+            assert handler.answer_at_once(perspectives_request(query)) is None  # not cached
+            assert answered.get(200, 0) == 0
+            await notary.running.records.refresh(Target(SITE, site.port))
+            for keep_alive in (True, False):
+                request = perspectives_request(query, keep_alive=keep_alive)
+                before = answered.get(200, 0)
+                fast = handler.answer_at_once(request)
+                assert answered[200] == before + 1
+                slow = await handler(request)
+                assert answered[200] == before + 2
+                assert fast == slow
+                assert fast is not None and fast[1] is keep_alive
+            cross_site = ((b"sec-fetch-site", b"cross-site"),)
+            for request in (
+                perspectives_request("/?"),  # no parameters: the index page
+                perspectives_request("/?host=&port=443"),  # a bad query: its 400
+                perspectives_request(query, method=b"POST"),
+                perspectives_request(query, headers=cross_site),
+                perspectives_request(f"/?host=other.example.test&port={site.port}"),
+                perspectives_request(f"/elsewhere?host={SITE}&port={site.port}"),
+            ):
+                before = dict(answered)
+                assert handler.answer_at_once(request) is None, request.target
+                assert answered == before
+            # Over the wire, both listeners answer from the fast path.
+            status, _, xml = await http_get(notary.running.perspectives[0].port, query)
+            over_tls = await send_raw(notary.port, f"GET {query} HTTP/1.0\r\n\r\n".encode())
+            assert status == over_tls.status == 200 and over_tls.body == xml

@@ -126,12 +126,14 @@ class ApiHandler:
     def answer_at_once(
         self, request: Request, client: bytes | None = None
     ) -> tuple[bytes, bool] | None:
-        """The fast path: the prepared response to a Convergence query the
-        cache answers at once (or its 429, the client over its rate),
-        without awaiting; None for anything else (including every error),
-        which ``__call__`` then answers."""
+        """The fast path: the prepared response to a Convergence or
+        Perspectives query the cache answers at once (or its 429, the client
+        over its rate), without awaiting; None for anything else (including
+        every error), which ``__call__`` then answers."""
         target = request.target
         if not target.startswith(TARGET_PREFIX):
+            if self._perspectives and target.startswith(b"/?"):
+                return perspectives_at_once(self._service, request, client)
             return None
         method = request.method
         if method != b"POST" and method != b"GET":
@@ -246,6 +248,26 @@ class ApiHandler:
         return self._queries.parse(request.method, path, request.body)
 
 
+def perspectives_at_once(
+    service: QueryService, request: Request, client: bytes | None
+) -> tuple[bytes, bool] | None:
+    """The fast path of ``GET /?host=&port=&service_type=2`` (``request``'s
+    target begins with ``/?``): the response when the cache answers at
+    once, None for anything else (the index page, errors, a cache miss)."""
+    if request.method != b"GET" or is_cross_site_request(request.headers):
+        return None
+    try:
+        target = perspectives.parse_query(request.target[2:])
+    except ProtocolError:
+        return None
+    if target is None:
+        return None
+    response = service.answer_perspectives_at_once(target, request.keep_alive, client)
+    if response is None:
+        return None
+    return response, request.keep_alive
+
+
 class PerspectivesHandler:
     """The ``Handler`` of the plain-HTTP Perspectives port: ``GET
     /?host=&port=&service_type=2`` answers, ``GET /`` the index page."""
@@ -258,6 +280,14 @@ class PerspectivesHandler:
         self._index_page = index_page
         #: As ``ApiHandler.rejected``.
         self.rejected: Counter[tuple[str, int]] = rejected if rejected is not None else Counter()
+
+    def answer_at_once(
+        self, request: Request, client: bytes | None = None
+    ) -> tuple[bytes, bool] | None:
+        """As ``ApiHandler.answer_at_once``, for the Perspectives queries."""
+        if not request.target.startswith(b"/?"):
+            return None
+        return perspectives_at_once(self._service, request, client)
 
     async def __call__(
         self, request: Request, client: bytes | None = None

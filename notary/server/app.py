@@ -209,7 +209,7 @@ class ConnectionHandler:
         self._max_connections = http.max_connections
         self._limits = http
         self._websocket = websocket
-        self._answer_at_once = handler.answer_at_once if isinstance(handler, ApiHandler) else None
+        self._answer_at_once = handler.answer_at_once
         #: The timeouts and the graceful stop of the notary's connections.
         self.watchdog = watchdog
         #: Its listeners' connections, open and refused (the metrics read them).

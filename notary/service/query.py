@@ -404,6 +404,34 @@ class QueryService:
         self._note_answered(target, record)
         return _DANE_RESPONSES[record.dane.outcome, keep_alive]
 
+    def answer_perspectives_at_once(
+        self, target: Target, keep_alive: bool, client: bytes | None = None
+    ) -> bytes | None:
+        """``answer_perspectives``'s complete HTTP response when the cache
+        alone answers (a record with observations: its signed XML), the
+        query counted; else None, nothing counted nor charged, and the
+        caller awaits ``answer_perspectives``. A limited ``client`` over its
+        query rate gets the 429 response (invariant 6). Synchronous, for the
+        connection loop's fast path, as ``answer_at_once``."""
+        if not self._perspectives:
+            return None
+        record = self._cache.get(target.key)
+        if record is None or not record.timeline.observations:
+            return None
+        body = record.perspectives_body
+        if body is None:
+            return None
+        if client is not None and self._query_buckets is not None:
+            wait = self._query_buckets.take(client, self._clock())
+            if wait:
+                self._count("perspectives", 429)
+                return too_many_response(retry_after_s(wait), keep_alive, self._too_many)
+        self._note_query(target)  # invariant 8: answered from an observation
+        self._count("perspectives", 200)
+        return http.response(
+            200, body, content_type=perspectives.CONTENT_TYPE, keep_alive=keep_alive
+        )
+
     def _cached_status(
         self, key: str, fingerprint: bytes | None, now: float
     ) -> tuple[TargetRecord | None, int | None]:
