@@ -12,6 +12,7 @@ import ssl
 
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from notary.server.tlsstream import ServerContext, TlsStream
@@ -146,3 +147,25 @@ async def test_use_after_close(contexts) -> None:
         with pytest.raises(trio.ClosedResourceError):
             await stream.send_all(b"x")
     assert stream.socket.fileno() == -1
+
+
+async def test_a_close_wakes_another_task_waiting_on_the_socket(contexts) -> None:
+    """A WebSocket's reader waits in ``receive_some`` while its writer
+    closes: the reader wakes with ``ClosedResourceError``, at once."""
+    stream, client = pair(contexts)
+    with trio.fail_after(10):
+        await handshake(stream, client)
+        outcome: list[type[BaseException]] = []
+
+        async def reader() -> None:
+            try:
+                await stream.receive_some(100)  # the client sends nothing
+            except trio.ClosedResourceError as exc:
+                outcome.append(type(exc))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            await stream.aclose()
+        assert outcome == [trio.ClosedResourceError]
+        await client.aclose()
