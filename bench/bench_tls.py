@@ -334,7 +334,21 @@ def verdict(name: str, ours: Run, theirs: Run, goal: float) -> str:
             f"{theirs.rate:,.0f}) -> {'met' if ratio >= goal else 'NOT met'}{trust}; by server "
             f"CPU per request {cpu:.1%} ({theirs.server_us:,.1f} / {ours.server_us:,.1f} us, "
             f"i.e. {1e6 / ours.server_us:,.0f} vs {1e6 / theirs.server_us:,.0f} per core-second)"
-            f" -> {'met' if cpu >= goal else 'NOT met'}")
+            f" -> {'met' if cpu >= goal else 'NOT met'}{saturation(ours, theirs)}")
+
+
+def saturation(ours: Run, theirs: Run) -> str:
+    """What an unsaturated run does to the ratios, said plainly (issue 35: on two cores
+    this bench cannot always saturate the baseline)."""
+    if theirs.warnings():
+        return ("\n  the baseline was NOT measured at saturation (its best run is flagged): "
+                "its rate is a lower bound of what it can do and its CPU per request an upper "
+                "bound, so both ratios above overstate the notary; one core of client cannot "
+                "saturate it here (bench/README.md, \"Saturation\")")
+    if ours.warnings():
+        return ("\n  the notary was not measured at saturation (its best run is flagged): both "
+                "ratios above understate it")
+    return ""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -1,0 +1,64 @@
+"""``bench/bench_tls.py``'s verdicts: what a run that did not saturate its
+server does to the goal's ratios is said plainly (issue 35), and the options
+it offers (``--pure``) parse."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench_tls():
+    """The script as a module (it imports ``harness`` from ``bench/``)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_tls
+
+        yield bench_tls
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def run(*, rate: float, server_busy: float, client_busy: float):
+    from harness.runs import Run
+
+    return Run(rate=rate, count=int(rate * 10), elapsed_s=10.0, server_cpu_s=10 * server_busy,
+               client_cpu_s=10 * client_busy, server_busy=server_busy, client_busy=client_busy)
+
+
+def test_an_unsaturated_baseline_is_said_to_flatter_the_notary(bench_tls):
+    notary = run(rate=1_000, server_busy=0.99, client_busy=0.50)
+    nginx = run(rate=2_000, server_busy=0.80, client_busy=0.99)  # wrk was the limit
+    said = bench_tls.verdict("nginx", notary, nginx, 0.70)
+    assert "by rate 50.0%" in said and "NOT met" in said
+    assert "baseline was NOT measured at saturation" in said
+    assert "overstate the notary" in said
+
+
+def test_an_unsaturated_notary_is_said_to_be_understated(bench_tls):
+    notary = run(rate=1_000, server_busy=0.50, client_busy=0.99)
+    nginx = run(rate=1_200, server_busy=0.99, client_busy=0.50)
+    said = bench_tls.verdict("nginx", notary, nginx, 0.70)
+    assert "notary was not measured at saturation" in said and "understate it" in said
+    assert "overstate" not in said
+
+
+def test_saturated_runs_need_no_caveat(bench_tls):
+    notary = run(rate=1_000, server_busy=0.99, client_busy=0.50)
+    nginx = run(rate=1_250, server_busy=0.99, client_busy=0.60)
+    said = bench_tls.verdict("nginx", notary, nginx, 0.70)
+    assert "by rate 80.0%" in said and "-> met" in said
+    assert "saturation" not in said
+
+
+def test_pure_is_an_option():
+    done = subprocess.run([sys.executable, str(BENCH / "bench_tls.py"), "--help"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "--pure" in done.stdout and "NOTARY_NO_EXTENSIONS" in done.stdout
