@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.bench import bench_on_path
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 #: The issue's bound on a module of the split harness and command line.
@@ -73,16 +75,11 @@ def test_help_prints_usage_and_starts_nothing(script: Path, tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture
-def bench_on_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """``bench/`` first on ``sys.path``, as when a script runs; afterwards
-    ``sys.path`` restored and the modules imported from ``bench/`` forgotten."""
-    before = set(sys.modules)
-    monkeypatch.syspath_prepend(str(BENCH))
-    yield
-    for name in set(sys.modules) - before:
-        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(BENCH)):
-            del sys.modules[name]
+@pytest.fixture(name="bench_on_path")
+def bench_on_path_fixture() -> Iterator[None]:
+    """``bench/`` first on ``sys.path`` for the test (``tests.support.bench``)."""
+    with bench_on_path():
+        yield
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.name)

@@ -7,28 +7,22 @@ No timing is asserted; nothing here opens a connection.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from notary.model.observations import TimelineLimits
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.support.bench import BENCH, bench_on_path
 
 
 @pytest.fixture(scope="module")
 def bench_sites():
     """The script as a module (it imports ``harness`` from ``bench/``)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_sites
-
-        yield bench_sites
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_on_path():
+        yield importlib.import_module("bench_sites")
 
 
 def test_help_runs_and_names_every_part():

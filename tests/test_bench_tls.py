@@ -4,25 +4,20 @@ it offers (``--pure``) parse."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.support.bench import BENCH, bench_on_path
 
 
 @pytest.fixture(scope="module")
 def bench_tls():
     """The script as a module (it imports ``harness`` from ``bench/``)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_tls
-
-        yield bench_tls
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_on_path():
+        yield importlib.import_module("bench_tls")
 
 
 def run(*, rate: float, server_busy: float, client_busy: float):
@@ -62,3 +57,11 @@ def test_pure_is_an_option():
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "--pure" in done.stdout and "NOTARY_NO_EXTENSIONS" in done.stdout
+
+
+def test_resumed_connections_are_read_from_s_times_progress_lines_only(bench_tls):
+    header = "\n\nNow timing with session id reuse.\nstarting\n"  # words with an "r"
+    tail = "\n\n3 connections in 0.01s; 300.00 connections/user sec, bytes read 0\n"
+    assert bench_tls.resumed_marks(header + "***" + tail) == 0
+    assert bench_tls.resumed_marks(header + "*rr" + tail) == 2
+    assert bench_tls.resumed_marks(header + tail) == 0

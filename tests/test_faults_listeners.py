@@ -60,6 +60,7 @@ from tests.support.faults import (  # noqa: F401 (the clock: a fixture)
     Surface,
     apply,
     client_faults,
+    fault_matrix,
     patient_autojump_clock,
     websocket_frame,
 )
@@ -373,10 +374,7 @@ SURFACES: dict[str, tuple[ClientFault, ...]] = {
     # A GET: no body to expect, nothing to upgrade.
     "witness-view": client_faults(listener=False),
 }
-MATRIX = [
-    pytest.param(surface, fault, id=f"{surface}-{fault.value}")
-    for surface, faults in SURFACES.items() for fault in faults
-]
+MATRIX = fault_matrix(SURFACES)
 
 
 @pytest.mark.parametrize(("surface", "fault"), MATRIX)

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from notary.errors import StoreError
+from notary.model.ratelimit import client_prefix
 from notary.model.targets import Target
 from notary.outbound.writer import Storage
 from notary.protocol.hotpath import Request
@@ -173,3 +174,28 @@ async def test_the_fast_path_answers_a_cached_service_as_the_slow_path(tmp_path:
             status, _, xml = await http_get(notary.running.perspectives[0].port, query)
             over_tls = await send_raw(notary.port, f"GET {query} HTTP/1.0\r\n\r\n".encode())
             assert status == over_tls.status == 200 and over_tls.body == xml
+
+
+async def test_the_fast_paths_429_is_the_slow_paths(tmp_path: Path) -> None:
+    """A limited client over its query rate gets from the fast path the
+    very 429 (and ``Retry-After``) the awaited handler answers."""
+    async with open_tls_target(names=[SITE]) as site:
+        async with open_perspectives_notary(tmp_path, {SITE: [site.host]}) as (notary, _):
+            service = notary.running.service
+            handler = PerspectivesHandler(service, index_page=b"index")
+            query = f"/?host={SITE}&port={site.port}&service_type=2"
+            await notary.running.records.refresh(Target(SITE, site.port))
+            client = client_prefix(bytes([192, 0, 2, 1]))  # a documentation address
+            request = perspectives_request(query)
+            for _ in range(1_000):  # the burst runs out; the clock stands still
+                fast = handler.answer_at_once(request, client)
+                assert fast is not None
+                if fast[0].startswith(b"HTTP/1.1 429 "):
+                    break
+            else:
+                raise AssertionError("the client's burst never ran out")
+            slow = await handler(request, client)
+            assert fast == slow
+            assert b"\r\nRetry-After: " in fast[0]
+            assert service.answered["perspectives"][429] == 1
+            assert handler.rejected["perspectives", 429] == 1

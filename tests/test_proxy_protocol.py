@@ -39,7 +39,9 @@ from tests.support.faults import (  # noqa: F401 (the clock: a fixture)
     Surface,
     apply,
     client_faults,
+    fault_matrix,
     patient_autojump_clock,
+    reset,
 )
 from tests.support.notaries import NotaryUnderTest, open_notary, parse_response, send_raw
 from tests.support.tls_targets import LOCALHOST, TLSTarget, open_tls_target
@@ -301,10 +303,7 @@ FAULTS = {
     "edge-v2": client_faults(),
     "elsewhere": client_faults(http=True),
 }
-MATRIX = [
-    pytest.param(surface, fault, id=f"{surface}-{fault.value}")
-    for surface, faults in FAULTS.items() for fault in faults
-]
+MATRIX = fault_matrix(FAULTS)
 
 
 @pytest.mark.parametrize(("surface", "fault"), MATRIX)
@@ -354,8 +353,6 @@ async def apply_partial(surface: Surface, end: str) -> trio.socket.SocketType:
     await sock.send(surface.request)
     await trio.sleep(0.1)
     if end == "reset":
-        from tests.support.faults import reset
-
         reset(sock)
         return sock
     if end == "half-close":

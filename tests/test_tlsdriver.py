@@ -11,6 +11,7 @@ tests/test_tlsstream.py and through every HTTPS test.
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import ssl
@@ -24,34 +25,19 @@ import trustme
 
 import notary.server._fasttls_py as pure_impl
 from notary.server import tlsdriver
-
-try:
-    import notary.server._fasttls as compiled_impl
-except ImportError as exc:  # not built, or no OpenSSL 3 under _ssl
-    compiled_impl = None
-    COMPILED_IMPORT_ERROR: ImportError | None = exc
-else:
-    COMPILED_IMPORT_ERROR = None
+from tests.support.twins import KINDS, require_extension, twin
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "") not in ("", "0")
+DRIVER = "notary.server._fasttls"
 
 
 def _compiled() -> ModuleType:
-    if compiled_impl is None:
-        reason = f"notary.server._fasttls is not built ({COMPILED_IMPORT_ERROR})"
-        if _flag("NOTARY_REQUIRE_EXTENSION"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return compiled_impl
+    return twin("compiled", DRIVER)
 
 
-@pytest.fixture(params=["pure", "compiled"])
+@pytest.fixture(params=KINDS)
 def impl(request: pytest.FixtureRequest) -> ModuleType:
-    return pure_impl if request.param == "pure" else _compiled()
+    return twin(request.param, DRIVER)
 
 
 @pytest.fixture(scope="module")
@@ -149,13 +135,9 @@ def handshake(connection, client: Client) -> None:
         if server == 0 and client_done:
             client.step_handshake()
             return
-        assert server in (0, impl_want_read(connection))
+        # Both twins name the same codes (test_both_twins_name_the_same_codes).
+        assert server in (0, pure_impl.WANT_READ)
     raise AssertionError("the handshake did not finish")
-
-
-def impl_want_read(connection) -> int:
-    module = pure_impl if isinstance(connection, pure_impl.Connection) else compiled_impl
-    return module.WANT_READ
 
 
 def test_both_twins_name_the_same_codes() -> None:
@@ -332,8 +314,14 @@ def test_the_selection_follows_the_environment() -> None:
     assert pure.stdout.strip() == "pure"
     default = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                              text=True, timeout=60, check=True, env=env)
-    assert default.stdout.strip() == ("compiled" if compiled_impl is not None else "pure")
-    if _flag("NOTARY_REQUIRE_EXTENSION"):
+    try:
+        importlib.import_module(DRIVER)
+    except ImportError:
+        built = False
+    else:
+        built = True
+    assert default.stdout.strip() == ("compiled" if built else "pure")
+    if require_extension():
         assert tlsdriver.IMPLEMENTATION == "compiled"
-    elif _flag("NOTARY_NO_EXTENSIONS"):
+    elif os.environ.get("NOTARY_NO_EXTENSIONS", "") not in ("", "0"):
         assert tlsdriver.IMPLEMENTATION == "pure"

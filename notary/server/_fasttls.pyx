@@ -16,11 +16,12 @@ Python context holds, and OpenSSL is the very library Python's ``_ssl`` runs:
 its functions are looked up in ``_ssl``'s own dependencies at import
 (``dlopen`` with ``RTLD_NOLOAD``), so building this module needs no OpenSSL
 headers and cannot link another OpenSSL than the one that made the context.
-The import fails (and the twin is used) when that library is not OpenSSL 3.
-``ServerContext`` refuses a context whose callbacks need Python's own TLS
-socket objects (``sni_callback``, ``keylog_filename``, a message callback),
-and checks that the ``SSL_CTX`` it reads is the context's (same options,
-same minimum version).
+The import fails (and the twin is used) when that library is not OpenSSL 3,
+or when what this module reads as a context's ``SSL_CTX`` is not it (same
+options, same minimum version: checked on a context made at import, and on
+each context given). ``ServerContext`` refuses a context whose callbacks
+need Python's own TLS socket objects (``sni_callback``,
+``keylog_filename``, a message callback).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -174,9 +175,31 @@ _bind()
 
 ctypedef struct _PySSLContext:
     # CPython's PySSLContext (Modules/_ssl.c) begins with its SSL_CTX pointer,
-    # unchanged from 2.7 to 3.14; ServerContext checks what it reads.
+    # unchanged from 2.7 to 3.14; _ctx_of checks what it reads.
     PyObject ob_base
     SSL_CTX *ctx
+
+
+cdef SSL_CTX *_ctx_of(object context) except? NULL:
+    """The ``SSL_CTX`` of the ``ssl.SSLContext`` ``context``, or NULL when
+    what is read there is not it (other options, another minimum version)."""
+    cdef SSL_CTX *ctx = (<_PySSLContext *>context).ctx
+    # Python reports OpenSSL's "no minimum" (0) as MINIMUM_SUPPORTED (-2).
+    cdef long minimum = max(int(context.minimum_version), 0)
+    if ctx == NULL or SSL_CTX_get_options(ctx) != <uint64_t>int(context.options) or (
+        SSL_CTX_ctrl(ctx, SSL_CTRL_GET_MIN_PROTO_VERSION, 0, NULL) != minimum
+    ):
+        return NULL
+    return ctx
+
+
+# A Python whose contexts are laid out otherwise gets the pure twin (an
+# ImportError, by notary.extensions' rules), not a notary that cannot start.
+_probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+_probe.options |= ssl.OP_NO_COMPRESSION
+if _ctx_of(_probe) == NULL:
+    raise ImportError("this Python's ssl.SSLContext is not laid out as the TLS driver reads it")
+del _probe
 
 
 cdef object _error(unsigned long code, int saved_errno, str what):
@@ -216,13 +239,9 @@ cdef class ServerContext:
                 "the compiled TLS driver cannot run a context with an SNI, keylog or "
                 "message callback"
             )
-        # Python reports OpenSSL's "no minimum" (0) as MINIMUM_SUPPORTED (-2).
-        minimum = max(int(context.minimum_version), 0)
-        cdef SSL_CTX *ctx = (<_PySSLContext *>context).ctx
-        if ctx == NULL or SSL_CTX_get_options(ctx) != <uint64_t>int(context.options) or (
-            SSL_CTX_ctrl(ctx, SSL_CTRL_GET_MIN_PROTO_VERSION, 0, NULL) != minimum
-        ):
-            raise ValueError("this Python's ssl.SSLContext is not laid out as expected")
+        cdef SSL_CTX *ctx = _ctx_of(context)
+        if ctx == NULL:  # checked at import already: only a context of another kind
+            raise ValueError("this ssl.SSLContext is not laid out as the TLS driver reads it")
         SSL_CTX_up_ref(ctx)
         self.ctx = ctx
         self.context = context

@@ -296,9 +296,10 @@ async def _serve(
     with scope, watchdog.watch(scope, first_phase_s) as watched:
         head_deadline: float | None = watched.deadline
         if tls_counts is not None:
-            await cast(TlsStream, stream).do_handshake()
+            tls = cast(TlsStream, stream)
+            await tls.do_handshake()
             tls_counts.tls_handshakes += 1
-            if cast(TlsStream, stream).session_reused:
+            if tls.session_reused:
                 tls_counts.tls_resumed += 1
             head_deadline = watched.deadline = watchdog.now + header_s
         while True:

@@ -185,6 +185,15 @@ def client_faults(
     return tuple(faults)
 
 
+def fault_matrix(faults_by_surface: dict[str, tuple[ClientFault, ...]]) -> list[object]:
+    """The ``(surface, fault)`` parameters of a fault-matrix test, one per
+    fault of each surface, named ``<surface>-<fault>``."""
+    return [
+        pytest.param(surface, fault, id=f"{surface}-{fault.value}")
+        for surface, faults in faults_by_surface.items() for fault in faults
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Surface:
     """A listener (or a path on one) as a client fault sees it.
