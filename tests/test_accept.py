@@ -27,14 +27,14 @@ def listening_socket() -> socket.socket:
 
 
 def failing_listener(failures: list[OSError]) -> socket.socket:
-    """A listening socket whose ``accept`` raises each of ``failures`` (the
-    last first) before it accepts."""
+    """A listening socket whose accepting raises each of ``failures`` (the
+    last first) before it accepts (``_accept``, the C call the loop makes)."""
 
     class Flaky(socket.socket):
-        def accept(self):  # type: ignore[override]
+        def _accept(self):  # type: ignore[override]
             if failures:
                 raise failures.pop()
-            return super().accept()
+            return super()._accept()
 
     return Flaky(fileno=listening_socket().detach())
 

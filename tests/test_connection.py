@@ -7,12 +7,16 @@ error answer is exact."""
 
 from __future__ import annotations
 
+import socket
+from math import inf
+
 import trio
 import trio.testing
 
 from notary.config import HttpConfig
 from notary.protocol.http import Request, parse_response
 from notary.server.connection import MAX_LATENESS_S, Watchdog, serve_http_connection
+from notary.server.sockstream import SocketStream
 
 LIMITS = HttpConfig(header_timeout_s=10.0, keepalive_timeout_s=30.0, send_timeout_s=5.0)
 GET = b"GET / HTTP/1.1\r\nHost: n\r\n\r\n"
@@ -366,3 +370,69 @@ async def test_a_handler_that_raises_is_a_500_and_the_connection_closes(
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 2 and all(r.exc_info for r in errors)
     assert "internal error answering GET" in errors[0].getMessage()
+
+
+async def test_the_sweeper_wakes_a_late_connection_until_it_moves_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A wake may find the connection's task between two waits (it changes
+    nothing then): each sweep wakes a connection past its deadline again,
+    until it sets a new deadline or is no longer watched; a graceful stop
+    wakes the idle ones at once and at each sweep after."""
+    woken: list[str] = []
+    async with trio.open_nursery() as nursery:
+        watchdog = Watchdog()
+        await nursery.start(watchdog.run)
+        with (
+            watchdog.watch(lambda: woken.append("late"), 1.0) as late,
+            watchdog.watch(lambda: woken.append("busy"), 1.0) as busy,
+            watchdog.watch(lambda: woken.append("idle"), 60.0) as idle,
+        ):
+            busy.deadline = inf  # in its handler
+            idle.idle = True
+            await trio.sleep(1.0 + MAX_LATENESS_S + 2 * watchdog.tick_s)
+            assert woken.count("late") >= 3 and set(woken) == {"late"}
+            late.deadline = watchdog.deadline(60.0)  # it moved on
+            woken.clear()
+            await trio.sleep(2 * watchdog.tick_s)
+            assert woken == []
+            watchdog.stop()
+            assert woken == ["idle"]
+            await trio.sleep(2 * watchdog.tick_s)
+            assert set(woken) == {"idle"} and len(woken) >= 3
+        woken.clear()
+        await trio.sleep(2 * watchdog.tick_s)
+        assert woken == []  # no longer watched
+        nursery.cancel_scope.cancel()
+
+
+def socket_pair() -> tuple[SocketStream, socket.socket]:
+    ours, theirs = socket.socketpair()
+    theirs.settimeout(10)
+    return SocketStream(ours), theirs
+
+
+async def test_a_connection_on_our_own_stream_is_woken_where_it_waits() -> None:
+    """The notary's streams are woken in their wait (``interrupt``), not
+    cancelled: a stalled head still gets its 408 on the same stream, and an
+    idle keep-alive connection closes at its deadline, never early. Real
+    sockets and time (short timeouts)."""
+    limits = HttpConfig(header_timeout_s=0.3, keepalive_timeout_s=0.4, send_timeout_s=1.0,
+                        linger_idle_s=0.1)
+    stalled, stalled_peer = socket_pair()
+    idle, idle_peer = socket_pair()
+    with stalled_peer, idle_peer, trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            start = trio.current_time()
+            nursery.start_soon(serve_http_connection, stalled, make_handler([]), limits)
+            nursery.start_soon(serve_http_connection, idle, make_handler([]), limits)
+            stalled_peer.sendall(GET[:-2])
+            idle_peer.sendall(GET)
+            answered = await trio.to_thread.run_sync(stalled_peer.recv, 4096)
+            assert parse_response(answered).status == 408
+            assert trio.current_time() - start >= limits.header_timeout_s
+            kept = await trio.to_thread.run_sync(idle_peer.recv, 4096)
+            assert kept.startswith(b"HTTP/1.1 200 OK")  # answered at once, then idle
+            assert await trio.to_thread.run_sync(idle_peer.recv, 4096) == b""
+            assert trio.current_time() - start >= limits.keepalive_timeout_s
+    assert stalled.closed and idle.closed

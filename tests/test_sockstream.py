@@ -9,6 +9,7 @@ import socket
 
 import pytest
 import trio
+import trio.testing
 
 from notary.server.sockstream import SocketStream
 
@@ -94,6 +95,34 @@ async def test_closing_wakes_a_waiting_receive() -> None:
             await trio.sleep(0.01)
             await stream.aclose()
         assert len(errors) == 1
+
+
+async def test_an_interrupt_wakes_a_waiting_receive_and_leaves_the_stream_open() -> None:
+    """The HTTP loop's watchdog wakes a connection where it waits
+    (``interrupt``): the wait raises ``ClosedResourceError`` and the stream
+    still sends and receives (the 408 goes out on it)."""
+    stream, peer = pair()
+    async with stream, peer:
+        stream.interrupt()  # nobody waits: nothing happens
+        errors: list[BaseException] = []
+
+        async def receive() -> None:
+            try:
+                await stream.receive_some(10)
+            except trio.ClosedResourceError as exc:
+                errors.append(exc)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receive)
+                await trio.testing.wait_all_tasks_blocked()
+                stream.interrupt()
+            assert len(errors) == 1 and not stream.closed
+            await stream.send_all(b"408")
+            assert await peer.receive_some(10) == b"408"
+            await peer.send_all(b"more")
+            assert await stream.receive_some(10) == b"more"
+    stream.interrupt()  # closed: nothing happens (its fd may be another's now)
 
 
 async def test_every_receive_is_a_checkpoint() -> None:

@@ -169,3 +169,35 @@ async def test_a_close_wakes_another_task_waiting_on_the_socket(contexts) -> Non
             await stream.aclose()
         assert outcome == [trio.ClosedResourceError]
         await client.aclose()
+
+
+async def test_an_interrupt_wakes_a_waiting_receive_and_leaves_the_stream_open(contexts) -> None:
+    """The HTTP loop's watchdog wakes a connection where it waits
+    (``interrupt``), in the handshake or after: the wait raises
+    ``ClosedResourceError`` and the stream goes on (the 408 goes out on it)."""
+    stream, client = pair(contexts)
+    errors: list[BaseException] = []
+
+    async def wait_for(call) -> None:
+        try:
+            await call()
+        except trio.ClosedResourceError as exc:
+            errors.append(exc)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for, stream.do_handshake)  # the client says nothing yet
+            await trio.testing.wait_all_tasks_blocked()
+            stream.interrupt()
+        await handshake(stream, client)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for, lambda: stream.receive_some(10))
+            await trio.testing.wait_all_tasks_blocked()
+            stream.interrupt()
+        assert len(errors) == 2 and not stream.closed
+        await stream.send_all(b"408")
+        assert await client.receive_some(10) == b"408"
+        await client.send_all(b"more")
+        assert await stream.receive_some(10) == b"more"
+        await stream.aclose()
+        await client.aclose()

@@ -40,21 +40,29 @@ Graceful stop (``Watchdog.stop``, one watchdog shared by every connection of
 a notary's listeners): a connection waiting for its next request closes at
 once, and one in the middle of a request answers it and then closes.
 
-Mechanism (issue 21): each connection runs in one ``trio.CancelScope`` that
-nothing but the watchdog cancels. Per phase the loop only stores a number,
-the phase's deadline on the watchdog's coarse clock, in its ``Watched``
-entry; the watchdog's sweeper wakes every ``TICK_S``, reads Trio's clock
-once and cancels the scopes whose deadline passed. Moving a ``CancelScope``
+Mechanism (issues 21 and 35): per phase the loop only stores a number, the
+phase's deadline on the watchdog's coarse clock, in its ``Watched`` entry;
+the watchdog's sweeper wakes every ``TICK_S``, reads Trio's clock once and
+wakes the connections whose deadline passed. Moving a ``CancelScope``
 deadline instead (what this loop did before) costs a reordering of Trio's
 deadline heap and a clock read per phase, three times a request: a tenth of
-a cache hit's CPU (bench/RESULTS.md, "Hot path II").
+a cache hit's CPU (bench/RESULTS.md, "Hot path II"). A connection on one of
+the notary's own streams (``SocketStream``, ``TlsStream``: they have
+``interrupt``) is woken where it waits on its socket: Trio's
+``notify_closing`` raises ``trio.ClosedResourceError`` there, and the
+stream stays open (for the 408). Any other stream runs in a
+``trio.CancelScope`` the watchdog cancels; entering and leaving one costs
+~10 us, a tenth of a plain connection's CPU (issue 35). A wake that finds the
+connection's task between two waits changes nothing; the next sweep wakes
+it again if its deadline is still passed, so in that race a timeout fires up
+to a tick later than ``MAX_LATENESS_S``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from math import inf
 from typing import cast
 
@@ -78,6 +86,9 @@ INTERNAL_ERROR = error_response(500, "internal error")
 TCP_STREAMS = (trio.SocketStream, SocketStream)
 #: Streams closed at once, without waiting (no shielded wait needed).
 CLOSE_AT_ONCE = (SocketStream, TlsStream)
+#: What a connection on a stream without ``interrupt`` runs in instead of a
+#: cancel scope (see "Mechanism").
+NO_SCOPE = nullcontext()
 #: Most bytes read and discarded after an error answer (see ``_linger``).
 LINGER_BYTES = 4 * 1024 * 1024
 
@@ -109,17 +120,20 @@ MAX_LATENESS_S = 2 * TICK_S
 
 
 class Watched:
-    """One connection as the watchdog sees it: its scope, the deadline of
+    """One connection as the watchdog sees it: how to wake it (``wake``: its
+    stream's ``interrupt`` or its cancel scope's ``cancel``), the deadline of
     its current phase (on the watchdog's clock; ``inf``: none) and whether it
     waits for a next request (``idle``: a graceful stop closes it now).
     Watched from ``__enter__`` to ``__exit__`` (``Watchdog.watch``; a class,
     not a generator-based context manager: a few microseconds less for each
     connection)."""
 
-    __slots__ = ("_watching", "deadline", "idle", "scope")
+    __slots__ = ("_watching", "deadline", "idle", "wake")
 
-    def __init__(self, scope: trio.CancelScope, deadline: float, watching: set[Watched]) -> None:
-        self.scope = scope
+    def __init__(
+        self, wake: Callable[[], object], deadline: float, watching: set[Watched]
+    ) -> None:
+        self.wake = wake
         self.deadline = deadline
         self.idle = False
         self._watching = watching
@@ -138,9 +152,10 @@ class Watchdog:
     ``serve_notary`` owns the notary's watchdog and runs its sweeper
     (``run``) in its nursery, for as long as connections are served; a
     connection served without one gets a watchdog of its own for its
-    lifetime. ``stop`` cancels the connections that wait for a request (and
-    the scopes entered with ``cancel_on_stop``); the others see
-    ``stopping`` after their current request and close.
+    lifetime. ``stop`` wakes the connections that wait for a request (and
+    cancels the scopes entered with ``cancel_on_stop``), and each sweep
+    wakes them again while they stay; the others see ``stopping`` after
+    their current request and close.
 
     ``now`` is the watchdog's clock: Trio's time at the last sweep or the
     last connection registered, at most ``TICK_S`` old while the sweeper
@@ -162,29 +177,30 @@ class Watchdog:
         return self.now + timeout_s + self.tick_s
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Sweep every ``tick_s`` until cancelled: cancel the connections
-        past their deadline."""
+        """Sweep every ``tick_s`` until cancelled: wake the connections past
+        their deadline (and, once stopping, those still idle)."""
         current_time = trio.current_time
         self.now = current_time()
         task_status.started()
         while True:
             await trio.sleep(self.tick_s)
             now = self.now = current_time()
+            stopping = self.stopping
             for watched in self._watched:
-                if watched.deadline <= now:
-                    watched.scope.cancel()
+                if watched.deadline <= now or (stopping and watched.idle):
+                    watched.wake()
 
-    def watch(self, scope: trio.CancelScope, timeout_s: float) -> Watched:
-        """Watch a connection running in ``scope``, its first phase lasting
+    def watch(self, wake: Callable[[], object], timeout_s: float) -> Watched:
+        """Watch a connection that ``wake`` wakes, its first phase lasting
         ``timeout_s``, for the duration of the ``with`` block."""
         self.now = trio.current_time()
-        return Watched(scope, self.deadline(timeout_s), self._watched)
+        return Watched(wake, self.deadline(timeout_s), self._watched)
 
     def stop(self) -> None:
         self.stopping = True
         for watched in self._watched:
             if watched.idle:
-                watched.scope.cancel()
+                watched.wake()
         for scope in self._on_stop:
             scope.cancel()
         self._on_stop.clear()
@@ -285,90 +301,106 @@ async def _serve(
     send_s = limits.send_timeout_s + tick_s
     receive_some = stream.receive_some
     send_all = stream.send_all
-    # Cancelled by the watchdog only: past a phase's deadline, or on a
-    # graceful stop while idle. ``receiving`` says which phase it was.
-    scope = trio.CancelScope()
+    # Woken by the watchdog only: past a phase's deadline, or on a graceful
+    # stop while idle (module docstring, "Mechanism"). ``receiving`` says
+    # which phase it was.
+    interrupt = getattr(stream, "interrupt", None)
+    scope = None
+    if interrupt is None:
+        scope = trio.CancelScope()
+        interrupt = scope.cancel
+    woken = False
     receiving = True
     # The head of a request must arrive whole within header_timeout_s of its
     # first byte (or of the connection's start): a client dripping bytes
     # cannot hold the connection open. Between requests, keepalive_timeout_s.
     first_phase_s = limits.header_timeout_s if tls_counts is None else limits.tls_handshake_timeout_s
-    with scope, watchdog.watch(scope, first_phase_s) as watched:
-        head_deadline: float | None = watched.deadline
-        if tls_counts is not None:
-            tls = cast(TlsStream, stream)
-            await tls.do_handshake()
-            tls_counts.tls_handshakes += 1
-            if tls.session_reused:
-                tls_counts.tls_resumed += 1
-            head_deadline = watched.deadline = watchdog.now + header_s
-        while True:
-            if head_deadline is None and reader.in_request:
-                head_deadline = watchdog.now + header_s
-            idle = not reader.in_request
-            if idle:
-                # Between requests: a graceful stop closes the connection now.
-                if watchdog.stopping:
+    with (
+        scope if scope is not None else NO_SCOPE,
+        watchdog.watch(interrupt, first_phase_s) as watched,
+    ):
+        try:
+            head_deadline: float | None = watched.deadline
+            if tls_counts is not None:
+                tls = cast(TlsStream, stream)
+                await tls.do_handshake()
+                tls_counts.tls_handshakes += 1
+                if tls.session_reused:
+                    tls_counts.tls_resumed += 1
+                head_deadline = watched.deadline = watchdog.now + header_s
+            while True:
+                if head_deadline is None and reader.in_request:
+                    head_deadline = watchdog.now + header_s
+                idle = not reader.in_request
+                if idle:
+                    # Between requests: a graceful stop closes the connection now.
+                    if watchdog.stopping:
+                        return None
+                    watched.idle = True
+                receiving = True
+                if head_deadline is not None:
+                    watched.deadline = head_deadline
+                else:
+                    watched.deadline = watchdog.now + keepalive_s
+                data = await receive_some(RECEIVE_BYTES)
+                watched.idle = receiving = False
+                if not data:
                     return None
-                watched.idle = True
-            receiving = True
-            if head_deadline is not None:
-                watched.deadline = head_deadline
-            else:
-                watched.deadline = watchdog.now + keepalive_s
-            data = await receive_some(RECEIVE_BYTES)
-            watched.idle = receiving = False
-            if not data:
-                return None
-            try:
-                requests = reader.feed(data)
-            except ProtocolError as exc:
-                watched.deadline = watchdog.now + send_s
-                await send_all(error_response(exc.status, exc.message))
-                await linger_before_close(
-                    stream, timeout_s=limits.linger_timeout_s, idle_s=limits.linger_idle_s
-                )
-                return None
-            for request in requests:
-                requests_left -= 1
-                if not requests_left:
-                    request = _last_request(request)
-                if request.upgrade and upgrades and request.method == b"GET":
-                    take_over = upgrades.get(request.target.partition(b"?")[0])
-                    if take_over is not None:
-                        return take_over, request, reader.leftover
-                release = None
                 try:
-                    answered = (
-                        answer_at_once(request, client) if answer_at_once is not None else None
+                    requests = reader.feed(data)
+                except ProtocolError as exc:
+                    watched.deadline = watchdog.now + send_s
+                    await send_all(error_response(exc.status, exc.message))
+                    await linger_before_close(
+                        stream, timeout_s=limits.linger_timeout_s, idle_s=limits.linger_idle_s
                     )
-                    if answered is None:
-                        watched.deadline = inf  # the handler keeps its own deadlines
-                        if client is None:
-                            slow = await handler(request)
-                        else:
-                            slow = await handler(request, client)
-                        if len(slow) == 3:
-                            release = slow[2]
-                        answered = slow[0], slow[1]
-                except Exception:  # a bug: this request's 500, not the worker's end
-                    log.exception("internal error answering %s %r",
-                                  request.method.decode("latin-1"), request.target[:200])
-                    answered = INTERNAL_ERROR, False
-                response, keep_alive = answered
-                watched.deadline = watchdog.now + send_s
-                try:
-                    await send_all(response)
-                finally:
-                    if release is not None:
-                        release()  # sent, or the connection ends here
-                if not keep_alive or watchdog.stopping or not requests_left:
                     return None
-            if reader.finished:
-                return None
-            if requests:
-                head_deadline = None
-    if scope.cancelled_caught and receiving and reader.in_request:
+                for request in requests:
+                    requests_left -= 1
+                    if not requests_left:
+                        request = _last_request(request)
+                    if request.upgrade and upgrades and request.method == b"GET":
+                        take_over = upgrades.get(request.target.partition(b"?")[0])
+                        if take_over is not None:
+                            return take_over, request, reader.leftover
+                    release = None
+                    try:
+                        answered = (
+                            answer_at_once(request, client) if answer_at_once is not None else None
+                        )
+                        if answered is None:
+                            watched.deadline = inf  # the handler keeps its own deadlines
+                            if client is None:
+                                slow = await handler(request)
+                            else:
+                                slow = await handler(request, client)
+                            if len(slow) == 3:
+                                release = slow[2]
+                            answered = slow[0], slow[1]
+                    except Exception:  # a bug: this request's 500, not the worker's end
+                        log.exception("internal error answering %s %r",
+                                      request.method.decode("latin-1"), request.target[:200])
+                        answered = INTERNAL_ERROR, False
+                    response, keep_alive = answered
+                    watched.deadline = watchdog.now + send_s
+                    try:
+                        await send_all(response)
+                    finally:
+                        if release is not None:
+                            release()  # sent, or the connection ends here
+                    if not keep_alive or watchdog.stopping or not requests_left:
+                        return None
+                if reader.finished:
+                    return None
+                if requests:
+                    head_deadline = None
+        except trio.ClosedResourceError:
+            # Our own stream, woken where it waited; another stream's
+            # ClosedResourceError is its own.
+            if scope is not None:
+                raise
+            woken = True
+    if (woken or (scope is not None and scope.cancelled_caught)) and receiving and reader.in_request:
         # A stalled request gets 408; an idle keep-alive connection just closes.
         with trio.move_on_after(limits.send_timeout_s):
             await send_all(error_response(408, "request timeout"))

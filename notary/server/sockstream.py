@@ -83,6 +83,13 @@ class SocketStream(trio.abc.HalfCloseableStream):
         """Whether ``aclose`` was called."""
         return self._closed
 
+    def interrupt(self) -> None:
+        """Wake the task waiting on the socket, if one is: its wait raises
+        ``trio.ClosedResourceError``; the stream stays open (the HTTP loop's
+        watchdog, ``notary.server.connection``)."""
+        if not self._closed:
+            notify_closing(self.socket)
+
     def close(self) -> None:
         """Close the socket now (what ``aclose`` does, without waiting)."""
         if not self._closed:

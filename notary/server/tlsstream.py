@@ -173,6 +173,13 @@ class TlsStream(trio.abc.Stream):
         """Whether ``aclose`` was called."""
         return self._closed
 
+    def interrupt(self) -> None:
+        """Wake the task waiting on the socket, if one is: its wait raises
+        ``trio.ClosedResourceError``; the stream stays open (the HTTP loop's
+        watchdog, ``notary.server.connection``)."""
+        if not self._closed:
+            notify_closing(self._fd)
+
     async def aclose(self) -> None:
         self.close()
         await checkpoint()
