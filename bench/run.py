@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = ("tls", "edge", "http", "probe", "sites", "relay", "v2", "scale", "workers", "cache",
-             "writer", "fleet", "dane", "log")
+SCENARIOS = ("tls", "edge", "http", "connection", "probe", "sites", "relay", "v2", "scale",
+             "workers", "cache", "writer", "fleet", "dane", "log")
 #: The scenarios whose script takes no ``--wait-quiet``.
-NO_WAIT_QUIET = {"relay", "cache", "writer", "fleet"}
+NO_WAIT_QUIET = {"connection", "relay", "cache", "writer", "fleet"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
