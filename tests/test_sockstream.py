@@ -9,9 +9,9 @@ import socket
 
 import pytest
 import trio
-import trio.testing
 
 from notary.server.sockstream import SocketStream
+from tests.support.waking import still_serves, woken_by
 
 
 def pair(*, wait_when_drained: bool = True) -> tuple[SocketStream, trio.SocketStream]:
@@ -82,19 +82,9 @@ async def test_a_peer_that_resets_is_a_broken_resource() -> None:
 async def test_closing_wakes_a_waiting_receive() -> None:
     stream, peer = pair()
     async with peer:
-        async with trio.open_nursery() as nursery:
-            errors: list[BaseException] = []
-
-            async def receive() -> None:
-                try:
-                    await stream.receive_some(10)
-                except trio.ClosedResourceError as exc:
-                    errors.append(exc)
-
-            nursery.start_soon(receive)
-            await trio.sleep(0.01)
-            await stream.aclose()
-        assert len(errors) == 1
+        with trio.fail_after(10):
+            raised = await woken_by(lambda: stream.receive_some(10), stream.aclose)
+    assert raised == [trio.ClosedResourceError]
 
 
 async def test_an_interrupt_wakes_a_waiting_receive_and_leaves_the_stream_open() -> None:
@@ -104,24 +94,10 @@ async def test_an_interrupt_wakes_a_waiting_receive_and_leaves_the_stream_open()
     stream, peer = pair()
     async with stream, peer:
         stream.interrupt()  # nobody waits: nothing happens
-        errors: list[BaseException] = []
-
-        async def receive() -> None:
-            try:
-                await stream.receive_some(10)
-            except trio.ClosedResourceError as exc:
-                errors.append(exc)
-
         with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(receive)
-                await trio.testing.wait_all_tasks_blocked()
-                stream.interrupt()
-            assert len(errors) == 1 and not stream.closed
-            await stream.send_all(b"408")
-            assert await peer.receive_some(10) == b"408"
-            await peer.send_all(b"more")
-            assert await stream.receive_some(10) == b"more"
+            raised = await woken_by(lambda: stream.receive_some(10), stream.interrupt)
+            assert raised == [trio.ClosedResourceError] and not stream.closed
+            await still_serves(stream, peer)
     stream.interrupt()  # closed: nothing happens (its fd may be another's now)
 
 

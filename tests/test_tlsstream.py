@@ -16,6 +16,7 @@ import trio.testing
 import trustme
 
 from notary.server.tlsstream import ServerContext, TlsStream
+from tests.support.waking import still_serves, woken_by
 
 
 @pytest.fixture(scope="module")
@@ -155,19 +156,9 @@ async def test_a_close_wakes_another_task_waiting_on_the_socket(contexts) -> Non
     stream, client = pair(contexts)
     with trio.fail_after(10):
         await handshake(stream, client)
-        outcome: list[type[BaseException]] = []
-
-        async def reader() -> None:
-            try:
-                await stream.receive_some(100)  # the client sends nothing
-            except trio.ClosedResourceError as exc:
-                outcome.append(type(exc))
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(reader)
-            await trio.testing.wait_all_tasks_blocked()
-            await stream.aclose()
-        assert outcome == [trio.ClosedResourceError]
+        # The client sends nothing: the receive waits until the close.
+        raised = await woken_by(lambda: stream.receive_some(100), stream.aclose)
+        assert raised == [trio.ClosedResourceError]
         await client.aclose()
 
 
@@ -176,28 +167,12 @@ async def test_an_interrupt_wakes_a_waiting_receive_and_leaves_the_stream_open(c
     (``interrupt``), in the handshake or after: the wait raises
     ``ClosedResourceError`` and the stream goes on (the 408 goes out on it)."""
     stream, client = pair(contexts)
-    errors: list[BaseException] = []
-
-    async def wait_for(call) -> None:
-        try:
-            await call()
-        except trio.ClosedResourceError as exc:
-            errors.append(exc)
-
     with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(wait_for, stream.do_handshake)  # the client says nothing yet
-            await trio.testing.wait_all_tasks_blocked()
-            stream.interrupt()
+        # The client says nothing yet: the handshake waits.
+        assert await woken_by(stream.do_handshake, stream.interrupt) == [trio.ClosedResourceError]
         await handshake(stream, client)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(wait_for, lambda: stream.receive_some(10))
-            await trio.testing.wait_all_tasks_blocked()
-            stream.interrupt()
-        assert len(errors) == 2 and not stream.closed
-        await stream.send_all(b"408")
-        assert await client.receive_some(10) == b"408"
-        await client.send_all(b"more")
-        assert await stream.receive_some(10) == b"more"
+        raised = await woken_by(lambda: stream.receive_some(10), stream.interrupt)
+        assert raised == [trio.ClosedResourceError] and not stream.closed
+        await still_serves(stream, client)
         await stream.aclose()
         await client.aclose()
