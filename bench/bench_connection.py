@@ -5,7 +5,7 @@ plainest Trio code doing the same work, same run, same socket pairs.
     .venv/bin/python bench/bench_connection.py          # about a minute
     .venv/bin/python bench/bench_connection.py --quick  # a smoke run
 
-Three measurements, each the minimum over rounds of microseconds per unit:
+Measurements, each the minimum over rounds of microseconds per unit:
 
 1. a connection (HTTP/1.0, the server closes): ``serve_http_connection`` on
    the notary's ``SocketStream`` with a watchdog and a synchronous answer,
@@ -15,8 +15,9 @@ Three measurements, each the minimum over rounds of microseconds per unit:
    receive-then-send loop;
 3. accepting connections queued on a listening socket, a task each that
    closes its stream at once: ``notary.server.accept.serve_socket`` making
-   the HTTP listeners' ``SocketStream`` against ``trio.SocketListener.accept``
-   in a loop (both include making the clients' connections).
+   the HTTP listeners' ``SocketStream`` (and, a fourth row, Trio's own
+   stream, as for the relay) against ``trio.SocketListener.accept`` in a
+   loop (both include making the clients' connections).
 
 What it leaves out: TLS (``bench_tls.py``), parsing cost beyond one small
 request, the kernel's share of a real client. Compare the same script at two
@@ -36,7 +37,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from notary.config import HttpConfig
-from notary.server.accept import serve_socket
+from notary.server.accept import serve_socket, trio_stream
 from notary.server.connection import Watchdog, serve_http_connection
 from notary.server.sockstream import SocketStream
 
@@ -114,7 +115,7 @@ async def keep_alive(count: int, *, notary: bool, watchdog: Watchdog) -> None:
         await client.aclose()
 
 
-async def accepting(count: int, *, notary: bool) -> None:
+async def accepting(count: int, *, notary: bool, trio_streams: bool = False) -> None:
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
     listening.listen(count)
@@ -131,8 +132,9 @@ async def accepting(count: int, *, notary: bool) -> None:
 
     async with trio.open_nursery() as nursery:
         if notary:
-            # The HTTP listeners' stream (its ``closed`` spares the loop a forced close).
-            nursery.start_soon(serve_socket, listening, handler, nursery, SocketStream)
+            # The HTTP listeners' stream, or Trio's (the relay's, the admin listener's).
+            make_stream = trio_stream if trio_streams else SocketStream
+            nursery.start_soon(serve_socket, listening, handler, nursery, make_stream)
         else:
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(listening))
 
@@ -162,6 +164,8 @@ async def measure(args: argparse.Namespace) -> list[tuple[str, str, float, float
              lambda notary: lambda: keep_alive(count, notary=notary, watchdog=watchdog)),
             ("accepting a queued connection (task, close)", "connection",
              lambda notary: lambda: accepting(queued, notary=notary)),
+            ("accepting a queued connection on Trio's stream (the relay's)", "connection",
+             lambda notary: lambda: accepting(queued, notary=notary, trio_streams=True)),
         ):
             units = queued if name.startswith("accepting") else count
             ours = await timed(rounds, units, make(True))

@@ -12,10 +12,12 @@ from collections.abc import Callable
 
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from notary.server import accept
 from notary.server.accept import serve_socket
+from notary.server.sockstream import SocketStream
 from notary.server.tlsstream import ServerContext, TlsStream
 
 
@@ -198,3 +200,46 @@ def _client_context() -> ssl.SSLContext:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
+
+
+@pytest.mark.parametrize("make_stream", [accept.trio_stream, SocketStream],
+                         ids=["trio-stream", "our-stream"])
+async def test_only_a_stream_its_handler_left_open_is_closed_by_force(
+    monkeypatch: pytest.MonkeyPatch, make_stream: Callable[[socket.socket], trio.abc.Stream],
+) -> None:
+    """A forced close costs a cancelled scope: it is paid for a stream the
+    handler left open, not for one it closed, whether the stream says so
+    (``closed``) or only its socket does (``trio.SocketStream``)."""
+    forced: list[trio.abc.Stream] = []
+    real = trio.aclose_forcefully
+
+    async def counting(stream: trio.abc.AsyncResource) -> None:
+        forced.append(stream)  # type: ignore[arg-type]
+        await real(stream)
+
+    monkeypatch.setattr(trio, "aclose_forcefully", counting)
+    listening = listening_socket()
+    port = listening.getsockname()[1]
+    seen: list[trio.abc.Stream] = []
+    done = trio.Event()
+
+    async def handler(stream: trio.abc.Stream) -> None:
+        seen.append(stream)
+        if len(seen) == 1:
+            await stream.aclose()  # the second is left open
+        if len(seen) == 2:
+            done.set()
+
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_socket, listening, handler, nursery, make_stream)
+            with trio.fail_after(10):
+                await done.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    finally:
+        for client in clients:
+            client.close()
+    assert forced == [seen[1]]
+    assert all(accept._closed(stream) for stream in seen)

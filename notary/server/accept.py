@@ -135,7 +135,18 @@ async def _run_handler(handler: Handler, stream: trio.abc.Stream) -> None:
         # the listener (the handlers answer the errors they expect).
         log.exception("connection handler failed")
     finally:
-        # The HTTP handlers close their streams; a forced close (a cancel
-        # scope, cancelled) is paid only when one did not.
-        if not getattr(stream, "closed", False):
+        # The handlers close their streams; a forced close (a cancel scope,
+        # cancelled: tens of microseconds) is paid only when one did not.
+        if not _closed(stream):
             await trio.aclose_forcefully(stream)
+
+
+def _closed(stream: trio.abc.Stream) -> bool:
+    """Whether ``stream`` is closed: its ``closed`` (the HTTP listeners'
+    streams), or its socket's file descriptor gone (``trio.SocketStream``:
+    the relay's and the admin listener's)."""
+    closed = getattr(stream, "closed", None)
+    if closed is not None:
+        return bool(closed)
+    sock = getattr(stream, "socket", None)
+    return sock is not None and sock.fileno() == -1
