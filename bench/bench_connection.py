@@ -33,6 +33,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import trio
 
@@ -157,19 +158,19 @@ async def measure(args: argparse.Namespace) -> list[tuple[str, str, float, float
     async with trio.open_nursery() as nursery:
         watchdog = Watchdog()
         await nursery.start(watchdog.run)
-        for name, unit, make in (
-            ("a connection (HTTP/1.0, closed after the answer)", "connection",
-             lambda notary: lambda: connections(count, notary=notary, watchdog=watchdog)),
-            ("a keep-alive request", "request",
-             lambda notary: lambda: keep_alive(count, notary=notary, watchdog=watchdog)),
-            ("accepting a queued connection (task, close)", "connection",
-             lambda notary: lambda: accepting(queued, notary=notary)),
-            ("accepting a queued connection on Trio's stream (the relay's)", "connection",
-             lambda notary: lambda: accepting(queued, notary=notary, trio_streams=True)),
-        ):
-            units = queued if name.startswith("accepting") else count
-            ours = await timed(rounds, units, make(True))
-            baseline = await timed(rounds, units, make(False))
+        cases = (
+            ("a connection (HTTP/1.0, closed after the answer)", "connection", count,
+             partial(connections, count, watchdog=watchdog)),
+            ("a keep-alive request", "request", count,
+             partial(keep_alive, count, watchdog=watchdog)),
+            ("accepting a queued connection (task, close)", "connection", queued,
+             partial(accepting, queued)),
+            ("accepting a queued connection on Trio's stream (the relay's)", "connection", queued,
+             partial(accepting, queued, trio_streams=True)),
+        )
+        for name, unit, units, body in cases:
+            ours = await timed(rounds, units, partial(body, notary=True))
+            baseline = await timed(rounds, units, partial(body, notary=False))
             rows.append((name, unit, ours, baseline))
         nursery.cancel_scope.cancel()
     return rows
