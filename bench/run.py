@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = ("tls", "edge", "http", "connection", "probe", "sites", "relay", "v2", "scale",
-             "workers", "cache", "writer", "fleet", "dane", "log")
+SCENARIOS = ("tls", "edge", "http", "connection", "perspectives", "probe", "sites", "relay", "v2",
+             "scale", "workers", "cache", "writer", "fleet", "dane", "log")
 #: The scenarios whose script takes no ``--wait-quiet``.
 NO_WAIT_QUIET = {"connection", "relay", "cache", "writer", "fleet"}
 

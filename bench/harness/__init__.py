@@ -10,7 +10,8 @@ each piece does and why: ``bench/README.md``):
 - ``loopback``: the set-up checks' own client (loopback only);
 - ``servers``: servers started for a run (any, nginx, PostgreSQL, the notary);
 - ``runs``: a measured run (``Run``, ``Meter``, ``best``), a load
-  benchmark's start and rounds, a micro-benchmark's best of N;
+  benchmark's start and rounds, two rows compared round by round
+  (``paired``), a micro-benchmark's best of N;
 - ``wrk``: wrk's scripts and one measured wrk run;
 - ``report``: the head of a report, its tables and figures;
 - ``options``: the command-line options the benchmarks share.

@@ -9,11 +9,11 @@ import argparse
 
 def load_parser(description: str, *, rounds: int, quick: str, cpus: str = "the servers",
                 wait_quiet: str = "", connections: int | None = 64, threads: int = 1,
-                ) -> argparse.ArgumentParser:
+                duration: int = 10) -> argparse.ArgumentParser:
     """The load benchmarks' options (``finish_load_args`` fills those that depend on --quick)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help=quick)
-    parser.add_argument("--duration", type=int, default=None, help="seconds per wrk run (10)")
+    parser.add_argument("--duration", type=int, default=None, help=f"seconds per wrk run (default {duration})")
     parser.add_argument("--rounds", type=int, default=None,
                         help=f"runs of each row, interleaved (default {rounds})")
     if connections is not None:  # None: the script adds its own
@@ -26,13 +26,13 @@ def load_parser(description: str, *, rounds: int, quick: str, cpus: str = "the s
                         help="first wait up to SECONDS for the cores to be idle (shared "
                         f"machines){wait_quiet}")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    parser.set_defaults(default_rounds=rounds)
+    parser.set_defaults(default_rounds=rounds, default_duration=duration)
     return parser
 
 
 def finish_load_args(args: argparse.Namespace, *, quick_rounds: int = 1) -> argparse.Namespace:
     if args.duration is None:
-        args.duration = 2 if args.quick else 10
+        args.duration = 2 if args.quick else args.default_duration
     if args.rounds is None:
         args.rounds = quick_rounds if args.quick else args.default_rounds
     return args

@@ -1,13 +1,14 @@
 """Measured runs: the record of one run of a load generator against a
 server with its CPU figures (``Run``, taken by a ``Meter``; ``best`` keeps
 the best run its warnings do not flag), a load benchmark's start and
-interleaved rounds, a micro-benchmark's best of N, and Trio clients driven
+interleaved rounds, two rows compared round by round (``paired``), a micro-benchmark's best of N, and Trio clients driven
 for a while with the server's memory sampled (``drive_clients``, ``Sampler``)."""
 
 from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -151,19 +152,73 @@ def run_rounds(args: argparse.Namespace, items: Sequence[Any], measure: Callable
                progress: Callable[[Any, Any], str], *, key: Callable[[Any], Any] | None = None,
                quiet_cpus: Sequence[int] = ()) -> dict[Any, list[Any]]:
     """``args.rounds`` interleaved rounds of ``measure(item)`` over ``items``,
-    a progress line after each run, a wait (<= 30 s, ``--wait-quiet``) for idle
-    ``quiet_cpus`` before each further round. Returns the runs by ``key(item)``."""
+    every other round in reverse order (a row measured first in one round is
+    measured last in the next: a drift of the machine's speed within rounds
+    does not always favour the same row), a progress line after each run, a
+    wait (<= 30 s, ``--wait-quiet``) for idle ``quiet_cpus`` before each
+    further round. Returns the runs by ``key(item)``, in round order."""
     key = key or (lambda item: item.key)
     runs: dict[Any, list[Any]] = {key(item): [] for item in items}
     for round_number in range(args.rounds):
         if round_number and quiet_cpus and args.wait_quiet:
             wait_quiet(quiet_cpus, min(args.wait_quiet, 30.0))
-        for item in items:
+        for item in items if round_number % 2 == 0 else reversed(items):
             run = measure(item)
             runs[key(item)].append(run)
             print(f"  round {round_number + 1} {progress(item, run)}"
                   + "".join(f"  WARNING: {w}" for w in run.warnings()), flush=True)
     return runs
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One row against another, round by round (``paired``): each ratio
+    compares two runs made one right after the other, so when a shared
+    machine changes speed between rounds (this one does, by ~30%:
+    bench/RESULTS.md) both runs of a pair move together, where the best run
+    of each row may come from different speeds. The goal is judged on the
+    median pair."""
+
+    #: ours.rate / theirs.rate, and theirs.server_us / ours.server_us (CPU
+    #: per request: higher is better for ours), one per pair used.
+    rates: tuple[float, ...]
+    cpu: tuple[float, ...]
+    #: Pairs left out because a run of theirs or ours was flagged (none are
+    #: left out when every pair has a flagged run: then all count).
+    left_out: int
+    #: Whether the pairs used include flagged runs of ours / of theirs.
+    ours_flagged: bool
+    theirs_flagged: bool
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def by_cpu(self) -> float:
+        return statistics.median(self.cpu)
+
+    def rounds(self) -> str:
+        """The pairs' rate ratios, and what was left out, for a report."""
+        left = f"; {self.left_out} flagged pair(s) left out" if self.left_out else ""
+        return (f"median of {len(self.rates)} paired round(s): "
+                f"{' / '.join(f'{r:.1%}' for r in self.rates)}{left}")
+
+
+def paired(ours: Sequence[Run], theirs: Sequence[Run]) -> Paired:
+    """``ours`` against ``theirs``, run i with run i (``run_rounds``' rounds).
+    Pairs with a flagged run are left out, unless every pair has one."""
+    if not ours:
+        raise ValueError("paired rounds need runs")
+    pairs = list(zip(ours, theirs, strict=True))  # ValueError: not as many runs
+    clean = [(a, b) for a, b in pairs if not a.warnings() and not b.warnings()]
+    used = clean or pairs
+    return Paired(
+        rates=tuple(a.rate / b.rate for a, b in used),
+        cpu=tuple(b.server_us / a.server_us if a.server_us else 0.0 for a, b in used),
+        left_out=len(pairs) - len(used),
+        ours_flagged=any(a.warnings() for a, _ in used),
+        theirs_flagged=any(b.warnings() for _, b in used))
 
 
 def start_load(args: argparse.Namespace, title: str, wrk: str | None,
