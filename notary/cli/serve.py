@@ -98,11 +98,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from notary.node.supervisor import default_workers, supervise, worker_index
     from notary.node.systemd import listen_fds
     from notary.server.sockets import bind_sockets, check_roles, inherited_sockets
+    from notary.server.tickets import take_ticket_keys
 
     index = worker_index()
     set_worker(index)
     configure_logging(config.server.log_level, config.server.log_format)
     sockets = inherited_sockets()
+    ticket_keys = take_ticket_keys()  # None unless a supervisor started this worker
     if sockets is None:  # the node's first process: open the sockets, then drop root
         taken = listen_fds()
         check_roles(taken)
@@ -136,7 +138,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         # A worker shares the database with the node's other workers.
-        trio.run(partial(run_serving_process, shared_store=index is not None),
+        trio.run(partial(run_serving_process, shared_store=index is not None,
+                         ticket_keys=ticket_keys),
                  config, sockets, partial(config_from_args, args))
     except BaseExceptionGroup as group:
         # Nurseries wrap a start-up error (unreadable bundle, ...) in

@@ -40,16 +40,16 @@ log = logging.getLogger(__name__)
 
 async def run_serving_process(
     config: Config, sockets: Sockets, reload_config: Callable[[], Config] | None = None,
-    *, shared_store: bool = False,
+    *, shared_store: bool = False, ticket_keys: bytes | None = None,
 ) -> None:
     """Serve on ``sockets`` until SIGTERM/SIGINT, then stop gracefully;
     ``reload_config`` reads the configuration again on SIGHUP;
-    ``shared_store``: a worker of a node (see ``serve_notary``)."""
+    ``shared_store`` and ``ticket_keys``: a worker of a node (see ``serve_notary``)."""
     with Notifier() as notifier:
         async with trio.open_nursery() as nursery:
             running: RunningNotary = await nursery.start(
                 partial(serve_notary, config, sockets=sockets, reload_config=reload_config,
-                        shared_store=shared_store)
+                        shared_store=shared_store, ticket_keys=ticket_keys)
             )
             # Ready once the stored-targets filter is loaded too (it answers
             # "maybe" until then: store reads for every miss).

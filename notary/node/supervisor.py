@@ -11,6 +11,9 @@ another worker observed meanwhile (the scheduler's rule 11), so targets are
 not rescanned once per worker.
 
 What the supervisor does
+    * draws the node's TLS session-ticket keys and hands them to every
+      worker it starts (``notary.server.tickets``), so that a client resumes
+      its TLS session with whichever worker its reconnection reaches;
     * tells each worker its index (``$NOTARY_WORKER_INDEX``), its sockets,
       and a ``$NOTIFY_SOCKET`` of its own (a datagram socket in a private
       directory, with ``SO_PASSCRED`` so a message names its sender's pid)
@@ -33,8 +36,9 @@ config) is not restarted: the node stops with status 2, since a restart
 cannot fix it.
 
 Resource handling: ``supervise`` owns the worker processes (none outlives
-it), its private directory (removed at exit) and the listening sockets it is
-given (closed at exit; the workers hold their own copies).
+it), its private directory (removed at exit), the memory file of the ticket
+keys (closed at exit) and the listening sockets it is given (closed at exit;
+the workers hold their own copies).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from notary.config import Config
 from notary.node.systemd import Notifier, watchdog_interval_s
 from notary.server.metrics import worker_exited
 from notary.server.sockets import Sockets, close_all, worker_environment
+from notary.server.tickets import TICKET_KEYS_ENV, new_ticket_keys, ticket_keys_file
 
 log = logging.getLogger(__name__)
 
@@ -86,24 +91,27 @@ async def supervise(config: Config, sockets: Sockets, workers: int, argv: Sequen
     """Run ``workers`` workers of ``notary <argv>`` until SIGTERM/SIGINT;
     return the node's exit status."""
     private = tempfile.mkdtemp(prefix="notary-node-")
+    ticket_keys = ticket_keys_file(new_ticket_keys())
     try:
         with Notifier() as systemd:
-            node = _Node(config, sockets, workers, argv, private, systemd)
+            node = _Node(config, sockets, workers, argv, private, systemd, ticket_keys)
             return await node.run()
     finally:
         close_all(sockets)
+        os.close(ticket_keys)
         shutil.rmtree(private, ignore_errors=True)
 
 
 class _Node:
     def __init__(self, config: Config, sockets: Sockets, workers: int, argv: Sequence[str],
-                 private: str, systemd: Notifier) -> None:
+                 private: str, systemd: Notifier, ticket_keys: int) -> None:
         self._config = config
         self._node = config.node
         self._sockets = sockets
         self._argv = list(argv)
         self._private = private
         self._systemd = systemd
+        self._ticket_keys = ticket_keys  # the memory file's fd, passed to every worker
         self._workers = [Worker(index) for index in range(workers)]
         self._stopping = False
         self._status = 0
@@ -181,11 +189,13 @@ class _Node:
         env["NOTIFY_SOCKET"] = self._notify_path
         env["WATCHDOG_USEC"] = str(int(self._node.worker_timeout_s * 1_000_000))
         env["PROMETHEUS_MULTIPROC_DIR"] = self._metrics_dir
+        env[TICKET_KEYS_ENV] = str(self._ticket_keys)
         return env
 
     async def _keep_running(self, worker: Worker) -> None:
         delay = self._node.restart_delay_s
         fds = [s.fileno() for socks in self._sockets.values() for s in socks]
+        fds.append(self._ticket_keys)
         while not self._stopping:
             worker.ready = False
             worker.process = process = await trio.lowlevel.open_process(

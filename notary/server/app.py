@@ -68,6 +68,7 @@ from notary.server.proxyprotocol import (
 from notary.server.relay import RelayHandler, TrustedDestinations
 from notary.server.sockets import Sockets, bind_sockets, close_all
 from notary.server.sockstream import SocketStream
+from notary.server.tickets import TicketKeysUnavailable, install_ticket_keys
 from notary.server.tlsstream import ServerContext, TlsStream
 from notary.server.web import NotaryProfile, WebPages, notary_profile
 from notary.server.websocket import (
@@ -175,6 +176,20 @@ def make_server_ssl_context(config: Config) -> ssl.SSLContext:
 #: young collection walks again; the garbage they make dies by reference
 #: counting, not by the collector.
 GC_YOUNG_THRESHOLD = 20_000
+
+
+def share_ticket_keys(context: ssl.SSLContext, keys: bytes) -> None:
+    """Issue and accept ``context``'s TLS session tickets with ``keys``, the
+    node's: a client resumes with whichever worker its reconnection reaches.
+    Where this Python cannot (``TicketKeysUnavailable``), a warning and the
+    worker's own keys."""
+    try:
+        install_ticket_keys(context, keys)
+    except TicketKeysUnavailable as exc:
+        log.warning("TLS session tickets not shared with the node's other workers (%s): a "
+                    "reconnection that reaches another worker makes a full handshake", exc)
+        return
+    log.debug("TLS session tickets: the node's keys")
 
 
 def bound_endpoint(listening: socket.socket) -> Endpoint:
@@ -601,6 +616,7 @@ async def serve_notary(
     sockets: Sockets | None = None,
     reload_config: Callable[[], Config] | None = None,
     shared_store: bool = False,
+    ticket_keys: bytes | None = None,
     task_status: trio.TaskStatus[RunningNotary] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a notary until cancelled (or stopped through ``RunningNotary``).
@@ -611,12 +627,15 @@ async def serve_notary(
     ``reload_config``: reads the configuration again on SIGHUP (``Reloader``).
     ``shared_store``: other processes (the node's other workers) write to the
     same database (their probes then count for the scheduler's rule 11; the
-    change feed brings their changes either way)."""
+    change feed brings their changes either way). ``ticket_keys``: the TLS
+    session-ticket keys the node's workers share (``notary.server.tickets``;
+    None: OpenSSL's own, this process's alone)."""
     if sockets is None:
         sockets = bind_sockets(config)
     try:
         components = build_components(
-            config, sockets, resolver=resolver, clock=clock, shared_store=shared_store
+            config, sockets, resolver=resolver, clock=clock, shared_store=shared_store,
+            ticket_keys=ticket_keys,
         )
         await serve(components, reload_config=reload_config, task_status=task_status)
     finally:
@@ -665,14 +684,18 @@ def build_components(
     resolver: Resolver = system_resolver,
     clock: Callable[[], float] = time.time,
     shared_store: bool = False,
+    ticket_keys: bytes | None = None,
 ) -> Components:
     """Read the keys, certificate and bundles and make what needs nothing
-    opened, in dependency order. Raises ``UsageError`` for a bad file.
+    opened, in dependency order (``ticket_keys``: see ``serve_notary``).
+    Raises ``UsageError`` for a bad file.
     With DANE among the backends, names are resolved through the
     validating resolvers DANE trusts (unless a ``resolver`` is given)."""
     if config.verify.dane and resolver is system_resolver:
         resolver = resolver_through(dns_resolvers(config), config.dns.timeout_s)
     tls = make_server_ssl_context(config)
+    if ticket_keys is not None:
+        share_ticket_keys(tls, ticket_keys)
     if config.server.legacy_tls:
         log.warning(
             "legacy_tls is on: the API accepts TLS 1.0 and 1.1 clients and CBC ciphers "
