@@ -2,13 +2,16 @@
 two server contexts given the same keys resume each other's sessions, TLS
 1.2 and 1.3 (over memory BIOs: no socket); contexts with keys of their own
 do not; the keys travel from the supervisor to a worker through a memory
-file and bad hand-overs are refused clearly; and a real two-worker node
-(loopback) resumes every reconnection, whichever worker it reaches."""
+file and bad hand-overs are refused clearly; a context that cannot take
+them leaves the worker serving with a warning; and a real two-worker node
+(loopback) resumes every reconnection, whichever worker it reaches, a
+restarted worker included."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import ssl
 from pathlib import Path
@@ -142,6 +145,27 @@ def test_a_bad_hand_over_is_a_usage_error(value: str, message: str) -> None:
         take_ticket_keys({TICKET_KEYS_ENV: value})
 
 
+def test_a_context_that_cannot_take_the_keys_serves_with_its_own_and_a_warning(
+    ca, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from notary.server import app, tickets
+
+    def refuse(context: ssl.SSLContext, keys: bytes) -> None:
+        raise tickets.TicketKeysUnavailable("this Python's ssl.SSLContext is not laid out as "
+                                            "expected")
+
+    context = server_context(ca)
+    own = installed_ticket_keys(context)
+    monkeypatch.setattr(app, "install_ticket_keys", refuse)
+    app.share_ticket_keys(context, new_ticket_keys())
+    assert installed_ticket_keys(context) == own
+    assert "not shared with the node's other workers (this Python's" in caplog.text
+    monkeypatch.undo()
+    keys = new_ticket_keys()
+    app.share_ticket_keys(context, keys)
+    assert installed_ticket_keys(context) == keys
+
+
 def serving_pid(pids: set[int], server_port: int, client_port: int) -> int | None:
     """Which of ``pids`` holds the server side of the loopback TCP connection
     from ``client_port`` to ``server_port`` (``/proc``: no packet sent)."""
@@ -167,20 +191,19 @@ async def test_a_two_worker_node_resumes_every_reconnection_whichever_worker_it_
         match = await node.wait_for(r"serving the API on 127\.0\.0\.1:(\d+)")
         await node.wait_for(r"node ready: 2 workers serving")
         port = int(match.group(1))
-        pids = {int(m.group(1)) for line in node.log
-                if (m := re.search(r"worker \d started \(pid (\d+)\)", line))}
-        assert len(pids) == 2
 
-        def reconnect() -> list[tuple[bool, int | None]]:
+        def workers() -> dict[int, int]:
+            return {int(m.group(1)): int(m.group(2)) for line in node.log
+                    if (m := re.search(r"worker (\d) started \(pid (\d+)\)", line))}
+
+        def reconnect(pids: set[int], session: ssl.SSLSession | None = None,
+                      ) -> tuple[list[tuple[bool, int | None]], ssl.SSLSession]:
             """(resumed, the worker that served it) of TLS 1.3 connections,
-            each after the first offering the first one's session, until
-            each worker served a few."""
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            context.load_verify_locations(tmp_path / "notary.crt")
-            context.check_hostname = False
-            session, seen = None, []
+            each offering ``session`` (else the first one's), until each
+            worker served a few; and the session offered."""
+            seen: list[tuple[bool, int | None]] = []
             while len(seen) < 200 and min(
-                sum(pid == worker for _, pid in seen[1:]) for worker in pids
+                sum(pid == worker for _, pid in seen) for worker in pids
             ) < 4:
                 with socket.create_connection((LOCALHOST, port), timeout=10) as raw, \
                         context.wrap_socket(raw, session=session) as sock:
@@ -188,13 +211,32 @@ async def test_a_two_worker_node_resumes_every_reconnection_whichever_worker_it_
                     sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
                     while sock.recv(65536):  # TLS 1.3: the ticket comes with the answer
                         pass
+                    if session is None:
+                        session = sock.session
+                        continue  # the first connection: a full handshake
                     seen.append((sock.session_reused, worker))
-                    session = session or sock.session
-            return seen
+            assert session is not None
+            return seen, session
 
-        seen = await trio.to_thread.run_sync(reconnect)
-    assert not seen[0][0]
-    by_worker = {pid: [reused for reused, served in seen[1:] if served == pid] for pid in pids}
-    assert all(len(resumed) >= 4 for resumed in by_worker.values()), by_worker
-    assert all(all(resumed) for resumed in by_worker.values()), by_worker
-    assert None not in {served for _, served in seen}
+        # One client context: a session is offered only on the context that made it.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_verify_locations(tmp_path / "notary.crt")
+        context.check_hostname = False
+        pids = set(workers().values())
+        assert len(pids) == 2
+        seen, session = await trio.to_thread.run_sync(reconnect, pids)
+        by_worker = {pid: [reused for reused, served in seen if served == pid] for pid in pids}
+        assert all(len(resumed) >= 4 for resumed in by_worker.values()), by_worker
+        assert all(all(resumed) for resumed in by_worker.values()), by_worker
+        assert None not in {served for _, served in seen}
+
+        # A restarted worker gets the node's keys again: the session still resumes there.
+        mark = len(node.log)
+        os.kill(workers()[0], signal.SIGKILL)
+        await node.wait_for(r"worker 0 \(pid \d+\) ready", after=mark)
+        restarted = set(workers().values())  # the latest pid of each worker
+        assert len(restarted) == 2 and restarted != pids
+        pids = restarted
+        seen, _ = await trio.to_thread.run_sync(reconnect, pids, session)
+        assert all(reused for reused, _ in seen), seen
+        assert None not in {served for _, served in seen}
