@@ -35,6 +35,7 @@ from harness.loopback import (
     header_of,
     post_request,
     read_response,
+    resumed_reconnections,
     status_of,
 )
 from harness.machine import cpu_seconds, describe_busy, proc_status, wait_quiet
@@ -577,14 +578,9 @@ def resumed_by_version(port: int, request: bytes) -> str:
     TLS 1.3 client (Python's ssl, which offers the session or the ticket it was given)."""
     words = []
     for version in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
-        context, session, reused = client_tls_context(), None, False
+        context = client_tls_context()
         context.minimum_version = context.maximum_version = version
-        for _ in range(2):
-            with socket.create_connection((LOOPBACK, port), timeout=10.0) as raw, \
-                    context.wrap_socket(raw, session=session) as sock:
-                sock.sendall(request)  # TLS 1.3 tickets arrive while the answer is read
-                b"".join(iter(partial(sock.recv, 65536), b""))
-                session, reused = sock.session, sock.session_reused
+        reused = resumed_reconnections(port, request, 1, context)
         words.append(f"{version.name}: {'resumed' if reused else 'NOT resumed'}")
     return ", ".join(words)
 

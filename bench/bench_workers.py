@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import functools
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Importing harness also puts the project root on sys.path.
 from harness.loopback import (
     LOOPBACK,
-    client_tls_context,
     connect,
     free_ports,
     get_metrics,
     post_request,
     read_response,
+    resumed_reconnections,
 )
 from harness.machine import all_proc_stats, cpu_seconds, describe_busy
 from harness.options import finish_load_args, load_parser
@@ -111,23 +110,6 @@ class Measurement(Run):
         if self.queries < self.count:
             found.append(f"/metrics counted {self.queries:.0f} queries, wrk {self.count}")
         return found
-
-
-def resumed_reconnections(port: int, count: int = RECONNECTIONS) -> int:
-    """Of ``count`` TLS reconnections to ``port``, each offering the session (a
-    TLS 1.3 ticket) of a first connection, how many resumed: with ``--workers N``
-    the kernel hands each to any worker, and only keys shared by the workers
-    resume them all (notary.server.tickets)."""
-    context, session, resumed = client_tls_context(), None, 0
-    for _ in range(count + 1):
-        with socket.create_connection((LOOPBACK, port), timeout=10.0) as raw, \
-                context.wrap_socket(raw, session=session) as sock:
-            sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
-            while sock.recv(65536):  # the ticket comes with the answer
-                pass
-            resumed += sock.session_reused
-            session = session or sock.session
-    return resumed
 
 
 def descendants(pid: int) -> list[int]:
@@ -376,9 +358,12 @@ def run(args: argparse.Namespace, processes: Processes, directory: Path) -> int:
     for problem in problems:
         print(f"WARNING: {problem}")
     print(describe_busy(cores, "after the runs (nodes idle)"))
+    # With --workers N the kernel hands each reconnection to any worker: they all
+    # resume only because the workers share their ticket keys (notary.server.tickets).
     print(f"TLS reconnections that resumed the first connection's session, of {RECONNECTIONS}: "
-          + ", ".join(f"{node.variant.label}: "
-                      f"{resumed_reconnections(node.notary.setup.api_port)}" for node in nodes))
+          + ", ".join(f"{node.variant.label}: " + str(resumed_reconnections(
+              node.notary.setup.api_port, b"GET / HTTP/1.0\r\n\r\n", RECONNECTIONS))
+              for node in nodes))
     for node in nodes:
         text = tail(node.notary.log)
         if text.strip():

@@ -36,6 +36,25 @@ def client_tls_context() -> ssl.SSLContext:
     return context
 
 
+def resumed_reconnections(port: int, request: bytes, count: int,
+                          context: ssl.SSLContext | None = None) -> int:
+    """A first TLS connection to ``port`` (``context``: the client's, by default
+    ``client_tls_context()``), then ``count`` more, each offering its session
+    (or ticket): how many resumed. Each sends ``request`` and reads to the
+    server's close (a TLS 1.3 ticket arrives while the answer is read)."""
+    context = context or client_tls_context()
+    session, resumed = None, 0
+    for _ in range(count + 1):
+        with socket.create_connection((LOOPBACK, port), timeout=10.0) as raw, \
+                context.wrap_socket(raw, session=session) as sock:
+            sock.sendall(request)
+            while sock.recv(65536):
+                pass
+            resumed += sock.session_reused
+            session = session or sock.session
+    return resumed
+
+
 def connect(port: int, *, tls: bool, timeout_s: float) -> socket.socket:
     """A connection to ``port``, to use in ``with`` (a failed TLS handshake closes it)."""
     sock = socket.create_connection((LOOPBACK, port), timeout=timeout_s)
