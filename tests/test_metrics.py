@@ -27,7 +27,13 @@ from notary.state import crypto
 from notary.state._cachecommon import CacheStatistics
 from tests.support.http_client import http_get
 from tests.support.metrics import ROOT, metrics_of, samples, stand_ins, value
-from tests.support.notaries import LOCALHOST, legacy_query, open_notary, send_raw
+from tests.support.notaries import (
+    LOCALHOST,
+    client_context,
+    legacy_query,
+    open_notary,
+    send_raw,
+)
 from tests.support.polling import wait_for
 from tests.support.tls_targets import open_tls_target
 from tests.support.websocket import Server, ask, open_client
@@ -96,6 +102,33 @@ async def test_query_counters_move_and_the_fast_path_is_counted(tmp_path, monkey
             # A scrape again moves nothing but what happened in between.
             again = await scrape(notary)
             assert value(again, "notary_queries_total", **labels) == 2
+
+            # A keep-alive connection parked between requests: its next hit is
+            # answered there (notary.server.parking), and counted.
+            tcp = await trio.open_tcp_stream(LOCALHOST, notary.port)
+            stream = trio.SSLStream(
+                tcp, client_context(), server_hostname=None, https_compatible=True
+            )
+            async with stream:
+                await stream.do_handshake()
+
+                async def parked() -> bool:
+                    return value(await scrape(notary), "notary_http_parked_connections") == 1
+
+                await wait_for(parked)
+                await stream.send_all(
+                    f"GET /target/{NAME}+{site.port} HTTP/1.1\r\nHost: n\r\n"
+                    "Connection: close\r\n\r\n".encode()
+                )
+                answer = b""
+                while chunk := await stream.receive_some(65536):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200 ")
+            last = await scrape(notary)
+            parked_answers = value(last, "notary_http_parked_answers_total")
+            assert parked_answers == value(again, "notary_http_parked_answers_total") + 1
+            assert value(last, "notary_http_parked_connections") == 0
+            assert value(last, "notary_queries_total", **labels) == 3
 
 
 async def test_v2_perspectives_and_websocket_are_counted_apart(tmp_path):

@@ -61,6 +61,7 @@ ctypedef int (*f_SSL_shutdown)(SSL *) noexcept nogil
 ctypedef int (*f_SSL_get_error)(const SSL *, int) noexcept nogil
 ctypedef int (*f_SSL_session_reused)(const SSL *) noexcept nogil
 ctypedef int (*f_SSL_is_init_finished)(const SSL *) noexcept nogil
+ctypedef int (*f_SSL_has_pending)(const SSL *) noexcept nogil
 ctypedef long (*f_SSL_ctrl)(SSL *, int, long, void *) noexcept nogil
 ctypedef void (*f_SSL_set_read_ahead)(SSL *, int) noexcept nogil
 ctypedef const char *(*f_SSL_get_version)(const SSL *) noexcept nogil
@@ -84,6 +85,7 @@ cdef f_SSL_shutdown SSL_shutdown
 cdef f_SSL_get_error SSL_get_error
 cdef f_SSL_session_reused SSL_session_reused
 cdef f_SSL_is_init_finished SSL_is_init_finished
+cdef f_SSL_has_pending SSL_has_pending
 cdef f_SSL_ctrl SSL_ctrl
 cdef f_SSL_set_read_ahead SSL_set_read_ahead
 cdef f_SSL_get_version SSL_get_version
@@ -130,7 +132,7 @@ cdef int _bind() except -1:
     """Look up the functions in the OpenSSL that ``_ssl`` runs."""
     global SSL_new, SSL_free, SSL_set_fd, SSL_set_accept_state, SSL_do_handshake
     global SSL_read_ex, SSL_write_ex, SSL_shutdown, SSL_get_error, SSL_session_reused
-    global SSL_is_init_finished, SSL_ctrl, SSL_set_read_ahead, SSL_get_version
+    global SSL_is_init_finished, SSL_has_pending, SSL_ctrl, SSL_set_read_ahead, SSL_get_version
     global SSL_CTX_get_options, SSL_CTX_ctrl, SSL_CTX_up_ref, SSL_CTX_free
     global ERR_clear_error, ERR_get_error, ERR_error_string_n, OpenSSL_version_num
     path = getattr(_ssl, "__file__", None)
@@ -157,6 +159,7 @@ cdef int _bind() except -1:
     SSL_get_error = <f_SSL_get_error>_symbol(library, b"SSL_get_error")
     SSL_session_reused = <f_SSL_session_reused>_symbol(library, b"SSL_session_reused")
     SSL_is_init_finished = <f_SSL_is_init_finished>_symbol(library, b"SSL_is_init_finished")
+    SSL_has_pending = <f_SSL_has_pending>_symbol(library, b"SSL_has_pending")
     SSL_ctrl = <f_SSL_ctrl>_symbol(library, b"SSL_ctrl")
     SSL_set_read_ahead = <f_SSL_set_read_ahead>_symbol(library, b"SSL_set_read_ahead")
     SSL_get_version = <f_SSL_get_version>_symbol(library, b"SSL_get_version")
@@ -359,6 +362,9 @@ cdef class Connection:
         if reason == SSL_ERROR_WANT_READ:
             return _WANT_READ
         raise _error(ERR_get_error(), saved_errno, "send")
+
+    def pending(self):
+        return self.ssl != NULL and SSL_has_pending(self.ssl) == 1
 
     @property
     def session_reused(self):

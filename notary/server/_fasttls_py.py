@@ -112,6 +112,11 @@ class Connection:
             except ssl.SSLWantReadError:
                 return WANT_READ
 
+    def pending(self) -> bool:
+        """Whether OpenSSL holds bytes of the client's it has read from the
+        socket and not returned yet (``receive`` returns them at once)."""
+        return self._tls is not None and self._tls.pending() > 0
+
     @property
     def session_reused(self) -> bool:
         """Whether the handshake resumed a session (a ticket or a session id)."""

@@ -57,6 +57,7 @@ from notary.server.api import ApiHandler, PerspectivesHandler
 from notary.server.connection import Watchdog, serve_http_connection
 from notary.server.logapi import LogPages
 from notary.server.metrics import NotaryMetrics, Signer, Timings
+from notary.server.parking import Parking
 from notary.server.proxyprotocol import (
     EdgeStream,
     HeaderRefusingStream,
@@ -216,6 +217,7 @@ class ConnectionHandler:
         watchdog: Watchdog,
         websocket: WebSocketService | None = None,
         abuse: AbuseControls | None = None,
+        parking: Parking | None = None,
     ) -> None:
         #: The TLS driver's side of ``context`` (None: plain HTTP).
         self._tls = ServerContext(context) if context is not None else None
@@ -227,6 +229,9 @@ class ConnectionHandler:
         self._answer_at_once = handler.answer_at_once
         #: The timeouts and the graceful stop of the notary's connections.
         self.watchdog = watchdog
+        #: Where its HTTPS connections wait between requests (None: each in
+        #: its own task, ``notary.server.parking``).
+        self._parking = parking if context is not None else None
         #: Its listeners' connections, open and refused (the metrics read them).
         self.counts = counts
 
@@ -278,6 +283,7 @@ class ConnectionHandler:
         await serve_http_connection(
             stream, handler, limits, upgrades, answer_at_once, watchdog, client,
             tls_counts=self.counts if isinstance(stream, TlsStream) else None,
+            parking=self._parking,
         )
 
 
@@ -825,6 +831,7 @@ class Services:
     websocket: WebSocketService | None
     admin: AdminServer
     watchdog: Watchdog
+    parking: Parking
     #: Every listener; the admin one last (a graceful stop keeps it).
     listeners: tuple[Listener, ...]
 
@@ -865,12 +872,14 @@ def build_services(
             c.log, c.cosigned, abuse=c.abuse, clock=c.clock,
             send_timeout_s=config.http.send_timeout_s,
         )
+    watchdog = Watchdog()
+    parking = Parking(watchdog)
     metrics = NotaryMetrics(
         service=service, cache=c.cache, stored=c.stored, storage=storage, prober=prober,
         records=records, relay=c.relay if sockets["relay"] else None, scheduler=scheduler,
         dane=records.dane, log=c.log, log_pages=log_pages,
         witnessing=_WitnessingSource(c.cosigned, c.log_witnesses) if c.cosigned else None,
-        witness=c.witness, websocket=websocket_counts,
+        witness=c.witness, websocket=websocket_counts, parking=parking,
         abuse=c.abuse, signers=c.signers, listeners=counts,
         rejections=(api_rejected, perspectives_rejected) if perspectives else (api_rejected,),
         timings=c.timings,
@@ -893,8 +902,7 @@ def build_services(
             answer_query=service.answer_v2_bytes, limits=config.websocket,
             max_batch=config.v2.max_batch, figures=figures.current, counts=websocket_counts,
         )
-    watchdog = Watchdog()
-    listen = partial(ConnectionHandler, watchdog=watchdog, abuse=c.abuse)
+    listen = partial(ConnectionHandler, watchdog=watchdog, abuse=c.abuse, parking=parking)
     admin = AdminServer(
         config.admin, config.http, metrics=metrics, storage=storage, counts=counts["admin"],
         resolvers=c.resolver_validation,
@@ -932,7 +940,9 @@ def build_services(
     table.append(Listener(
         "admin", admin, sockets["admin"], "admin (/metrics, /healthz, /readyz) on {}"
     ))
-    return Services(service, metrics, api, log_pages, websocket, admin, watchdog, tuple(table))
+    return Services(
+        service, metrics, api, log_pages, websocket, admin, watchdog, parking, tuple(table)
+    )
 
 
 def _profile(c: Components) -> NotaryProfile:
@@ -1049,6 +1059,7 @@ async def _run(
         if c.resolver_validation is not None:
             nursery.start_soon(c.resolver_validation.serve)
         await nursery.start(s.watchdog.run)
+        await nursery.start(s.parking.run)
         if s.websocket is not None:
             nursery.start_soon(s.websocket.serve_figures)
         # The admin listener is not among the connections a graceful stop

@@ -32,6 +32,13 @@ and coarse: each fires between its nominal time and ``MAX_LATENESS_S``
 * the handler (the application) runs without a connection deadline: it keeps
   its own (the query deadline).
 
+Parking (issue 35): an HTTPS connection served with a fast path and a
+running ``notary.server.parking.Parking`` waits for its next request parked
+there instead of in a receive; the parking answers the requests the fast
+path answers, keeps the connection's keep-alive deadline, and hands the
+connection back for anything else, which the loop then handles as if it had
+received it (the same answers, deadlines and errors as without parking).
+
 Requests: at most ``max_requests_per_connection`` are served on one
 connection; the last is handed to the application as if the client had asked
 to close (its answer says ``Connection: close``), then the connection closes.
@@ -72,6 +79,7 @@ from notary.config import HttpConfig
 from notary.errors import ProtocolError
 from notary.protocol.http import Request, RequestReader, error_response
 from notary.server.accept import ConnectionCounts
+from notary.server.parking import Parking
 from notary.server.sockstream import SocketStream
 from notary.server.tlsstream import TlsStream
 
@@ -229,6 +237,7 @@ async def serve_http_connection(
     client: bytes | None = None,
     *,
     tls_counts: ConnectionCounts | None = None,
+    parking: Parking | None = None,
 ) -> None:
     """Serve HTTP/1.x on ``stream``, within the ``[http]`` ``limits``, until
     the peer is done or ``watchdog`` stops; an upgrade request to a path of
@@ -241,21 +250,23 @@ async def serve_http_connection(
     ``tls_counts``: ``stream`` is a ``TlsStream`` whose handshake is the
     connection's first phase, bounded by ``tls_handshake_timeout_s`` on the
     watchdog like the others (a cancel scope of its own cost a tenth of a
-    resumed connection, bench/RESULTS.md), and counted there once made."""
+    resumed connection, bench/RESULTS.md), and counted there once made.
+    ``parking``: where such a connection waits between requests, when it
+    has ``answer_at_once`` (see "Parking"; None: in its receive)."""
     if watchdog is None:
         async with trio.open_nursery() as nursery:
             watchdog = Watchdog()
             await nursery.start(watchdog.run)
             await serve_http_connection(
                 stream, handler, limits, upgrades, answer_at_once, watchdog, client,
-                tls_counts=tls_counts,
+                tls_counts=tls_counts, parking=parking,
             )
             nursery.cancel_scope.cancel()
         return
     try:
         handoff = await _serve(
             stream, handler, limits, upgrades or {}, answer_at_once, watchdog, client,
-            tls_counts,
+            tls_counts, parking,
         )
         if handoff is not None:
             take_over, request, leftover = handoff
@@ -281,6 +292,7 @@ async def _serve(
     watchdog: Watchdog,
     client: bytes | None,
     tls_counts: ConnectionCounts | None,
+    parking: Parking | None,
 ) -> tuple[UpgradeHandler, Request, bytes] | None:
     """The keep-alive loop of one connection, kept as one function on
     purpose: it is the hot path (a call per phase costs a measurable share of
@@ -315,6 +327,12 @@ async def _serve(
     # first byte (or of the connection's start): a client dripping bytes
     # cannot hold the connection open. Between requests, keepalive_timeout_s.
     first_phase_s = limits.header_timeout_s if tls_counts is None else limits.tls_handshake_timeout_s
+    # Between requests an HTTPS connection with a fast path parks instead of
+    # receiving (``notary.server.parking``).
+    if tls_counts is None or answer_at_once is None:
+        parking = None
+    fast_path = cast(FastHandler, answer_at_once)
+    tls = cast(TlsStream, stream)
     with (
         scope if scope is not None else NO_SCOPE,
         watchdog.watch(interrupt, first_phase_s) as watched,
@@ -322,7 +340,6 @@ async def _serve(
         try:
             head_deadline: float | None = watched.deadline
             if tls_counts is not None:
-                tls = cast(TlsStream, stream)
                 await tls.do_handshake()
                 tls_counts.tls_handshakes += 1
                 if tls.session_reused:
@@ -342,15 +359,42 @@ async def _serve(
                     watched.deadline = head_deadline
                 else:
                     watched.deadline = watchdog.now + keepalive_s
-                data = await receive_some(RECEIVE_BYTES)
-                watched.idle = receiving = False
-                if not data:
-                    return None
-                try:
-                    requests = reader.feed(data)
-                except ProtocolError as exc:
+                error: BaseException | None = None
+                declined = False  # the fast path declined the first request already
+                back = None
+                if idle and parking is not None and not tls.pending:
+                    back = await parking.park(
+                        tls, reader, fast_path, client, requests_left, watched, keepalive_s
+                    )
+                if back is not None:
+                    requests_left = back.requests_left
+                    if back.woken:
+                        raise trio.ClosedResourceError  # a watchdog wake, as the stream's
+                    watched.idle = receiving = False
+                    if back.unsent:
+                        watched.deadline = watchdog.now + send_s
+                        await send_all(back.unsent)
+                    if not back.keep_alive or back.eof or (
+                        back.unsent and (watchdog.stopping or not requests_left)
+                    ):
+                        return None
+                    error = back.error
+                    requests = back.requests
+                    declined = back.declined
+                else:
+                    data = await receive_some(RECEIVE_BYTES)
+                    watched.idle = receiving = False
+                    if not data:
+                        return None
+                    try:
+                        requests = reader.feed(data)
+                    except ProtocolError as exc:
+                        error = exc
+                if error is not None:
+                    if not isinstance(error, ProtocolError):
+                        raise error
                     watched.deadline = watchdog.now + send_s
-                    await send_all(error_response(exc.status, exc.message))
+                    await send_all(error_response(error.status, error.message))
                     await linger_before_close(
                         stream, timeout_s=limits.linger_timeout_s, idle_s=limits.linger_idle_s
                     )
@@ -366,8 +410,10 @@ async def _serve(
                     release = None
                     try:
                         answered = (
-                            answer_at_once(request, client) if answer_at_once is not None else None
+                            answer_at_once(request, client)
+                            if answer_at_once is not None and not declined else None
                         )
+                        declined = False
                         if answered is None:
                             watched.deadline = inf  # the handler keeps its own deadlines
                             if client is None:

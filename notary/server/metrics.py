@@ -85,6 +85,7 @@ from notary.outbound.logappender import LogAppender
 from notary.outbound.probe import HINT_OUTCOMES, Prober
 from notary.outbound.writer import Storage
 from notary.server.logapi import LogPages
+from notary.server.parking import Parking
 from notary.server.relay import RelayHandler
 from notary.server.websocket import WebSocketCounts
 from notary.service.abuse import AbuseControls
@@ -474,6 +475,13 @@ METRICS: tuple[MetricSpec, ...] = (
              "Connections to the plain API listener closed for their PROXY protocol header "
              "(missing, bad or late from an edge of [server] proxy_protocol_from, or sent "
              "from elsewhere), by listener.", ("listener",)),
+    _gauge("notary_http_parked_connections", "livesum", "parking", "parked",
+           "HTTPS keep-alive connections parked between requests (notary.server.parking)."),
+    _counter("notary_http_parked_answers", "parking", "served",
+             "Requests answered on parked HTTPS connections, without waking their tasks."),
+    _counter("notary_http_parked_handbacks", "parking", "handed_back",
+             "Parked HTTPS connections handed back to their tasks (a miss, another "
+             "request, an error, a timeout, the end)."),
     _counter("notary_tls_handshakes", "listeners", _tls_handshakes,
              "TLS handshakes completed on the API listeners, by whether they resumed a "
              "session (a ticket, or a TLS 1.2 session id).", ("resumed",), ("true", "false")),
@@ -579,6 +587,7 @@ class NotaryMetrics:
         witnessing: Any = None,
         witness: Any = None,
         websocket: WebSocketCounts | None = None,
+        parking: Parking | None = None,
         signers: Mapping[str, Signer] | None = None,
         abuse: AbuseControls | None = None,
         listeners: Mapping[str, ConnectionCounts] | None = None,
@@ -593,7 +602,7 @@ class NotaryMetrics:
             "storage": storage,
             "relay": relay, "websocket": websocket, "abuse": abuse, "scheduler": scheduler,
             "dane": dane, "log": log, "log_pages": log_pages, "witnessing": witnessing,
-            "witness": witness,
+            "witness": witness, "parking": parking,
         }
         self._signers = dict(signers or {})
         self._listeners = dict(listeners or {})

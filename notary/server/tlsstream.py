@@ -68,9 +68,13 @@ class TlsStream(trio.abc.Stream):
         sock.setblocking(False)
         tune_tcp_socket(sock)
         self._tls = server.connection(sock)
+        #: The TLS driver's connection (``notary.server.parking`` reads and
+        #: writes through it while the stream's task is parked).
+        self.driver = self._tls
         #: The socket (``getpeername``); the stream closes it.
         self.socket: socket.socket = self._tls.socket
-        self._fd = self.socket.fileno()
+        #: Its file descriptor.
+        self.fileno = self._fd = self.socket.fileno()
         self._closed = False
         self._handshaken = False
         #: The last operation was a send: the next receive yields first.
@@ -80,6 +84,12 @@ class TlsStream(trio.abc.Stream):
     def session_reused(self) -> bool:
         """Whether the handshake resumed a session (a ticket or a session id)."""
         return bool(self._tls.session_reused)
+
+    @property
+    def pending(self) -> bool:
+        """Whether OpenSSL holds bytes it read ahead from the socket (a
+        receive returns them without waiting; epoll cannot see them)."""
+        return bool(self._tls.pending())
 
     def version(self) -> str | None:
         """The TLS version agreed (``"TLSv1.3"``), None before the handshake."""

@@ -291,6 +291,7 @@ __all__ = [
     "FakeClock",
     "NotaryUnderTest",
     "admin_port",
+    "client_context",
     "exchange_over_tls",
     "legacy_query",
     "legacy_request",
