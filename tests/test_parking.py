@@ -539,3 +539,19 @@ async def test_a_stale_wake_of_an_earlier_parking_changes_nothing(contexts) -> N
             assert served.parking.handed_back == handed_back
             await ask(served, get("/hit/1"))
             await expect(served, response(b"fast /hit/1", True))
+
+
+async def test_a_socket_closed_under_a_parked_connection_does_not_end_the_parking(
+    contexts,
+) -> None:
+    """A parked connection's socket closed by someone else has left the
+    epoll set already: handing the connection back must not fail, and the
+    parking serves on."""
+    with trio.fail_after(20):
+        async with serving(contexts) as served, serving(contexts, beside=served) as other:
+            await parked(served, 2)
+            served.stream.close()  # under the parked task
+            served.watchdog.stop()  # wakes every parked connection
+            await served.done.wait()
+            await other.done.wait()
+            assert served.parking.running and served.parking.parked == 0

@@ -47,6 +47,7 @@ connection in its task (logged there, as any bug of a connection's). Only
 
 from __future__ import annotations
 
+import contextlib
 import select
 import ssl
 from collections.abc import Callable
@@ -238,7 +239,9 @@ class Parking:
         del self._parked[entry.fd]
         entry.watched.wake = entry.wake_before
         if epoll is not None:
-            epoll.unregister(entry.fd)
+            # A socket closed meanwhile has left the set already.
+            with contextlib.suppress(OSError, ValueError):
+                epoll.unregister(entry.fd)
         return True
 
     def _hand_back(self, entry: _Parked, back: Handback, epoll: select.epoll | None) -> None:
