@@ -2,13 +2,15 @@
 one epoll set, their fast-path requests answered there, everything else
 handed back to the connection's task, which goes on as if it had received.
 
-Real TLS over socket pairs, against Trio's own TLS client, through
-``serve_http_connection`` as the listeners run it: the answers and their
+Real TLS over socket pairs, against Trio's own TLS client, and plain HTTP
+(each test of both marked ``setup``), through ``serve_http_connection`` as
+the listeners run it: the answers and their
 order (hits, misses, pipelined, partial heads), each reason to hand a
 connection back (a protocol error, the end, a reset, a response the socket
 does not take, a closing answer, the last request allowed, a fast path
 that raises), the timeouts and the graceful stop of a parked connection,
-its task's cancellation, and the end of ``Parking.run``. ``make test`` runs
+its task's cancellation, the end of ``Parking.run``, and a plain API
+stream that must judge its first bytes before it parks. ``make test`` runs
 them on both TLS drivers."""
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -30,6 +32,8 @@ from notary.protocol.http import Request
 from notary.server.accept import ConnectionCounts
 from notary.server.connection import MAX_LATENESS_S, Watchdog, serve_http_connection
 from notary.server.parking import Parking
+from notary.server.proxyprotocol import HeaderRefusingStream
+from notary.server.sockstream import SocketStream
 from notary.server.tlsstream import ServerContext, TlsStream
 
 LIMITS = HttpConfig(header_timeout_s=10.0, keepalive_timeout_s=30.0, send_timeout_s=5.0,
@@ -92,10 +96,23 @@ def contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
 
 @dataclass
+class Setup:
+    """How ``serving`` connects: TLS with ``contexts``, or plain HTTP."""
+
+    contexts: tuple[ssl.SSLContext, ssl.SSLContext]
+    plain: bool
+
+
+@pytest.fixture(params=["tls", "plain"])
+def setup(request, contexts) -> Setup:
+    return Setup(contexts, request.param == "plain")
+
+
+@dataclass
 class Served:
-    client: trio.SSLStream
+    client: trio.abc.Stream
     raw: socket.socket  # the client's socket, for resets
-    stream: TlsStream
+    stream: TlsStream | SocketStream
     parking: Parking
     watchdog: Watchdog
     app: App
@@ -105,22 +122,27 @@ class Served:
 
 @asynccontextmanager
 async def serving(
-    contexts: tuple[ssl.SSLContext, ssl.SSLContext], *, app: App | None = None,
-    limits: HttpConfig = LIMITS, parking_runs: bool = True, beside: Served | None = None,
+    setup: Setup, *, app: App | None = None, limits: HttpConfig = LIMITS,
+    parking_runs: bool = True, beside: Served | None = None,
+    stream_of: Callable[[socket.socket], SocketStream] = SocketStream,
 ) -> AsyncIterator[Served]:
-    """One connection served as an HTTPS listener serves it, with a running
+    """One connection served as an HTTPS (or, ``setup.plain``, a plain HTTP)
+    listener serves it (plain: on ``stream_of``'s stream), with a running
     ``Parking`` (unless ``parking_runs`` is false; ``beside``'s, with its
     watchdog, when given), its client handshaken."""
-    server_context, client_context = contexts
+    server_context, client_context = setup.contexts
     app = app if app is not None else App()
     watchdog = beside.watchdog if beside is not None else Watchdog()
     parking = beside.parking if beside is not None else Parking(watchdog)
     ours, theirs = socket.socketpair()
-    stream = TlsStream(ours, ServerContext(server_context))
-    client = trio.SSLStream(
-        trio.SocketStream(trio.socket.from_stdlib_socket(theirs)), client_context,
-        server_hostname="localhost",
-    )
+    transport = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+    stream: TlsStream | SocketStream
+    client: trio.abc.Stream
+    if setup.plain:
+        stream, client = stream_of(ours), transport
+    else:
+        stream = TlsStream(ours, ServerContext(server_context))
+        client = trio.SSLStream(transport, client_context, server_hostname="localhost")
     done = trio.Event()
     task = trio.CancelScope()
 
@@ -128,7 +150,7 @@ async def serving(
         with task:
             await serve_http_connection(
                 stream, app.handler, limits, None, app.answer_at_once, watchdog, None,
-                tls_counts=ConnectionCounts(), parking=parking,
+                tls_counts=None if setup.plain else ConnectionCounts(), parking=parking,
             )
         done.set()
 
@@ -138,7 +160,8 @@ async def serving(
             if parking_runs:
                 await nursery.start(parking.run)
         nursery.start_soon(serve)
-        await client.do_handshake()
+        if isinstance(client, trio.SSLStream):
+            await client.do_handshake()
         yield Served(client, theirs, stream, parking, watchdog, app, done, task)
         nursery.cancel_scope.cancel()
 
@@ -184,9 +207,9 @@ async def parked_in(parking: Parking, count: int) -> None:
             await trio.sleep(0.001)
 
 
-async def test_keep_alive_hits_are_answered_while_the_connection_is_parked(contexts) -> None:
+async def test_keep_alive_hits_are_answered_while_the_connection_is_parked(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             for index in range(50):
                 await ask(served, get(f"/hit/{index}"))
                 await expect(served, response(b"fast /hit/%d" % index, True))
@@ -197,10 +220,10 @@ async def test_keep_alive_hits_are_answered_while_the_connection_is_parked(conte
 
 
 async def test_a_request_the_fast_path_leaves_is_handed_to_the_task_which_parks_again(
-    contexts,
+    setup,
 ) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             for path in ("/hit/1", "/slow/1", "/hit/2", "/slow/2", "/hit/3"):
                 await ask(served, get(path))
                 kind = b"fast" if path.startswith("/hit") else b"slow"
@@ -213,9 +236,9 @@ async def test_a_request_the_fast_path_leaves_is_handed_to_the_task_which_parks_
             assert served.app.asked == [b"/hit/1", b"/slow/1", b"/hit/2", b"/slow/2", b"/hit/3"]
 
 
-async def test_pipelined_requests_are_answered_in_order(contexts) -> None:
+async def test_pipelined_requests_are_answered_in_order(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await ask(served, get("/hit/1"), get("/slow/1"), get("/hit/2"), get("/hit/3"))
             await expect(
                 served, response(b"fast /hit/1", True), response(b"slow /slow/1", True),
@@ -230,9 +253,9 @@ async def test_pipelined_requests_are_answered_in_order(contexts) -> None:
             await parked(served)
 
 
-async def test_a_partial_head_is_finished_by_the_task(contexts) -> None:
+async def test_a_partial_head_is_finished_by_the_task(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             request = get("/hit/1")
             await parked(served)
             await ask(served, request[:10])
@@ -244,9 +267,9 @@ async def test_a_partial_head_is_finished_by_the_task(contexts) -> None:
 
 
 async def test_a_stalled_head_after_parking_gets_408_on_time(
-    contexts, autojump_clock: trio.testing.MockClock,
+    setup, autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(contexts) as served:
+    async with serving(setup) as served:
         await ask(served, get("/hit/1"))
         await expect(served, response(b"fast /hit/1", True))
         await parked(served)
@@ -259,9 +282,9 @@ async def test_a_stalled_head_after_parking_gets_408_on_time(
 
 
 async def test_a_parked_connection_idle_past_its_keep_alive_is_closed_on_time(
-    contexts, autojump_clock: trio.testing.MockClock,
+    setup, autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with serving(contexts) as served:
+    async with serving(setup) as served:
         # Each request answered parked restarts the idle timer.
         for index in range(3):
             await ask(served, get(f"/hit/{index}"))
@@ -277,9 +300,9 @@ async def test_a_parked_connection_idle_past_its_keep_alive_is_closed_on_time(
     assert LIMITS.keepalive_timeout_s <= idle <= LIMITS.keepalive_timeout_s + MAX_LATENESS_S + 1.0
 
 
-async def test_a_graceful_stop_closes_a_parked_connection_at_once(contexts) -> None:
+async def test_a_graceful_stop_closes_a_parked_connection_at_once(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await ask(served, get("/hit/1"))
             await expect(served, response(b"fast /hit/1", True))
             await parked(served)
@@ -289,23 +312,23 @@ async def test_a_graceful_stop_closes_a_parked_connection_at_once(contexts) -> N
             assert served.parking.parked == 0
 
 
-async def test_a_parked_task_cancelled_leaves_the_parking(contexts) -> None:
+async def test_a_parked_task_cancelled_leaves_the_parking(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await parked(served)
             served.task.cancel()
             await served.done.wait()
             assert served.parking.parked == 0
             assert served.stream.closed
             # The parking serves on: another connection parks and is answered.
-            async with serving(contexts) as other:
+            async with serving(setup) as other:
                 await ask(other, get("/hit/2"))
                 await expect(other, response(b"fast /hit/2", True))
 
 
-async def test_without_a_running_parking_the_task_receives_itself(contexts) -> None:
+async def test_without_a_running_parking_the_task_receives_itself(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts, parking_runs=False) as served:
+        async with serving(setup, parking_runs=False) as served:
             for index in range(3):
                 await ask(served, get(f"/hit/{index}"))
                 await expect(served, response(b"fast /hit/%d" % index, True))
@@ -352,9 +375,9 @@ async def test_the_end_of_run_wakes_the_parked_connections(contexts) -> None:
         assert stream.closed
 
 
-async def test_a_protocol_error_while_parked_is_answered(contexts) -> None:
+async def test_a_protocol_error_while_parked_is_answered(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await parked(served)
             await ask(served, b"NOT HTTP AT ALL\r\n\r\n")
             answer = await closed_by_server(served.client)
@@ -362,9 +385,9 @@ async def test_a_protocol_error_while_parked_is_answered(contexts) -> None:
     assert answer.startswith(b"HTTP/1.1 400 ")
 
 
-async def test_a_client_that_closes_while_parked_ends_the_connection(contexts) -> None:
+async def test_a_client_that_closes_while_parked_ends_the_connection(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await ask(served, get("/hit/1"))
             await expect(served, response(b"fast /hit/1", True))
             await parked(served)
@@ -374,9 +397,9 @@ async def test_a_client_that_closes_while_parked_ends_the_connection(contexts) -
             assert served.stream.closed
 
 
-async def test_a_client_that_resets_while_parked_ends_the_connection(contexts) -> None:
+async def test_a_client_that_resets_while_parked_ends_the_connection(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await parked(served)
             served.raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             served.raw.close()
@@ -384,9 +407,9 @@ async def test_a_client_that_resets_while_parked_ends_the_connection(contexts) -
             assert served.parking.parked == 0
 
 
-async def test_an_answer_that_closes_is_sent_then_the_connection_closed(contexts) -> None:
+async def test_an_answer_that_closes_is_sent_then_the_connection_closed(setup) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await parked(served)
             await ask(served, get("/hit/last", close=True), get("/hit/never"))
             answer = await closed_by_server(served.client)
@@ -395,10 +418,10 @@ async def test_an_answer_that_closes_is_sent_then_the_connection_closed(contexts
             assert served.app.fast == [b"/hit/last"]
 
 
-async def test_the_last_request_allowed_is_answered_by_the_task_with_close(contexts) -> None:
+async def test_the_last_request_allowed_is_answered_by_the_task_with_close(setup) -> None:
     limits = HttpConfig(max_requests_per_connection=3)
     with trio.fail_after(20):
-        async with serving(contexts, limits=limits) as served:
+        async with serving(setup, limits=limits) as served:
             await ask(served, get("/hit/1"))
             await expect(served, response(b"fast /hit/1", True))
             await ask(served, get("/hit/2"))
@@ -409,9 +432,9 @@ async def test_the_last_request_allowed_is_answered_by_the_task_with_close(conte
             assert served.parking.served == 2
 
 
-async def test_a_fast_path_that_raises_is_a_500_from_the_task(contexts, caplog) -> None:
+async def test_a_fast_path_that_raises_is_a_500_from_the_task(setup, caplog) -> None:
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await ask(served, get("/hit/1"))
             await expect(served, response(b"fast /hit/1", True))
             await parked(served)
@@ -423,12 +446,12 @@ async def test_a_fast_path_that_raises_is_a_500_from_the_task(contexts, caplog) 
 
 
 async def test_a_client_that_never_reads_is_dropped_and_others_are_served(
-    contexts, autojump_clock: trio.testing.MockClock,
+    setup, autojump_clock: trio.testing.MockClock,
 ) -> None:
     """A response the socket does not take at once is handed to the task,
     which sends it under its send deadline; meanwhile the parking answers
     the other connections."""
-    async with serving(contexts) as stuck, serving(contexts, beside=stuck) as other:
+    async with serving(setup) as stuck, serving(setup, beside=stuck) as other:
         await parked(stuck, 2)
         await ask(stuck, get("/big"))
         asked_at = trio.current_time()
@@ -522,11 +545,11 @@ async def test_records_openssl_read_ahead_are_answered_before_parking(contexts) 
             nursery.cancel_scope.cancel()
 
 
-async def test_a_stale_wake_of_an_earlier_parking_changes_nothing(contexts) -> None:
+async def test_a_stale_wake_of_an_earlier_parking_changes_nothing(setup) -> None:
     """A watchdog wake kept from an earlier parking of a connection (the same
     file descriptor, parked again) must not hand the new parking back."""
     with trio.fail_after(20):
-        async with serving(contexts) as served:
+        async with serving(setup) as served:
             await parked(served)
             (watched,) = served.watchdog._watched
             stale_wake = watched.wake
@@ -542,16 +565,45 @@ async def test_a_stale_wake_of_an_earlier_parking_changes_nothing(contexts) -> N
 
 
 async def test_a_socket_closed_under_a_parked_connection_does_not_end_the_parking(
-    contexts,
+    setup,
 ) -> None:
     """A parked connection's socket closed by someone else has left the
     epoll set already: handing the connection back must not fail, and the
     parking serves on."""
     with trio.fail_after(20):
-        async with serving(contexts) as served, serving(contexts, beside=served) as other:
+        async with serving(setup) as served, serving(setup, beside=served) as other:
             await parked(served, 2)
             served.stream.close()  # under the parked task
             served.watchdog.stop()  # wakes every parked connection
             await served.done.wait()
             await other.done.wait()
             assert served.parking.running and served.parking.parked == 0
+
+
+async def test_a_proxy_refusing_stream_parks_only_once_its_first_bytes_are_judged(
+    contexts,
+) -> None:
+    """A plain API connection from an address not allowed to send a PROXY
+    header is refused if its first bytes begin one: those bytes are read in
+    its task, never parked; after them it parks like any other."""
+    counts = ConnectionCounts()
+    plain = Setup(contexts, plain=True)
+    with trio.fail_after(20):
+        async with serving(
+            plain, stream_of=lambda sock: HeaderRefusingStream(sock, "127.0.0.1", counts),
+        ) as served:
+            await trio.testing.wait_all_tasks_blocked()
+            assert served.parking.parked == 0
+            await ask(served, get("/hit/1"))
+            await expect(served, response(b"fast /hit/1", True))
+            await parked(served)
+            await ask(served, get("/hit/2"))
+            await expect(served, response(b"fast /hit/2", True))
+            assert served.parking.served == 1
+        async with serving(
+            plain, stream_of=lambda sock: HeaderRefusingStream(sock, "127.0.0.1", counts),
+        ) as refused:
+            await ask(refused, b"PROXY TCP4 192.0.2.1 127.0.0.1 1 2\r\n" + get("/hit/3"))
+            assert await closed_by_server(refused.client) == b""
+            await refused.done.wait()
+    assert counts.proxy_refused == 1

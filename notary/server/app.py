@@ -229,9 +229,9 @@ class ConnectionHandler:
         self._answer_at_once = handler.answer_at_once
         #: The timeouts and the graceful stop of the notary's connections.
         self.watchdog = watchdog
-        #: Where its HTTPS connections wait between requests (None: each in
-        #: its own task, ``notary.server.parking``).
-        self._parking = parking if context is not None else None
+        #: Where its connections wait between requests (None: each in its
+        #: own task, ``notary.server.parking``).
+        self._parking = parking
         #: Its listeners' connections, open and refused (the metrics read them).
         self.counts = counts
 
@@ -298,8 +298,11 @@ class EdgeConnectionHandler(ConnectionHandler):
     def __init__(
         self, handler: ApiHandler, http: HttpConfig, *, edges: TrustedEdges,
         counts: ConnectionCounts, watchdog: Watchdog, abuse: AbuseControls | None = None,
+        parking: Parking | None = None,
     ) -> None:
-        super().__init__(None, handler, http, counts=counts, watchdog=watchdog, abuse=abuse)
+        super().__init__(
+            None, handler, http, counts=counts, watchdog=watchdog, abuse=abuse, parking=parking
+        )
         self._edges = edges
 
     def make_stream(self, sock: socket.socket) -> EdgeStream:
@@ -912,7 +915,7 @@ def build_services(
     if config.server.proxy_protocol_from:
         plain: ConnectionHandler = EdgeConnectionHandler(
             api, config.api_http, edges=TrustedEdges(config.server.proxy_protocol_from),
-            counts=plain_counts, watchdog=watchdog, abuse=c.abuse,
+            counts=plain_counts, watchdog=watchdog, abuse=c.abuse, parking=parking,
         )
     else:
         plain = listen(None, api, config.api_http, counts=plain_counts)

@@ -32,8 +32,9 @@ and coarse: each fires between its nominal time and ``MAX_LATENESS_S``
 * the handler (the application) runs without a connection deadline: it keeps
   its own (the query deadline).
 
-Parking (issue 35): an HTTPS connection served with a fast path and a
-running ``notary.server.parking.Parking`` waits for its next request parked
+Parking (issue 35): a connection on the notary's own streams, served with a
+fast path and a running ``notary.server.parking.Parking``, waits for its
+next request parked
 there instead of in a receive; the parking answers the requests the fast
 path answers, keeps the connection's keep-alive deadline, and hands the
 connection back for anything else, which the loop then handles as if it had
@@ -251,8 +252,9 @@ async def serve_http_connection(
     connection's first phase, bounded by ``tls_handshake_timeout_s`` on the
     watchdog like the others (a cancel scope of its own cost a tenth of a
     resumed connection, bench/RESULTS.md), and counted there once made.
-    ``parking``: where such a connection waits between requests, when it
-    has ``answer_at_once`` (see "Parking"; None: in its receive)."""
+    ``parking``: where a connection on the notary's own streams waits
+    between requests, when it has ``answer_at_once`` (see "Parking"; None:
+    in its receive)."""
     if watchdog is None:
         async with trio.open_nursery() as nursery:
             watchdog = Watchdog()
@@ -327,12 +329,12 @@ async def _serve(
     # first byte (or of the connection's start): a client dripping bytes
     # cannot hold the connection open. Between requests, keepalive_timeout_s.
     first_phase_s = limits.header_timeout_s if tls_counts is None else limits.tls_handshake_timeout_s
-    # Between requests an HTTPS connection with a fast path parks instead of
-    # receiving (``notary.server.parking``).
-    if tls_counts is None or answer_at_once is None:
+    # Between requests a connection on the notary's own streams, with a fast
+    # path, parks instead of receiving (``notary.server.parking``).
+    if answer_at_once is None or not isinstance(stream, CLOSE_AT_ONCE):
         parking = None
     fast_path = cast(FastHandler, answer_at_once)
-    tls = cast(TlsStream, stream)
+    own = cast("SocketStream | TlsStream", stream)
     with (
         scope if scope is not None else NO_SCOPE,
         watchdog.watch(interrupt, first_phase_s) as watched,
@@ -340,6 +342,7 @@ async def _serve(
         try:
             head_deadline: float | None = watched.deadline
             if tls_counts is not None:
+                tls = cast(TlsStream, stream)
                 await tls.do_handshake()
                 tls_counts.tls_handshakes += 1
                 if tls.session_reused:
@@ -362,9 +365,9 @@ async def _serve(
                 error: BaseException | None = None
                 declined = False  # the fast path declined the first request already
                 back = None
-                if idle and parking is not None and not tls.pending:
+                if idle and parking is not None and own.parkable:
                     back = await parking.park(
-                        tls, reader, fast_path, client, requests_left, watched, keepalive_s
+                        own, reader, fast_path, client, requests_left, watched, keepalive_s
                     )
                 if back is not None:
                     requests_left = back.requests_left

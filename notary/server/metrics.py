@@ -476,11 +476,11 @@ METRICS: tuple[MetricSpec, ...] = (
              "(missing, bad or late from an edge of [server] proxy_protocol_from, or sent "
              "from elsewhere), by listener.", ("listener",)),
     _gauge("notary_http_parked_connections", "livesum", "parking", "parked",
-           "HTTPS keep-alive connections parked between requests (notary.server.parking)."),
+           "Keep-alive connections parked between requests (notary.server.parking)."),
     _counter("notary_http_parked_answers", "parking", "served",
-             "Requests answered on parked HTTPS connections, without waking their tasks."),
+             "Requests answered on parked connections, without waking their tasks."),
     _counter("notary_http_parked_handbacks", "parking", "handed_back",
-             "Parked HTTPS connections handed back to their tasks (a miss, another "
+             "Parked connections handed back to their tasks (a miss, another "
              "request, an error, a timeout, the end)."),
     _counter("notary_tls_handshakes", "listeners", _tls_handshakes,
              "TLS handshakes completed on the API listeners, by whether they resumed a "

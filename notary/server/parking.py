@@ -1,6 +1,9 @@
-"""Idle keep-alive HTTPS connections, parked in one epoll set: the requests
-the cache answers at once are answered there, by one task, without waking
-the connections' own tasks (issue 35, the keep-alive goal).
+"""Idle keep-alive connections, parked in one epoll set: the requests the
+cache answers at once are answered there, by one task, without waking the
+connections' own tasks (issue 35, the keep-alive goal). HTTPS and plain
+HTTP alike: a connection on the notary's own streams (``TlsStream``,
+``SocketStream``) is read and written through its driver (the TLS driver's
+connection, or ``sockstream.PlainDriver``).
 
 Why: a connection whose task waits for its next request costs a Trio task
 step for every request: the scheduler's batch, the task's coroutines
@@ -12,11 +15,12 @@ connection costs nothing until its socket is readable; one task
 whole ``epoll_wait`` in one step, as an event-driven server does.
 
 The connection's task stays its owner. It parks (``Parking.park``) where it
-would wait for its next request: not in the middle of one, not while
-OpenSSL holds bytes it has read ahead, not once the notary stops. While it
+would wait for its next request: not in the middle of one, not while its
+stream holds bytes read ahead (OpenSSL's), not before a PROXY-refusing
+stream judged its first bytes (``parkable``), not once the notary stops. While it
 is parked, ``Parking`` answers each complete request the application's fast
 path answers (``answer_at_once``: a cache hit, or its 429) on the
-connection's own TLS driver, and keeps the connection's watchdog entry as
+connection's own driver, and keeps the connection's watchdog entry as
 the task would (its keep-alive deadline, counted afresh at each request).
 Anything else is handed back to the task (``Handback``), which goes on
 exactly where a receive would have returned:
@@ -36,7 +40,7 @@ exactly where a receive would have returned:
 Resource handling: ``serve_notary`` owns the ``Parking`` and runs ``run``
 in its nursery; ``run`` owns the epoll set (made when it starts, closed when
 it ends) and a connection's registration in it while the connection is
-parked. The connections' sockets stay their tasks' (``TlsStream``).
+parked. The connections' sockets stay their tasks' (their streams).
 
 Error handling: nothing one connection does ends ``run``. A TLS or socket
 error is handed back as ``trio.BrokenResourceError``; a protocol error as
@@ -72,6 +76,7 @@ from notary.server.tlsdriver import WANT_READ
 if TYPE_CHECKING:
     from notary.protocol.http import Request, RequestReader
     from notary.server.connection import FastHandler, Watchdog, Watched
+    from notary.server.sockstream import SocketStream
     from notary.server.tlsstream import TlsStream
 
 __all__ = ["MAX_EVENTS", "MAX_READS", "Handback", "Parking", "ParkingStatistics"]
@@ -130,7 +135,7 @@ class _Parked:
     )
 
     def __init__(
-        self, stream: TlsStream, reader: RequestReader, answer: FastHandler,
+        self, stream: SocketStream | TlsStream, reader: RequestReader, answer: FastHandler,
         client: bytes | None, requests_left: int, watched: Watched, keepalive_s: float,
     ) -> None:
         self.fd = stream.fileno
@@ -196,15 +201,15 @@ class Parking:
             epoll.close()
 
     async def park(
-        self, stream: TlsStream, reader: RequestReader, answer: FastHandler,
+        self, stream: SocketStream | TlsStream, reader: RequestReader, answer: FastHandler,
         client: bytes | None, requests_left: int, watched: Watched, keepalive_s: float,
     ) -> Handback | None:
         """Park the calling connection's task until its connection needs it
         (see the module docstring), and say why (``Handback``); None, at
         once, when it cannot park (``run`` is not running, or epoll refused
         the socket): the caller then receives as it would without. The caller
-        checked ``running``, that ``reader`` is between requests and that
-        ``stream`` holds nothing read ahead (``TlsStream.pending``).
+        checked that ``reader`` is between requests and that ``stream`` may
+        park (its ``parkable``).
         ``keepalive_s``: the deadline's distance from the watchdog's clock
         after each request answered here (``Watchdog.deadline``'s)."""
         epoll = self._epoll

@@ -104,6 +104,11 @@ class HeaderRefusingStream(EdgeStream):
         self._counts = counts
         self._sniffed = False
 
+    @property
+    def parkable(self) -> bool:
+        """Only once its first bytes were judged (parked, they would not be)."""
+        return self._sniffed
+
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._sniffed:
             return await SocketStream.receive_some(self, max_bytes)

@@ -45,6 +45,8 @@ from trio.lowlevel import (
     wait_writable,
 )
 
+from notary.server.tlsdriver import WANT_READ, WANT_WRITE
+
 __all__ = ["SocketStream", "tune_tcp_socket"]
 
 DEFAULT_RECEIVE_BYTES = 64 * 1024
@@ -65,6 +67,36 @@ def tune_tcp_socket(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
 
 
+class PlainDriver:
+    """A plain socket's calls as the TLS driver's (``notary.server.tlsdriver``):
+    ``notary.server.parking`` reads and writes a parked connection through
+    either. Never waits: ``WANT_READ`` or ``WANT_WRITE`` when the socket
+    would block; a failed system call raises ``OSError``."""
+
+    __slots__ = ("_socket",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._socket = sock
+
+    def receive(self, max_bytes: int) -> bytes | int:
+        try:
+            return self._socket.recv(max_bytes)
+        except BlockingIOError:
+            return WANT_READ
+
+    def send(self, data: bytes | bytearray | memoryview) -> int:
+        """The bytes the socket took (maybe fewer than ``data``), or
+        ``WANT_WRITE``."""
+        try:
+            return self._socket.send(data)
+        except BlockingIOError:
+            return WANT_WRITE
+
+    def pending(self) -> bool:
+        """Nothing is ever read ahead here."""
+        return False
+
+
 class SocketStream(trio.abc.HalfCloseableStream):
     """See the module docstring."""
 
@@ -72,6 +104,9 @@ class SocketStream(trio.abc.HalfCloseableStream):
         sock.setblocking(False)
         tune_tcp_socket(sock)
         self.socket = sock
+        #: Its file descriptor, and its calls for ``notary.server.parking``.
+        self.fileno = sock.fileno()
+        self.driver = PlainDriver(sock)
         self._closed = False
         #: The last receive got fewer bytes than asked: wait before reading
         #: (only with ``wait_when_drained``).
@@ -82,6 +117,12 @@ class SocketStream(trio.abc.HalfCloseableStream):
     def closed(self) -> bool:
         """Whether ``aclose`` was called."""
         return self._closed
+
+    @property
+    def parkable(self) -> bool:
+        """Whether the connection may wait parked for its next request
+        (``notary.server.parking``): always, on a plain socket."""
+        return True
 
     def interrupt(self) -> None:
         """Wake the task waiting on the socket, if one is: its wait raises

@@ -86,10 +86,12 @@ class TlsStream(trio.abc.Stream):
         return bool(self._tls.session_reused)
 
     @property
-    def pending(self) -> bool:
-        """Whether OpenSSL holds bytes it read ahead from the socket (a
-        receive returns them without waiting; epoll cannot see them)."""
-        return bool(self._tls.pending())
+    def parkable(self) -> bool:
+        """Whether the connection may wait parked for its next request
+        (``notary.server.parking``): once handshaken, and while OpenSSL
+        holds no bytes it read ahead from the socket (a receive returns
+        them without waiting; epoll cannot see them)."""
+        return self._handshaken and not self._tls.pending()
 
     def version(self) -> str | None:
         """The TLS version agreed (``"TLSv1.3"``), None before the handshake."""
