@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 import pytest
 import trio
 import trio.testing
-import trustme
 
 from notary.config import HttpConfig
 from notary.protocol.http import Request
@@ -35,6 +34,7 @@ from notary.server.parking import Parking
 from notary.server.proxyprotocol import HeaderRefusingStream
 from notary.server.sockstream import SocketStream
 from notary.server.tlsstream import ServerContext, TlsStream
+from tests.support.tls_pairs import server_and_client_contexts
 
 LIMITS = HttpConfig(header_timeout_s=10.0, keepalive_timeout_s=30.0, send_timeout_s=5.0,
                     linger_idle_s=0.1, linger_timeout_s=1.0)
@@ -87,12 +87,7 @@ class App:
 
 @pytest.fixture(scope="module")
 def contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    authority = trustme.CA()
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    authority.issue_cert("localhost").configure_cert(server)
-    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    authority.configure_trust(client)
-    return server, client
+    return server_and_client_contexts()
 
 
 @dataclass
@@ -194,6 +189,13 @@ async def closed_by_server(client: trio.abc.Stream) -> bytes:
     except trio.BrokenResourceError:
         pass
     return data
+
+
+async def hit_then_park(served: Served) -> None:
+    """A first hit answered, and the connection parked after it."""
+    await ask(served, get("/hit/1"))
+    await expect(served, response(b"fast /hit/1", True))
+    await parked(served)
 
 
 async def parked(served: Served, count: int = 1) -> None:
@@ -303,9 +305,7 @@ async def test_a_parked_connection_idle_past_its_keep_alive_is_closed_on_time(
 async def test_a_graceful_stop_closes_a_parked_connection_at_once(setup) -> None:
     with trio.fail_after(20):
         async with serving(setup) as served:
-            await ask(served, get("/hit/1"))
-            await expect(served, response(b"fast /hit/1", True))
-            await parked(served)
+            await hit_then_park(served)
             served.watchdog.stop()
             assert await closed_by_server(served.client) == b""
             await served.done.wait()
@@ -388,9 +388,7 @@ async def test_a_protocol_error_while_parked_is_answered(setup) -> None:
 async def test_a_client_that_closes_while_parked_ends_the_connection(setup) -> None:
     with trio.fail_after(20):
         async with serving(setup) as served:
-            await ask(served, get("/hit/1"))
-            await expect(served, response(b"fast /hit/1", True))
-            await parked(served)
+            await hit_then_park(served)
             await served.client.aclose()
             await served.done.wait()
             assert served.parking.parked == 0
@@ -435,9 +433,7 @@ async def test_the_last_request_allowed_is_answered_by_the_task_with_close(setup
 async def test_a_fast_path_that_raises_is_a_500_from_the_task(setup, caplog) -> None:
     with trio.fail_after(20):
         async with serving(setup) as served:
-            await ask(served, get("/hit/1"))
-            await expect(served, response(b"fast /hit/1", True))
-            await parked(served)
+            await hit_then_park(served)
             await ask(served, get("/bug"))
             answer = await closed_by_server(served.client)
             await served.done.wait()
@@ -594,9 +590,7 @@ async def test_a_proxy_refusing_stream_parks_only_once_its_first_bytes_are_judge
         ) as served:
             await trio.testing.wait_all_tasks_blocked()
             assert served.parking.parked == 0
-            await ask(served, get("/hit/1"))
-            await expect(served, response(b"fast /hit/1", True))
-            await parked(served)
+            await hit_then_park(served)
             await ask(served, get("/hit/2"))
             await expect(served, response(b"fast /hit/2", True))
             assert served.parking.served == 1

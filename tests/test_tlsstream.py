@@ -13,20 +13,15 @@ import ssl
 import pytest
 import trio
 import trio.testing
-import trustme
 
 from notary.server.tlsstream import ServerContext, TlsStream
+from tests.support.tls_pairs import server_and_client_contexts
 from tests.support.waking import still_serves, woken_by
 
 
 @pytest.fixture(scope="module")
 def contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    authority = trustme.CA()
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    authority.issue_cert("localhost").configure_cert(server)
-    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    authority.configure_trust(client)
-    return server, client
+    return server_and_client_contexts()
 
 
 def pair(contexts: tuple[ssl.SSLContext, ssl.SSLContext]) -> tuple[TlsStream, trio.SSLStream]:
