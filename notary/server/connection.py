@@ -34,9 +34,8 @@ and coarse: each fires between its nominal time and ``MAX_LATENESS_S``
 
 Parking (issue 35): a connection on the notary's own streams, served with a
 fast path and a running ``notary.server.parking.Parking``, waits for its
-next request parked
-there instead of in a receive; the parking answers the requests the fast
-path answers, keeps the connection's keep-alive deadline, and hands the
+next request parked there instead of in a receive; the parking answers the
+requests the fast path answers, keeps the connection's keep-alive deadline, and hands the
 connection back for anything else, which the loop then handles as if it had
 received it (the same answers, deadlines and errors as without parking).
 

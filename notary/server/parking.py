@@ -56,6 +56,7 @@ import select
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -69,7 +70,6 @@ from trio.lowlevel import (
     wait_task_rescheduled,
 )
 
-from notary.errors import ProtocolError
 from notary.server.sockstream import DEFAULT_RECEIVE_BYTES
 from notary.server.tlsdriver import WANT_READ
 
@@ -192,11 +192,9 @@ class Parking:
                     if entry is not None:
                         self._serve(entry)
         finally:
-            self._epoll = None
             for entry in list(self._parked.values()):
-                back = Handback(entry.requests_left)
-                back.woken = True
-                self._hand_back(entry, back, epoll)
+                self._wake(entry)
+            self._epoll = None
             notify_closing(epoll)
             epoll.close()
 
@@ -221,13 +219,7 @@ class Parking:
         except OSError:
             return None  # not parked: the caller receives as without parking
         self._parked[entry.fd] = entry
-
-        def wake() -> None:
-            back = Handback(entry.requests_left)
-            back.woken = True
-            self._hand_back(entry, back, self._epoll)
-
-        watched.wake = wake
+        watched.wake = partial(self._wake, entry)
 
         def abort(_: object) -> Abort:
             self._unpark(entry, self._epoll)
@@ -235,6 +227,12 @@ class Parking:
 
         back: Handback = await wait_task_rescheduled(abort)
         return back
+
+    def _wake(self, entry: _Parked) -> None:
+        """Hand ``entry`` back woken: a watchdog wake, or the end of ``run``."""
+        back = Handback(entry.requests_left)
+        back.woken = True
+        self._hand_back(entry, back, self._epoll)
 
     def _unpark(self, entry: _Parked, epoll: select.epoll | None) -> bool:
         """Take ``entry`` out; False if it was out already (handed back, or
@@ -260,19 +258,14 @@ class Parking:
         back when it needs its task; never raises."""
         try:
             back = self._answer_ready(entry)
-            if back is None:
-                return  # stays parked
-        except ProtocolError as exc:
-            back = Handback(entry.requests_left)
-            back.error = exc
         except (ssl.SSLError, OSError) as exc:
-            back = Handback(entry.requests_left)
-            back.error = trio.BrokenResourceError(exc)
-            back.error.__cause__ = exc
-        except Exception as exc:  # a bug: that connection's end, never the parking's
-            back = Handback(entry.requests_left)
-            back.error = exc
-        self._hand_back(entry, back, self._epoll)
+            broken = trio.BrokenResourceError(exc)
+            broken.__cause__ = exc
+            back = _failed(entry, broken)
+        except Exception as exc:  # a protocol error; or a bug: that connection's end only
+            back = _failed(entry, exc)
+        if back is not None:  # None: it stays parked
+            self._hand_back(entry, back, self._epoll)
 
     def _answer_ready(self, entry: _Parked) -> Handback | None:
         """Answer what is ready on ``entry``: None while it stays parked,
@@ -319,6 +312,12 @@ class Parking:
                 # system call).
                 return None
         return Handback(entry.requests_left)
+
+
+def _failed(entry: _Parked, error: BaseException) -> Handback:
+    back = Handback(entry.requests_left)
+    back.error = error
+    return back
 
 
 def _requests_back(entry: _Parked, requests: list[Request]) -> Handback:
