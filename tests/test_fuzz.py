@@ -446,7 +446,10 @@ def parsed(queries, method: bytes, path: bytes, body: bytes) -> tuple:
             lambda t: quote(t.encode("utf-8", "surrogatepass"), safe="+[]:").encode("ascii")),
         st.binary(max_size=80),
     ),
-    st.sampled_from([b"", b"/192.0.2.1", b"/", b"/a/b"]),
+    # A query string is not part of the target, nor of its length bound.
+    st.sampled_from(
+        [b"", b"/192.0.2.1", b"/", b"/a/b", b"?x=1", b"/192.0.2.1?", b"?" + b"q" * 100]
+    ),
     st.one_of(form_body(), st.binary(max_size=100)),
 )
 def test_fuzz_the_twins_parse_queries_alike(

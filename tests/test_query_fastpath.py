@@ -275,6 +275,18 @@ def test_the_fast_path_leaves_errors_to_the_handler() -> None:
     assert service.targets == []
 
 
+def test_a_query_string_is_not_part_of_the_target() -> None:
+    """The fast path and the handler read ``/target/<host>+<port>?...`` alike:
+    the target before the ``?``, however long the query string."""
+    service = FakeService()
+    handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]
+    request = get(b"/target/Example.COM.+443?" + b"x" * 2000)
+    assert handler.answer_at_once(request) == (b"prepared", True)
+    response, _ = trio.run(handler, request)
+    assert response.startswith(b"HTTP/1.1 409 ")
+    assert service.targets == [TARGET, TARGET]
+
+
 def test_the_target_memo_is_exact_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     service = FakeService()
     handler = ApiHandler(service, index_text="")  # type: ignore[arg-type]

@@ -337,12 +337,16 @@ cdef class ConvergenceQueries:
     def parse(self, bytes method, bytes path, bytes body):
         cdef Py_ssize_t size = PyBytes_GET_SIZE(path) - self._prefix_bytes
         cdef const char* start
+        cdef const char* found
         cdef const char* slash
         if size < 0:
             size = 0
+        start = PyBytes_AS_STRING(path) + self._prefix_bytes
+        found = <const char*>memchr(start, 63, size)  # '?'
+        if found != NULL:
+            size = found - start
         if size > self._max_target_bytes:
             raise ProtocolError("target too long", status=414)
-        start = PyBytes_AS_STRING(path) + self._prefix_bytes
         slash = <const char*>memchr(start, 47, size)  # '/'
         if slash != NULL:
             size = slash - start

@@ -352,9 +352,10 @@ class ConvergenceQueries:
 
     def parse(self, method: bytes, path: bytes, body: bytes) -> tuple[Target, bytes | None]:
         """The target and fingerprint (None unless ``POST``) of a query whose
-        ``path`` starts with the prefix; ``ProtocolError`` for a bad one
-        (414 for a target over ``max_target_bytes``)."""
-        rest = path[self._prefix_bytes:]
+        ``path`` starts with the prefix (a query string after it, ``?...``,
+        is ignored); ``ProtocolError`` for a bad one (414 for a target over
+        ``max_target_bytes``)."""
+        rest = path[self._prefix_bytes:].partition(b"?")[0]
         if len(rest) > self._max_target_bytes:
             raise ProtocolError("target too long", status=414)
         # The IP after the target is accepted and not used (the notary

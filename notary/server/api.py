@@ -141,13 +141,14 @@ class ApiHandler:
         if is_cross_site_request(request.headers):
             return None
         try:
-            query = self._convergence_query(request, target.partition(b"?")[0])
+            queried, fingerprint = self._queries.parse(method, target, request.body)
         except ProtocolError:
             return None
-        response = self._service.answer_at_once(*query, request.keep_alive, client)
+        keep_alive = request.keep_alive
+        response = self._service.answer_at_once(queried, fingerprint, keep_alive, client)
         if response is None:
             return None
-        return response, request.keep_alive
+        return response, keep_alive
 
     async def __call__(
         self, request: Request, client: bytes | None = None

@@ -118,7 +118,7 @@ from notary.model.ratelimit import RateLimited, retry_after_s
 from notary.model.targets import Target
 from notary.outbound.writer import Storage
 from notary.protocol import convergence, http, perspectives, v2
-from notary.protocol.convergence import Decision
+from notary.protocol.convergence import Decision, answer_status
 from notary.service.abuse import AbuseControls
 from notary.service.records import Records, StatementRefused, TargetRecord
 from notary.service.scheduler import RescanScheduler
@@ -383,11 +383,13 @@ class QueryService:
         ``client`` over its query rate gets the 429 response (invariant 6).
         Synchronous, for the connection loop's fast path."""
         key = target.key
+        record = self._cache.get(key)
+        if record is None:
+            return None
         now = self._clock()
-        record, status = self._cached_status(key, fingerprint, now)
+        status = self._status(record, fingerprint, int(now))
         if status is None:
             return None
-        assert record is not None  # a status comes with its record
         if client is not None and self._query_buckets is not None:
             wait = self._query_buckets.take(client, now)
             if wait:
@@ -432,19 +434,13 @@ class QueryService:
             200, body, content_type=perspectives.CONTENT_TYPE, keep_alive=keep_alive
         )
 
-    def _cached_status(
-        self, key: str, fingerprint: bytes | None, now: float
-    ) -> tuple[TargetRecord | None, int | None]:
-        """The cached record of ``key`` and the status it answers with at
-        ``now`` (None: it cannot answer without a probe)."""
-        record = self._cache.get(key)
-        if record is None:
-            return None, None
+    def _status(self, record: TargetRecord, fingerprint: bytes | None, now: int) -> int | None:
+        """The status the cached ``record`` answers with at ``now`` (None:
+        it cannot answer without a probe)."""
         if self._dane:
-            return record, self._dane_status(record, fingerprint, int(now))
-        return record, convergence.answer_status(
-            record.timeline, fingerprint, int(now), self._fresh_for_s,
-            self._mismatch_reprobe_after_s,
+            return self._dane_status(record, fingerprint, now)
+        return answer_status(
+            record.timeline, fingerprint, now, self._fresh_for_s, self._mismatch_reprobe_after_s
         )
 
     def _dane_decides(
@@ -639,7 +635,8 @@ class QueryService:
         Error handling: ``RateLimited`` when the client is over its query or
         probe rate (invariant 6)."""
         self._admit(client)
-        record, status = self._cached_status(target.key, fingerprint, self._clock())
+        record = self._cache.get(target.key)
+        status = None if record is None else self._status(record, fingerprint, int(self._clock()))
         if record is not None and status is not None:
             self._note_answered(target, record)
             self._count("convergence", status)
