@@ -13,7 +13,8 @@ CONFIG := $(VAR)/notary.toml
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py notary/_fastcache.pyx notary/protocol/_fastrequest.pyx notary/server/_fasttls.pyx
+$(STAMP): pyproject.toml setup.py notary/_fastcache.pyx notary/protocol/_fastrequest.pyx notary/server/_fasttls.pyx \
+        $(wildcard notary/_vendor/llhttp/src/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install --quiet -e '.[test]'

@@ -1,5 +1,6 @@
 """Build the optional compiled modules: the cache (``notary._fastcache``)
-the request path (``notary.protocol._fastrequest``, issue 21) and the HTTPS
+the request path (``notary.protocol._fastrequest``, issue 21; it compiles
+the vendored llhttp in with it) and the HTTPS
 listeners' TLS driver (``notary.server._fasttls``, issue 35; it needs no
 OpenSSL headers: it finds OpenSSL in Python's own ``_ssl`` when imported).
 
@@ -13,6 +14,8 @@ import sys
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+
+LLHTTP = "notary/_vendor/llhttp"
 
 
 class OptionalBuildExt(build_ext):
@@ -54,6 +57,10 @@ def extensions():
     for ext in exts:
         # cythonize() drops optional=True; set it on what it returns.
         ext.optional = True
+        if ext.name == "notary.protocol._fastrequest":
+            # The request reader drives llhttp itself (notary/_vendor/llhttp).
+            ext.include_dirs.append(f"{LLHTTP}/include")
+            ext.sources += [f"{LLHTTP}/src/{name}.c" for name in ("api", "http", "llhttp")]
     return exts
 
 

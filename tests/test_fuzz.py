@@ -90,10 +90,13 @@ class Outcome:
     requests: tuple  # the twin's Request objects
     status: int | None  # the error raised, if any
     after: bytes  # bytes after an upgrade: leftover, then whatever was fed later
+    message: str | None = None  # the error's message, if any (the 400s' llhttp reason)
 
     def comparable(self) -> tuple:
         """The outcome as plain values: the twins' Request classes differ."""
-        return tuple(r._fields() for r in self.requests), self.status, self.after
+        return (
+            tuple(r._fields() for r in self.requests), self.status, self.after, self.message
+        )
 
 
 def feed(chunks: list[bytes], kind: str = "pure", **limits: int) -> Outcome:
@@ -114,7 +117,7 @@ def feed(chunks: list[bytes], kind: str = "pure", **limits: int) -> Outcome:
             assert exc.status in READER_STATUSES, exc
             assert reader.finished
             assert reader.feed(b"GET / HTTP/1.1\r\n\r\n") == []
-            return Outcome(tuple(requests), exc.status, b"")
+            return Outcome(tuple(requests), exc.status, b"", exc.message)
         except BaseException as exc:  # pragma: no cover - the point of the test
             raise AssertionError(f"{type(exc).__name__} escaped at chunk {index}") from exc
         for request in got:
@@ -186,6 +189,10 @@ def test_corpus_expectations() -> None:
     assert [r.method for r in outcomes["keep-alive-pipeline"].requests] == [b"GET", b"POST", b"GET"]
     assert outcomes["connect-bounce-with-early-bytes"].after.startswith(b"\x16\x03\x01")
     assert outcomes["websocket-upgrade-with-frame"].after.startswith(b"\x81\x85")
+    # An upgrade's head ends its request: a body it announces is the new
+    # protocol's first bytes (httptools' rule, kept by the compiled reader).
+    upgraded = outcomes["upgrade-with-content-length"]
+    assert upgraded.requests[0].body == b"" and upgraded.after == b"abc\x81\x85"
     assert outcomes["chunked-post-with-extension-and-trailer"].requests[0].body.startswith(
         b"fingerprint="
     )

@@ -1,19 +1,20 @@
 # cython: language_level=3, boundscheck=True, wraparound=True
 # (Bounds checks stay on here, unlike the cache: this module reads what clients send.)
-"""The request path's hot parts, compiled (issue 21): the twin of
+"""The request path's hot parts, compiled (issues 21, 35): the twin of
 ``notary.protocol._fastrequest_py``, which is the reference of its behaviour
 (the docstrings are there); ``notary.protocol.hotpath`` picks one.
 
-What compiling buys: httptools calls the reader's callbacks for every
-request line, header and body, and each is a C function here; the form's
-fingerprint is decoded without a regular expression; the query's target
-segment is found and looked up without Python-level slicing calls.
+What compiling buys: the reader drives llhttp (the parser httptools wraps,
+vendored in ``notary/_vendor/llhttp``) through its C API, so a request's
+line, headers and body reach it as C callbacks, not as Python calls; the
+form's fingerprint is decoded without a regular expression; the query's
+target segment is found and looked up without Python-level slicing calls.
 """
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport uint8_t
 from libc.string cimport memchr, memcmp
-
-import httptools
 
 from notary.errors import ProtocolError
 from notary.protocol._fastrequest_py import (
@@ -22,13 +23,9 @@ from notary.protocol._fastrequest_py import (
     DEFAULT_MAX_HEADERS,
 )
 
-cdef str _NO_VERSION = "0.9"
 cdef bytes _FORM_PREFIX = b"fingerprint="
 cdef Py_ssize_t _PREFIX_BYTES = 12
 cdef Py_ssize_t _PLAIN_FORM_BYTES = 12 + 59
-cdef object _Upgrade = httptools.HttpParserUpgrade
-cdef object _CallbackError = httptools.HttpParserCallbackError
-cdef object _ParserError = httptools.HttpParserError
 
 
 cdef class Request:
@@ -110,14 +107,64 @@ def browser_headers(tuple headers):
     return origin, host, fetch_site
 
 
+cdef extern from "llhttp.h":
+    ctypedef struct llhttp_t:
+        void* data
+        uint8_t method
+        uint8_t http_major
+        uint8_t http_minor
+        uint8_t upgrade
+    ctypedef int (*llhttp_data_cb)(llhttp_t*, const char*, size_t) noexcept
+    ctypedef int (*llhttp_cb)(llhttp_t*) noexcept
+    ctypedef struct llhttp_settings_t:
+        llhttp_cb on_message_begin
+        llhttp_data_cb on_url
+        llhttp_data_cb on_header_field
+        llhttp_data_cb on_header_value
+        llhttp_cb on_headers_complete
+        llhttp_data_cb on_body
+        llhttp_cb on_message_complete
+        llhttp_cb on_chunk_header
+        llhttp_cb on_chunk_complete
+    ctypedef int llhttp_errno_t
+    enum:
+        HTTP_REQUEST
+        HPE_OK
+        HPE_PAUSED_UPGRADE
+        HPE_USER
+        HTTP_GET
+        HTTP_POST
+    void llhttp_settings_init(llhttp_settings_t* settings)
+    void llhttp_init(llhttp_t* parser, int type, const llhttp_settings_t* settings)
+    llhttp_errno_t llhttp_execute(llhttp_t* parser, const char* data, size_t length)
+    int llhttp_should_keep_alive(const llhttp_t* parser)
+    const char* llhttp_get_error_reason(const llhttp_t* parser)
+    const char* llhttp_get_error_pos(const llhttp_t* parser)
+    const char* llhttp_method_name(int method)
+
+
+cdef llhttp_settings_t _SETTINGS
+cdef bytes _GET = b"GET"
+cdef bytes _POST = b"POST"
+cdef str _HTTP_11 = "1.1"
+cdef str _HTTP_10 = "1.0"
+
+
 cdef class RequestReader:
     """Feed it the bytes of one connection; it returns complete requests
-    (see the twin for the error handling)."""
+    (see the twin for the error handling).
 
+    The twin reads through httptools; this reader drives the same parser,
+    llhttp (vendored: ``notary/_vendor/llhttp``), with C callbacks, and
+    keeps httptools' way of reporting a header: a name and value are kept
+    until the next name or the end of the head, and a name without a value
+    is joined to the next one. The callbacks' order, the bounds and the
+    errors are the twin's, byte for byte."""
+
+    cdef llhttp_t _parser
     cdef Py_ssize_t _max_header_bytes
     cdef Py_ssize_t _max_headers
     cdef Py_ssize_t _max_body_bytes
-    cdef object _parser
     cdef bint _in_request
     cdef Py_ssize_t _message
     cdef bytes _target
@@ -128,6 +175,8 @@ cdef class RequestReader:
     cdef bytes _method
     cdef str _version
     cdef bint _keep_alive
+    cdef object _name
+    cdef object _value
     cdef list _completed
     cdef object _error
     cdef bint _progressed
@@ -140,10 +189,13 @@ cdef class RequestReader:
         self._max_header_bytes = max_header_bytes
         self._max_headers = max_headers
         self._max_body_bytes = max_body_bytes
-        self._parser = httptools.HttpRequestParser(self)
+        llhttp_init(&self._parser, HTTP_REQUEST, &_SETTINGS)
+        self._parser.data = <void*>self
         self._in_request = False
         self._message = 0
         self._new_request()
+        self._name = None
+        self._value = None
         self._completed = []
         self._error = None
         self._progressed = False
@@ -159,30 +211,35 @@ cdef class RequestReader:
         cdef bint in_request_before
         cdef Py_ssize_t message_before
         cdef list done
+        cdef Py_buffer view
+        cdef llhttp_errno_t status
+        cdef Py_ssize_t offset
         if self.finished or not data:
             return []
         in_request_before = self._in_request
         message_before = self._message
         self._progressed = False
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
-            self._parser.feed_data(data)
-        except _Upgrade as upgrade:
+            status = llhttp_execute(&self._parser, <const char*>view.buf, view.len)
+            if status == HPE_PAUSED_UPGRADE:
+                offset = llhttp_get_error_pos(&self._parser) - <const char*>view.buf
+        finally:
+            PyBuffer_Release(&view)
+        if status != HPE_OK:
             self.finished = True
-            offset = upgrade.args[0] if upgrade.args else len(data)
-            self.leftover = bytes(data[offset:])
-        except _CallbackError:
-            self.finished = True
-            error, self._error = self._error, None
-            if error is None:
-                raise
-            raise error from None
-        except _ParserError as exc:
-            self.finished = True
-            last = self._completed[-1] if self._completed else None
-            if last is None or last.keep_alive:
-                if str(exc) == "Invalid HTTP version":
-                    raise ProtocolError("HTTP version not supported", status=505) from None
-                raise ProtocolError(f"malformed request: {_reason(exc)}") from None
+            if status == HPE_PAUSED_UPGRADE and self._parser.upgrade == 1:
+                self.leftover = bytes(data[offset:])
+            else:
+                error, self._error = self._error, None
+                if error is not None:
+                    raise error
+                last = self._completed[-1] if self._completed else None
+                if last is None or last.keep_alive:
+                    reason = (<bytes>llhttp_get_error_reason(&self._parser)).decode("latin-1")
+                    if reason == "Invalid HTTP version":
+                        raise ProtocolError("HTTP version not supported", status=505)
+                    raise ProtocolError(f"malformed request: {reason[:80]}")
         if self._in_request:
             if in_request_before and self._message == message_before and not self._progressed:
                 self._idle_bytes += len(data)
@@ -201,7 +258,7 @@ cdef class RequestReader:
                 self.finished = True
         return done
 
-    # -- httptools callbacks
+    # -- the parser's events (the twin's httptools callbacks, in its order)
 
     cdef inline void _new_request(self):
         self._target = b""
@@ -210,68 +267,187 @@ cdef class RequestReader:
         self._head_bytes = 0
         self._idle_bytes = 0
         self._method = b""
-        self._version = "1.1"
+        self._version = _HTTP_11
         self._keep_alive = True
 
-    def on_message_begin(self):
+    cdef _message_begin(self):
         self._progressed = True
         self._in_request = True
         self._blank_lines = False
         self._message += 1
         self._new_request()
 
-    def on_url(self, bytes url):
+    cdef _url(self, bytes url):
         self._progressed = True
-        self._target += url
+        self._target = url if not self._target else self._target + url
         self._head_bytes += len(url)
         if self._head_bytes > self._max_header_bytes:
-            self._fail(ProtocolError("request header too large", status=431))
+            raise ProtocolError("request header too large", status=431)
 
-    def on_header(self, bytes name, bytes value):
+    cdef _header_field(self, bytes field):
+        self._pending_header()
+        self._name = field if self._name is None else self._name + field
+
+    cdef _header_value(self, bytes value):
+        self._value = value if self._value is None else self._value + value
+
+    cdef _pending_header(self):
+        """httptools' ``_maybe_call_on_header``: report the header kept,
+        once it has a value."""
+        if self._value is None:
+            return
+        name, value = self._name, self._value
+        self._name = self._value = None
         self._progressed = True
         self._head_bytes += len(name) + len(value) + 4
         if self._head_bytes > self._max_header_bytes:
-            self._fail(ProtocolError("request header too large", status=431))
+            raise ProtocolError("request header too large", status=431)
         if len(self._headers) >= self._max_headers:
-            self._fail(ProtocolError("too many header fields", status=431))
+            raise ProtocolError("too many header fields", status=431)
         self._headers.append((name, value))
 
-    def on_headers_complete(self):
+    cdef _headers_complete(self):
+        cdef int major, minor, method
+        self._pending_header()
         self._progressed = True
-        parser = self._parser
-        version = self._version = parser.get_http_version()
-        if version != "1.1" and version != "1.0":
-            if version == _NO_VERSION:
-                self._fail(ProtocolError("malformed request: no HTTP version"))
-            self._fail(ProtocolError("HTTP version not supported", status=505))
-        self._method = parser.get_method()
-        self._keep_alive = parser.should_keep_alive()
+        major, minor = self._parser.http_major, self._parser.http_minor
+        if major == 1 and minor == 1:
+            self._version = _HTTP_11
+        elif major == 1 and minor == 0:
+            self._version = _HTTP_10
+        elif major == 0 and minor == 9:  # the twin's _NO_VERSION
+            raise ProtocolError("malformed request: no HTTP version")
+        else:
+            raise ProtocolError("HTTP version not supported", status=505)
+        method = self._parser.method
+        if method == HTTP_GET:
+            self._method = _GET
+        elif method == HTTP_POST:
+            self._method = _POST
+        else:
+            self._method = <bytes>llhttp_method_name(method)
+        self._keep_alive = llhttp_should_keep_alive(&self._parser)
 
-    def on_body(self, bytes body):
+    cdef _body_part(self, bytes body):
         self._progressed = True
         if len(self._body) + len(body) > self._max_body_bytes:
-            self._fail(ProtocolError("request body too large", status=413))
-        self._body += body
+            raise ProtocolError("request body too large", status=413)
+        self._body = body if not self._body else self._body + body
 
-    def on_message_complete(self):
+    cdef _message_complete(self):
+        cdef Request request
+        cdef bint upgrade = self._parser.upgrade != 0
         self._progressed = True
         self._in_request = False
-        upgrade = bool(self._parser.should_upgrade())
-        self._completed.append(
-            Request(
-                self._method,
-                self._target,
-                self._version,
-                tuple(self._headers),
-                self._body,
-                self._keep_alive and not upgrade,
-                upgrade,
-            )
-        )
+        request = Request.__new__(Request)
+        request.method = self._method
+        request.target = self._target
+        request.version = self._version
+        request.headers = tuple(self._headers)
+        request.body = self._body
+        request.keep_alive = self._keep_alive and not upgrade
+        request.upgrade = upgrade
+        self._completed.append(request)
 
-    cdef _fail(self, error):
-        self._error = error
-        raise error
+    cdef _chunk_header(self):
+        # httptools refuses a chunk while a header is kept; llhttp reports
+        # trailers only after the last chunk, so this cannot happen.
+        if self._name is not None or self._value is not None:
+            raise ProtocolError("malformed request: invalid headers state")
+
+
+# llhttp's callbacks: each hands its event to the reader and keeps the
+# reader's exception (a ProtocolError) for ``feed`` to raise.
+
+cdef inline int _failed(llhttp_t* parser, BaseException error) noexcept:
+    (<RequestReader>parser.data)._error = error
+    return HPE_USER
+
+
+cdef int _on_message_begin(llhttp_t* parser) noexcept:
+    try:
+        (<RequestReader>parser.data)._message_begin()
+    except BaseException as error:
+        return _failed(parser, error)
+    return 0
+
+
+cdef int _on_url(llhttp_t* parser, const char* at, size_t length) noexcept:
+    try:
+        (<RequestReader>parser.data)._url(PyBytes_FromStringAndSize(at, length))
+    except BaseException as error:
+        return _failed(parser, error)
+    return 0
+
+
+cdef int _on_header_field(llhttp_t* parser, const char* at, size_t length) noexcept:
+    try:
+        (<RequestReader>parser.data)._header_field(PyBytes_FromStringAndSize(at, length))
+    except BaseException as error:
+        return _failed(parser, error)
+    return 0
+
+
+cdef int _on_header_value(llhttp_t* parser, const char* at, size_t length) noexcept:
+    try:
+        (<RequestReader>parser.data)._header_value(PyBytes_FromStringAndSize(at, length))
+    except BaseException as error:
+        return _failed(parser, error)
+    return 0
+
+
+cdef int _on_headers_complete(llhttp_t* parser) noexcept:
+    try:
+        (<RequestReader>parser.data)._headers_complete()
+    except BaseException as error:
+        return _failed(parser, error)
+    # As httptools: an upgrade's head ends its request (a body it announces
+    # is the new protocol's first bytes).
+    return 1 if parser.upgrade else 0
+
+
+cdef int _on_body(llhttp_t* parser, const char* at, size_t length) noexcept:
+    try:
+        (<RequestReader>parser.data)._body_part(PyBytes_FromStringAndSize(at, length))
+    except BaseException as error:
+        return _failed(parser, error)
+    return 0
+
+
+cdef int _on_message_complete(llhttp_t* parser) noexcept:
+    try:
+        (<RequestReader>parser.data)._message_complete()
+    except BaseException as error:
+        return _failed(parser, error)
+    return 0
+
+
+cdef int _on_chunk_header(llhttp_t* parser) noexcept:
+    try:
+        (<RequestReader>parser.data)._chunk_header()
+    except BaseException as error:
+        return _failed(parser, error)
+    return 0
+
+
+cdef int _on_chunk_complete(llhttp_t* parser) noexcept:
+    try:
+        (<RequestReader>parser.data)._pending_header()
+    except BaseException as error:
+        return _failed(parser, error)
+    return 0
+
+
+llhttp_settings_init(&_SETTINGS)
+_SETTINGS.on_message_begin = _on_message_begin
+_SETTINGS.on_url = _on_url
+_SETTINGS.on_header_field = _on_header_field
+_SETTINGS.on_header_value = _on_header_value
+_SETTINGS.on_headers_complete = _on_headers_complete
+_SETTINGS.on_body = _on_body
+_SETTINGS.on_message_complete = _on_message_complete
+_SETTINGS.on_chunk_header = _on_chunk_header
+_SETTINGS.on_chunk_complete = _on_chunk_complete
 
 
 def _reason(exc):
