@@ -11,6 +11,8 @@ tests/test_tlsstream.py and through every HTTPS test.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib
 import os
 import socket
@@ -176,6 +178,35 @@ def test_reads_and_writes_after_the_handshake(impl, server_context, client_conte
         assert client.read() == b"answeranswer"
         with pytest.raises(ValueError):
             connection.receive(0)
+        connection.close()
+
+
+def push_stale_openssl_error() -> None:
+    """Leave an error in this thread's OpenSSL error queue, as a library
+    sharing the thread may (the queue OpenSSL's ``SSL_get_error`` reads)."""
+    crypto = ctypes.CDLL(ctypes.util.find_library("crypto") or "libcrypto.so.3")
+    crypto.ERR_new()
+    crypto.ERR_set_error(ctypes.c_int(20), ctypes.c_int(65), None)  # ERR_LIB_SSL, any reason
+    assert crypto.ERR_peek_error() != 0
+
+
+def test_a_stale_openssl_error_does_not_fail_the_next_call(server_context, client_context):
+    """The compiled driver empties the queue before each call it explains with
+    ``SSL_get_error``. (Python's ``ssl``, the pure twin's, does not before a
+    read: a stale error there is raised as the read's "unknown error".)"""
+    impl = _compiled()
+    connection, client = connect(impl, server_context, client_context)
+    with client.sock, connection.socket:
+        push_stale_openssl_error()
+        handshake(connection, client)
+        push_stale_openssl_error()
+        assert connection.receive(100) == impl.WANT_READ  # not the stale error
+        client.write(b"query")
+        push_stale_openssl_error()
+        assert connection.receive(100) == b"query"
+        push_stale_openssl_error()
+        assert connection.send(b"answer") == 6
+        assert client.read() == b"answer"
         connection.close()
 
 
