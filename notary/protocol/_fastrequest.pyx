@@ -86,6 +86,21 @@ def first_header(headers, name):
     return None
 
 
+cdef inline bint _is_name(bytes name, const char* lower) noexcept:
+    """Whether ``name.lower() == lower`` (same size, ASCII letters folded),
+    without making the lowered copy."""
+    cdef const unsigned char* text = <const unsigned char*>PyBytes_AS_STRING(name)
+    cdef Py_ssize_t at
+    cdef unsigned char c
+    for at in range(PyBytes_GET_SIZE(name)):
+        c = text[at]
+        if 65 <= c <= 90:  # A-Z
+            c += 32
+        if c != <unsigned char>lower[at]:
+            return False
+    return True
+
+
 def browser_headers(tuple headers):
     """See the twin."""
     cdef object origin = None, host = None, fetch_site = None
@@ -95,12 +110,12 @@ def browser_headers(tuple headers):
         name = <bytes?>(<tuple?>pair)[0]
         size = PyBytes_GET_SIZE(name)
         if size == 6:
-            if origin is None and name.lower() == b"origin":
+            if origin is None and _is_name(name, "origin"):
                 origin = (<tuple?>pair)[1]
         elif size == 4:
-            if host is None and name.lower() == b"host":
+            if host is None and _is_name(name, "host"):
                 host = (<tuple?>pair)[1]
-        elif size == 14 and fetch_site is None and name.lower() == b"sec-fetch-site":
+        elif size == 14 and fetch_site is None and _is_name(name, "sec-fetch-site"):
             fetch_site = (<tuple?>pair)[1]
     if origin is None and fetch_site is None:
         return None
