@@ -251,7 +251,7 @@ cdef class RequestReader:
                     raise error
                 last = self._completed[-1] if self._completed else None
                 if last is None or last.keep_alive:
-                    reason = (<bytes>llhttp_get_error_reason(&self._parser)).decode("latin-1")
+                    reason = _error_reason(&self._parser)
                     if reason == "Invalid HTTP version":
                         raise ProtocolError("HTTP version not supported", status=505)
                     raise ProtocolError(f"malformed request: {reason[:80]}")
@@ -369,6 +369,16 @@ cdef class RequestReader:
         # trailers only after the last chunk, so this cannot happen.
         if self._name is not None or self._value is not None:
             raise ProtocolError("malformed request: invalid headers state")
+
+
+cdef str _error_reason(llhttp_t* parser):
+    """llhttp's reason for its error: the text of httptools' exception. llhttp
+    words every parse error; should one come without, the twin falls back on
+    the exception's class name, and this on the base class's."""
+    cdef const char* reason = llhttp_get_error_reason(parser)
+    if reason == NULL or reason[0] == 0:
+        return "HttpParserError"
+    return (<bytes>reason).decode("latin-1")
 
 
 # llhttp's callbacks: each hands its event to the reader and keeps the
