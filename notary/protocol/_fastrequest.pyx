@@ -159,6 +159,17 @@ cdef extern from "llhttp.h":
 
 
 cdef llhttp_settings_t _SETTINGS
+
+cdef enum:
+    _MESSAGE_BEGIN
+    _URL
+    _HEADER_FIELD
+    _HEADER_VALUE
+    _HEADERS_COMPLETE
+    _BODY
+    _MESSAGE_COMPLETE
+    _CHUNK_HEADER
+    _CHUNK_COMPLETE
 cdef bytes _GET = b"GET"
 cdef bytes _POST = b"POST"
 cdef str _HTTP_11 = "1.1"
@@ -275,6 +286,42 @@ cdef class RequestReader:
 
     # -- the parser's events (the twin's httptools callbacks, in its order)
 
+    cdef int _event(self, int event) noexcept:
+        """llhttp's ``event`` without data: 0, or HPE_USER with the exception
+        kept for ``feed``."""
+        try:
+            if event == _MESSAGE_BEGIN:
+                self._message_begin()
+            elif event == _HEADERS_COMPLETE:
+                self._headers_complete()
+            elif event == _MESSAGE_COMPLETE:
+                self._message_complete()
+            elif event == _CHUNK_HEADER:
+                self._chunk_header()
+            else:  # _CHUNK_COMPLETE: as httptools, report a trailer kept
+                self._pending_header()
+        except BaseException as error:
+            self._error = error
+            return HPE_USER
+        return 0
+
+    cdef int _data(self, int event, const char* at, size_t length) noexcept:
+        """llhttp's ``event`` with the bytes ``at``: as ``_event``."""
+        try:
+            data = PyBytes_FromStringAndSize(at, length)
+            if event == _URL:
+                self._url(data)
+            elif event == _HEADER_FIELD:
+                self._header_field(data)
+            elif event == _HEADER_VALUE:
+                self._header_value(data)
+            else:  # _BODY
+                self._body_part(data)
+        except BaseException as error:
+            self._error = error
+            return HPE_USER
+        return 0
+
     cdef inline void _new_request(self):
         self._target = b""
         self._headers = []
@@ -381,86 +428,46 @@ cdef str _error_reason(llhttp_t* parser):
     return (<bytes>reason).decode("latin-1")
 
 
-# llhttp's callbacks: each hands its event to the reader and keeps the
-# reader's exception (a ProtocolError) for ``feed`` to raise.
-
-cdef inline int _failed(llhttp_t* parser, BaseException error) noexcept:
-    (<RequestReader>parser.data)._error = error
-    return HPE_USER
-
+# llhttp's callbacks: each hands its event to the reader (``_event``,
+# ``_data``), which keeps its exception (a ProtocolError) for ``feed``.
 
 cdef int _on_message_begin(llhttp_t* parser) noexcept:
-    try:
-        (<RequestReader>parser.data)._message_begin()
-    except BaseException as error:
-        return _failed(parser, error)
-    return 0
+    return (<RequestReader>parser.data)._event(_MESSAGE_BEGIN)
 
 
 cdef int _on_url(llhttp_t* parser, const char* at, size_t length) noexcept:
-    try:
-        (<RequestReader>parser.data)._url(PyBytes_FromStringAndSize(at, length))
-    except BaseException as error:
-        return _failed(parser, error)
-    return 0
+    return (<RequestReader>parser.data)._data(_URL, at, length)
 
 
 cdef int _on_header_field(llhttp_t* parser, const char* at, size_t length) noexcept:
-    try:
-        (<RequestReader>parser.data)._header_field(PyBytes_FromStringAndSize(at, length))
-    except BaseException as error:
-        return _failed(parser, error)
-    return 0
+    return (<RequestReader>parser.data)._data(_HEADER_FIELD, at, length)
 
 
 cdef int _on_header_value(llhttp_t* parser, const char* at, size_t length) noexcept:
-    try:
-        (<RequestReader>parser.data)._header_value(PyBytes_FromStringAndSize(at, length))
-    except BaseException as error:
-        return _failed(parser, error)
-    return 0
+    return (<RequestReader>parser.data)._data(_HEADER_VALUE, at, length)
 
 
 cdef int _on_headers_complete(llhttp_t* parser) noexcept:
-    try:
-        (<RequestReader>parser.data)._headers_complete()
-    except BaseException as error:
-        return _failed(parser, error)
+    cdef int result = (<RequestReader>parser.data)._event(_HEADERS_COMPLETE)
     # As httptools: an upgrade's head ends its request (a body it announces
     # is the new protocol's first bytes).
-    return 1 if parser.upgrade else 0
+    return 1 if result == 0 and parser.upgrade else result
 
 
 cdef int _on_body(llhttp_t* parser, const char* at, size_t length) noexcept:
-    try:
-        (<RequestReader>parser.data)._body_part(PyBytes_FromStringAndSize(at, length))
-    except BaseException as error:
-        return _failed(parser, error)
-    return 0
+    return (<RequestReader>parser.data)._data(_BODY, at, length)
 
 
 cdef int _on_message_complete(llhttp_t* parser) noexcept:
-    try:
-        (<RequestReader>parser.data)._message_complete()
-    except BaseException as error:
-        return _failed(parser, error)
-    return 0
+    return (<RequestReader>parser.data)._event(_MESSAGE_COMPLETE)
 
 
 cdef int _on_chunk_header(llhttp_t* parser) noexcept:
-    try:
-        (<RequestReader>parser.data)._chunk_header()
-    except BaseException as error:
-        return _failed(parser, error)
-    return 0
+    return (<RequestReader>parser.data)._event(_CHUNK_HEADER)
 
 
 cdef int _on_chunk_complete(llhttp_t* parser) noexcept:
-    try:
-        (<RequestReader>parser.data)._pending_header()
-    except BaseException as error:
-        return _failed(parser, error)
-    return 0
+    return (<RequestReader>parser.data)._event(_CHUNK_COMPLETE)
 
 
 llhttp_settings_init(&_SETTINGS)
