@@ -170,6 +170,7 @@ cdef enum:
     _MESSAGE_COMPLETE
     _CHUNK_HEADER
     _CHUNK_COMPLETE
+
 cdef bytes _GET = b"GET"
 cdef bytes _POST = b"POST"
 cdef str _HTTP_11 = "1.1"
@@ -341,6 +342,8 @@ cdef class RequestReader:
 
     cdef _url(self, bytes url):
         self._progressed = True
+        # Nearly always one piece: keep it, not a concatenation with b"" (+= on
+        # bytes costs ~500 instructions more per request here).
         self._target = url if not self._target else self._target + url
         self._head_bytes += len(url)
         if self._head_bytes > self._max_header_bytes:
@@ -394,7 +397,7 @@ cdef class RequestReader:
         self._progressed = True
         if len(self._body) + len(body) > self._max_body_bytes:
             raise ProtocolError("request body too large", status=413)
-        self._body = body if not self._body else self._body + body
+        self._body = body if not self._body else self._body + body  # as _url
 
     cdef _message_complete(self):
         cdef Request request
@@ -480,11 +483,6 @@ _SETTINGS.on_body = _on_body
 _SETTINGS.on_message_complete = _on_message_complete
 _SETTINGS.on_chunk_header = _on_chunk_header
 _SETTINGS.on_chunk_complete = _on_chunk_complete
-
-
-def _reason(exc):
-    text = str(exc) or type(exc).__name__
-    return text[:80]
 
 
 # -- Convergence queries
